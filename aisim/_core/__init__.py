@@ -1,0 +1,1 @@
+"""The compiled replay core (built from ``ext/``); private, not public API."""

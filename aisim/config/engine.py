@@ -1,0 +1,300 @@
+"""The engine configuration of a replay.
+
+Keys are vLLM's own names (``SchedulerConfig``, ``CacheConfig``) so that a
+configuration reads like the engine it models; defaults are those of the
+recorded oracle scenarios (vLLM's ``SchedulerConfig``/``CacheConfig`` with an
+explicit block count).  Loading is strict: an unknown key, a wrong type or an
+out-of-range value is a :class:`~aisim.errors.ConfigError` naming the key and
+the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+
+from aisim.errors import ConfigError
+
+SUPPORTED_VLLM_VERSIONS = ("0.31.0", "0.32.0")
+DEFAULT_VLLM_VERSION = "0.32.0"
+
+
+@dataclass(frozen=True)
+class TimeModel:
+    """Linear step-time model: ``base_s + per_token_s * tokens + per_req_s * requests``."""
+
+    base_s: float = 0.01
+    per_token_s: float = 0.0
+    per_req_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """A vLLM engine as aisim replays it.
+
+    Parameters
+    ----------
+    num_gpu_blocks : int
+        Blocks in the shared KV-cache pool, including vLLM's null block 0.
+    block_size : int
+        Tokens per KV-cache block (``CacheConfig.block_size``).
+    max_num_seqs, max_num_batched_tokens, max_model_len : int
+        As in vLLM's ``SchedulerConfig``.
+    max_num_scheduled_tokens, max_num_active_seqs : int or None
+        Default to ``max_num_batched_tokens`` and ``max_num_seqs``.
+    enable_chunked_prefill, enable_prefix_caching : bool
+        As in vLLM.
+    long_prefill_token_threshold : int
+        Per-request per-step cap on new tokens (0 = off).
+    long_prefill_token_threshold_adaptive : bool
+        Floor the cap at the fair share of the batch.
+    policy : {"fcfs", "priority"}
+    scheduler_reserve_full_isl : bool
+        Admit a waiting request only when its whole sequence fits (vLLM default on).
+    watermark : float
+        Fraction of blocks kept free when admitting.
+    async_scheduling : bool
+        vLLM's async engine loop (batch queue of two, output placeholders).
+    kv_cache_groups : tuple of dict
+        KV-cache groups; this release replays one full-attention group.
+    vllm_version : str
+        The vLLM release whose rules are followed.
+    time_model : TimeModel
+        Step time in seconds.
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_num_scheduled_tokens: int | None = None
+    max_num_active_seqs: int | None = None
+    max_model_len: int = 32768
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    long_prefill_token_threshold: int = 0
+    long_prefill_token_threshold_adaptive: bool = False
+    policy: str = "fcfs"
+    scheduler_reserve_full_isl: bool = True
+    watermark: float = 0.0
+    async_scheduling: bool = False
+    kv_cache_groups: tuple = ({"type": "full"},)
+    mamba_cache_mode: str | None = None
+    cache_extra: dict = field(default_factory=dict)
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    time_model: TimeModel = field(default_factory=TimeModel)
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def token_budget(self) -> int:
+        """Per-step token budget (``max_num_scheduled_tokens``)."""
+        if self.max_num_scheduled_tokens is None:
+            return self.max_num_batched_tokens
+        return self.max_num_scheduled_tokens
+
+    @property
+    def active_seqs(self) -> int:
+        """Admission cap into RUNNING (``max_num_active_seqs``)."""
+        return self.max_num_seqs if self.max_num_active_seqs is None else self.max_num_active_seqs
+
+    @property
+    def watermark_blocks(self) -> int:
+        """``int(watermark * num_gpu_blocks)`` as vLLM's KVCacheManager computes it."""
+        return int(self.watermark * self.num_gpu_blocks)
+
+    def to_dict(self) -> dict:
+        """The resolved configuration, every default filled in."""
+        d = asdict(self)
+        d["kv_cache_groups"] = [dict(g) for g in self.kv_cache_groups]
+        d["max_num_scheduled_tokens"] = self.token_budget
+        d["max_num_active_seqs"] = self.active_seqs
+        return d
+
+
+_INT_KEYS = {
+    "num_gpu_blocks": 2,
+    "block_size": 1,
+    "max_num_seqs": 1,
+    "max_num_batched_tokens": 1,
+    "max_num_scheduled_tokens": 1,
+    "max_num_active_seqs": 1,
+    "max_model_len": 1,
+    "long_prefill_token_threshold": 0,
+}
+_BOOL_KEYS = (
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "long_prefill_token_threshold_adaptive",
+    "scheduler_reserve_full_isl",
+    "async_scheduling",
+)
+_GROUP_KEYS = {"type", "block_size", "count", "sliding_window", "attention_chunk_size"}
+_TIME_KEYS = {f.name for f in fields(TimeModel)}
+
+
+def _where(source: str | None) -> str:
+    return f" in {source}" if source else ""
+
+
+def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfig:
+    """Validate ``raw`` strictly and build an :class:`EngineConfig`.
+
+    Parameters
+    ----------
+    raw : dict
+        Keys with vLLM's names.
+    source : str, optional
+        File the dictionary came from, named in error messages.
+
+    Raises
+    ------
+    ConfigError
+        For an unknown key, a wrong type or an out-of-range value.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"engine configuration{_where(source)} must be a mapping of keys to values")
+    known = {f.name for f in fields(EngineConfig)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key '{key}'{_where(source)}; known keys: {', '.join(sorted(known))}")
+    if "num_gpu_blocks" not in raw:
+        raise ConfigError(f"missing required key 'num_gpu_blocks'{_where(source)}")
+    kw = dict(raw)
+    for key, low in _INT_KEYS.items():
+        if key not in kw or (kw[key] is None and key in ("max_num_scheduled_tokens", "max_num_active_seqs")):
+            continue
+        v = kw[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"'{key}'{_where(source)} must be an integer, got {v!r}")
+        if v < low:
+            raise ConfigError(f"'{key}'{_where(source)} must be at least {low}, got {v}")
+    for key in _BOOL_KEYS:
+        if key in kw and not isinstance(kw[key], bool):
+            raise ConfigError(f"'{key}'{_where(source)} must be true or false, got {kw[key]!r}")
+    if "watermark" in kw:
+        w = kw["watermark"]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
+            raise ConfigError(f"'watermark'{_where(source)} must be a number in [0, 1), got {w!r}")
+        kw["watermark"] = float(w)
+    if kw.get("policy", "fcfs") not in ("fcfs", "priority"):
+        raise ConfigError(f"'policy'{_where(source)} must be 'fcfs' or 'priority', got {kw['policy']!r}")
+    version = kw.get("vllm_version", DEFAULT_VLLM_VERSION)
+    if version not in SUPPORTED_VLLM_VERSIONS:
+        raise ConfigError(
+            f"'vllm_version'{_where(source)} must be one of {', '.join(SUPPORTED_VLLM_VERSIONS)}, got {version!r}"
+        )
+    tm = kw.get("time_model", {})
+    if not isinstance(tm, dict):
+        raise ConfigError(f"'time_model'{_where(source)} must be a mapping")
+    for k, v in tm.items():
+        if k not in _TIME_KEYS:
+            raise ConfigError(f"unknown key 'time_model.{k}'{_where(source)}; known keys: {', '.join(sorted(_TIME_KEYS))}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ConfigError(f"'time_model.{k}'{_where(source)} must be a non-negative number, got {v!r}")
+    kw["time_model"] = TimeModel(**{k: float(v) for k, v in tm.items()})
+    kw["kv_cache_groups"] = _groups(kw.get("kv_cache_groups", [{"type": "full"}]), kw, source)
+    extra = kw.get("cache_extra", {})
+    if not isinstance(extra, dict):
+        raise ConfigError(f"'cache_extra'{_where(source)} must be a mapping")
+    kw["cache_extra"] = dict(extra)
+    cfg = EngineConfig(**kw)
+    _check_relations(cfg, source)
+    return cfg
+
+
+def _groups(groups, kw, source):
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise ConfigError(f"'kv_cache_groups'{_where(source)} must be a non-empty list of groups")
+    out = []
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            raise ConfigError(f"'kv_cache_groups[{i}]'{_where(source)} must be a mapping")
+        for k in g:
+            if k not in _GROUP_KEYS:
+                raise ConfigError(f"unknown key 'kv_cache_groups[{i}].{k}'{_where(source)}")
+        out.append(dict(g))
+    expanded = [g for g in out for _ in range(int(g.get("count", 1)))]
+    if len(expanded) != 1 or expanded[0].get("type") != "full":
+        kinds = ", ".join(str(g.get("type")) for g in expanded)
+        raise ConfigError(
+            f"'kv_cache_groups'{_where(source)} lists [{kinds}]: this release replays a single "
+            "full-attention group; grouped (hybrid) KV caches are not supported yet"
+        )
+    if "block_size" in expanded[0] and expanded[0]["block_size"] != kw.get("block_size", 16):
+        raise ConfigError(f"'kv_cache_groups[0].block_size'{_where(source)} must equal 'block_size' for one group")
+    return tuple(out)
+
+
+def _check_relations(cfg: EngineConfig, source):
+    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len
+    if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+        raise ConfigError(
+            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
+            f"'max_num_seqs' ({cfg.max_num_seqs})"
+        )
+    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < cfg.max_model_len:
+        raise ConfigError(
+            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
+            f"'max_model_len' ({cfg.max_model_len}) when 'enable_chunked_prefill' is false"
+        )
+    if cfg.long_prefill_token_threshold > cfg.max_model_len:
+        raise ConfigError(
+            f"'long_prefill_token_threshold' ({cfg.long_prefill_token_threshold}){_where(source)} must not "
+            f"exceed 'max_model_len' ({cfg.max_model_len})"
+        )
+    if cfg.active_seqs > cfg.max_num_seqs:
+        raise ConfigError(f"'max_num_active_seqs'{_where(source)} must not exceed 'max_num_seqs'")
+    if cfg.token_budget > cfg.max_num_batched_tokens:
+        raise ConfigError(f"'max_num_scheduled_tokens'{_where(source)} must not exceed 'max_num_batched_tokens'")
+    if cfg.mamba_cache_mode not in (None, "none"):
+        raise ConfigError(f"'mamba_cache_mode'{_where(source)} needs a mamba group, which this release does not replay")
+    for k in cfg.cache_extra:
+        if k not in ("prefix_cache_retention_interval", "prefix_match_unit"):
+            raise ConfigError(f"unknown key 'cache_extra.{k}'{_where(source)}")
+    unit = cfg.cache_extra.get("prefix_match_unit")
+    if unit is not None and unit != cfg.block_size and cfg.enable_prefix_caching:
+        # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.
+        raise ConfigError(
+            f"'cache_extra.prefix_match_unit' ({unit}){_where(source)} must equal 'block_size' "
+            f"({cfg.block_size}) for a single KV-cache group"
+        )
+
+
+def load_engine_config(path: str | os.PathLike) -> EngineConfig:
+    """Read an engine configuration file (JSON, TOML or YAML) strictly.
+
+    Parameters
+    ----------
+    path : path-like
+        ``.json``, ``.toml`` or ``.yaml``/``.yml``.
+
+    Returns
+    -------
+    EngineConfig
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read engine configuration {path}: {exc.strerror}") from None
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(data.decode("utf-8"))
+        elif ext in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(f"{path}: reading YAML needs the 'pyyaml' package") from None
+            raw = yaml.safe_load(data)
+        else:
+            raw = json.loads(data)
+    except ConfigError:
+        raise
+    except Exception as exc:  # parse errors of any of the three formats
+        raise ConfigError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
+    return engine_config_from_dict(raw, source=path)

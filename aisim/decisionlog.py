@@ -1,0 +1,123 @@
+"""The decision log: one JSON line per ``schedule()`` call, in the oracle's format.
+
+The fields are those of the recorded vLLM runs (``tests/data/oracle/README.md``):
+``step``, ``clock`` (time-driven traces), ``arrived``, ``sched``, ``new``,
+``resumed``, ``preempted``, ``finished``, ``free_blocks_sched``,
+``free_blocks``, ``kv_usage``, ``running``, ``waiting``, ``total_tokens`` and,
+with async scheduling, ``updated_step`` plus ``drain`` lines for iterations
+that only processed an output.  A header line opens the log and a summary
+line with ``prefix_cache_stats`` closes it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from aisim.replay import ReplayResult
+
+# Event kinds written by the core (ext/engine.pxd EventKind).
+EV_ARRIVED, EV_SCHED, EV_NEW, EV_RESUMED, EV_PREEMPTED, EV_FINISHED = range(6)
+
+
+def decision_lines(result: ReplayResult):
+    """Yield the decision log of ``result`` as dictionaries, header first.
+
+    Raises
+    ------
+    ValueError
+        When the replay was run without ``record_decisions=True``.
+    """
+    if not result.events:
+        raise ValueError("this replay was run without record_decisions=True")
+    eng = result.engine
+    ids = result.requests.column("request_id").to_pylist()
+    usable = float(eng.num_gpu_blocks - 1)
+    steps = result.steps
+    cols = {c: steps.column(c).to_pylist() for c in
+            ("step", "kind", "updated_step", "clock_s", "free_blocks_sched", "free_blocks", "running", "waiting")}
+    ev = result.events
+    line_of = ev["line"]
+    order = np.argsort(line_of, kind="stable")
+    bounds = np.searchsorted(line_of[order], np.arange(len(steps) + 1))
+    header = {"type": "header", "simulator": "aisim", "vllm_version": eng.vllm_version}
+    header.update(eng.to_dict())
+    header["time_model"] = dict(header["time_model"])
+    yield header
+    for row in range(len(steps)):
+        sel = order[bounds[row]:bounds[row + 1]]
+        arrived, finished, preempted = [], [], []
+        sched, new, resumed = {}, {}, {}
+        for i in sel:
+            k, rid, val = int(ev["kind"][i]), ids[int(ev["req"][i])], int(ev["value"][i])
+            if k == EV_ARRIVED:
+                arrived.append(rid)
+            elif k == EV_SCHED:
+                sched[rid] = val
+            elif k == EV_NEW:
+                new[rid] = val
+            elif k == EV_RESUMED:
+                resumed[rid] = val
+            elif k == EV_PREEMPTED:
+                preempted.append(rid)
+            elif k == EV_FINISHED:
+                finished.append(rid)
+        free = cols["free_blocks"][row]
+        line = {
+            "finished": finished,  # update_from_output order
+            "free_blocks": free,
+            "kv_usage": round(1.0 - free / usable, 6),
+            "running": cols["running"][row],
+            "step": cols["step"][row],
+            "waiting": cols["waiting"][row],
+        }
+        if cols["kind"][row] == "drain":
+            line["type"] = "drain"
+            line["updated_step"] = cols["updated_step"][row]
+            yield line
+            continue
+        line.update(
+            {
+                "arrived": arrived,
+                "free_blocks_sched": cols["free_blocks_sched"][row],
+                "new": new,
+                "preempted": sorted(preempted),
+                "resumed": resumed,
+                "sched": sched,
+                "total_tokens": sum(sched.values()),
+                "type": "step",
+            }
+        )
+        if result.timed:
+            line["clock"] = round(cols["clock_s"][row], 6)
+        if eng.async_scheduling:
+            u = cols["updated_step"][row]
+            line["updated_step"] = None if u < 0 else u
+        yield line
+    s = result.summary
+    summary = {
+        "type": "summary",
+        "empty_steps": s["empty_steps"],
+        "finished": s["finished"],
+        "last_step_index": s["last_step_index"],
+        "preemptions": s["preemptions"],
+        "prefix_cache_stats": s["prefix_cache_stats"],
+        "prefix_hit_tokens_at_admission": s["prefix_hit_tokens_at_admission"],
+        "prompt_tokens": s["prompt_tokens"],
+        "requests": s["requests"],
+        "scheduled_req_steps": s["scheduled_req_steps"],
+        "scheduled_tokens": s["scheduled_tokens"],
+        "steps": s["steps"],
+        "unfinished": s["unfinished"],
+    }
+    if result.timed:
+        summary["clock_end"] = round(s["clock_end_s"], 6)
+    yield summary
+
+
+def write_decision_log(result: ReplayResult, path) -> None:
+    """Write the decision log of ``result`` to ``path`` (JSON lines, sorted keys)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        for line in decision_lines(result):
+            fh.write(json.dumps(line, sort_keys=True) + "\n")

@@ -1,0 +1,260 @@
+"""``replay(trace, engine)``: the only door into the compiled replay core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from aisim.config.engine import EngineConfig
+from aisim.errors import TraceError
+from aisim.traces.schema import TRACE_SCHEMA, output_stream
+
+STATUS_NAMES = {0: "pending", 1: "waiting", 2: "running", 3: "preempted", 4: "finished"}
+
+
+@dataclass
+class ReplayResult:
+    """What a replay produced.
+
+    Attributes
+    ----------
+    requests : pyarrow.Table
+        One row per request (trace order): arrival, first scheduled, first token
+        and finish times, TTFT, TPOT, E2E (seconds), prompt/output/cached tokens,
+        preemptions, status.
+    steps : pyarrow.Table
+        One row per engine iteration: step, clock, duration, scheduled prefill
+        and decode tokens, running, waiting, free blocks, usage, prefix-cache
+        queries and hits.
+    summary : dict
+        Totals and latency percentiles.
+    engine : EngineConfig
+        The configuration replayed.
+    events : dict of numpy arrays
+        Decision-log events (only when recorded).
+    """
+
+    requests: pa.Table
+    steps: pa.Table
+    summary: dict
+    engine: EngineConfig
+    events: dict = field(default_factory=dict, repr=False)
+    timed: bool = False
+
+
+def _segments_arrays(trace: pa.Table):
+    seg = trace.column("segments").combine_chunks()
+    offsets = seg.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = seg.values
+    stream = values.field("stream").to_numpy(zero_copy_only=False).astype(np.uint64)
+    first = values.field("first").to_numpy(zero_copy_only=False).astype(np.int64)
+    length = values.field("length").to_numpy(zero_copy_only=False).astype(np.int64)
+    start = offsets[:-1] - offsets[0]
+    count = np.diff(offsets)
+    return start.astype(np.int32), count.astype(np.int32), stream, first, length
+
+
+def _validate(trace: pa.Table, engine: EngineConfig):
+    if not isinstance(trace, pa.Table):
+        raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names]
+    if missing:
+        raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
+    ids = trace.column("request_id").to_pylist()
+    prompt = trace.column("prompt_tokens").to_numpy(zero_copy_only=False)
+    out = trace.column("output_tokens").to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero((prompt < 1) | (out < 1))
+    if bad.size:
+        raise TraceError(f"request '{ids[bad[0]]}': prompt_tokens and output_tokens must be at least 1")
+    bad = np.flatnonzero(prompt >= engine.max_model_len)
+    if bad.size:
+        i = bad[0]
+        raise TraceError(
+            f"request '{ids[i]}': prompt_tokens ({prompt[i]}) must be below max_model_len "
+            f"({engine.max_model_len}); vLLM rejects such a prompt"
+        )
+    # Every request must fit an empty pool, or the replay could never finish it.
+    longest = np.minimum(prompt.astype(np.int64) + out, engine.max_model_len)
+    need = -(-longest // engine.block_size)
+    bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
+    if bad.size:
+        i = bad[0]
+        raise TraceError(
+            f"request '{ids[i]}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
+            f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})"
+        )
+    start, count, _, _, length = _segments_arrays(trace)
+    cum = np.concatenate([[0], np.cumsum(length)])
+    covered = cum[start + count] - cum[start]
+    bad = np.flatnonzero(covered != prompt)
+    if bad.size:
+        i = bad[0]
+        raise TraceError(
+            f"request '{ids[i]}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
+        )
+
+
+def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = False) -> ReplayResult:
+    """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A trace table (:mod:`aisim.traces.schema`), in arrival order.
+    engine : EngineConfig
+        The engine to model.
+    record_decisions : bool
+        Keep every scheduling decision, for :func:`aisim.decisionlog.write_decision_log`.
+
+    Returns
+    -------
+    ReplayResult
+    """
+    from aisim._core.engine import Engine
+
+    _validate(trace, engine)
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    ids = trace.column("request_id").to_pylist()
+    seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
+    tm = engine.time_model
+    arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
+    id_rank = np.empty(len(ids), dtype=np.int32)
+    id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
+    kwargs = dict(
+        prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
+        max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
+        priority=trace.column("priority").to_numpy(zero_copy_only=False),
+        arrival_key=arrival.astype(np.float64),
+        id_rank=id_rank,
+        seg_off=seg_off,
+        seg_cnt=seg_cnt,
+        out_stream=np.array([output_stream(r) for r in ids], dtype=np.uint64),
+        seg_stream=stream,
+        seg_first=first,
+        seg_len=length,
+        num_gpu_blocks=engine.num_gpu_blocks,
+        block_size=engine.block_size,
+        max_model_len=engine.max_model_len,
+        enable_prefix_caching=engine.enable_prefix_caching,
+        watermark_blocks=engine.watermark_blocks,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        max_num_scheduled_tokens=engine.token_budget,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_active_seqs=engine.active_seqs,
+        long_prefill_token_threshold=engine.long_prefill_token_threshold,
+        long_prefill_token_threshold_adaptive=engine.long_prefill_token_threshold_adaptive,
+        enable_chunked_prefill=engine.enable_chunked_prefill,
+        priority_policy=engine.policy == "priority",
+        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl,
+        async_scheduling=engine.async_scheduling,
+        base_s=tm.base_s,
+        per_token_s=tm.per_token_s,
+        per_req_s=tm.per_req_s,
+        record_events=record_decisions,
+    )
+    kwargs["arrival_time" if timed else "arrival_step"] = arrival
+    out = Engine(**kwargs).run()
+    requests = _requests_table(trace, out["requests"])
+    steps = _steps_table(out["steps"], engine.num_gpu_blocks)
+    summary = summarize(requests, steps, engine, timed)
+    return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed)
+
+
+def _nan_where(mask, values):
+    v = values.astype(np.float64, copy=True)
+    v[mask] = np.nan
+    return v
+
+
+def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
+    arrival = r["arrival_s"]
+    first_tok = r["first_token_s"]
+    finish = r["finish_s"]
+    out_tok = r["output_tokens"]
+    done = finish >= 0
+    ttft = _nan_where(first_tok < 0, first_tok - arrival)
+    e2e = _nan_where(~done, finish - arrival)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(done & (out_tok > 1), (finish - first_tok) / np.maximum(out_tok - 1, 1), np.nan)
+    return pa.table(
+        {
+            "request_id": trace.column("request_id"),
+            "arrival_s": _nan_where(arrival < 0, arrival),
+            "first_scheduled_s": _nan_where(r["first_scheduled_s"] < 0, r["first_scheduled_s"]),
+            "first_token_s": _nan_where(first_tok < 0, first_tok),
+            "finish_s": _nan_where(~done, finish),
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "prompt_tokens": trace.column("prompt_tokens"),
+            "output_tokens": out_tok.astype(np.int32),
+            "cached_tokens": r["cached_tokens"].astype(np.int32),
+            "preemptions": r["preemptions"],
+            "status": pa.array([STATUS_NAMES[int(s)] for s in r["status"]], pa.string()),
+        }
+    )
+
+
+def _steps_table(s: dict, num_blocks: int) -> pa.Table:
+    cols = dict(s)
+    cols["kind"] = pa.array(np.where(s["kind"] == 0, "step", "drain"), pa.string())
+    cols["kv_usage"] = 1.0 - s["free_blocks"] / float(num_blocks - 1)
+    return pa.table(cols)
+
+
+def _pct(values, q):
+    v = values[~np.isnan(values)]
+    return float(np.percentile(v, q)) if v.size else None
+
+
+def summarize(requests: pa.Table, steps: pa.Table, engine: EngineConfig, timed: bool) -> dict:
+    """Totals, prefix-cache statistics and latency percentiles of one replay."""
+    st = {c: steps.column(c).to_numpy(zero_copy_only=False) for c in steps.column_names if c != "kind"}
+    is_step = steps.column("kind").to_numpy(zero_copy_only=False) == "step"
+    status = requests.column("status").to_numpy(zero_copy_only=False)
+    n_done = int((status == "finished").sum())
+    sched_tokens = st["prefill_tokens"] + st["decode_tokens"]
+    end = float((st["clock_s"] + st["duration_s"]).max()) if len(steps) else 0.0
+    start = float(np.nanmin(requests.column("arrival_s").to_numpy(zero_copy_only=False))) if len(requests) else 0.0
+    span = max(end - start, 0.0)
+    out_tok = int(requests.column("output_tokens").to_numpy(zero_copy_only=False).sum())
+    summary = {
+        "requests": len(requests),
+        "finished": n_done,
+        "unfinished": len(requests) - n_done,
+        "steps": int(is_step.sum()),
+        "empty_steps": int((is_step & (st["num_reqs"] == 0)).sum()),
+        "last_step_index": int(st["step"][-1]) if len(steps) else 0,
+        "preemptions": int(st["num_preempted"].sum()),
+        "scheduled_tokens": int(sched_tokens.sum()),
+        "scheduled_req_steps": int(st["num_reqs"].sum()),
+        "prompt_tokens": int(requests.column("prompt_tokens").to_numpy(zero_copy_only=False).sum()),
+        "output_tokens": out_tok,
+        "prefix_cache_stats": {
+            "requests": int(st["num_new"].sum()) if engine.enable_prefix_caching else 0,
+            "queries": int(st["prefix_queries"].sum()),
+            "hits": int(st["prefix_hits"].sum()),
+            "preempted_requests": int(st["num_resumed"].sum()) if engine.enable_prefix_caching else 0,
+            "preempted_queries": int(st["preempted_prefix_queries"].sum()),
+            "preempted_hits": int(st["preempted_prefix_hits"].sum()),
+        },
+        "prefix_hit_tokens_at_admission": int(requests.column("cached_tokens").to_numpy(zero_copy_only=False).sum()),
+        "clock_end_s": end,
+        "duration_s": span,
+        "throughput_req_s": n_done / span if span > 0 else None,
+        "throughput_tok_s": out_tok / span if span > 0 else None,
+        "timed": timed,
+    }
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        v = requests.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
+        summary[name] = {
+            "mean": float(np.nanmean(v)) if np.any(~np.isnan(v)) else None,
+            "p50": _pct(v, 50),
+            "p90": _pct(v, 90),
+            "p99": _pct(v, 99),
+        }
+    q = summary["prefix_cache_stats"]
+    summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
+    return summary

@@ -1,0 +1,95 @@
+"""The trace table every reader produces and :func:`aisim.replay` consumes.
+
+One row per request, in arrival order (ties keep file order):
+
+==================  ==========================  ==========================================
+column              type                        meaning
+==================  ==========================  ==========================================
+``request_id``      string                      unique within the trace
+``arrival_step``    int64 (null when timed)     engine iteration before which it arrives
+``arrival_s``       float64 (null when stepped) seconds from the trace start
+``prompt_tokens``   int32                       prompt length
+``output_tokens``   int32                       tokens to generate (``max_tokens``)
+``priority``        int32                       lower runs first (priority policy)
+``segments``        list<struct>                the prompt's token identity, see below
+==================  ==========================  ==========================================
+
+Token identity is what prefix caching sees.  A prompt is a list of segments
+``(stream, first, length)``: ``length`` consecutive tokens of token stream
+``stream`` starting at offset ``first``.  Two requests share a token iff they
+share (stream, offset).  A trace's shared-prefix ids (Mooncake hash ids, the
+oracle's prefix groups, multi-turn history) all become segments; output tokens
+of a request are the stream :func:`output_stream` of its request id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+
+SEGMENT_TYPE = pa.struct([("stream", pa.uint64()), ("first", pa.int64()), ("length", pa.int64())])
+
+TRACE_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("arrival_step", pa.int64()),
+        ("arrival_s", pa.float64()),
+        ("prompt_tokens", pa.int32()),
+        ("output_tokens", pa.int32()),
+        ("priority", pa.int32()),
+        ("segments", pa.list_(SEGMENT_TYPE)),
+    ]
+)
+
+
+def stream_id(kind: str, name: str) -> int:
+    """A stable 64-bit token-stream id for ``kind:name`` (never 0)."""
+    digest = hashlib.blake2b(f"{kind}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
+
+
+def output_stream(request_id: str) -> int:
+    """The token stream of a request's output tokens."""
+    return stream_id("output", request_id)
+
+
+def canonical_segments(segments):
+    """Merge adjacent contiguous runs of one stream and drop empty ones.
+
+    Any decomposition of the same tokens then gives the same segments, so the
+    same block hashes.
+    """
+    out = []
+    for stream, first, length in segments:
+        if length <= 0:
+            continue
+        if out and out[-1][0] == stream and out[-1][1] + out[-1][2] == first:
+            out[-1] = (stream, out[-1][1], out[-1][2] + length)
+        else:
+            out.append((stream, first, length))
+    return out
+
+
+def trace_table(rows: dict, clock: str) -> pa.Table:
+    """Build a trace table from column lists, sorted stably by arrival."""
+    key = rows["arrival_step"] if clock == "step" else rows["arrival_s"]
+    order = np.argsort(np.asarray(key, dtype=np.float64), kind="stable")
+    cols = {k: [v[i] for i in order] for k, v in rows.items()}
+    table = pa.table(
+        {
+            "request_id": pa.array(cols["request_id"], pa.string()),
+            "arrival_step": pa.array(cols["arrival_step"], pa.int64()),
+            "arrival_s": pa.array(cols["arrival_s"], pa.float64()),
+            "prompt_tokens": pa.array(cols["prompt_tokens"], pa.int32()),
+            "output_tokens": pa.array(cols["output_tokens"], pa.int32()),
+            "priority": pa.array(cols["priority"], pa.int32()),
+            "segments": pa.array(
+                [[{"stream": s, "first": f, "length": n} for s, f, n in segs] for segs in cols["segments"]],
+                pa.list_(SEGMENT_TYPE),
+            ),
+        },
+        schema=TRACE_SCHEMA,
+    )
+    return table.replace_schema_metadata({"clock": clock})

@@ -1,0 +1,454 @@
+"""The engine loop of a replay: arrivals, schedule/update interleave, step time.
+
+Reproduces how vLLM's ``EngineCore`` drives the scheduler
+(``vllm/v1/engine/core.py``): a synchronous engine does schedule then
+update each iteration (``EngineCore.step``); an asynchronous one keeps a batch
+queue of two (``step_with_batch_queue``: schedule step k+1 before processing
+step k's output).  An iteration runs only while ``Scheduler.has_requests()``
+(or, async, while a batch is in flight); otherwise the engine idles until the
+next arrival, and the replay jumps there.
+
+Arrivals are by engine iteration (``arrival_step``) or by simulated clock
+(``arrival_time``): a request is added before the first iteration whose clock
+has reached its arrival.  The clock advances by each scheduled batch's step
+time; the linear model is ``base_s + per_token_s * tokens + per_req_s *
+requests`` evaluated left to right, as the oracle's recorder did.
+"""
+
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
+from libc.string cimport memset
+
+import numpy as np
+
+from aisim._core.blockpool cimport bp_usage
+from aisim._core.kvcache cimport kv_init, kv_release
+from aisim._core.request cimport ReqC, ST_PENDING
+from aisim._core.scheduler cimport (
+    BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
+    sched_has_requests, sched_init, sched_release, sched_schedule, sched_update,
+)
+from aisim._core.types cimport (
+    block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t,
+)
+
+
+# ------------------------------------------------------------------ growable columns
+
+cdef int _grow_array(void** p, int64_t old, int64_t new, size_t item) except -1 nogil:
+    cdef void* q = PyMem_RawRealloc(p[0], <size_t>new * item)
+    if q == NULL:
+        with gil:
+            raise MemoryError("replay result columns")
+    memset(<char*>q + old * item, 0, (new - old) * item)
+    p[0] = q
+    return 0
+
+
+cdef int _cols_reserve(StepColsC* c) except -1 nogil:
+    cdef int64_t new
+    if c.n < c.cap:
+        return 0
+    new = c.cap * 2 if c.cap > 0 else 1024
+    _grow_array(<void**>&c.step, c.cap, new, sizeof(step_t))
+    _grow_array(<void**>&c.kind, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.updated_step, c.cap, new, sizeof(step_t))
+    _grow_array(<void**>&c.clock, c.cap, new, sizeof(sec_t))
+    _grow_array(<void**>&c.duration, c.cap, new, sizeof(sec_t))
+    _grow_array(<void**>&c.num_reqs, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.prefill_tokens, c.cap, new, sizeof(tok_t))
+    _grow_array(<void**>&c.decode_tokens, c.cap, new, sizeof(tok_t))
+    _grow_array(<void**>&c.num_new, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.num_resumed, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.num_preempted, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.num_finished, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.running, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.waiting, c.cap, new, sizeof(int32_t))
+    _grow_array(<void**>&c.free_sched, c.cap, new, sizeof(block_id_t))
+    _grow_array(<void**>&c.free_blocks, c.cap, new, sizeof(block_id_t))
+    _grow_array(<void**>&c.queries, c.cap, new, sizeof(int64_t))
+    _grow_array(<void**>&c.hits, c.cap, new, sizeof(int64_t))
+    _grow_array(<void**>&c.p_queries, c.cap, new, sizeof(int64_t))
+    _grow_array(<void**>&c.p_hits, c.cap, new, sizeof(int64_t))
+    c.cap = new
+    return 0
+
+
+cdef void _cols_release(StepColsC* c) noexcept nogil:
+    PyMem_RawFree(c.step)
+    PyMem_RawFree(c.kind)
+    PyMem_RawFree(c.updated_step)
+    PyMem_RawFree(c.clock)
+    PyMem_RawFree(c.duration)
+    PyMem_RawFree(c.num_reqs)
+    PyMem_RawFree(c.prefill_tokens)
+    PyMem_RawFree(c.decode_tokens)
+    PyMem_RawFree(c.num_new)
+    PyMem_RawFree(c.num_resumed)
+    PyMem_RawFree(c.num_preempted)
+    PyMem_RawFree(c.num_finished)
+    PyMem_RawFree(c.running)
+    PyMem_RawFree(c.waiting)
+    PyMem_RawFree(c.free_sched)
+    PyMem_RawFree(c.free_blocks)
+    PyMem_RawFree(c.queries)
+    PyMem_RawFree(c.hits)
+    PyMem_RawFree(c.p_queries)
+    PyMem_RawFree(c.p_hits)
+    memset(c, 0, sizeof(StepColsC))
+
+
+cdef int _event(EventsC* e, int64_t line, int32_t kind, req_t r, tok_t value) except -1 nogil:
+    cdef int64_t new
+    if e.n == e.cap:
+        new = e.cap * 2 if e.cap > 0 else 4096
+        _grow_array(<void**>&e.line, e.cap, new, sizeof(int64_t))
+        _grow_array(<void**>&e.kind, e.cap, new, sizeof(int32_t))
+        _grow_array(<void**>&e.req, e.cap, new, sizeof(req_t))
+        _grow_array(<void**>&e.value, e.cap, new, sizeof(tok_t))
+        e.cap = new
+    e.line[e.n] = line
+    e.kind[e.n] = kind
+    e.req[e.n] = r
+    e.value[e.n] = value
+    e.n += 1
+    return 0
+
+
+cdef void _events_release(EventsC* e) noexcept nogil:
+    PyMem_RawFree(e.line)
+    PyMem_RawFree(e.kind)
+    PyMem_RawFree(e.req)
+    PyMem_RawFree(e.value)
+    memset(e, 0, sizeof(EventsC))
+
+
+cdef inline sec_t _step_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
+    return tm.base_s + tm.per_token_s * <sec_t>b.total_tokens + tm.per_req_s * <sec_t>b.n
+
+
+def _c_array(a, dtype):
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+cdef class Engine:
+    """One replay: requests, KV cache and scheduler, built from plain arrays.
+
+    Made by ``aisim.replay``, which validates every argument; this class
+    trusts them.  ``run`` can be called once.
+    """
+
+    def __cinit__(self):
+        self.reqs = NULL
+        self.ready = False
+
+    def __init__(self, *, prompt_len, max_tokens, priority, arrival_key, id_rank, seg_off, seg_cnt, out_stream,
+                 seg_stream, seg_first, seg_len, arrival_step=None, arrival_time=None,
+                 int num_gpu_blocks, int block_size, long max_model_len,
+                 bint enable_prefix_caching, int watermark_blocks,
+                 long max_num_batched_tokens, long max_num_scheduled_tokens,
+                 int max_num_seqs, int max_num_active_seqs,
+                 long long_prefill_token_threshold, bint long_prefill_token_threshold_adaptive,
+                 bint enable_chunked_prefill, bint priority_policy,
+                 bint scheduler_reserve_full_isl, bint async_scheduling,
+                 double base_s, double per_token_s, double per_req_s,
+                 bint record_events=False):
+        cdef Py_ssize_t i, n = len(prompt_len)
+        cdef SchedConfC conf
+        cdef const tok_t[::1] p_len = _c_array(prompt_len, np.int64)
+        cdef const tok_t[::1] m_tok = _c_array(max_tokens, np.int64)
+        cdef const int32_t[::1] prio = _c_array(priority, np.int32)
+        cdef const sec_t[::1] a_key = _c_array(arrival_key, np.float64)
+        cdef const int32_t[::1] rank = _c_array(id_rank, np.int32)
+        cdef const int32_t[::1] s_off = _c_array(seg_off, np.int32)
+        cdef const int32_t[::1] s_cnt = _c_array(seg_cnt, np.int32)
+        cdef const hash_t[::1] o_str = _c_array(out_stream, np.uint64)
+        cdef const hash_t[::1] g_str = _c_array(seg_stream, np.uint64)
+        cdef const tok_t[::1] g_first = _c_array(seg_first, np.int64)
+        cdef const tok_t[::1] g_len = _c_array(seg_len, np.int64)
+        cdef const step_t[::1] a_step
+        cdef const sec_t[::1] a_time
+        keep = [g_str, g_first, g_len]
+        self.timed = arrival_time is not None
+        if self.timed:
+            a_time = _c_array(arrival_time, np.float64)
+            keep.append(a_time)
+            self.arrival_time = &a_time[0] if n > 0 else NULL
+        else:
+            a_step = _c_array(arrival_step, np.int64)
+            keep.append(a_step)
+            self.arrival_step = &a_step[0] if n > 0 else NULL
+        self._keep = keep
+        self.n_reqs = <req_t>n
+        self.reqs = <ReqC*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(ReqC))
+        if self.reqs == NULL:
+            raise MemoryError()
+        for i in range(n):
+            self.reqs[i].prompt_len = p_len[i]
+            self.reqs[i].max_tokens = m_tok[i]
+            self.reqs[i].priority = prio[i]
+            self.reqs[i].arrival_key = a_key[i]
+            self.reqs[i].id_rank = rank[i]
+            self.reqs[i].seg_off = s_off[i]
+            self.reqs[i].seg_cnt = s_cnt[i]
+            self.reqs[i].out_stream = o_str[i]
+            self.reqs[i].status = ST_PENDING
+            self.reqs[i].slot = -1
+            self.reqs[i].arrival_s = -1
+            self.reqs[i].first_sched_s = -1
+            self.reqs[i].first_token_s = -1
+            self.reqs[i].finish_s = -1
+        conf.max_num_batched_tokens = max_num_batched_tokens
+        conf.max_num_scheduled_tokens = max_num_scheduled_tokens
+        conf.max_num_running_reqs = max_num_seqs
+        conf.max_num_active_reqs = max_num_active_seqs
+        conf.long_prefill_token_threshold = long_prefill_token_threshold
+        conf.adaptive_threshold = long_prefill_token_threshold_adaptive
+        conf.chunked_prefill = enable_chunked_prefill
+        conf.priority = priority_policy
+        conf.reserve_full_isl = scheduler_reserve_full_isl
+        conf.async_scheduling = async_scheduling
+        conf.max_model_len = max_model_len
+        kv_init(&self.kv, num_gpu_blocks, block_size, max_model_len, enable_prefix_caching,
+                watermark_blocks, max_num_seqs + 8)
+        self.kv.seg_stream = &g_str[0] if g_str.shape[0] > 0 else NULL
+        self.kv.seg_first = &g_first[0] if g_first.shape[0] > 0 else NULL
+        self.kv.seg_len = &g_len[0] if g_len.shape[0] > 0 else NULL
+        sched_init(&self.sched, conf, &self.kv, self.reqs, <req_t>n)
+        batch_init(&self.batches[0], self.sched.cap)
+        batch_init(&self.batches[1], self.sched.cap)
+        self.time_model.base_s = base_s
+        self.time_model.per_token_s = per_token_s
+        self.time_model.per_req_s = per_req_s
+        self.record_events = record_events
+        self.ready = True
+
+    def __dealloc__(self):
+        batch_release(&self.batches[0])
+        batch_release(&self.batches[1])
+        sched_release(&self.sched)
+        kv_release(&self.kv)
+        _cols_release(&self.cols)
+        _events_release(&self.events)
+        PyMem_RawFree(self.reqs)
+
+    # -------------------------------------------------------------- the loop
+
+    cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
+                       const BatchC* upd_b, block_id_t free_sched) except -1 nogil:
+        """Append one row: ``sched_b`` scheduled in it, ``upd_b`` was processed."""
+        cdef StepColsC* c = &self.cols
+        cdef int64_t row
+        cdef int32_t i
+        cdef tok_t pre = 0, dec = 0
+        _cols_reserve(c)
+        row = c.n
+        c.step[row] = step
+        c.kind[row] = kind
+        c.clock[row] = clock
+        c.updated_step[row] = upd_b.step if upd_b != NULL else -1
+        c.free_sched[row] = free_sched
+        c.free_blocks[row] = self.kv.pool.num_free
+        c.running[row] = self.sched.n_running
+        c.waiting[row] = self.sched.n_waiting
+        c.num_finished[row] = self.sched.n_finished if upd_b != NULL else 0
+        if sched_b != NULL:
+            for i in range(sched_b.n):
+                if sched_b.decode[i]:
+                    dec += sched_b.tokens[i]
+                else:
+                    pre += sched_b.tokens[i]
+            c.duration[row] = sched_b.end_s - sched_b.start_s
+            c.num_reqs[row] = sched_b.n
+            c.prefill_tokens[row] = pre
+            c.decode_tokens[row] = dec
+            c.num_new[row] = sched_b.n_new
+            c.num_resumed[row] = sched_b.n_resumed
+            c.num_preempted[row] = sched_b.n_preempted
+            c.queries[row] = sched_b.queries
+            c.hits[row] = sched_b.hits
+            c.p_queries[row] = sched_b.p_queries
+            c.p_hits[row] = sched_b.p_hits
+            if self.record_events:
+                for i in range(sched_b.n):
+                    _event(&self.events, row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
+                for i in range(sched_b.n_new):
+                    _event(&self.events, row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
+                for i in range(sched_b.n_resumed):
+                    _event(&self.events, row, EV_RESUMED, sched_b.res_req[i], sched_b.res_computed[i])
+                for i in range(sched_b.n_preempted):
+                    _event(&self.events, row, EV_PREEMPTED, sched_b.preempted[i], 0)
+        if upd_b != NULL and self.record_events:
+            for i in range(self.sched.n_finished):
+                _event(&self.events, row, EV_FINISHED, self.sched.finished[i], 0)
+        c.n += 1
+        return 0
+
+    cdef int _run(self) except -1 nogil:
+        cdef req_t nxt = 0, first_arrived
+        cdef step_t step = 0
+        cdef sec_t clock = 0.0
+        cdef BatchC* b
+        cdef BatchC* ob
+        cdef int32_t q_len = 0, q_head = 0
+        cdef bint scheduled
+        cdef block_id_t free_sched
+        cdef int64_t arrived_row
+        while True:
+            # Add the requests that have arrived by now, in trace order.
+            first_arrived = nxt
+            while nxt < self.n_reqs and (
+                    (self.timed and self.arrival_time[nxt] <= clock)
+                    or (not self.timed and self.arrival_step[nxt] <= step)):
+                self.reqs[nxt].arrival_s = clock
+                sched_add_request(&self.sched, nxt)
+                nxt += 1
+            arrived_row = self.cols.n
+            if self.record_events:
+                for i in range(first_arrived, nxt):
+                    _event(&self.events, arrived_row, EV_ARRIVED, i, 0)
+            if not sched_has_requests(&self.sched) and q_len == 0:
+                # Idle engine: jump to the next arrival, or stop.
+                if nxt == self.n_reqs:
+                    break
+                if self.timed:
+                    if self.arrival_time[nxt] > clock:
+                        clock = self.arrival_time[nxt]
+                else:
+                    step = self.arrival_step[nxt]
+                continue
+            if not self.sched.conf.async_scheduling:
+                b = &self.batches[0]
+                b.step = step
+                b.start_s = clock
+                sched_schedule(&self.sched, b)
+                b.end_s = clock + _step_time(&self.time_model, b)
+                free_sched = self.kv.pool.num_free
+                sched_update(&self.sched, b)
+                self._log_line(step, LINE_STEP, clock, b, b, free_sched)
+                clock = b.end_s
+                step += 1
+                continue
+            # Asynchronous engine, batch queue of two (step_with_batch_queue).
+            scheduled = False
+            free_sched = self.kv.pool.num_free
+            b = NULL
+            if sched_has_requests(&self.sched):
+                b = &self.batches[(q_head + q_len) % 2]
+                b.step = step
+                b.start_s = clock
+                sched_schedule(&self.sched, b)
+                b.end_s = clock + _step_time(&self.time_model, b)
+                free_sched = self.kv.pool.num_free
+                q_len += 1
+                scheduled = True
+                if q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
+                    # Do not wait for the worker while the queue has room.
+                    self.sched.n_finished = 0
+                    self._log_line(step, LINE_STEP, clock, b, NULL, free_sched)
+                    clock = b.end_s
+                    step += 1
+                    continue
+            ob = &self.batches[q_head]
+            q_head = (q_head + 1) % 2
+            q_len -= 1
+            sched_update(&self.sched, ob)
+            if scheduled:
+                self._log_line(step, LINE_STEP, clock, b, ob, free_sched)
+                clock = b.end_s
+            else:
+                self._log_line(step, LINE_DRAIN, clock, NULL, ob, free_sched)
+            step += 1
+        return 0
+
+    def run(self):
+        """Replay every request; returns the result columns as numpy arrays.
+
+        Returns
+        -------
+        dict
+            ``steps``: one array per step column; ``requests``: one array per
+            request column (trace order); ``events``: the decision-log events
+            (empty unless recorded); ``num_blocks``: pool size.
+        """
+        if not self.ready:
+            raise RuntimeError("Engine.run can be called once")
+        self.ready = False
+        with nogil:
+            self._run()
+        return {"steps": self._steps(), "requests": self._requests(), "events": self._events()}
+
+    # -------------------------------------------------------------- results
+
+    def _steps(self):
+        cdef StepColsC* c = &self.cols
+        cdef Py_ssize_t n = c.n
+
+        def col(object view, dtype):
+            return np.array(view, dtype=dtype, copy=True) if n else np.zeros(0, dtype)
+
+        return {
+            "step": col(<step_t[:n]>c.step if n else None, np.int64),
+            "kind": col(<int32_t[:n]>c.kind if n else None, np.int32),
+            "updated_step": col(<step_t[:n]>c.updated_step if n else None, np.int64),
+            "clock_s": col(<sec_t[:n]>c.clock if n else None, np.float64),
+            "duration_s": col(<sec_t[:n]>c.duration if n else None, np.float64),
+            "num_reqs": col(<int32_t[:n]>c.num_reqs if n else None, np.int32),
+            "prefill_tokens": col(<tok_t[:n]>c.prefill_tokens if n else None, np.int64),
+            "decode_tokens": col(<tok_t[:n]>c.decode_tokens if n else None, np.int64),
+            "num_new": col(<int32_t[:n]>c.num_new if n else None, np.int32),
+            "num_resumed": col(<int32_t[:n]>c.num_resumed if n else None, np.int32),
+            "num_preempted": col(<int32_t[:n]>c.num_preempted if n else None, np.int32),
+            "num_finished": col(<int32_t[:n]>c.num_finished if n else None, np.int32),
+            "running": col(<int32_t[:n]>c.running if n else None, np.int32),
+            "waiting": col(<int32_t[:n]>c.waiting if n else None, np.int32),
+            "free_blocks_sched": col(<block_id_t[:n]>c.free_sched if n else None, np.int32),
+            "free_blocks": col(<block_id_t[:n]>c.free_blocks if n else None, np.int32),
+            "prefix_queries": col(<int64_t[:n]>c.queries if n else None, np.int64),
+            "prefix_hits": col(<int64_t[:n]>c.hits if n else None, np.int64),
+            "preempted_prefix_queries": col(<int64_t[:n]>c.p_queries if n else None, np.int64),
+            "preempted_prefix_hits": col(<int64_t[:n]>c.p_hits if n else None, np.int64),
+        }
+
+    def _requests(self):
+        cdef Py_ssize_t i, n = self.n_reqs
+        out = {
+            "status": np.zeros(n, np.int8),
+            "output_tokens": np.zeros(n, np.int64),
+            "cached_tokens": np.zeros(n, np.int64),
+            "preemptions": np.zeros(n, np.int32),
+            "arrival_s": np.zeros(n, np.float64),
+            "first_scheduled_s": np.zeros(n, np.float64),
+            "first_token_s": np.zeros(n, np.float64),
+            "finish_s": np.zeros(n, np.float64),
+        }
+        cdef flag_t[::1] st = out["status"]
+        cdef tok_t[::1] ot = out["output_tokens"]
+        cdef tok_t[::1] ct = out["cached_tokens"]
+        cdef int32_t[::1] pr = out["preemptions"]
+        cdef sec_t[::1] ar = out["arrival_s"]
+        cdef sec_t[::1] fs = out["first_scheduled_s"]
+        cdef sec_t[::1] ft = out["first_token_s"]
+        cdef sec_t[::1] fi = out["finish_s"]
+        for i in range(n):
+            st[i] = self.reqs[i].status
+            ot[i] = self.reqs[i].num_output
+            ct[i] = self.reqs[i].cached_first
+            pr[i] = self.reqs[i].num_preemptions
+            ar[i] = self.reqs[i].arrival_s
+            fs[i] = self.reqs[i].first_sched_s
+            ft[i] = self.reqs[i].first_token_s
+            fi[i] = self.reqs[i].finish_s
+        return out
+
+    def _events(self):
+        cdef EventsC* e = &self.events
+        cdef Py_ssize_t n = e.n
+        if n == 0:
+            return {"line": np.zeros(0, np.int64), "kind": np.zeros(0, np.int32),
+                    "req": np.zeros(0, np.int32), "value": np.zeros(0, np.int64)}
+        return {
+            "line": np.array(<int64_t[:n]>e.line, copy=True),
+            "kind": np.array(<int32_t[:n]>e.kind, copy=True),
+            "req": np.array(<req_t[:n]>e.req, copy=True),
+            "value": np.array(<tok_t[:n]>e.value, copy=True),
+        }

@@ -1,0 +1,44 @@
+# Chained block hashes over compact token identities.  cimported by kvcache.
+#
+# aisim never materialises token arrays.  A request's tokens are a list of
+# *segments* (token stream id, first offset, length): token k of a segment is
+# token (stream, first + k).  Two requests share a token iff they share
+# (stream, offset).  A block's hash mixes its parent's hash with the runs
+# (stream, first offset, length) of the tokens inside the block, so two
+# requests share a block hash iff they share every token of that block and of
+# every block before it -- the property vLLM's sha256 chain has
+# (vllm/v1/core/kv_cache_utils.py, hash_block_tokens).  Callers canonicalise
+# segments (adjacent contiguous runs of one stream merged) so that any
+# decomposition of the same tokens yields the same hashes.
+from aisim._core.types cimport hash_t, tok_t
+
+# Seed of every chain (vLLM's NONE_HASH plays this role).
+cdef enum:
+    NONE_HASH_SEED = 0x5eed5eed
+
+cdef inline hash_t mix64(hash_t x) noexcept nogil:
+    # splitmix64 finaliser: a bijective 64-bit avalanche.
+    x ^= x >> 30
+    x *= <hash_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <hash_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+cdef inline hash_t hash_combine(hash_t h, hash_t v) noexcept nogil:
+    return mix64(h ^ (mix64(v) + <hash_t>0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)))
+
+cdef inline hash_t hash_run(hash_t h, hash_t stream, tok_t first, tok_t length) noexcept nogil:
+    # One run of consecutive tokens of one stream inside a block.
+    h = hash_combine(h, stream)
+    h = hash_combine(h, <hash_t>first)
+    return hash_combine(h, <hash_t>length)
+
+cdef inline hash_t hash_finish(hash_t h) noexcept nogil:
+    # 0 means "no hash" in the block pool, so a finished hash is never 0.
+    return h if h != 0 else <hash_t>1
+
+cdef inline hash_t group_key(hash_t block_hash, int group) noexcept nogil:
+    # vLLM keys its map by (block hash, KV-cache group id)
+    # (vllm/v1/core/kv_cache_utils.py, make_block_hash_with_group_id).
+    return hash_finish(hash_combine(block_hash, <hash_t>(group + 1)))

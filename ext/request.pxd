@@ -1,0 +1,40 @@
+# Per-request state shared by the KV-cache manager, the scheduler and the
+# engine loop.  Declarations only; cimported by kvcache, scheduler and engine.
+# Field meanings follow vllm/v1/request.py (Request) for 0.31/0.32.
+from aisim._core.types cimport flag_t, hash_t, int32_t, req_t, sec_t, slot_t, tok_t
+
+# vllm/v1/request.py RequestStatus, reduced to what the default path visits.
+cdef enum ReqStatus:
+    ST_PENDING = 0      # not yet arrived
+    ST_WAITING = 1
+    ST_RUNNING = 2
+    ST_PREEMPTED = 3
+    ST_FINISHED = 4     # FINISHED_LENGTH_CAPPED: max_tokens or max_model_len reached
+
+cdef struct ReqC:
+    # --- from the trace (read-only in the core)
+    tok_t prompt_len           # num_prompt_tokens
+    tok_t max_tokens           # SamplingParams.max_tokens (EOS ignored)
+    int32_t priority           # lower runs first (priority policy)
+    sec_t arrival_key          # Request.arrival_time: the trace's arrival step or time
+    int32_t id_rank            # rank of request_id in string order (heap tie-break)
+    int32_t seg_off            # first prompt segment in the engine's segment arrays
+    int32_t seg_cnt            # number of prompt segments
+    hash_t out_stream          # token stream of this request's output tokens
+    # --- scheduler state
+    flag_t status              # ReqStatus
+    flag_t is_prefill_chunk    # set after scheduling (Scheduler._update_after_schedule)
+    tok_t num_output           # output tokens appended so far
+    tok_t num_computed         # num_computed_tokens, advanced at schedule time
+    tok_t num_placeholders     # num_output_placeholders (async scheduling)
+    tok_t num_in_flight        # scheduled tokens whose output is not processed yet
+    tok_t num_stale            # num_stale_output_tokens (preempted while in flight)
+    int32_t num_preemptions
+    # --- KV-cache manager state
+    slot_t slot                # row of block tables and hashes; -1 when none is held
+    # --- results
+    tok_t cached_first         # local prefix hit at the first admission (PrefillStats)
+    sec_t arrival_s            # clock when the engine added the request
+    sec_t first_sched_s        # clock of the first step that scheduled it (-1: never)
+    sec_t first_token_s        # end of the step that produced its first output (-1: none)
+    sec_t finish_s             # end of the step that produced its last output (-1: unfinished)

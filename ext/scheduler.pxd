@@ -1,0 +1,73 @@
+# vLLM's v1 Scheduler / AsyncScheduler for the default path: schedule() and
+# update_from_output() over C arrays.  cimported by engine, which owns the
+# request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
+# async_scheduler.py and request_queue.py of vLLM 0.31/0.32.
+from aisim._core.kvcache cimport KVCacheC
+from aisim._core.request cimport ReqC
+from aisim._core.types cimport block_id_t, flag_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+
+cdef struct SchedConfC:
+    tok_t max_num_batched_tokens     # input_budget per step
+    tok_t max_num_scheduled_tokens   # token_budget per step
+    int32_t max_num_running_reqs     # max_num_seqs
+    int32_t max_num_active_reqs      # max_num_active_seqs (default max_num_seqs)
+    tok_t long_prefill_token_threshold
+    bint adaptive_threshold          # long_prefill_token_threshold_adaptive
+    bint chunked_prefill             # enable_chunked_prefill
+    bint priority                    # policy == "priority"
+    bint reserve_full_isl            # scheduler_reserve_full_isl
+    bint async_scheduling            # AsyncScheduler (output placeholders)
+    tok_t max_model_len
+
+cdef struct BatchC:
+    # One SchedulerOutput, plus what the decision log and telemetry need.
+    step_t step                      # engine iteration that scheduled it
+    sec_t start_s                    # clock when it was scheduled
+    sec_t end_s                      # clock when its forward pass ends (set by the engine)
+    int32_t n                        # scheduled requests
+    req_t* req                       # [cap] num_scheduled_tokens order: running pass, then admissions
+    tok_t* tokens                    # [cap] scheduled tokens
+    flag_t* sampled                  # [cap] the model samples one token (not a prefill chunk)
+    flag_t* decode                   # [cap] the entry only processes the newest token
+    tok_t total_tokens
+    int32_t n_new                    # first admissions: request -> num_computed_tokens
+    req_t* new_req                   # [cap]
+    tok_t* new_computed              # [cap]
+    int32_t n_resumed                # re-admissions after preemption
+    req_t* res_req                   # [cap]
+    tok_t* res_computed              # [cap]
+    int32_t n_preempted              # requests preempted in this step
+    req_t* preempted                 # [cap]
+    block_id_t free_after_schedule   # free blocks after schedule()
+    int64_t queries                  # PrefixCacheStats of this step's first admissions
+    int64_t hits
+    int64_t requests
+    int64_t p_queries                # ... and of its re-admissions
+    int64_t p_hits
+    int64_t p_requests
+
+cdef struct SchedC:
+    SchedConfC conf
+    KVCacheC* kv                     # the engine's KV-cache manager
+    ReqC* reqs                       # [n_reqs] owned by the engine
+    req_t n_reqs
+    req_t* running                   # [n_reqs] admission order (Scheduler.running)
+    int32_t n_running
+    req_t* waiting                   # [n_reqs + 1] FCFS ring deque, or binary heap (priority)
+    int32_t w_head                   # FCFS: index of the head in the ring
+    int32_t n_waiting
+    req_t* skipped                   # [n_reqs] requests skipped by this step's waiting pass
+    bint finished_pending            # finished_req_ids not yet reported by a schedule()
+    req_t* finished                  # [n_reqs] requests finished by the last update
+    int32_t n_finished
+    int32_t cap                      # capacity of the per-step arrays of a BatchC
+
+cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
+cdef void sched_release(SchedC* s) noexcept nogil
+cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil
+cdef void batch_release(BatchC* b) noexcept nogil
+cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil
+cdef bint sched_has_requests(const SchedC* s) noexcept nogil
+cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
+cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil
+cdef void sched_update(SchedC* s, const BatchC* b) noexcept nogil

@@ -1,0 +1,483 @@
+"""vLLM's v1 scheduler (default text-generation path) over C arrays.
+
+``sched_schedule`` is ``Scheduler.schedule`` and ``sched_update`` is
+``Scheduler.update_from_output`` (with ``AsyncScheduler``'s placeholder
+bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0 and 0.32.0:
+no speculative decoding, connectors, encoders, LoRA or structured output.
+The fake model of the recorded oracle runs is built in: a request scheduled to
+the end of its known tokens (not a prefill chunk) samples exactly one token,
+and a request stops only at ``max_tokens`` or ``max_model_len``.
+
+Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
+(a ring buffer) or, under the priority policy, a binary heap ordered by
+(priority, arrival time, request id) -- ``Request.__lt__``.
+"""
+
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree
+from libc.string cimport memset
+
+from aisim._core.kvcache cimport (
+    KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_free,
+    kv_get_computed_blocks, kv_release_slot,
+)
+from aisim._core.request cimport (
+    ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
+)
+from aisim._core.types cimport flag_t, req_t, sec_t, tok_t
+
+
+cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
+    return r.prompt_len + r.num_output
+
+
+cdef inline tok_t _min(tok_t a, tok_t b) noexcept nogil:
+    return a if a < b else b
+
+
+# ------------------------------------------------------------------ set-up
+
+cdef void* _calloc(size_t n, size_t item) except NULL nogil:
+    cdef void* p = PyMem_RawCalloc(n if n > 0 else 1, item)
+    if p == NULL:
+        with gil:
+            raise MemoryError("scheduler arrays")
+    return p
+
+
+cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil:
+    memset(s, 0, sizeof(SchedC))
+    s.conf = conf
+    s.kv = kv
+    s.reqs = reqs
+    s.n_reqs = n_reqs
+    s.running = <req_t*>_calloc(n_reqs, sizeof(req_t))
+    s.waiting = <req_t*>_calloc(n_reqs + 1, sizeof(req_t))
+    s.skipped = <req_t*>_calloc(n_reqs, sizeof(req_t))
+    s.finished = <req_t*>_calloc(n_reqs, sizeof(req_t))
+    # A step schedules at most every running request; priority preemption can
+    # list a request once as scheduled and once as preempted.
+    s.cap = conf.max_num_running_reqs if conf.max_num_running_reqs < n_reqs else n_reqs
+    if s.cap < 1:
+        s.cap = 1
+    return 0
+
+
+cdef void sched_release(SchedC* s) noexcept nogil:
+    PyMem_RawFree(s.running)
+    PyMem_RawFree(s.waiting)
+    PyMem_RawFree(s.skipped)
+    PyMem_RawFree(s.finished)
+    memset(s, 0, sizeof(SchedC))
+
+
+cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil:
+    memset(b, 0, sizeof(BatchC))
+    b.req = <req_t*>_calloc(cap, sizeof(req_t))
+    b.tokens = <tok_t*>_calloc(cap, sizeof(tok_t))
+    b.sampled = <flag_t*>_calloc(cap, sizeof(flag_t))
+    b.decode = <flag_t*>_calloc(cap, sizeof(flag_t))
+    b.new_req = <req_t*>_calloc(cap, sizeof(req_t))
+    b.new_computed = <tok_t*>_calloc(cap, sizeof(tok_t))
+    b.res_req = <req_t*>_calloc(cap, sizeof(req_t))
+    b.res_computed = <tok_t*>_calloc(cap, sizeof(tok_t))
+    b.preempted = <req_t*>_calloc(cap, sizeof(req_t))
+    return 0
+
+
+cdef void batch_release(BatchC* b) noexcept nogil:
+    PyMem_RawFree(b.req)
+    PyMem_RawFree(b.tokens)
+    PyMem_RawFree(b.sampled)
+    PyMem_RawFree(b.decode)
+    PyMem_RawFree(b.new_req)
+    PyMem_RawFree(b.new_computed)
+    PyMem_RawFree(b.res_req)
+    PyMem_RawFree(b.res_computed)
+    PyMem_RawFree(b.preempted)
+    memset(b, 0, sizeof(BatchC))
+
+
+# ------------------------------------------------------------------ waiting queue
+# vllm/v1/core/sched/request_queue.py: FCFSRequestQueue is a deque (add =
+# append, prepend = appendleft); PriorityRequestQueue is a heap on
+# Request.__lt__ (priority, arrival_time, request_id) where prepend is a push.
+
+cdef inline bint _before(const SchedC* s, req_t a, req_t b) noexcept nogil:
+    # Request.__lt__: priority, then arrival_time, then request_id (as strings).
+    cdef const ReqC* x = &s.reqs[a]
+    cdef const ReqC* y = &s.reqs[b]
+    if x.priority != y.priority:
+        return x.priority < y.priority
+    if x.arrival_key != y.arrival_key:
+        return x.arrival_key < y.arrival_key
+    return x.id_rank < y.id_rank
+
+
+cdef void _heap_up(SchedC* s, int32_t i) noexcept nogil:
+    cdef req_t x = s.waiting[i]
+    cdef int32_t p
+    while i > 0:
+        p = (i - 1) >> 1
+        if not _before(s, x, s.waiting[p]):
+            break
+        s.waiting[i] = s.waiting[p]
+        i = p
+    s.waiting[i] = x
+
+
+cdef void _heap_down(SchedC* s, int32_t i) noexcept nogil:
+    cdef req_t x = s.waiting[i]
+    cdef int32_t c
+    cdef int32_t n = s.n_waiting
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before(s, s.waiting[c + 1], s.waiting[c]):
+            c += 1
+        if not _before(s, s.waiting[c], x):
+            break
+        s.waiting[i] = s.waiting[c]
+        i = c
+    s.waiting[i] = x
+
+
+cdef inline int32_t _ring(const SchedC* s, int32_t i) noexcept nogil:
+    return (s.w_head + i) % (s.n_reqs + 1)
+
+
+cdef void _wq_push_back(SchedC* s, req_t r) noexcept nogil:
+    if s.conf.priority:
+        s.waiting[s.n_waiting] = r
+        s.n_waiting += 1
+        _heap_up(s, s.n_waiting - 1)
+    else:
+        s.waiting[_ring(s, s.n_waiting)] = r
+        s.n_waiting += 1
+
+
+cdef void _wq_push_front(SchedC* s, req_t r) noexcept nogil:
+    if s.conf.priority:
+        _wq_push_back(s, r)
+    else:
+        s.w_head = (s.w_head + s.n_reqs) % (s.n_reqs + 1)
+        s.waiting[s.w_head] = r
+        s.n_waiting += 1
+
+
+cdef inline req_t _wq_peek(const SchedC* s) noexcept nogil:
+    return s.waiting[0] if s.conf.priority else s.waiting[s.w_head]
+
+
+cdef req_t _wq_pop(SchedC* s) noexcept nogil:
+    cdef req_t r
+    if s.conf.priority:
+        r = s.waiting[0]
+        s.n_waiting -= 1
+        if s.n_waiting > 0:
+            s.waiting[0] = s.waiting[s.n_waiting]
+            _heap_down(s, 0)
+        return r
+    r = s.waiting[s.w_head]
+    s.w_head = (s.w_head + 1) % (s.n_reqs + 1)
+    s.n_waiting -= 1
+    return r
+
+
+cdef void _wq_remove(SchedC* s, req_t r) noexcept nogil:
+    # remove_requests: the others keep their relative order.  Rare (a
+    # preempted request finished by its in-flight output), so O(n) is fine.
+    cdef int32_t i, j = 0
+    cdef req_t x
+    if s.conf.priority:
+        for i in range(s.n_waiting):
+            if s.waiting[i] != r:
+                s.waiting[j] = s.waiting[i]
+                j += 1
+        s.n_waiting = j
+        for i in range(s.n_waiting // 2 - 1, -1, -1):
+            _heap_down(s, i)
+        return
+    for i in range(s.n_waiting):
+        x = s.waiting[_ring(s, i)]
+        if x != r:
+            s.waiting[_ring(s, j)] = x
+            j += 1
+    s.n_waiting = j
+
+
+# ------------------------------------------------------------------ public state
+
+cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil:
+    s.reqs[r].status = ST_WAITING
+    _wq_push_back(s, r)
+
+
+cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil:
+    return s.n_running + s.n_waiting > 0
+
+
+cdef bint sched_has_requests(const SchedC* s) noexcept nogil:
+    # Scheduler.has_requests: unfinished requests, or finished ones whose ids
+    # the next schedule() still has to report.
+    return s.n_running + s.n_waiting > 0 or s.finished_pending
+
+
+# ------------------------------------------------------------------ schedule()
+
+cdef void _preempt(SchedC* s, BatchC* b, req_t v) noexcept nogil:
+    """Scheduler._preempt_request; the caller removed ``v`` from running."""
+    cdef ReqC* r = &s.reqs[v]
+    kv_free(s.kv, r)
+    r.status = ST_PREEMPTED
+    r.num_computed = 0
+    r.num_stale = r.num_in_flight
+    r.num_placeholders = 0
+    r.num_preemptions += 1
+    _wq_push_front(s, v)
+    b.preempted[b.n_preempted] = v
+    b.n_preempted += 1
+
+
+cdef int32_t _priority_victim(const SchedC* s) noexcept nogil:
+    # max(running, key=(priority, arrival_time)): Python's max keeps the first
+    # maximal element in list order when keys tie (same arrival step).
+    cdef int32_t i, best = 0
+    cdef const ReqC* a
+    cdef const ReqC* c
+    for i in range(1, s.n_running):
+        a = &s.reqs[s.running[i]]
+        c = &s.reqs[s.running[best]]
+        if a.priority > c.priority or (
+                a.priority == c.priority and a.arrival_key > c.arrival_key):
+            best = i
+    return best
+
+
+cdef void _unschedule(BatchC* b, req_t v, tok_t* token_budget, tok_t* input_budget) noexcept nogil:
+    # A priority victim scheduled earlier in this step gives its tokens back.
+    cdef int32_t i, j = 0
+    for i in range(b.n):
+        if b.req[i] == v:
+            token_budget[0] += b.tokens[i]
+            input_budget[0] += b.tokens[i]
+            b.total_tokens -= b.tokens[i]
+        else:
+            b.req[j] = b.req[i]
+            b.tokens[j] = b.tokens[i]
+            j += 1
+    b.n = j
+
+
+cdef inline void _emit(BatchC* b, req_t r, tok_t n) noexcept nogil:
+    b.req[b.n] = r
+    b.tokens[b.n] = n
+    b.n += 1
+    b.total_tokens += n
+
+
+cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
+    """One call of Scheduler.schedule(); fills ``b`` and advances the requests."""
+    cdef SchedConfC* c = &s.conf
+    cdef tok_t token_budget = c.max_num_scheduled_tokens
+    cdef tok_t input_budget = c.max_num_batched_tokens
+    cdef tok_t lpt, n, hit, computed_before
+    cdef int32_t req_index = 0, vi, i, n_skipped = 0
+    cdef int32_t eligible = s.n_running + s.n_waiting
+    cdef req_t ri, v
+    cdef ReqC* r
+    cdef bint ok
+
+    b.n = 0
+    b.total_tokens = 0
+    b.n_new = 0
+    b.n_resumed = 0
+    b.n_preempted = 0
+    b.queries = b.hits = b.requests = 0
+    b.p_queries = b.p_hits = b.p_requests = 0
+
+    # Long-prefill threshold, once per step, only with more than one eligible
+    # request (Scheduler.schedule, 0.31+), with the optional fair-share floor.
+    lpt = c.long_prefill_token_threshold if eligible > 1 else 0
+    if lpt > 0 and c.adaptive_threshold:
+        if c.max_num_batched_tokens // eligible > lpt:
+            lpt = c.max_num_batched_tokens // eligible
+
+    # ---- pass 1: running requests, in list order
+    while req_index < s.n_running and token_budget > 0:
+        ri = s.running[req_index]
+        r = &s.reqs[ri]
+        if input_budget <= 0:
+            break
+        # Async guard: never schedule past max_tokens while outputs are pending.
+        if r.num_placeholders > 0 and (
+                r.num_computed + 2 - r.num_placeholders >= r.prompt_len + r.max_tokens):
+            req_index += 1
+            continue
+        n = num_tokens(r) + r.num_placeholders - r.num_computed
+        if 0 < lpt < n:
+            n = lpt
+        n = _min(n, _min(token_budget, input_budget))
+        # Leave room for the sampled token (num_sampled_tokens_per_step = 1).
+        n = _min(n, c.max_model_len - r.num_computed - 1)
+        if n <= 0:
+            req_index += 1
+            continue
+        while True:
+            ok = kv_allocate_slots(s.kv, r, n, 0, False, True)
+            if ok:
+                break
+            # Preempt: FCFS takes the tail of running; priority the max of
+            # (priority, arrival), adjusting the index and budgets.
+            if c.priority:
+                vi = _priority_victim(s)
+                v = s.running[vi]
+                for i in range(vi, s.n_running - 1):
+                    s.running[i] = s.running[i + 1]
+                s.n_running -= 1
+                if vi < req_index:
+                    req_index -= 1
+                _unschedule(b, v, &token_budget, &input_budget)
+            else:
+                s.n_running -= 1
+                v = s.running[s.n_running]
+            _preempt(s, b, v)
+            if v == ri:
+                break
+        if not ok:
+            break
+        _emit(b, ri, n)
+        token_budget -= n
+        input_budget -= n
+        req_index += 1
+
+    # ---- pass 2: waiting requests, only if nothing was preempted
+    if b.n_preempted == 0:
+        while token_budget > 0:
+            if s.n_waiting == 0 or input_budget <= 0:
+                break
+            if s.n_running >= c.max_num_active_reqs:
+                break
+            ri = _wq_peek(s)
+            r = &s.reqs[ri]
+            if r.num_stale > 0:
+                # Its preempted in-flight output is still to be delivered.
+                s.skipped[n_skipped] = _wq_pop(s)
+                n_skipped += 1
+                continue
+            kv_acquire_slot(s.kv, r)
+            # New or preempted request: local prefix-cache lookup.
+            hit = kv_get_computed_blocks(s.kv, r)
+            n = num_tokens(r) - hit
+            if 0 < lpt < n:
+                n = lpt
+            if not c.chunked_prefill and n > _min(token_budget, input_budget):
+                break
+            n = _min(n, _min(token_budget, input_budget))
+            if not kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0):
+                break
+            # record_prefix_cache_stats, once per successful admission.
+            if s.kv.caching:
+                if r.num_preemptions > 0:
+                    b.p_requests += 1
+                    b.p_queries += num_tokens(r)
+                    b.p_hits += hit
+                else:
+                    b.requests += 1
+                    b.queries += num_tokens(r)
+                    b.hits += hit
+            _wq_pop(s)
+            s.running[s.n_running] = ri
+            s.n_running += 1
+            if r.status == ST_WAITING:
+                b.new_req[b.n_new] = ri
+                b.new_computed[b.n_new] = hit
+                b.n_new += 1
+                r.cached_first = hit
+            else:
+                b.res_req[b.n_resumed] = ri
+                b.res_computed[b.n_resumed] = hit
+                b.n_resumed += 1
+            _emit(b, ri, n)
+            token_budget -= n
+            input_budget -= n
+            r.status = ST_RUNNING
+            r.num_computed = hit
+            if r.first_sched_s < 0:
+                r.first_sched_s = b.start_s
+        # Skipped requests go back to the head in their original order.
+        for i in range(n_skipped - 1, -1, -1):
+            _wq_push_front(s, s.skipped[i])
+
+    # ---- _update_after_schedule (+ AsyncScheduler placeholders)
+    for i in range(b.n):
+        r = &s.reqs[b.req[i]]
+        computed_before = r.num_computed
+        r.num_computed += b.tokens[i]
+        r.num_in_flight += b.tokens[i]
+        r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
+        b.sampled[i] = not r.is_prefill_chunk
+        b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
+        if c.async_scheduling and not r.is_prefill_chunk:
+            r.num_placeholders += 1
+    s.finished_pending = False
+    b.free_after_schedule = s.kv.pool.num_free
+    return 0
+
+
+# ------------------------------------------------------------------ update_from_output()
+
+cdef void sched_update(SchedC* s, const BatchC* b) noexcept nogil:
+    """Scheduler.update_from_output for batch ``b`` with the fake model's tokens.
+
+    Tokens produced by ``b`` are stamped with ``b.end_s``.
+    """
+    cdef int32_t i, j
+    cdef req_t ri
+    cdef ReqC* r
+    cdef bint stale, was_running
+    cdef int32_t n_stopped_running = 0
+    s.n_finished = 0
+    for i in range(b.n):
+        ri = b.req[i]
+        r = &s.reqs[ri]
+        if r.status == ST_FINISHED:
+            continue  # freed and gone from Scheduler.requests
+        r.num_in_flight -= b.tokens[i]
+        stale = False
+        if r.num_stale > 0:
+            stale = True
+            r.num_stale -= b.tokens[i]
+        if not b.sampled[i]:
+            continue
+        was_running = r.status == ST_RUNNING
+        # Append the sampled token, then check_stop (EOS is ignored).
+        r.num_output += 1
+        if r.num_output == 1:
+            r.first_token_s = b.end_s
+        if s.conf.async_scheduling:
+            if not stale:
+                r.num_placeholders -= 1
+            if was_running:
+                kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+        if num_tokens(r) >= s.conf.max_model_len or r.num_output >= r.max_tokens:
+            # _free_request: blocks back to the pool now.
+            r.status = ST_FINISHED
+            r.finish_s = b.end_s
+            kv_free(s.kv, r)
+            kv_release_slot(s.kv, r)
+            s.finished[s.n_finished] = ri
+            s.n_finished += 1
+            if was_running:
+                n_stopped_running += 1
+            else:
+                _wq_remove(s, ri)
+    if n_stopped_running > 0:
+        j = 0
+        for i in range(s.n_running):
+            if s.reqs[s.running[i]].status != ST_FINISHED:
+                s.running[j] = s.running[i]
+                j += 1
+        s.n_running = j
+    if s.n_finished > 0:
+        s.finished_pending = True
