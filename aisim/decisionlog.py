@@ -72,7 +72,7 @@ def decision_lines(result: ReplayResult):
             "step": cols["step"][row],
             "waiting": cols["waiting"][row],
         }
-        if cols["kind"][row] == "drain":
+        if cols["kind"][row] == "drain":  # a dictionary-encoded label
             line["type"] = "drain"
             line["updated_step"] = cols["updated_step"][row]
             yield line
@@ -118,6 +118,6 @@ def decision_lines(result: ReplayResult):
 
 def write_decision_log(result: ReplayResult, path) -> None:
     """Write the decision log of ``result`` to ``path`` (JSON lines, sorted keys)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for line in decision_lines(result):
-            fh.write(json.dumps(line, sort_keys=True) + "\n")
+    from aisim.output import write_atomic_text
+
+    write_atomic_text(path, (json.dumps(line, sort_keys=True) + "\n" for line in decision_lines(result)))

@@ -9,9 +9,15 @@ import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
 from aisim.errors import TraceError
-from aisim.traces.schema import TRACE_SCHEMA, output_stream
+from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
-STATUS_NAMES = {0: "pending", 1: "waiting", 2: "running", 3: "preempted", 4: "finished"}
+# Request status codes of the core (ext/request.pxd ReqStatus) and step kinds (LineKind).
+STATUS_NAMES = ["pending", "waiting", "running", "preempted", "finished"]
+STEP_KINDS = ["step", "drain"]
+
+
+def _labels(codes, names) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names, pa.string()))
 
 
 @dataclass
@@ -130,7 +136,7 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         id_rank=id_rank,
         seg_off=seg_off,
         seg_cnt=seg_cnt,
-        out_stream=np.array([output_stream(r) for r in ids], dtype=np.uint64),
+        out_stream=output_streams(ids),
         seg_stream=stream,
         seg_first=first,
         seg_len=length,
@@ -158,7 +164,10 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     out = Engine(**kwargs).run()
     requests = _requests_table(trace, out["requests"])
     steps = _steps_table(out["steps"], engine.num_gpu_blocks)
-    summary = summarize(requests, steps, engine, timed)
+    rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
+          for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
+    rq["status"] = out["requests"]["status"]
+    summary = summarize(out["steps"], rq, engine, timed)
     return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed)
 
 
@@ -192,55 +201,53 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
             "output_tokens": out_tok.astype(np.int32),
             "cached_tokens": r["cached_tokens"].astype(np.int32),
             "preemptions": r["preemptions"],
-            "status": pa.array([STATUS_NAMES[int(s)] for s in r["status"]], pa.string()),
+            "status": _labels(r["status"], STATUS_NAMES),
         }
     )
 
 
 def _steps_table(s: dict, num_blocks: int) -> pa.Table:
     cols = dict(s)
-    cols["kind"] = pa.array(np.where(s["kind"] == 0, "step", "drain"), pa.string())
+    cols["kind"] = _labels(s["kind"], STEP_KINDS)
     cols["kv_usage"] = 1.0 - s["free_blocks"] / float(num_blocks - 1)
     return pa.table(cols)
 
 
-def _pct(values, q):
-    v = values[~np.isnan(values)]
-    return float(np.percentile(v, q)) if v.size else None
+def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
+    """Totals, prefix-cache statistics and latency percentiles of one replay.
 
-
-def summarize(requests: pa.Table, steps: pa.Table, engine: EngineConfig, timed: bool) -> dict:
-    """Totals, prefix-cache statistics and latency percentiles of one replay."""
-    st = {c: steps.column(c).to_numpy(zero_copy_only=False) for c in steps.column_names if c != "kind"}
-    is_step = steps.column("kind").to_numpy(zero_copy_only=False) == "step"
-    status = requests.column("status").to_numpy(zero_copy_only=False)
-    n_done = int((status == "finished").sum())
-    sched_tokens = st["prefill_tokens"] + st["decode_tokens"]
-    end = float((st["clock_s"] + st["duration_s"]).max()) if len(steps) else 0.0
-    start = float(np.nanmin(requests.column("arrival_s").to_numpy(zero_copy_only=False))) if len(requests) else 0.0
+    ``st`` and ``rq`` are the step and request columns as numpy arrays.
+    """
+    n_steps, n_reqs = len(st["step"]), len(rq["status"])
+    is_step = st["kind"] == 0
+    n_done = int((rq["status"] == 4).sum())
+    end = float((st["clock_s"] + st["duration_s"]).max()) if n_steps else 0.0
+    start = float(np.nanmin(rq["arrival_s"])) if n_reqs else 0.0
     span = max(end - start, 0.0)
-    out_tok = int(requests.column("output_tokens").to_numpy(zero_copy_only=False).sum())
+    out_tok = int(rq["output_tokens"].sum())
+    caching = engine.enable_prefix_caching
     summary = {
-        "requests": len(requests),
+        "requests": n_reqs,
         "finished": n_done,
-        "unfinished": len(requests) - n_done,
+        "unfinished": n_reqs - n_done,
         "steps": int(is_step.sum()),
         "empty_steps": int((is_step & (st["num_reqs"] == 0)).sum()),
-        "last_step_index": int(st["step"][-1]) if len(steps) else 0,
+        "last_step_index": int(st["step"][-1]) if n_steps else 0,
         "preemptions": int(st["num_preempted"].sum()),
-        "scheduled_tokens": int(sched_tokens.sum()),
+        "scheduled_tokens": int(st["prefill_tokens"].sum() + st["decode_tokens"].sum()),
         "scheduled_req_steps": int(st["num_reqs"].sum()),
-        "prompt_tokens": int(requests.column("prompt_tokens").to_numpy(zero_copy_only=False).sum()),
+        "prompt_tokens": int(rq["prompt_tokens"].sum()),
         "output_tokens": out_tok,
+        # PrefixCacheStats: one record per admission that performed a lookup.
         "prefix_cache_stats": {
-            "requests": int(st["num_new"].sum()) if engine.enable_prefix_caching else 0,
+            "requests": int(st["num_new"].sum()) if caching else 0,
             "queries": int(st["prefix_queries"].sum()),
             "hits": int(st["prefix_hits"].sum()),
-            "preempted_requests": int(st["num_resumed"].sum()) if engine.enable_prefix_caching else 0,
+            "preempted_requests": int(st["num_resumed"].sum()) if caching else 0,
             "preempted_queries": int(st["preempted_prefix_queries"].sum()),
             "preempted_hits": int(st["preempted_prefix_hits"].sum()),
         },
-        "prefix_hit_tokens_at_admission": int(requests.column("cached_tokens").to_numpy(zero_copy_only=False).sum()),
+        "prefix_hit_tokens_at_admission": int(rq["cached_tokens"].sum()),
         "clock_end_s": end,
         "duration_s": span,
         "throughput_req_s": n_done / span if span > 0 else None,
@@ -248,13 +255,12 @@ def summarize(requests: pa.Table, steps: pa.Table, engine: EngineConfig, timed: 
         "timed": timed,
     }
     for name in ("ttft_s", "tpot_s", "e2e_s"):
-        v = requests.column(name).to_numpy(zero_copy_only=False).astype(np.float64)
-        summary[name] = {
-            "mean": float(np.nanmean(v)) if np.any(~np.isnan(v)) else None,
-            "p50": _pct(v, 50),
-            "p90": _pct(v, 90),
-            "p99": _pct(v, 99),
-        }
+        v = rq[name][~np.isnan(rq[name])]
+        if v.size:
+            p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
+            summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
+        else:
+            summary[name] = {"mean": None, "p50": None, "p90": None, "p99": None}
     q = summary["prefix_cache_stats"]
     summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
     return summary

@@ -50,9 +50,42 @@ def stream_id(kind: str, name: str) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def output_streams(request_ids) -> np.ndarray:
+    """The token streams of the requests' output tokens (uint64, never 0).
+
+    A vectorised FNV-1a over each id's UTF-8 bytes, finished with a splitmix64
+    avalanche; the value depends only on the id, never on the batch.
+    """
+    enc = [r.encode("utf-8") for r in request_ids]
+    n = len(enc)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint64)
+    raw = np.array(enc, dtype=bytes)
+    width = max(raw.dtype.itemsize, 1)
+    mat = np.frombuffer(raw.tobytes(), dtype=np.uint8).reshape(n, width).astype(np.uint64)
+    lens = np.fromiter((len(e) for e in enc), dtype=np.int64, count=n)
+    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            live = lens > j
+            h = np.where(live, (h ^ mat[:, j]) * _FNV_PRIME, h)
+        h ^= lens.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)  # "output" domain and length
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    h[h == 0] = 1
+    return h
+
+
 def output_stream(request_id: str) -> int:
-    """The token stream of a request's output tokens."""
-    return stream_id("output", request_id)
+    """The token stream of one request's output tokens (see :func:`output_streams`)."""
+    return int(output_streams([request_id])[0])
 
 
 def canonical_segments(segments):

@@ -1,0 +1,105 @@
+"""The ``aisim`` command line."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="aisim")
+def main():
+    """aisim: what would vLLM do with this workload?
+
+    Replays request traces through a faithful model of vLLM's v1 scheduler and
+    KV-cache manager and reports latency, throughput, prefix-cache reuse, KV-cache
+    occupancy, queueing and preemptions.
+    """
+
+
+@main.command()
+@click.option("--engine", "engine_path", required=True, type=click.Path(dir_okay=False),
+              help="Engine configuration (JSON, TOML or YAML; vLLM's key names).")
+@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
+              help="Request trace (oracle JSONL: request_id, prompt_len, max_tokens, arrival_step|arrival_time).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              help="Write requests.parquet, steps.parquet and summary.json here.")
+@click.option("--decision-log", "decision_log", type=click.Path(dir_okay=False),
+              help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
+@click.option("--vllm-version", type=click.Choice(["0.31.0", "0.32.0"]),
+              help="Override the configuration's vllm_version.")
+def replay(engine_path, trace_path, out_dir, decision_log, vllm_version):
+    """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
+    from dataclasses import replace
+
+    from aisim.config.engine import load_engine_config
+    from aisim.errors import AisimError
+    from aisim.output import write_result
+    from aisim.replay import replay as run_replay
+    from aisim.traces import read_oracle_trace
+
+    try:
+        engine = load_engine_config(engine_path)
+        if vllm_version:
+            engine = replace(engine, vllm_version=vllm_version)
+        trace = read_oracle_trace(trace_path, max_model_len=engine.max_model_len)
+        result = run_replay(trace, engine, record_decisions=decision_log is not None)
+        if out_dir or decision_log:
+            if out_dir:
+                write_result(result, out_dir, decision_log)
+            else:
+                from aisim.decisionlog import write_decision_log
+
+                write_decision_log(result, decision_log)
+    except AisimError as exc:
+        _fail(exc)
+    _print_summary(result, trace_path, out_dir, decision_log)
+
+
+def _fmt(v, unit=""):
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.3f} s"
+    return f"{v:,.3f}" if isinstance(v, float) else f"{v:,}"
+
+
+def _print_summary(result, trace_path, out_dir, decision_log):
+    from rich.console import Console
+    from rich.table import Table
+
+    s = result.summary
+    console = Console(stderr=False, highlight=False)
+    t = Table(title=f"aisim replay of {trace_path} (vLLM {result.engine.vllm_version} rules)", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value", justify="right")
+    t.add_row("requests finished", f"{s['finished']:,} / {s['requests']:,}")
+    t.add_row("engine steps", f"{s['steps']:,} ({s['empty_steps']} empty)")
+    t.add_row("simulated time", _fmt(s["duration_s"], "s"))
+    t.add_row("throughput", f"{_fmt(s['throughput_req_s'])} req/s, {_fmt(s['throughput_tok_s'])} output tok/s")
+    for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
+        q = s[name]
+        t.add_row(f"{label} p50 / p90 / p99", " / ".join(_fmt(q[k], "s") for k in ("p50", "p90", "p99")))
+    pc = s["prefix_cache_stats"]
+    t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}% ({pc['hits']:,} of {pc['queries']:,} tokens)")
+    t.add_row("preemptions", f"{s['preemptions']:,}")
+    usage = result.steps.column("kv_usage").to_numpy()
+    if len(usage):
+        t.add_row("KV-cache usage mean / max", f"{100 * usage.mean():.1f}% / {100 * usage.max():.1f}%")
+    console.print(t)
+    if out_dir:
+        console.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
+    if decision_log:
+        console.print(f"decision log written to {decision_log}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

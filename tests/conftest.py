@@ -1,0 +1,11 @@
+import os
+
+import pytest
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+ORACLE = os.path.join(DATA, "oracle", "scenarios")
+
+
+@pytest.fixture
+def oracle_dir():
+    return ORACLE
