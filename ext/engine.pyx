@@ -122,6 +122,11 @@ cdef void _events_release(EventsC* e) noexcept nogil:
     memset(e, 0, sizeof(EventsC))
 
 
+# Iterations in a row without a scheduled token or a finish before a replay is
+# declared stuck (vLLM itself would spin forever).
+cdef int64_t STALL_LIMIT = 100000
+
+
 cdef inline sec_t _step_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     return tm.base_s + tm.per_token_s * <sec_t>b.total_tokens + tm.per_req_s * <sec_t>b.n
 
@@ -293,7 +298,15 @@ cdef class Engine:
         cdef bint scheduled
         cdef block_id_t free_sched
         cdef int64_t arrived_row
+        cdef int64_t stalled = 0
         while True:
+            # Safety net: an engine that schedules nothing and finishes nothing
+            # for this many iterations in a row can never make progress.
+            if stalled > STALL_LIMIT:
+                with gil:
+                    raise RuntimeError(
+                        f"replay stalled at engine step {step}: {self.sched.n_running} running and "
+                        f"{self.sched.n_waiting} waiting requests cannot be scheduled")
             # Add the requests that have arrived by now, in trace order.
             first_arrived = nxt
             while nxt < self.n_reqs and (
@@ -324,6 +337,7 @@ cdef class Engine:
                 b.end_s = clock + _step_time(&self.time_model, b)
                 free_sched = self.kv.pool.num_free
                 sched_update(&self.sched, b)
+                stalled = stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
                 self._log_line(step, LINE_STEP, clock, b, b, free_sched)
                 clock = b.end_s
                 step += 1
@@ -352,6 +366,7 @@ cdef class Engine:
             q_head = (q_head + 1) % 2
             q_len -= 1
             sched_update(&self.sched, ob)
+            stalled = stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
             if scheduled:
                 self._log_line(step, LINE_STEP, clock, b, ob, free_sched)
                 clock = b.end_s
