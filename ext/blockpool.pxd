@@ -1,31 +1,48 @@
 # vLLM's block pool: one per engine, shared by every KV-cache group.
-# cimported by kvcache (the managers draw and return blocks here) and by the
-# tests' Python wrapper.  Mirrors vllm/v1/core/block_pool.py (BlockPool,
-# BlockHashToBlockMap) and kv_cache_utils.py (FreeKVCacheBlockQueue).
-from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t
+# cimported by kvcache (the group managers draw and return blocks here) and
+# by the Python wrapper used in tests.  Mirrors vllm/v1/core/block_pool.py
+# (BlockPool, BlockHashToBlockMap) and kv_cache_utils.py
+# (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
+from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
 
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
-    bint caching               # prefix caching on: freed hashed blocks keep their key
-    int32_t* ref_cnt           # [num_blocks] requests holding each block
-    hash_t* key                # [num_blocks] map key of a cached block; 0 = not cached
-    block_id_t* next_dup       # [num_blocks] next block cached under the same key (insertion order)
+    bint caching               # prefix caching on
+    int32_t* ref_cnt           # [num_blocks] requests (and copy retentions) holding each block
+    hash_t* key                # [num_blocks] primary map key (block_hash); 0 = not cached
+    tok_t* key_tokens          # [num_blocks] prefix length the primary key covers
+    int32_t* sec_head          # [num_blocks] first secondary-key entry of the block; -1 = none
     block_id_t* prev_free      # [num_blocks + 2] free-queue links; HEAD and TAIL are sentinels
     block_id_t* next_free      # [num_blocks + 2]
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
     hash_t* map_keys           # [map_cap] open addressing, linear probing; 0 = empty slot
-    block_id_t* map_head       # [map_cap] first-inserted block still cached under that key
-    hash_t map_mask            # map_cap - 1 (map_cap is a power of two, >= 2 * num_blocks)
-    int64_t evictions          # cached blocks whose key was dropped on reuse
+    int32_t* map_head          # [map_cap] first chain entry of the key (earliest inserted)
+    hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
+    int32_t* ent_block         # [ent_cap] chain entry: a block cached under the key
+    int32_t* ent_next          # [ent_cap] next entry of the chain, or of the free list; -1 ends
+    int32_t ent_cap
+    int32_t ent_free           # free-list head of chain entries
+    hash_t* sec_key            # [sec_cap] a secondary key of a block
+    int32_t* sec_next          # [sec_cap] next secondary key of that block, or of the free list
+    int32_t sec_cap
+    int32_t sec_free           # free-list head of secondary-key entries
+    int64_t evictions          # blocks whose keys were dropped when popped for reuse
+    block_id_t cached_free     # blocks in the free queue that still carry a key (resident, unreferenced)
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
 cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil
 cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil
 cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
+cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
+cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil
+cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil
-cdef void bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) noexcept nogil
-cdef void bp_uncache(BlockPoolC* bp, block_id_t b) noexcept nogil
+cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil
+cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens) except -1 nogil
+cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil
+cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
+cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 
 cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:
     # vllm/v1/core/block_pool.py BlockPool.get_usage: the null block is not usable.

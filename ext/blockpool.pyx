@@ -14,18 +14,23 @@ Rules reproduced (vLLM 0.31/0.32, ``vllm/v1/core/block_pool.py`` and
   the head in that order, blocks with a key are appended to the tail in that
   order;
 * the map never de-duplicates: a key may map to several blocks, and a lookup
-  returns the earliest inserted one still cached (``BlockHashToBlockMap``).
+  returns the earliest inserted one still cached (``BlockHashToBlockMap``);
+* a block has one primary key (``block_hash``, with the prefix length it
+  covers) and, in fine-grained mode, secondary keys for partial entries
+  (``cached_block_hashes_by_block``); eviction drops all of them
+  (``BlockPool._remove_cached_block_hashes``).
 
-The free queue is intrusive (index arrays, sentinels HEAD = N, TAIL = N + 1)
-and the map is open addressing with linear probing and backward-shift deletion
+The free queue is intrusive (index arrays, sentinels HEAD = N, TAIL = N + 1).
+The map is open addressing with linear probing and backward-shift deletion
 (no tombstones), sized to a power of two at least twice the block count so the
-load factor stays at or below one half.
+load factor stays at or below one half; each key heads a chain of entries (one
+per block cached under it, in insertion order) drawn from a pooled free list.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree
+from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
 from libc.string cimport memset
 
-from aisim._core.types cimport block_id_t, hash_t
+from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 
 
 cdef inline block_id_t _head(const BlockPoolC* bp) noexcept nogil:
@@ -36,8 +41,15 @@ cdef inline block_id_t _tail(const BlockPoolC* bp) noexcept nogil:
     return bp.num_blocks + 1
 
 
+cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
+    """The HEAD sentinel: the starting ``front`` cursor of one free call."""
+    return bp.num_blocks
+
+
 cdef inline void _unlink(BlockPoolC* bp, block_id_t b) noexcept nogil:
     cdef block_id_t p = bp.prev_free[b]
+    if bp.key[b] != 0:
+        bp.cached_free -= 1
     cdef block_id_t n = bp.next_free[b]
     bp.next_free[p] = n
     bp.prev_free[n] = p
@@ -64,12 +76,13 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
         cap <<= 1
     bp.ref_cnt = <int32_t*>PyMem_RawCalloc(num_blocks, sizeof(int32_t))
     bp.key = <hash_t*>PyMem_RawCalloc(num_blocks, sizeof(hash_t))
-    bp.next_dup = <block_id_t*>PyMem_RawCalloc(num_blocks, sizeof(block_id_t))
+    bp.key_tokens = <tok_t*>PyMem_RawCalloc(num_blocks, sizeof(tok_t))
+    bp.sec_head = <int32_t*>PyMem_RawCalloc(num_blocks, sizeof(int32_t))
     bp.prev_free = <block_id_t*>PyMem_RawCalloc(num_blocks + 2, sizeof(block_id_t))
     bp.next_free = <block_id_t*>PyMem_RawCalloc(num_blocks + 2, sizeof(block_id_t))
     bp.map_keys = <hash_t*>PyMem_RawCalloc(cap, sizeof(hash_t))
-    bp.map_head = <block_id_t*>PyMem_RawCalloc(cap, sizeof(block_id_t))
-    if (bp.ref_cnt == NULL or bp.key == NULL or bp.next_dup == NULL
+    bp.map_head = <int32_t*>PyMem_RawCalloc(cap, sizeof(int32_t))
+    if (bp.ref_cnt == NULL or bp.key == NULL or bp.key_tokens == NULL or bp.sec_head == NULL
             or bp.prev_free == NULL or bp.next_free == NULL
             or bp.map_keys == NULL or bp.map_head == NULL):
         bp_release(bp)
@@ -88,19 +101,68 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     for i in range(1, num_blocks):
         _insert_after(bp, bp.prev_free[_tail(bp)], i)
     for i in range(num_blocks):
-        bp.next_dup[i] = -1
+        bp.sec_head[i] = -1
+    bp.ent_free = -1
+    bp.sec_free = -1
+    _grow_entries(bp, num_blocks + 16)
+    _grow_secondary(bp, 16)
     return 0
 
 
 cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     PyMem_RawFree(bp.ref_cnt)
     PyMem_RawFree(bp.key)
-    PyMem_RawFree(bp.next_dup)
+    PyMem_RawFree(bp.key_tokens)
+    PyMem_RawFree(bp.sec_head)
+    PyMem_RawFree(bp.ent_block)
+    PyMem_RawFree(bp.ent_next)
+    PyMem_RawFree(bp.sec_key)
+    PyMem_RawFree(bp.sec_next)
     PyMem_RawFree(bp.prev_free)
     PyMem_RawFree(bp.next_free)
     PyMem_RawFree(bp.map_keys)
     PyMem_RawFree(bp.map_head)
     memset(bp, 0, sizeof(BlockPoolC))
+
+
+# ---------------------------------------------------------------- pooled entries
+
+cdef int _grow_entries(BlockPoolC* bp, int32_t new_cap) except -1 nogil:
+    cdef int32_t* blk = <int32_t*>PyMem_RawRealloc(bp.ent_block, new_cap * sizeof(int32_t))
+    if blk == NULL:
+        with gil:
+            raise MemoryError("block pool map entries")
+    bp.ent_block = blk
+    cdef int32_t* nxt = <int32_t*>PyMem_RawRealloc(bp.ent_next, new_cap * sizeof(int32_t))
+    if nxt == NULL:
+        with gil:
+            raise MemoryError("block pool map entries")
+    bp.ent_next = nxt
+    cdef int32_t i
+    for i in range(new_cap - 1, bp.ent_cap - 1, -1):
+        bp.ent_next[i] = bp.ent_free
+        bp.ent_free = i
+    bp.ent_cap = new_cap
+    return 0
+
+
+cdef int _grow_secondary(BlockPoolC* bp, int32_t new_cap) except -1 nogil:
+    cdef hash_t* k = <hash_t*>PyMem_RawRealloc(bp.sec_key, new_cap * sizeof(hash_t))
+    if k == NULL:
+        with gil:
+            raise MemoryError("block pool secondary keys")
+    bp.sec_key = k
+    cdef int32_t* nxt = <int32_t*>PyMem_RawRealloc(bp.sec_next, new_cap * sizeof(int32_t))
+    if nxt == NULL:
+        with gil:
+            raise MemoryError("block pool secondary keys")
+    bp.sec_next = nxt
+    cdef int32_t i
+    for i in range(new_cap - 1, bp.sec_cap - 1, -1):
+        bp.sec_next[i] = bp.sec_free
+        bp.sec_free = i
+    bp.sec_cap = new_cap
+    return 0
 
 
 # ---------------------------------------------------------------- hash map
@@ -110,32 +172,55 @@ cdef inline hash_t _slot_of(const BlockPoolC* bp, hash_t key) noexcept nogil:
     return key & bp.map_mask
 
 
+cdef inline hash_t _find_slot(const BlockPoolC* bp, hash_t key) noexcept nogil:
+    # The slot holding ``key``, or the empty slot where it would go.
+    cdef hash_t s = _slot_of(bp, key)
+    while bp.map_keys[s] != 0 and bp.map_keys[s] != key:
+        s = (s + 1) & bp.map_mask
+    return s
+
+
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil:
-    """First-inserted block cached under ``key``, or -1."""
-    cdef hash_t s = _slot_of(bp, key)
-    while bp.map_keys[s] != 0:
-        if bp.map_keys[s] == key:
-            return bp.map_head[s]
-        s = (s + 1) & bp.map_mask
-    return -1
+    """First-inserted block still cached under ``key``, or -1 (get_one_block)."""
+    cdef hash_t s = _find_slot(bp, key)
+    if bp.map_keys[s] == 0:
+        return -1
+    return bp.ent_block[bp.map_head[s]]
 
 
-cdef void bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) noexcept nogil:
-    """Register block ``b`` under ``key`` (appended after earlier blocks with that key)."""
-    cdef hash_t s = _slot_of(bp, key)
-    cdef block_id_t cur
-    bp.key[b] = key
-    bp.next_dup[b] = -1
-    while bp.map_keys[s] != 0:
-        if bp.map_keys[s] == key:
-            cur = bp.map_head[s]
-            while bp.next_dup[cur] != -1:
-                cur = bp.next_dup[cur]
-            bp.next_dup[cur] = b
-            return
-        s = (s + 1) & bp.map_mask
-    bp.map_keys[s] = key
-    bp.map_head[s] = b
+cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
+    """Whether block ``b`` is cached under ``key`` (BlockHashToBlockMap.contain)."""
+    cdef hash_t s = _find_slot(bp, key)
+    cdef int32_t e
+    if bp.map_keys[s] == 0:
+        return False
+    e = bp.map_head[s]
+    while e != -1:
+        if bp.ent_block[e] == b:
+            return True
+        e = bp.ent_next[e]
+    return False
+
+
+cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
+    # Append ``b`` to the chain of ``key`` (BlockHashToBlockMap.insert).
+    cdef hash_t s = _find_slot(bp, key)
+    cdef int32_t e, cur
+    if bp.ent_free == -1:
+        _grow_entries(bp, bp.ent_cap * 2)
+    e = bp.ent_free
+    bp.ent_free = bp.ent_next[e]
+    bp.ent_block[e] = b
+    bp.ent_next[e] = -1
+    if bp.map_keys[s] == 0:
+        bp.map_keys[s] = key
+        bp.map_head[s] = e
+        return 0
+    cur = bp.map_head[s]
+    while bp.ent_next[cur] != -1:
+        cur = bp.ent_next[cur]
+    bp.ent_next[cur] = e
+    return 0
 
 
 cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
@@ -148,7 +233,7 @@ cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
         if bp.map_keys[j] == 0:
             return
         home = _slot_of(bp, bp.map_keys[j])
-        # Move j into the hole s if its home is not cyclically within (s, j].
+        # Move j into the hole s unless its home lies cyclically within (s, j].
         if ((j - home) & bp.map_mask) >= ((j - s) & bp.map_mask):
             bp.map_keys[s] = bp.map_keys[j]
             bp.map_head[s] = bp.map_head[j]
@@ -156,29 +241,102 @@ cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
             s = j
 
 
-cdef void bp_uncache(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    """Drop block ``b``'s key (vLLM BlockHashToBlockMap.pop(key, block_id))."""
-    cdef hash_t key = bp.key[b]
-    cdef hash_t s
-    cdef block_id_t cur
-    if key == 0:
-        return
-    s = _slot_of(bp, key)
-    while bp.map_keys[s] != key:
-        s = (s + 1) & bp.map_mask
-    if bp.map_head[s] == b:
-        if bp.next_dup[b] == -1:
+cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
+    # Remove only block ``b`` from ``key`` (BlockHashToBlockMap.pop(key, block_id)).
+    cdef hash_t s = _find_slot(bp, key)
+    cdef int32_t e, prev = -1
+    if bp.map_keys[s] == 0:
+        return False
+    e = bp.map_head[s]
+    while e != -1 and bp.ent_block[e] != b:
+        prev = e
+        e = bp.ent_next[e]
+    if e == -1:
+        return False
+    if prev == -1:
+        bp.map_head[s] = bp.ent_next[e]
+        if bp.map_head[s] == -1:
             _map_delete_slot(bp, s)
-        else:
-            bp.map_head[s] = bp.next_dup[b]
     else:
-        cur = bp.map_head[s]
-        while bp.next_dup[cur] != b:
-            cur = bp.next_dup[cur]
-        bp.next_dup[cur] = bp.next_dup[b]
-    bp.next_dup[b] = -1
+        bp.ent_next[prev] = bp.ent_next[e]
+    bp.ent_next[e] = bp.ent_free
+    bp.ent_free = e
+    return True
+
+
+# ---------------------------------------------------------------- block keys
+
+cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens) except -1 nogil:
+    """BlockPool._insert_block_hash: primary key if the block has none, else secondary."""
+    cdef int32_t e
+    if bp.key[b] == key or bp_contains(bp, key, b):
+        return 0
+    if bp.key[b] == 0:
+        bp.key[b] = key
+        bp.key_tokens[b] = num_tokens
+        if bp.ref_cnt[b] == 0 and b != 0:
+            bp.cached_free += 1
+    else:
+        if bp.sec_free == -1:
+            _grow_secondary(bp, bp.sec_cap * 2)
+        e = bp.sec_free
+        bp.sec_free = bp.sec_next[e]
+        bp.sec_key[e] = key
+        bp.sec_next[e] = bp.sec_head[b]
+        bp.sec_head[b] = e
+    return _map_insert(bp, key, b)
+
+
+cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
+    """Register an uncached held block under ``key`` as its primary key (tests)."""
+    return bp_insert_block_hash(bp, b, key, 0)
+
+
+cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
+    """Drop every key of ``b`` from the map (BlockPool._remove_cached_block_hashes).
+
+    Returns how many map entries were removed.
+    """
+    cdef int removed = 0
+    cdef int32_t e, nxt
+    if bp.key[b] != 0 and bp.ref_cnt[b] == 0 and b != 0:
+        bp.cached_free -= 1
+    if bp.key[b] != 0:
+        removed += _map_pop(bp, bp.key[b], b)
+    e = bp.sec_head[b]
+    while e != -1:
+        removed += _map_pop(bp, bp.sec_key[e], b)
+        nxt = bp.sec_next[e]
+        bp.sec_next[e] = bp.sec_free
+        bp.sec_free = e
+        e = nxt
+    bp.sec_head[b] = -1
     bp.key[b] = 0
-    bp.evictions += 1
+    bp.key_tokens[b] = 0
+    return removed
+
+
+cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil:
+    """Move every key of ``src`` onto ``dst`` (BlockPool.move_block_hashes)."""
+    cdef tok_t num_tokens = bp.key_tokens[src]
+    cdef hash_t primary = bp.key[src]
+    cdef int32_t e = bp.sec_head[src]
+    cdef int32_t nxt
+    if primary != 0:
+        _map_pop(bp, primary, src)
+    bp.key[src] = 0
+    bp.key_tokens[src] = 0
+    bp.sec_head[src] = -1
+    if primary != 0:
+        bp_insert_block_hash(bp, dst, primary, num_tokens)
+    while e != -1:
+        nxt = bp.sec_next[e]
+        _map_pop(bp, bp.sec_key[e], src)
+        bp_insert_block_hash(bp, dst, bp.sec_key[e], num_tokens)
+        bp.sec_next[e] = bp.sec_free
+        bp.sec_free = e
+        e = nxt
+    return 0
 
 
 # ---------------------------------------------------------------- free queue
@@ -190,9 +348,10 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
     """
     cdef block_id_t b = bp.next_free[_head(bp)]
     _unlink(bp, b)
-    if bp.key[b] != 0:
-        bp_uncache(bp, b)
     bp.ref_cnt[b] = 1
+    if bp.key[b] != 0 or bp.sec_head[b] != -1:
+        if bp_remove_hashes(bp, b) > 0:
+            bp.evictions += 1
     return b
 
 
@@ -205,28 +364,40 @@ cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:
     bp.ref_cnt[b] += 1
 
 
+cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil:
+    # BlockPool.free_blocks: blocks reaching ref count 0 without a key go to the
+    # head after the ones freed before them in this call (prepend_n), blocks
+    # with a key to the tail (append_n).
+    if b == 0:
+        return
+    bp.ref_cnt[b] -= 1
+    if bp.ref_cnt[b] != 0:
+        return
+    if bp.key[b] == 0 or not bp.caching:
+        _insert_after(bp, front[0], b)
+        front[0] = b
+    else:
+        _insert_after(bp, bp.prev_free[_tail(bp)], b)
+        bp.cached_free += 1
+
+
 cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
     """Free ``blocks[n-1], ..., blocks[0]`` in that eviction order.
 
-    vLLM passes a request's table reversed to ``BlockPool.free_blocks``: the
-    unhashed blocks reaching ref count 0 go to the head in that order
-    (``prepend_n``), the hashed ones to the tail in that order (``append_n``).
+    vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
     """
     cdef Py_ssize_t i
-    cdef block_id_t b
     cdef block_id_t front = _head(bp)
     for i in range(n - 1, -1, -1):
-        b = blocks[i]
-        if b == 0:
-            continue
-        bp.ref_cnt[b] -= 1
-        if bp.ref_cnt[b] != 0:
-            continue
-        if bp.key[b] == 0 or not bp.caching:
-            _insert_after(bp, front, b)
-            front = b
-        else:
-            _insert_after(bp, bp.prev_free[_tail(bp)], b)
+        bp_free_one(bp, blocks[i], &front)
+
+
+cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
+    """Free ``blocks[0], ..., blocks[n-1]`` in that eviction order."""
+    cdef Py_ssize_t i
+    cdef block_id_t front = _head(bp)
+    for i in range(n):
+        bp_free_one(bp, blocks[i], &front)
 
 
 # ---------------------------------------------------------------- Python handle

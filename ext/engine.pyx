@@ -21,7 +21,7 @@ from libc.string cimport memset
 import numpy as np
 
 from aisim._core.blockpool cimport bp_usage
-from aisim._core.kvcache cimport kv_init, kv_release
+from aisim._core.kvcache cimport GroupSpecC, kv_init, kv_release
 from aisim._core.request cimport ReqC, ST_PENDING
 from aisim._core.scheduler cimport (
     BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
@@ -150,6 +150,10 @@ cdef class Engine:
                  seg_stream, seg_first, seg_len, arrival_step=None, arrival_time=None,
                  int num_gpu_blocks, int block_size, long max_model_len,
                  bint enable_prefix_caching, int watermark_blocks,
+                 groups=None, long hash_block_size=0, long sched_block_size=0,
+                 bint fine_grained=False, long retention=0, int version=32,
+                 long cache_block_size=0, bint mamba_split=False, bint mamba_partial=False,
+                 bint mamba_has_ckpt=False, long mamba_ckpt_align=0,
                  long max_num_batched_tokens, long max_num_scheduled_tokens,
                  int max_num_seqs, int max_num_active_seqs,
                  long long_prefill_token_threshold, bint long_prefill_token_threshold_adaptive,
@@ -213,8 +217,32 @@ cdef class Engine:
         conf.reserve_full_isl = scheduler_reserve_full_isl
         conf.async_scheduling = async_scheduling
         conf.max_model_len = max_model_len
-        kv_init(&self.kv, num_gpu_blocks, block_size, max_model_len, enable_prefix_caching,
-                watermark_blocks, max_num_seqs + 8)
+        conf.version = version
+        conf.mamba_split = mamba_split
+        conf.cache_block_size = cache_block_size if cache_block_size > 0 else block_size
+        conf.mamba_partial = mamba_partial
+        conf.mamba_has_ckpt = mamba_has_ckpt
+        conf.mamba_ckpt_align = mamba_ckpt_align
+        if groups is None:
+            groups = [dict(kind=0, block_size=block_size, cacheable=True, spec_group=0)]
+            hash_block_size = sched_block_size = block_size
+        cdef GroupSpecC specs[16]
+        if not 1 <= len(groups) <= 16:
+            raise ValueError("between 1 and 16 KV-cache groups are supported")
+        for i, g in enumerate(groups):
+            specs[i].kind = g["kind"]
+            specs[i].block_size = g["block_size"]
+            specs[i].window = g.get("window", 0)
+            specs[i].cacheable = g.get("cacheable", True)
+            specs[i].align_mode = g.get("align_mode", False)
+            specs[i].num_spec = g.get("num_spec", 0)
+            specs[i].has_ckpt = g.get("has_ckpt", False)
+            specs[i].ckpt_align = g.get("ckpt_align", 0)
+            specs[i].admission_cap = g.get("admission_cap", -1)
+            specs[i].spec_group = g.get("spec_group", -1)
+        kv_init(&self.kv, num_gpu_blocks, <int32_t>len(groups), specs, hash_block_size,
+                sched_block_size, fine_grained, enable_prefix_caching, retention, version,
+                max_model_len, watermark_blocks, max_num_seqs + 8)
         self.kv.seg_stream = &g_str[0] if g_str.shape[0] > 0 else NULL
         self.kv.seg_first = &g_first[0] if g_first.shape[0] > 0 else NULL
         self.kv.seg_len = &g_len[0] if g_len.shape[0] > 0 else NULL

@@ -1,58 +1,114 @@
-# vLLM's KV-cache manager for one full-attention group over the shared block
-# pool: prefix lookup, admission arithmetic, allocation, caching and frees.
-# cimported by scheduler (schedule/update) and engine (set-up, telemetry).
-# Mirrors vllm/v1/core/kv_cache_manager.py (KVCacheManager),
-# kv_cache_coordinator.py (UnitaryKVCacheCoordinator,
-# KVCacheCoordinatorNoPrefixCache) and single_type_kv_cache_manager.py
-# (FullAttentionManager) of vLLM 0.31/0.32.
+# vLLM's KV-cache manager over one shared block pool, with one manager per
+# KV-cache group behind a coordinator: prefix lookup (the hybrid fixed point),
+# admission arithmetic, allocation, caching with retention masks, window and
+# state releases, copy-on-write partial hits and frees.  cimported by
+# scheduler (schedule/update) and engine (set-up, telemetry).  Mirrors
+# vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
+# single_type_kv_cache_manager.py of vLLM 0.31/0.32.
 from aisim._core.blockpool cimport BlockPoolC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, slot_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, slot_t, tok_t
+
+cdef enum GroupKind:
+    GK_FULL = 0        # FullAttentionManager
+    GK_SWA = 1         # SlidingWindowManager
+    GK_CHUNKED = 2     # ChunkedLocalAttentionManager
+    GK_MAMBA = 3       # MambaManager (Mamba, GDN, KDA state)
+    GK_RING = 4        # CircularBufferManager: one block per request, never cached
+
+cdef struct GroupSpecC:
+    # What the configuration says of one group (validated in Python).
+    int32_t kind               # GroupKind
+    tok_t block_size
+    tok_t window               # sliding_window (SWA) or attention_chunk_size (chunked local)
+    bint cacheable             # prefix_cacheable
+    bint align_mode            # Mamba: mamba_cache_mode == "align"
+    int32_t num_spec           # Mamba: num_speculative_blocks
+    bint has_ckpt              # Mamba: num_prefill_checkpoint_blocks > 0
+    tok_t ckpt_align           # Mamba: prefill_checkpoint_alignment (0 = None)
+    int32_t admission_cap      # max_admission_blocks_per_request (-1 = none)
+    int32_t spec_group         # lookup spec-group of a cacheable group (-1 = none)
+
+cdef struct GroupC:
+    GroupSpecC spec
+    int32_t ratio              # block_size // hash_block_size (cacheable groups)
+    int32_t table_row          # table entries per request row
+    block_id_t* tables         # [cap_slots * table_row] block tables (0 = null block)
+    int32_t* table_len         # [cap_slots]
+    int32_t* num_cached        # [cap_slots] num_cached_block; -1 while absent
+    int32_t* partial_idx       # [cap_slots] _partial_hit_reqs: table index (-1 = none)
+    block_id_t* partial_src    # [cap_slots] _partial_hit_reqs: source block
+    int32_t* last_state        # [cap_slots] Mamba last_state_block_idx (-1 = none)
+    int32_t* retired           # [cap_slots] Mamba _num_retired_blocks
+    flag_t* allocated          # [cap_slots] Mamba _allocated_block_reqs
+    tok_t* ckpt_pos            # [cap_slots] Mamba _checkpoints position (0 = none)
+    int32_t* ckpt_idx          # [cap_slots] Mamba _checkpoints table index
+    block_id_t* hit            # [table_row] hit blocks of the last lookup
+    int32_t hit_n
+    hash_t* cts                # Mamba cached_blocks_this_step (keys)
+    int32_t cts_n
+    int32_t cts_cap
+    block_id_t* retained       # copy-on-write retentions (source, copy) of this step
+    int32_t ret_n
+    int32_t ret_cap
 
 cdef struct KVCacheC:
     BlockPoolC pool            # the one block pool of the engine
-    tok_t block_size           # tokens per block (= hash block size for one group)
-    tok_t max_model_len
+    int32_t n_groups
+    GroupC* groups             # [n_groups] in group-id order
+    int32_t n_spec             # lookup spec-groups, full attention first
+    int32_t* spec_first        # [n_spec] first member in spec_members
+    int32_t* spec_count        # [n_spec]
+    int32_t* spec_members      # [n_groups] group ids, spec-group by spec-group
+    tok_t hash_block_size      # granularity of a request's block hashes
+    tok_t sched_block_size     # scheduler block size (lcm of group block sizes)
+    tok_t align                # cache_hit_alignment_tokens
     bint caching               # enable_prefix_caching
-    block_id_t watermark_blocks  # int(watermark * num_blocks)
+    bint hybrid                # HybridKVCacheCoordinator (several groups)
+    bint fine                  # enable_partial_hash_hits
+    int32_t version            # 31 or 32: vLLM minor version whose rules apply
+    tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
+    tok_t max_model_len
+    block_id_t watermark_blocks
     # token identity of every request (owned by the engine)
-    const hash_t* seg_stream   # [segments] token stream id
-    const tok_t* seg_first     # [segments] offset of the first token in its stream
-    const tok_t* seg_len       # [segments] tokens in the segment
+    const hash_t* seg_stream
+    const tok_t* seg_first
+    const tok_t* seg_len
     # per-request rows, by slot
-    slot_t cap_slots           # rows allocated
-    slot_t n_free_slots        # entries of free_slots in use
+    slot_t cap_slots
+    slot_t n_free_slots
     slot_t* free_slots         # [cap_slots] stack of unused rows
-    int32_t hash_row           # hashes per row: max_model_len // block_size + 1
-    int32_t table_row          # table entries per row: cdiv(max_model_len, block_size) + 1
-    hash_t* hashes             # [cap_slots * hash_row] the request's chained block hashes
-    block_id_t* tables         # [cap_slots * table_row] the request's block table
-    int32_t* table_len         # [cap_slots] entries in the block table
-    int32_t* num_cached        # [cap_slots] num_cached_block; -1 while absent
-    int32_t* num_hashed        # [cap_slots] block hashes computed so far
+    int32_t hash_row           # hashes per row: max_model_len // hash_block_size + 1
+    hash_t* hashes             # [cap_slots * hash_row] chained hashes at hash_block_size
+    int32_t* num_hashed        # [cap_slots]
     int32_t* cur_seg           # [cap_slots] hashing cursor: segment (seg_cnt = the output)
     tok_t* cur_off             # [cap_slots] hashing cursor: offset inside that segment
-    # result of the last lookup
-    block_id_t* hit            # [table_row] hit blocks of the last get_computed_blocks
-    int32_t hit_n              # number of hit blocks
+    flag_t* mask               # [max table_row] scratch: retention mask
+    tok_t* tmp_hit_len         # [n_spec] scratch of the hybrid lookup
+    flag_t* tmp_looked         # [n_spec]
+    block_id_t* tmp_blocks     # [n_groups] scratch: blocks of one joint probe
 
-cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, tok_t block_size, tok_t max_model_len,
-                 bint caching, block_id_t watermark_blocks, slot_t initial_slots) except -1 nogil
+cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
+                 tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
+                 tok_t retention, int32_t version, tok_t max_model_len,
+                 block_id_t watermark_blocks, slot_t initial_slots) except -1 nogil
 cdef void kv_release(KVCacheC* kv) noexcept nogil
 cdef int kv_acquire_slot(KVCacheC* kv, ReqC* r) except -1 nogil
 cdef void kv_release_slot(KVCacheC* kv, ReqC* r) noexcept nogil
+cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil
 cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil
-cdef bint kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
-                            bint full_sequence_must_fit, bint has_scheduled_reqs) noexcept nogil
-cdef void kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) noexcept nogil
+cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
+                           bint full_sequence_must_fit, bint has_scheduled_reqs) except -1 nogil
+cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogil
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
+cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
+cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil
 
 
 cdef class KVCache:
     """Python handle on a KVCacheC with its own requests, for tests."""
     cdef KVCacheC c
-    cdef ReqC* reqs            # [max_requests]
+    cdef ReqC* reqs            # [n_reqs]
     cdef int n_reqs
-    cdef int max_requests
     cdef object _segments      # keeps the segment arrays alive
     cdef ReqC* _req(self, int r) except NULL

@@ -32,8 +32,10 @@ cdef struct ReqC:
     int32_t num_preemptions
     # --- KV-cache manager state
     slot_t slot                # row of block tables and hashes; -1 when none is held
+    tok_t shared_prefix_boundary  # Request.shared_prefix_boundary from the last lookup
     # --- results
     tok_t cached_first         # local prefix hit at the first admission (PrefillStats)
+    tok_t cached_total         # local prefix hits summed over every admission
     sec_t arrival_s            # clock when the engine added the request
     sec_t first_sched_s        # clock of the first step that scheduled it (-1: never)
     sec_t first_token_s        # end of the step that produced its first output (-1: none)

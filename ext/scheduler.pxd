@@ -18,6 +18,12 @@ cdef struct SchedConfC:
     bint reserve_full_isl            # scheduler_reserve_full_isl
     bint async_scheduling            # AsyncScheduler (output placeholders)
     tok_t max_model_len
+    int32_t version                  # 31 or 32: vLLM minor version whose rules apply
+    bint mamba_split                 # need_mamba_block_aligned_split (Mamba groups in align mode)
+    tok_t cache_block_size           # cache_config.block_size (the Mamba block)
+    bint mamba_partial               # mamba_partial_cache_hit (fine-grained hits)
+    bint mamba_has_ckpt              # every Mamba group has prefill checkpoint blocks
+    tok_t mamba_ckpt_align           # prefill_checkpoint_alignment of the first Mamba group (0 = None)
 
 cdef struct BatchC:
     # One SchedulerOutput, plus what the decision log and telemetry need.
@@ -70,4 +76,4 @@ cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil
 cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil
-cdef void sched_update(SchedC* s, const BatchC* b) noexcept nogil
+cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil

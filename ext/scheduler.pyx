@@ -17,8 +17,8 @@ from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree
 from libc.string cimport memset
 
 from aisim._core.kvcache cimport (
-    KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_free,
-    kv_get_computed_blocks, kv_release_slot,
+    KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_end_schedule, kv_free,
+    kv_get_computed_blocks, kv_new_step_starts, kv_release_slot,
 )
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
@@ -32,6 +32,74 @@ cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
 
 cdef inline tok_t _min(tok_t a, tok_t b) noexcept nogil:
     return a if a < b else b
+
+
+cdef inline tok_t cdiv_(tok_t a, tok_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef inline tok_t _ckpt_position(tok_t n, tok_t unit) noexcept nogil:
+    # get_mamba_prefill_checkpoint_position (no EAGLE): leave one token.
+    cdef tok_t p = (n - 1) // unit * unit
+    return p if p > 0 else 0
+
+
+cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
+    """Scheduler._mamba_block_aligned_split (0.31 and 0.32 rules).
+
+    Intermediate prefill chunks end on Mamba block boundaries, and a prefill
+    stops where a later request can reuse the state: the last cacheable block
+    boundary, the prompt's tail hash boundary (fine-grained hits) and the
+    shared-prefix junction.
+    """
+    cdef const SchedConfC* c = &s.conf
+    cdef tok_t start = r.num_computed + local_hit
+    cdef tok_t ntok = num_tokens(r)
+    cdef tok_t prefill_end = r.prompt_len if r.prompt_len > ntok - 1 else ntok - 1
+    cdef tok_t bs = c.cache_block_size
+    cdef tok_t h = s.kv.hash_block_size
+    cdef tok_t end, last, cp, max_prefill, aligned, tail, junction, best, stop
+    cdef bint internal
+    cdef int k
+    cdef tok_t stops[4]
+    if start >= prefill_end:
+        return n
+    if c.version >= 32:
+        last = _ckpt_position(ntok, bs)
+        cp = _ckpt_position(prefill_end, h if c.mamba_partial else s.kv.sched_block_size)
+    else:
+        last = ntok - ntok % bs
+        cp = _ckpt_position(prefill_end, h)
+    end = start + n
+    internal = False
+    if c.mamba_has_ckpt and end >= prefill_end and c.mamba_ckpt_align > 0:
+        # is_mamba_prefill_checkpoint_valid
+        internal = (start % h == 0 and cdiv_(end, bs) - 2 > ((start - 1) // bs if start > 0 else -1)
+                    and start + h <= cp and start < cp < end and (cp - start) % c.mamba_ckpt_align == 0)
+    if internal:
+        last = 0
+    if end < prefill_end:
+        max_prefill = c.max_num_scheduled_tokens
+        if c.long_prefill_token_threshold > 0:
+            max_prefill = _min(max_prefill, c.long_prefill_token_threshold)
+        aligned = end // bs * bs
+        if aligned > start or bs <= max_prefill:
+            end = aligned
+    tail = 0
+    if c.mamba_partial and not internal:
+        tail = _ckpt_position(r.prompt_len, h) if c.version >= 32 else r.prompt_len // h * h
+    junction = r.shared_prefix_boundary
+    stops[0] = (start // bs + 1) * bs if (start % bs != 0 and not internal) else 0
+    stops[1] = last
+    stops[2] = tail if last < tail < r.prompt_len else 0
+    stops[3] = start + (junction - start) // bs * bs if start < junction < end else 0
+    best = end
+    for k in range(4):
+        stop = stops[k]
+        if start < stop < end and stop < best:
+            best = stop
+    return best - start if best > start else 0
+
 
 
 # ------------------------------------------------------------------ set-up
@@ -295,6 +363,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     b.n_preempted = 0
     b.queries = b.hits = b.requests = 0
     b.p_queries = b.p_hits = b.p_requests = 0
+    kv_new_step_starts(s.kv)
 
     # Long-prefill threshold, once per step, only with more than one eligible
     # request (Scheduler.schedule, 0.31+), with the optional fair-share floor.
@@ -320,11 +389,13 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         n = _min(n, _min(token_budget, input_budget))
         # Leave room for the sampled token (num_sampled_tokens_per_step = 1).
         n = _min(n, c.max_model_len - r.num_computed - 1)
+        if c.mamba_split:
+            n = _mamba_block_aligned_split(s, r, n, 0)
         if n <= 0:
             req_index += 1
             continue
         while True:
-            ok = kv_allocate_slots(s.kv, r, n, 0, False, True)
+            ok = kv_allocate_slots(s.kv, r, n, 0, False, True) == 1
             if ok:
                 break
             # Preempt: FCFS takes the tail of running; priority the max of
@@ -374,7 +445,11 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             if not c.chunked_prefill and n > _min(token_budget, input_budget):
                 break
             n = _min(n, _min(token_budget, input_budget))
-            if not kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0):
+            if c.mamba_split:
+                n = _mamba_block_aligned_split(s, r, n, hit)
+                if n == 0:
+                    break
+            if kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0) == 0:
                 break
             # record_prefix_cache_stats, once per successful admission.
             if s.kv.caching:
@@ -389,6 +464,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             _wq_pop(s)
             s.running[s.n_running] = ri
             s.n_running += 1
+            r.cached_total += hit
             if r.status == ST_WAITING:
                 b.new_req[b.n_new] = ri
                 b.new_computed[b.n_new] = hit
@@ -409,6 +485,10 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         for i in range(n_skipped - 1, -1, -1):
             _wq_push_front(s, s.skipped[i])
 
+    # Copy-on-write retentions are released once the step's copies are
+    # issued (Scheduler.schedule -> _free_cow_retained_blocks).
+    kv_end_schedule(s.kv)
+
     # ---- _update_after_schedule (+ AsyncScheduler placeholders)
     for i in range(b.n):
         r = &s.reqs[b.req[i]]
@@ -427,7 +507,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 
 # ------------------------------------------------------------------ update_from_output()
 
-cdef void sched_update(SchedC* s, const BatchC* b) noexcept nogil:
+cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
     """Scheduler.update_from_output for batch ``b`` with the fake model's tokens.
 
     Tokens produced by ``b`` are stamped with ``b.end_s``.
@@ -481,3 +561,4 @@ cdef void sched_update(SchedC* s, const BatchC* b) noexcept nogil:
         s.n_running = j
     if s.n_finished > 0:
         s.finished_pending = True
+    return 0
