@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
+from aisim.config.kvgroups import resolve_groups
 from aisim.errors import TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
@@ -62,6 +63,31 @@ def _segments_arrays(trace: pa.Table):
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
+def blocks_for_tokens(engine: EngineConfig, tokens: np.ndarray) -> np.ndarray:
+    """Blocks one request of ``tokens`` tokens holds at most, summed over groups.
+
+    The per-group footprint of vLLM's start-up sizing (``max_memory_usage_bytes``):
+    full attention holds every block, a sliding window its admission cap, a
+    state group two state blocks (+ drafts and a checkpoint) in align mode.
+    """
+    from aisim.config.kvgroups import expand_groups
+
+    total = np.zeros_like(tokens)
+    kw = resolve_groups(engine)
+    for g, spec in zip(expand_groups(engine.kv_cache_groups), kw["groups"]):
+        bs = spec["block_size"]
+        full = -(-tokens // bs)
+        if g["type"] in ("sliding_window", "chunked_local"):
+            total += np.minimum(full, spec["admission_cap"])
+        elif g["type"] in ("mamba", "gdn", "kda"):
+            total += (2 + spec["num_spec"] + int(spec["has_ckpt"])) if spec["align_mode"] else 1 + spec["num_spec"]
+        elif g["type"] == "ring":
+            total += 1
+        else:
+            total += full
+    return total
+
+
 def _validate(trace: pa.Table, engine: EngineConfig):
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
@@ -83,7 +109,7 @@ def _validate(trace: pa.Table, engine: EngineConfig):
         )
     # Every request must fit an empty pool, or the replay could never finish it.
     longest = np.minimum(prompt.astype(np.int64) + out, engine.max_model_len)
-    need = -(-longest // engine.block_size)
+    need = blocks_for_tokens(engine, longest)
     bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
     if bad.size:
         i = bad[0]
@@ -159,6 +185,7 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         per_token_s=tm.per_token_s,
         per_req_s=tm.per_req_s,
         record_events=record_decisions,
+        **resolve_groups(engine),
     )
     kwargs["arrival_time" if timed else "arrival_step"] = arrival
     out = Engine(**kwargs).run()

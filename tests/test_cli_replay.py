@@ -116,12 +116,12 @@ def test_missing_files_are_clear(tmp_path):
     _assert_refused(r, "cannot read engine configuration", "nope.json")
 
 
-def test_hybrid_groups_are_refused_with_reason(scenario):
+def test_unknown_group_type_is_refused_with_reason(scenario):
     cfg = json.loads((scenario / "engine.json").read_text())
-    cfg["kv_cache_groups"] = [{"type": "full"}, {"type": "sliding_window", "sliding_window": 128}]
+    cfg["kv_cache_groups"] = [{"type": "full"}, {"type": "sliding_windw", "sliding_window": 128}]
     (scenario / "engine.json").write_text(json.dumps(cfg))
     r = _run("replay", "--engine", str(scenario / "engine.json"), "--trace", str(scenario / "trace.jsonl"))
-    _assert_refused(r, "kv_cache_groups", "sliding_window")
+    _assert_refused(r, "kv_cache_groups[1].type", "sliding_windw")
 
 
 def test_request_larger_than_the_pool_is_refused(scenario):

@@ -1,4 +1,4 @@
-"""Fidelity: every single-group oracle scenario replays identical to the real vLLM log.
+"""Fidelity: every oracle scenario replays identical to the real vLLM log.
 
 The logs in tests/data/oracle/ were recorded from vLLM's own Scheduler /
 AsyncScheduler (see its README).  Every step line is compared field by field.
@@ -17,7 +17,9 @@ from aisim.traces import read_oracle_trace
 from conftest import ORACLE
 
 SCENARIOS = ["full_small", "full_nocache", "full_nochunk", "full_pressure", "full_pressure_async",
-             "priority_threshold", "timed", "bench_full"]
+             "priority_threshold", "timed", "bench_full",
+             # grouped (hybrid) KV caches
+             "hybrid_swa", "hybrid_mamba", "hybrid_mamba_fine", "hybrid_mamba_pressure"]
 VERSIONS = ["0.31.0", "0.32.0"]
 
 

@@ -57,7 +57,18 @@ class EngineConfig:
     async_scheduling : bool
         vLLM's async engine loop (batch queue of two, output placeholders).
     kv_cache_groups : tuple of dict
-        KV-cache groups; this release replays one full-attention group.
+        KV-cache groups in group-id order: ``type`` (full, sliding_window,
+        chunked_local, mamba/gdn/kda, ring), optional ``block_size``,
+        ``count``, ``sliding_window``, ``attention_chunk_size``,
+        ``prefix_cacheable``, ``num_speculative_blocks``,
+        ``prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``,
+        ``page_size_bytes``.
+    mamba_cache_mode : {"align", "none"} or None
+        Default: "align" with a state group and prefix caching on.
+    prefix_match_unit : int or None
+        Hash block size of grouped caches (vLLM's ``prefix_match_unit``).
+    prefix_cache_retention_interval : int or None
+        Engine default 0 (sparse); None keeps every window/state block (dense).
     vllm_version : str
         The vLLM release whose rules are followed.
     time_model : TimeModel
@@ -81,6 +92,8 @@ class EngineConfig:
     async_scheduling: bool = False
     kv_cache_groups: tuple = ({"type": "full"},)
     mamba_cache_mode: str | None = None
+    prefix_match_unit: int | None = None
+    prefix_cache_retention_interval: int | None = 0
     cache_extra: dict = field(default_factory=dict)
     vllm_version: str = DEFAULT_VLLM_VERSION
     time_model: TimeModel = field(default_factory=TimeModel)
@@ -97,6 +110,16 @@ class EngineConfig:
     def active_seqs(self) -> int:
         """Admission cap into RUNNING (``max_num_active_seqs``)."""
         return self.max_num_seqs if self.max_num_active_seqs is None else self.max_num_active_seqs
+
+    @property
+    def resolved_mamba_cache_mode(self) -> str:
+        """``mamba_cache_mode`` with vLLM's default filled in."""
+        if self.mamba_cache_mode is not None:
+            return self.mamba_cache_mode
+        from aisim.config.kvgroups import STATE_KINDS, expand_groups
+
+        has_state = any(g["type"] in STATE_KINDS for g in expand_groups(self.kv_cache_groups))
+        return "align" if has_state and self.enable_prefix_caching else "none"
 
     @property
     def watermark_blocks(self) -> int:
@@ -197,32 +220,56 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     extra = kw.get("cache_extra", {})
     if not isinstance(extra, dict):
         raise ConfigError(f"'cache_extra'{_where(source)} must be a mapping")
+    for k, v in extra.items():
+        # The oracle's spelling of two cache-config fields.
+        if k not in ("prefix_cache_retention_interval", "prefix_match_unit"):
+            raise ConfigError(f"unknown key 'cache_extra.{k}'{_where(source)}")
+        if k in kw and kw[k] != v:
+            raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
+        kw[k] = v
     kw["cache_extra"] = dict(extra)
+    unit = kw.get("prefix_match_unit")
+    if unit is not None and (isinstance(unit, bool) or not isinstance(unit, int) or unit < 1):
+        raise ConfigError(f"'prefix_match_unit'{_where(source)} must be a positive integer, got {unit!r}")
     cfg = EngineConfig(**kw)
     _check_relations(cfg, source)
     return cfg
 
 
 def _groups(groups, kw, source):
+    from aisim.config.kvgroups import GROUP_DEFAULTS, GROUP_KINDS
+
     if not isinstance(groups, (list, tuple)) or not groups:
         raise ConfigError(f"'kv_cache_groups'{_where(source)} must be a non-empty list of groups")
     out = []
     for i, g in enumerate(groups):
+        where = f"'kv_cache_groups[{i}]'{_where(source)}"
         if not isinstance(g, dict):
-            raise ConfigError(f"'kv_cache_groups[{i}]'{_where(source)} must be a mapping")
+            raise ConfigError(f"{where} must be a mapping")
         for k in g:
-            if k not in _GROUP_KEYS:
-                raise ConfigError(f"unknown key 'kv_cache_groups[{i}].{k}'{_where(source)}")
+            if k not in GROUP_DEFAULTS:
+                raise ConfigError(f"unknown key 'kv_cache_groups[{i}].{k}'{_where(source)}; "
+                                  f"known keys: {', '.join(GROUP_DEFAULTS)}")
+        kind = g.get("type")
+        if kind not in GROUP_KINDS:
+            raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "
+                              f"{', '.join(GROUP_KINDS)}, got {kind!r}")
+        for k in ("block_size", "count", "sliding_window", "attention_chunk_size", "num_speculative_blocks",
+                  "prefill_checkpoint_blocks", "prefill_checkpoint_alignment", "page_size_bytes"):
+            v = g.get(k)
+            low = 0 if k in ("num_speculative_blocks", "prefill_checkpoint_blocks") else 1
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+                raise ConfigError(f"'kv_cache_groups[{i}].{k}'{_where(source)} must be an integer "
+                                  f">= {low}, got {v!r}")
+        if "prefix_cacheable" in g and not isinstance(g["prefix_cacheable"], bool):
+            raise ConfigError(f"'kv_cache_groups[{i}].prefix_cacheable'{_where(source)} must be true or false")
+        if kind == "sliding_window" and not g.get("sliding_window"):
+            raise ConfigError(f"'kv_cache_groups[{i}].sliding_window'{_where(source)} is required for a "
+                              "sliding_window group")
+        if kind == "chunked_local" and not g.get("attention_chunk_size"):
+            raise ConfigError(f"'kv_cache_groups[{i}].attention_chunk_size'{_where(source)} is required "
+                              "for a chunked_local group")
         out.append(dict(g))
-    expanded = [g for g in out for _ in range(int(g.get("count", 1)))]
-    if len(expanded) != 1 or expanded[0].get("type") != "full":
-        kinds = ", ".join(str(g.get("type")) for g in expanded)
-        raise ConfigError(
-            f"'kv_cache_groups'{_where(source)} lists [{kinds}]: this release replays a single "
-            "full-attention group; grouped (hybrid) KV caches are not supported yet"
-        )
-    if "block_size" in expanded[0] and expanded[0]["block_size"] != kw.get("block_size", 16):
-        raise ConfigError(f"'kv_cache_groups[0].block_size'{_where(source)} must equal 'block_size' for one group")
     return tuple(out)
 
 
@@ -247,18 +294,26 @@ def _check_relations(cfg: EngineConfig, source):
         raise ConfigError(f"'max_num_active_seqs'{_where(source)} must not exceed 'max_num_seqs'")
     if cfg.token_budget > cfg.max_num_batched_tokens:
         raise ConfigError(f"'max_num_scheduled_tokens'{_where(source)} must not exceed 'max_num_batched_tokens'")
-    if cfg.mamba_cache_mode not in (None, "none"):
-        raise ConfigError(f"'mamba_cache_mode'{_where(source)} needs a mamba group, which this release does not replay")
-    for k in cfg.cache_extra:
-        if k not in ("prefix_cache_retention_interval", "prefix_match_unit"):
-            raise ConfigError(f"unknown key 'cache_extra.{k}'{_where(source)}")
-    unit = cfg.cache_extra.get("prefix_match_unit")
-    if unit is not None and unit != cfg.block_size and cfg.enable_prefix_caching:
+    if cfg.mamba_cache_mode not in (None, "none", "align"):
+        raise ConfigError(f"'mamba_cache_mode'{_where(source)} must be 'align' or 'none', got {cfg.mamba_cache_mode!r}")
+    from aisim.config.kvgroups import expand_groups
+
+    groups = expand_groups(cfg.kv_cache_groups)
+    unit = cfg.prefix_match_unit
+    if unit is not None and len(groups) == 1 and unit != cfg.block_size and cfg.enable_prefix_caching:
         # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.
         raise ConfigError(
-            f"'cache_extra.prefix_match_unit' ({unit}){_where(source)} must equal 'block_size' "
+            f"'prefix_match_unit' ({unit}){_where(source)} must equal 'block_size' "
             f"({cfg.block_size}) for a single KV-cache group"
         )
+    if len(groups) > 1 and cfg.enable_prefix_caching and cfg.resolved_mamba_cache_mode == "align":
+        sizes = [g["block_size"] or cfg.block_size for g in groups]
+        if unit is not None and any(s % unit for s in sizes):
+            raise ConfigError(f"'prefix_match_unit' ({unit}){_where(source)} must divide every group's "
+                              f"block size {sizes}")
+    r = cfg.prefix_cache_retention_interval
+    if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 0):
+        raise ConfigError(f"'prefix_cache_retention_interval'{_where(source)} must be null or an integer >= 0")
 
 
 def load_engine_config(path: str | os.PathLike) -> EngineConfig:

@@ -1,0 +1,143 @@
+"""KV-cache groups as vLLM's engine core resolves them at start-up.
+
+From the configured groups this derives what the replay core needs: each
+group's manager kind and block size, the scheduler block size (LCM of the
+group block sizes), the hash block size (``prefix_match_unit``, else the GCD
+of the prefix-cacheable groups' block sizes, with vLLM's fall-backs), whether
+fine-grained ("partial") hits are on, the cache-hit alignment, the
+sliding-window admission caps and the lookup spec-groups.  Rules:
+``vllm/v1/core/kv_cache_utils.py`` (``resolve_kv_cache_block_sizes``,
+``partial_hash_hits_enabled``), ``kv_cache_coordinator.py``
+(``HybridKVCacheCoordinator.verify_and_split_kv_cache_groups``) and
+``kv_cache_interface.py`` (``max_admission_blocks_per_request``).
+"""
+
+from __future__ import annotations
+
+import math
+
+GROUP_KINDS = {"full": 0, "sliding_window": 1, "chunked_local": 2, "mamba": 3, "gdn": 3, "kda": 3, "ring": 4}
+STATE_KINDS = ("mamba", "gdn", "kda")
+
+# Per-group keys of the configuration, with their defaults.
+GROUP_DEFAULTS = {
+    "type": None,
+    "block_size": None,            # default: the engine's block_size
+    "count": 1,
+    "sliding_window": None,
+    "attention_chunk_size": None,
+    "prefix_cacheable": None,      # default: true except for ring groups
+    "num_speculative_blocks": 0,
+    "prefill_checkpoint_blocks": 0,
+    "prefill_checkpoint_alignment": None,
+    "page_size_bytes": None,
+}
+
+
+def expand_groups(groups) -> list[dict]:
+    """Each configured group repeated ``count`` times, defaults filled in."""
+    out = []
+    for g in groups:
+        full = {**GROUP_DEFAULTS, **g}
+        for _ in range(int(full["count"])):
+            out.append(full)
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def resolve_groups(cfg) -> dict:
+    """Keyword arguments of the replay core for the groups of ``cfg``.
+
+    Parameters
+    ----------
+    cfg : aisim.config.engine.EngineConfig
+
+    Returns
+    -------
+    dict
+        ``groups`` (one dict per group, in group-id order), ``hash_block_size``,
+        ``sched_block_size``, ``fine_grained``, ``retention``, ``version``,
+        ``cache_block_size`` and the Mamba split settings.
+    """
+    groups = expand_groups(cfg.kv_cache_groups)
+    caching = cfg.enable_prefix_caching
+    align_mode = cfg.resolved_mamba_cache_mode == "align"
+    sizes = [g["block_size"] or cfg.block_size for g in groups]
+    sched = sizes[0] if len(groups) == 1 else math.lcm(*sizes)
+    cacheable = [g["prefix_cacheable"] if g["prefix_cacheable"] is not None else g["type"] != "ring"
+                 for g in groups]
+    has_state = any(g["type"] in STATE_KINDS for g in groups)
+    unit = cfg.prefix_match_unit
+    if len(groups) == 1 or not caching or (has_state and not align_mode):
+        hash_bs = sched
+    else:
+        hashing = [s for s, c in zip(sizes, cacheable) if c] or sizes
+        hash_bs = unit if unit is not None else math.gcd(*hashing)
+    # partial_hash_hits_enabled: an aligned state group with blocks wider than a
+    # hash block, and every other cacheable group able to look up finely.
+    fine = (
+        len(groups) > 1 and caching and align_mode
+        and any(g["type"] in STATE_KINDS and s > hash_bs for g, s in zip(groups, sizes))
+        and all(not c or g["type"] in ("full",) + STATE_KINDS or s == hash_bs
+                for g, s, c in zip(groups, sizes, cacheable))
+    )
+    in_flight = (2 if cfg.async_scheduling else 1) * cfg.max_num_batched_tokens
+    specs = []
+    keys = []
+    for g, s, c in zip(groups, sizes, cacheable):
+        kind = GROUP_KINDS[g["type"]]
+        window = g["sliding_window"] or g["attention_chunk_size"] or 0
+        cap = -1
+        if g["type"] == "sliding_window":
+            cap = _cdiv(min(window - 1 + in_flight, cfg.max_model_len), s) + 1
+        elif g["type"] == "chunked_local":
+            cap = _cdiv(min(window + in_flight, cfg.max_model_len), s)
+        state = g["type"] in STATE_KINDS
+        spec = {
+            "kind": kind,
+            "block_size": s,
+            "window": window,
+            "cacheable": bool(c and caching),
+            "align_mode": bool(state and align_mode),
+            "num_spec": int(g["num_speculative_blocks"]) if state else 0,
+            "has_ckpt": bool(state and align_mode and g["prefill_checkpoint_blocks"] > 0),
+            "ckpt_align": int(g["prefill_checkpoint_alignment"] or 0) if state else 0,
+            "admission_cap": cap,
+            "spec_group": -1,
+        }
+        specs.append(spec)
+        keys.append((kind, s, window, spec["num_spec"], spec["has_ckpt"], spec["ckpt_align"]))
+    # Spec-groups: equal specs are looked up jointly; full attention first.
+    order = []
+    for i, spec in enumerate(specs):
+        if not spec["cacheable"]:
+            continue
+        for members in order:
+            if keys[members[0]] == keys[i]:
+                members.append(i)
+                break
+        else:
+            order.append([i])
+    order.sort(key=lambda m: specs[m[0]]["kind"] != GROUP_KINDS["full"])
+    for sg, members in enumerate(order):
+        for i in members:
+            specs[i]["spec_group"] = sg
+    state_groups = [(g, sp) for g, sp in zip(groups, specs) if g["type"] in STATE_KINDS]
+    mamba_split = bool(state_groups) and align_mode
+    retention = cfg.prefix_cache_retention_interval
+    return {
+        "groups": specs,
+        "hash_block_size": hash_bs,
+        "sched_block_size": sched,
+        "fine_grained": fine,
+        "retention": -1 if retention is None else retention,
+        "version": int(cfg.vllm_version.split(".")[1]),
+        "cache_block_size": cfg.block_size,
+        "mamba_split": mamba_split,
+        "mamba_partial": bool(mamba_split and hash_bs < sched and fine),
+        "mamba_has_ckpt": bool(state_groups) and all(sp["has_ckpt"] for _, sp in state_groups),
+        "mamba_ckpt_align": state_groups[0][1]["ckpt_align"] if state_groups else 0,
+    }
