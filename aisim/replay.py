@@ -190,7 +190,7 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     kwargs["arrival_time" if timed else "arrival_step"] = arrival
     out = Engine(**kwargs).run()
     requests = _requests_table(trace, out["requests"])
-    steps = _steps_table(out["steps"], engine.num_gpu_blocks)
+    steps = _steps_table(out["steps"], engine)
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = out["requests"]["status"]
@@ -227,16 +227,35 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
             "prompt_tokens": trace.column("prompt_tokens"),
             "output_tokens": out_tok.astype(np.int32),
             "cached_tokens": r["cached_tokens"].astype(np.int32),
+            "cached_tokens_all_admissions": r["cached_tokens_all"].astype(np.int32),
             "preemptions": r["preemptions"],
             "status": _labels(r["status"], STATUS_NAMES),
         }
     )
 
 
-def _steps_table(s: dict, num_blocks: int) -> pa.Table:
+def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
+    """Step columns plus KV-cache occupancy in blocks, bytes and usage.
+
+    ``active`` blocks are referenced by requests; ``cached`` blocks are free
+    (evictable) but still hold a reusable prefix; ``empty`` blocks hold nothing.
+    ``kv_usage`` is vLLM's (active / usable, = active usage); physical usage
+    counts cached blocks too.
+    """
+    from aisim.config.kvgroups import block_bytes
+
+    usable = float(engine.num_gpu_blocks - 1)
     cols = dict(s)
     cols["kind"] = _labels(s["kind"], STEP_KINDS)
-    cols["kv_usage"] = 1.0 - s["free_blocks"] / float(num_blocks - 1)
+    active = (engine.num_gpu_blocks - 1) - s["free_blocks"].astype(np.int64)
+    cols["active_blocks"] = active.astype(np.int32)
+    cols["empty_blocks"] = (s["free_blocks"] - s["cached_blocks"]).astype(np.int32)
+    cols["kv_usage"] = active / usable
+    cols["active_usage"] = cols["kv_usage"]
+    cols["physical_usage"] = (active + s["cached_blocks"]) / usable
+    bpb = block_bytes(engine)
+    cols["kv_cache_active_bytes"] = active * bpb
+    cols["kv_cache_cached_bytes"] = s["cached_blocks"].astype(np.int64) * bpb
     return pa.table(cols)
 
 

@@ -43,7 +43,8 @@ cdef struct StepColsC:
     int32_t* running           # len(running) after the iteration
     int32_t* waiting           # len(waiting) after the iteration
     block_id_t* free_sched     # free blocks after schedule()
-    block_id_t* free_blocks    # free blocks after the iteration
+    block_id_t* free_blocks    # free blocks after the iteration (vLLM counts evictable cached ones)
+    block_id_t* cached_blocks  # of those, blocks still holding a prefix (resident, unreferenced)
     int64_t* queries           # prefix-cache queries of first admissions
     int64_t* hits
     int64_t* p_queries         # ... of re-admissions after preemption

@@ -65,6 +65,7 @@ cdef int _cols_reserve(StepColsC* c) except -1 nogil:
     _grow_array(<void**>&c.waiting, c.cap, new, sizeof(int32_t))
     _grow_array(<void**>&c.free_sched, c.cap, new, sizeof(block_id_t))
     _grow_array(<void**>&c.free_blocks, c.cap, new, sizeof(block_id_t))
+    _grow_array(<void**>&c.cached_blocks, c.cap, new, sizeof(block_id_t))
     _grow_array(<void**>&c.queries, c.cap, new, sizeof(int64_t))
     _grow_array(<void**>&c.hits, c.cap, new, sizeof(int64_t))
     _grow_array(<void**>&c.p_queries, c.cap, new, sizeof(int64_t))
@@ -90,6 +91,7 @@ cdef void _cols_release(StepColsC* c) noexcept nogil:
     PyMem_RawFree(c.waiting)
     PyMem_RawFree(c.free_sched)
     PyMem_RawFree(c.free_blocks)
+    PyMem_RawFree(c.cached_blocks)
     PyMem_RawFree(c.queries)
     PyMem_RawFree(c.hits)
     PyMem_RawFree(c.p_queries)
@@ -281,6 +283,7 @@ cdef class Engine:
         c.updated_step[row] = upd_b.step if upd_b != NULL else -1
         c.free_sched[row] = free_sched
         c.free_blocks[row] = self.kv.pool.num_free
+        c.cached_blocks[row] = self.kv.pool.cached_free
         c.running[row] = self.sched.n_running
         c.waiting[row] = self.sched.n_waiting
         c.num_finished[row] = self.sched.n_finished if upd_b != NULL else 0
@@ -446,6 +449,7 @@ cdef class Engine:
             "waiting": col(<int32_t[:n]>c.waiting if n else None, np.int32),
             "free_blocks_sched": col(<block_id_t[:n]>c.free_sched if n else None, np.int32),
             "free_blocks": col(<block_id_t[:n]>c.free_blocks if n else None, np.int32),
+            "cached_blocks": col(<block_id_t[:n]>c.cached_blocks if n else None, np.int32),
             "prefix_queries": col(<int64_t[:n]>c.queries if n else None, np.int64),
             "prefix_hits": col(<int64_t[:n]>c.hits if n else None, np.int64),
             "preempted_prefix_queries": col(<int64_t[:n]>c.p_queries if n else None, np.int64),
@@ -458,6 +462,7 @@ cdef class Engine:
             "status": np.zeros(n, np.int8),
             "output_tokens": np.zeros(n, np.int64),
             "cached_tokens": np.zeros(n, np.int64),
+            "cached_tokens_all": np.zeros(n, np.int64),
             "preemptions": np.zeros(n, np.int32),
             "arrival_s": np.zeros(n, np.float64),
             "first_scheduled_s": np.zeros(n, np.float64),
@@ -467,6 +472,7 @@ cdef class Engine:
         cdef flag_t[::1] st = out["status"]
         cdef tok_t[::1] ot = out["output_tokens"]
         cdef tok_t[::1] ct = out["cached_tokens"]
+        cdef tok_t[::1] ca = out["cached_tokens_all"]
         cdef int32_t[::1] pr = out["preemptions"]
         cdef sec_t[::1] ar = out["arrival_s"]
         cdef sec_t[::1] fs = out["first_scheduled_s"]
@@ -476,6 +482,7 @@ cdef class Engine:
             st[i] = self.reqs[i].status
             ot[i] = self.reqs[i].num_output
             ct[i] = self.reqs[i].cached_first
+            ca[i] = self.reqs[i].cached_total
             pr[i] = self.reqs[i].num_preemptions
             ar[i] = self.reqs[i].arrival_s
             fs[i] = self.reqs[i].first_sched_s

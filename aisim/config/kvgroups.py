@@ -141,3 +141,9 @@ def resolve_groups(cfg) -> dict:
         "mamba_has_ckpt": bool(state_groups) and all(sp["has_ckpt"] for _, sp in state_groups),
         "mamba_ckpt_align": state_groups[0][1]["ckpt_align"] if state_groups else 0,
     }
+
+
+def block_bytes(cfg) -> int:
+    """Bytes of one block id across the pool (the groups' common page size; 0 if unknown)."""
+    pages = [g["page_size_bytes"] for g in expand_groups(cfg.kv_cache_groups) if g["page_size_bytes"]]
+    return max(pages) if pages else 0
