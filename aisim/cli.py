@@ -101,5 +101,9 @@ def _print_summary(result, trace_path, out_dir, decision_log):
         console.print(f"decision log written to {decision_log}")
 
 
+# ---------------------------------------------------------------- command modules
+# Each command group lives in its own module and is registered here.
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

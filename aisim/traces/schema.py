@@ -5,7 +5,10 @@ One row per request, in arrival order (ties keep file order):
 ==================  ==========================  ==========================================
 column              type                        meaning
 ==================  ==========================  ==========================================
+``model``           string (nullable)           model the request is for (pipeline sharding)
 ``request_id``      string                      unique within the trace
+``session_id``      string (nullable)           multi-turn session
+``turn``            int32                       turn index within the session (0 = first)
 ``arrival_step``    int64 (null when timed)     engine iteration before which it arrives
 ``arrival_s``       float64 (null when stepped) seconds from the trace start
 ``prompt_tokens``   int32                       prompt length
@@ -33,7 +36,10 @@ SEGMENT_TYPE = pa.struct([("stream", pa.uint64()), ("first", pa.int64()), ("leng
 
 TRACE_SCHEMA = pa.schema(
     [
+        ("model", pa.string()),
         ("request_id", pa.string()),
+        ("session_id", pa.string()),
+        ("turn", pa.int32()),
         ("arrival_step", pa.int64()),
         ("arrival_s", pa.float64()),
         ("prompt_tokens", pa.int32()),
@@ -106,13 +112,25 @@ def canonical_segments(segments):
 
 
 def trace_table(rows: dict, clock: str) -> pa.Table:
-    """Build a trace table from column lists, sorted stably by arrival."""
+    """Build a trace table from column lists, sorted stably by arrival.
+
+    ``rows`` holds one list per column; ``model``, ``session_id`` and ``turn``
+    may be left out (null, null, 0).  ``clock`` is ``"step"`` or ``"time"``.
+    """
+    n = len(rows["request_id"])
+    rows = dict(rows)
+    rows.setdefault("model", [None] * n)
+    rows.setdefault("session_id", [None] * n)
+    rows.setdefault("turn", [0] * n)
     key = rows["arrival_step"] if clock == "step" else rows["arrival_s"]
     order = np.argsort(np.asarray(key, dtype=np.float64), kind="stable")
     cols = {k: [v[i] for i in order] for k, v in rows.items()}
     table = pa.table(
         {
+            "model": pa.array(cols["model"], pa.string()),
             "request_id": pa.array(cols["request_id"], pa.string()),
+            "session_id": pa.array(cols["session_id"], pa.string()),
+            "turn": pa.array(cols["turn"], pa.int32()),
             "arrival_step": pa.array(cols["arrival_step"], pa.int64()),
             "arrival_s": pa.array(cols["arrival_s"], pa.float64()),
             "prompt_tokens": pa.array(cols["prompt_tokens"], pa.int32()),
