@@ -98,20 +98,24 @@ def bench_full_workload():
     return eng, trace, time.perf_counter() - t0
 
 
-def synthetic_workload():
-    """The synthetic shape: (engine config, trace table, build seconds)."""
-    # Every running sequence can hold its whole prompt + output at once, plus
-    # slack; vLLM's null block 0 is inside the slack.
-    blocks_per_seq = -(-(SYN_PROMPT + SYN_OUTPUT) // SYN_BLOCK)
+def synthetic_workload(groups=({"type": "full"},), block_size=SYN_BLOCK):
+    """The synthetic shape: (engine config, trace table, build seconds).
+
+    ``groups`` selects the KV-cache layout; the grouped variants replay the same
+    requests so their cost per request-step compares with the single group's.
+    """
+    # Every running sequence can hold its whole prompt + output at once in
+    # every group, plus slack; vLLM's null block 0 is inside the slack.
+    blocks_per_seq = len(groups) * -(-(SYN_PROMPT + SYN_OUTPUT) // block_size) + 4
     eng = engine_config_from_dict(
         {
             "num_gpu_blocks": SYN_CONCURRENCY * blocks_per_seq + SYN_SLACK_BLOCKS,
-            "block_size": SYN_BLOCK,
+            "block_size": block_size,
             "max_num_seqs": SYN_CONCURRENCY,
             "max_num_batched_tokens": 8192,
             "max_model_len": 4096,
             "enable_prefix_caching": True,
-            "kv_cache_groups": [{"type": "full"}],
+            "kv_cache_groups": list(groups),
         },
         source="synthetic",
     )
@@ -130,6 +134,25 @@ def synthetic_workload():
     }
     trace = trace_table(rows, "step")
     return eng, trace, time.perf_counter() - t0
+
+
+def hybrid_mamba_workload():
+    """Full attention + Mamba state in align mode (64-token blocks), same requests."""
+    return synthetic_workload(({"type": "full"}, {"type": "mamba"}), block_size=64)
+
+
+def sliding_window_workload():
+    """Full attention + a 128-token sliding window, same requests."""
+    return synthetic_workload(({"type": "full"}, {"type": "sliding_window", "sliding_window": 128}))
+
+
+def check_grouped(res):
+    s = res.summary
+    if s["finished"] != s["requests"]:
+        return f"{s['unfinished']} request(s) unfinished"
+    if s["preemptions"]:
+        return f"{s['preemptions']} preemption(s): KV capacity limited the replay"
+    return None
 
 
 def check_bench_full(res):
@@ -328,7 +351,9 @@ def main(argv=None):
 
     results = {}
     for name, build, check in (("bench_full", bench_full_workload, check_bench_full),
-                               ("synthetic", synthetic_workload, check_synthetic)):
+                               ("synthetic", synthetic_workload, check_synthetic),
+                               ("hybrid_mamba", hybrid_mamba_workload, check_grouped),
+                               ("sliding_window", sliding_window_workload, check_grouped)):
         eng, trace, setup_s = build()
         times, res = time_replay(trace, eng, args.repeat)
         phases = time_phases(trace, eng, args.repeat)
@@ -337,12 +362,15 @@ def main(argv=None):
             profile_text = profile_replay(trace, eng, args.repeat)
 
     bf, sy = results["bench_full"], results["synthetic"]
+    hy, sw = results["hybrid_mamba"], results["sliding_window"]
+    for r in (hy, sw):
+        r["cost_vs_single_group"] = r["us_per_req_step"] / sy["us_per_req_step"]
     bf["speedup_vs_vllm"] = bf["req_per_s"] / VLLM_REQ_S
     bf["speedup_vs_vllm_per_req_step"] = VLLM_US_PER_REQ_STEP / bf["us_per_req_step"]
     sy["ratio_vs_fastest_sim"] = sy["req_per_s"] / FASTEST_SIM_REQ_S
 
     rows = []
-    for r in (bf, sy):
+    for r in (bf, sy, hy, sw):
         rows.append([
             r["workload"], f"{r['requests']:,}", f"{r['steps']:,}", f"{r['scheduled_req_steps']:,}",
             f"{r['setup_s'] * 1e3:.1f}", f"{r['best_s'] * 1e3:.2f}", f"{r['median_s'] * 1e3:.2f}",
@@ -361,12 +389,16 @@ def main(argv=None):
              f">= {TARGET_SPEEDUP:.0f}x"],
             ["synthetic vs fastest simulator req/s", f"{FASTEST_SIM_REQ_S:,.0f}", f"{sy['req_per_s']:,.0f}",
              f"{sy['ratio_vs_fastest_sim']:.2f}x", f">= {TARGET_SYNTH_REQ_S:,.0f} req/s"],
+            ["hybrid_mamba us/req-step vs synthetic", f"{sy['us_per_req_step']:.4f}",
+             f"{hy['us_per_req_step']:.4f}", f"{hy['cost_vs_single_group']:.2f}x", "<= 2x"],
+            ["sliding_window us/req-step vs synthetic", f"{sy['us_per_req_step']:.4f}",
+             f"{sw['us_per_req_step']:.4f}", f"{sw['cost_vs_single_group']:.2f}x", "<= 2x"],
         ],
     ))
     print()
-    if all(r["phases"] for r in (bf, sy)):
+    if all(r["phases"] for r in (bf, sy, hy, sw)):
         rows = []
-        for r in (bf, sy):
+        for r in (bf, sy, hy, sw):
             p = r["phases"]
             pct = lambda x: f"{x * 1e3:.2f} ({100 * x / p['total_s']:.0f}%)"  # noqa: E731
             rows.append([r["workload"], f"{p['total_s'] * 1e3:.2f}", pct(p["engine_init_s"]),
@@ -384,6 +416,10 @@ def main(argv=None):
          f"{bf['speedup_vs_vllm']:,.1f}x ({bf['req_per_s']:,.0f} req/s, {bf['us_per_req_step']:.4f} us/req-step)"),
         ("synthetic >= 60,000 req/s", sy["req_per_s"] >= TARGET_SYNTH_REQ_S, sy["problem"],
          f"{sy['req_per_s']:,.0f} req/s ({sy['ratio_vs_fastest_sim']:.2f}x the fastest known simulator)"),
+        ("hybrid_mamba within 2x of the single group", hy["cost_vs_single_group"] <= 2.0, hy["problem"],
+         f"{hy['cost_vs_single_group']:.2f}x ({hy['req_per_s']:,.0f} req/s)"),
+        ("sliding_window within 2x of the single group", sw["cost_vs_single_group"] <= 2.0, sw["problem"],
+         f"{sw['cost_vs_single_group']:.2f}x ({sw['req_per_s']:,.0f} req/s)"),
     ]
     targets = {}
     for label, ok, problem, detail in verdicts:
