@@ -49,7 +49,11 @@ def replay(engine_path, trace_path, out_dir, decision_log, vllm_version):
     try:
         engine = load_engine_config(engine_path)
         if vllm_version:
-            engine = replace(engine, vllm_version=vllm_version)
+            from aisim.config.rule import check_engine
+
+            engine = replace(engine, vllm_version=vllm_version,
+                             declared=engine.declared | {"vllm_version"})
+            check_engine(engine, engine_path)
         trace = read_oracle_trace(trace_path, max_model_len=engine.max_model_len)
         result = run_replay(trace, engine, record_decisions=decision_log is not None)
         if out_dir or decision_log:
@@ -78,7 +82,7 @@ def _print_summary(result, trace_path, out_dir, decision_log):
 
     s = result.summary
     console = Console(stderr=False, highlight=False)
-    t = Table(title=f"aisim replay of {trace_path} (vLLM {result.engine.vllm_version} rules)", show_header=False)
+    t = Table(title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
     t.add_row("requests finished", f"{s['finished']:,} / {s['requests']:,}")

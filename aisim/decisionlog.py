@@ -41,7 +41,7 @@ def decision_lines(result: ReplayResult):
     line_of = ev["line"]
     order = np.argsort(line_of, kind="stable")
     bounds = np.searchsorted(line_of[order], np.arange(len(steps) + 1))
-    header = {"type": "header", "simulator": "aisim", "vllm_version": eng.vllm_version}
+    header = {"type": "header", "simulator": "aisim", "vllm_version": eng.version}
     header.update(eng.to_dict())
     header["time_model"] = dict(header["time_model"])
     yield header

@@ -74,7 +74,7 @@ def blocks_for_tokens(engine: EngineConfig, tokens: np.ndarray) -> np.ndarray:
 
     total = np.zeros_like(tokens)
     kw = resolve_groups(engine)
-    for g, spec in zip(expand_groups(engine.kv_cache_groups), kw["groups"]):
+    for g, spec in zip(expand_groups(engine.groups), kw["groups"]):
         bs = spec["block_size"]
         full = -(-tokens // bs)
         if g["type"] in ("sliding_window", "chunked_local"):

@@ -98,7 +98,7 @@ def bench_full_workload():
     return eng, trace, time.perf_counter() - t0
 
 
-def synthetic_workload(groups=({"type": "full"},), block_size=SYN_BLOCK):
+def synthetic_workload(groups=({"type": "full"},), block_size=SYN_BLOCK, unit=None):
     """The synthetic shape: (engine config, trace table, build seconds).
 
     ``groups`` selects the KV-cache layout; the grouped variants replay the same
@@ -116,6 +116,7 @@ def synthetic_workload(groups=({"type": "full"},), block_size=SYN_BLOCK):
             "max_model_len": 4096,
             "enable_prefix_caching": True,
             "kv_cache_groups": list(groups),
+            **({"prefix_match_unit": unit, "vllm_version": "0.32.0"} if unit else {}),
         },
         source="synthetic",
     )
@@ -136,14 +137,20 @@ def synthetic_workload(groups=({"type": "full"},), block_size=SYN_BLOCK):
     return eng, trace, time.perf_counter() - t0
 
 
+GROUP_EVIDENCE = {"prefix_cacheable": True, "page_size_bytes": 4096}
+
+
 def hybrid_mamba_workload():
     """Full attention + Mamba state in align mode (64-token blocks), same requests."""
-    return synthetic_workload(({"type": "full"}, {"type": "mamba"}), block_size=64)
+    return synthetic_workload(({"type": "full", **GROUP_EVIDENCE},
+                               {"type": "mamba", "prefill_checkpoint_blocks": 0, **GROUP_EVIDENCE}),
+                              block_size=64, unit=64)
 
 
 def sliding_window_workload():
     """Full attention + a 128-token sliding window, same requests."""
-    return synthetic_workload(({"type": "full"}, {"type": "sliding_window", "sliding_window": 128}))
+    return synthetic_workload(({"type": "full", **GROUP_EVIDENCE},
+                               {"type": "sliding_window", "sliding_window": 128, **GROUP_EVIDENCE}), unit=16)
 
 
 def check_grouped(res):

@@ -6,6 +6,34 @@ from aisim.replay import replay
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 
+def oracle_engine_dict(scenario_dir, version):
+    """An oracle scenario's config.json with the evidence its recorded log header holds.
+
+    The header is what vLLM's live scheduler reported (hash block size, groups);
+    grouped prefix caching needs that geometry declared (aisim.config.rule), so
+    it is written into the configuration the way a probe import would.
+    """
+    import json
+    import os
+
+    with open(os.path.join(scenario_dir, "config.json")) as fh:
+        raw = json.load(fh)
+    raw["vllm_version"] = version
+    with open(os.path.join(scenario_dir, f"vllm-{version}.jsonl")) as fh:
+        header = json.loads(fh.readline())
+    groups = [dict(g) for g in raw.get("kv_cache_groups", [])]
+    if len(groups) > 1 and raw.get("enable_prefix_caching", True):
+        raw.setdefault("cache_extra", {})
+        raw["cache_extra"] = dict(raw["cache_extra"], prefix_match_unit=header["hash_block_size"])
+        for g in groups:
+            g["prefix_cacheable"] = True
+            g["page_size_bytes"] = 1  # hand-built test specs: equal pages by construction
+            if g["type"] == "mamba":
+                g["prefill_checkpoint_blocks"] = 0
+        raw["kv_cache_groups"] = groups
+    return raw
+
+
 def make_trace(requests, clock="step"):
     """``requests``: dicts with id, prompt, max_tokens, at, and optional segments/priority.
 

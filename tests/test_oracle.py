@@ -15,6 +15,7 @@ from aisim.replay import replay
 from aisim.traces import read_oracle_trace
 
 from conftest import ORACLE
+from helpers import oracle_engine_dict
 
 SCENARIOS = ["full_small", "full_nocache", "full_nochunk", "full_pressure", "full_pressure_async",
              "priority_threshold", "timed", "bench_full",
@@ -24,10 +25,7 @@ VERSIONS = ["0.31.0", "0.32.0"]
 
 
 def _replay(scenario, version):
-    with open(os.path.join(ORACLE, scenario, "config.json")) as fh:
-        raw = json.load(fh)
-    raw["vllm_version"] = version
-    engine = engine_config_from_dict(raw)
+    engine = engine_config_from_dict(oracle_engine_dict(os.path.join(ORACLE, scenario), version))
     trace = read_oracle_trace(os.path.join(ORACLE, scenario, "trace.jsonl"), engine.max_model_len)
     return replay(trace, engine, record_decisions=True)
 

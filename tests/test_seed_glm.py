@@ -14,14 +14,21 @@ from helpers import run_log
 VERSIONS = ["0.31.0", "0.32.0"]
 
 
-def glm_engine(version, checkpoint):
-    kda = {"type": "kda", "count": 4}
+PAGE = 2176 * 1024  # the unified page: 2,176 tokens x 1,024 bytes
+
+
+def glm_engine(version, checkpoint, max_model_len=65536, num_gpu_blocks=65):
+    kda = {"type": "kda", "count": 4, "prefix_cacheable": True, "page_size_bytes": PAGE,
+           "prefill_checkpoint_blocks": 0}
     if checkpoint:
         # KDA + flashkda: one prefill checkpoint block, alignment 16.
         kda.update(prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=16)
-    return dict(num_gpu_blocks=65, block_size=2176, prefix_match_unit=2176, max_num_batched_tokens=8192,
-                max_num_seqs=16, max_model_len=131072, vllm_version=version,
-                kv_cache_groups=[{"type": "full"}, {"type": "ring"}, kda])
+    # 64 usable blocks need a max_model_len below the seed's 131,072 to pass
+    # the start-up capacity check (61 + 8 + 1 = 70 blocks there).
+    return dict(model="GLM-5.3-Flash", num_gpu_blocks=num_gpu_blocks, block_size=2176, prefix_match_unit=2176,
+                max_num_batched_tokens=8192, max_num_seqs=16, max_model_len=max_model_len, vllm_version=version,
+                kv_cache_groups=[{"type": "full", "prefix_cacheable": True, "page_size_bytes": PAGE},
+                                 {"type": "ring", "prefix_cacheable": False, "page_size_bytes": PAGE}, kda])
 
 
 # A multi-turn conversation: every turn resends the whole history.

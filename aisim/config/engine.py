@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from aisim.errors import ConfigError
 
@@ -56,26 +56,32 @@ class EngineConfig:
         Fraction of blocks kept free when admitting.
     async_scheduling : bool
         vLLM's async engine loop (batch queue of two, output placeholders).
-    kv_cache_groups : tuple of dict
-        KV-cache groups in group-id order: ``type`` (full, sliding_window,
+    kv_cache_groups : tuple of dict or None
+        None: one full-attention group.  Otherwise the groups in group-id order: ``type`` (full, sliding_window,
         chunked_local, mamba/gdn/kda, ring), optional ``block_size``,
         ``count``, ``sliding_window``, ``attention_chunk_size``,
         ``prefix_cacheable``, ``num_speculative_blocks``,
         ``prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``,
-        ``page_size_bytes``.
+        ``page_size_bytes`` (one layer's page) and ``num_layers``.
     mamba_cache_mode : {"align", "none"} or None
         Default: "align" with a state group and prefix caching on.
     prefix_match_unit : int or None
         Hash block size of grouped caches (vLLM's ``prefix_match_unit``).
     prefix_cache_retention_interval : int or None
         Engine default 0 (sparse); None keeps every window/state block (dense).
-    vllm_version : str
-        The vLLM release whose rules are followed.
+    vllm_version : str or None
+        The vLLM release whose rules are followed (0.31.0 or 0.32.0; default 0.32.0).
     time_model : TimeModel
         Step time in seconds.
+    model : str or None
+        Model name (catalog entries have model-specific rules).
+    kv_cache_bytes : int or None
+        KV-cache memory; with page sizes it gives ``num_gpu_blocks``.
+    plan_notes : tuple of str
+        Why a plan chose what it chose (written by ``aisim plan``).
     """
 
-    num_gpu_blocks: int
+    num_gpu_blocks: int | None = None
     block_size: int = 16
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -90,15 +96,30 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True
     watermark: float = 0.0
     async_scheduling: bool = False
-    kv_cache_groups: tuple = ({"type": "full"},)
+    kv_cache_groups: tuple | None = None
     mamba_cache_mode: str | None = None
     prefix_match_unit: int | None = None
     prefix_cache_retention_interval: int | None = 0
     cache_extra: dict = field(default_factory=dict)
-    vllm_version: str = DEFAULT_VLLM_VERSION
+    vllm_version: str | None = None
     time_model: TimeModel = field(default_factory=TimeModel)
+    model: str | None = None
+    kv_cache_bytes: int | None = None
+    plan_notes: tuple = ()
+    # Keys the configuration set explicitly (not a configuration key).
+    declared: frozenset = field(default=frozenset(), compare=False, repr=False)
 
     # ------------------------------------------------------------------ derived
+    @property
+    def groups(self) -> tuple:
+        """The configured KV-cache groups, or one full-attention group."""
+        return self.kv_cache_groups if self.kv_cache_groups is not None else ({"type": "full"},)
+
+    @property
+    def version(self) -> str:
+        """``vllm_version`` with the default filled in."""
+        return self.vllm_version or DEFAULT_VLLM_VERSION
+
     @property
     def token_budget(self) -> int:
         """Per-step token budget (``max_num_scheduled_tokens``)."""
@@ -118,7 +139,7 @@ class EngineConfig:
             return self.mamba_cache_mode
         from aisim.config.kvgroups import STATE_KINDS, expand_groups
 
-        has_state = any(g["type"] in STATE_KINDS for g in expand_groups(self.kv_cache_groups))
+        has_state = any(g["type"] in STATE_KINDS for g in expand_groups(self.groups))
         return "align" if has_state and self.enable_prefix_caching else "none"
 
     @property
@@ -128,15 +149,25 @@ class EngineConfig:
 
     def to_dict(self) -> dict:
         """The resolved configuration, every default filled in."""
+        from aisim.config.kvgroups import expand_groups
+
         d = asdict(self)
-        d["kv_cache_groups"] = [dict(g) for g in self.kv_cache_groups]
+        d.pop("declared", None)
+        d["kv_cache_groups"] = [{k: v for k, v in g.items() if v is not None} for g in
+                                ({**gr} for gr in self.groups)]
+        d["resolved_groups"] = [{k: v for k, v in g.items() if v is not None} for g in expand_groups(self.groups)]
         d["max_num_scheduled_tokens"] = self.token_budget
         d["max_num_active_seqs"] = self.active_seqs
+        d["vllm_version"] = self.version
+        d["mamba_cache_mode"] = self.resolved_mamba_cache_mode
+        d["plan_notes"] = list(self.plan_notes)
+        d["cache_extra"] = dict(self.cache_extra)
         return d
 
 
 _INT_KEYS = {
     "num_gpu_blocks": 2,
+    "kv_cache_bytes": 1,
     "block_size": 1,
     "max_num_seqs": 1,
     "max_num_batched_tokens": 1,
@@ -177,15 +208,16 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"engine configuration{_where(source)} must be a mapping of keys to values")
-    known = {f.name for f in fields(EngineConfig)}
+    known = {f.name for f in fields(EngineConfig)} - {"declared"}
     for key in raw:
         if key not in known:
             raise ConfigError(f"unknown key '{key}'{_where(source)}; known keys: {', '.join(sorted(known))}")
-    if "num_gpu_blocks" not in raw:
-        raise ConfigError(f"missing required key 'num_gpu_blocks'{_where(source)}")
+    if raw.get("num_gpu_blocks") is None and raw.get("kv_cache_bytes") is None:
+        raise ConfigError(f"missing capacity{_where(source)}: set 'num_gpu_blocks' or 'kv_cache_bytes'")
     kw = dict(raw)
     for key, low in _INT_KEYS.items():
-        if key not in kw or (kw[key] is None and key in ("max_num_scheduled_tokens", "max_num_active_seqs")):
+        if key not in kw or (kw[key] is None and key in ("max_num_scheduled_tokens", "max_num_active_seqs",
+                                                         "kv_cache_bytes")):
             continue
         v = kw[key]
         if isinstance(v, bool) or not isinstance(v, int):
@@ -202,8 +234,8 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
         kw["watermark"] = float(w)
     if kw.get("policy", "fcfs") not in ("fcfs", "priority"):
         raise ConfigError(f"'policy'{_where(source)} must be 'fcfs' or 'priority', got {kw['policy']!r}")
-    version = kw.get("vllm_version", DEFAULT_VLLM_VERSION)
-    if version not in SUPPORTED_VLLM_VERSIONS:
+    version = kw.get("vllm_version")
+    if version is not None and version not in SUPPORTED_VLLM_VERSIONS:
         raise ConfigError(
             f"'vllm_version'{_where(source)} must be one of {', '.join(SUPPORTED_VLLM_VERSIONS)}, got {version!r}"
         )
@@ -216,7 +248,14 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be a non-negative number, got {v!r}")
     kw["time_model"] = TimeModel(**{k: float(v) for k, v in tm.items()})
-    kw["kv_cache_groups"] = _groups(kw.get("kv_cache_groups", [{"type": "full"}]), kw, source)
+    if kw.get("kv_cache_groups") is not None:
+        kw["kv_cache_groups"] = _groups(kw["kv_cache_groups"], kw, source)
+    notes = kw.get("plan_notes", ())
+    if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+        raise ConfigError(f"'plan_notes'{_where(source)} must be a list of strings")
+    kw["plan_notes"] = tuple(notes)
+    if kw.get("model") is not None and not isinstance(kw["model"], str):
+        raise ConfigError(f"'model'{_where(source)} must be a string")
     extra = kw.get("cache_extra", {})
     if not isinstance(extra, dict):
         raise ConfigError(f"'cache_extra'{_where(source)} must be a mapping")
@@ -231,8 +270,23 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     unit = kw.get("prefix_match_unit")
     if unit is not None and (isinstance(unit, bool) or not isinstance(unit, int) or unit < 1):
         raise ConfigError(f"'prefix_match_unit'{_where(source)} must be a positive integer, got {unit!r}")
+    kw["declared"] = frozenset(raw) | frozenset(k for k in extra)
     cfg = EngineConfig(**kw)
+    if cfg.num_gpu_blocks is None:
+        from aisim.config.kvgroups import block_bytes
+
+        per_block = block_bytes(cfg)
+        if per_block <= 0:
+            raise ConfigError(f"'kv_cache_bytes'{_where(source)} needs 'page_size_bytes' on the KV-cache groups "
+                              "to give a block count; or set 'num_gpu_blocks'")
+        cfg = replace(cfg, num_gpu_blocks=cfg.kv_cache_bytes // per_block)
+        if cfg.num_gpu_blocks < 2:
+            raise ConfigError(f"'kv_cache_bytes' ({cfg.kv_cache_bytes}){_where(source)} holds "
+                              f"{cfg.num_gpu_blocks} block(s) of {per_block} bytes; at least 2 are needed")
     _check_relations(cfg, source)
+    from aisim.config.rule import check_engine
+
+    check_engine(cfg, source)
     return cfg
 
 
@@ -255,7 +309,7 @@ def _groups(groups, kw, source):
             raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "
                               f"{', '.join(GROUP_KINDS)}, got {kind!r}")
         for k in ("block_size", "count", "sliding_window", "attention_chunk_size", "num_speculative_blocks",
-                  "prefill_checkpoint_blocks", "prefill_checkpoint_alignment", "page_size_bytes"):
+                  "prefill_checkpoint_blocks", "prefill_checkpoint_alignment", "page_size_bytes", "num_layers"):
             v = g.get(k)
             low = 0 if k in ("num_speculative_blocks", "prefill_checkpoint_blocks") else 1
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
@@ -298,7 +352,7 @@ def _check_relations(cfg: EngineConfig, source):
         raise ConfigError(f"'mamba_cache_mode'{_where(source)} must be 'align' or 'none', got {cfg.mamba_cache_mode!r}")
     from aisim.config.kvgroups import expand_groups
 
-    groups = expand_groups(cfg.kv_cache_groups)
+    groups = expand_groups(cfg.groups)
     unit = cfg.prefix_match_unit
     if unit is not None and len(groups) == 1 and unit != cfg.block_size and cfg.enable_prefix_caching:
         # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import math
 
-GROUP_KINDS = {"full": 0, "sliding_window": 1, "chunked_local": 2, "mamba": 3, "gdn": 3, "kda": 3, "ring": 4}
-STATE_KINDS = ("mamba", "gdn", "kda")
+GROUP_KINDS = {"full": 0, "sliding_window": 1, "chunked_local": 2, "mamba": 3, "gdn": 3, "kda": 3,
+               "conv": 3, "ring": 4}
+# Groups that hold a recurrent state rather than per-token KV (vLLM MambaSpec).
+STATE_KINDS = ("mamba", "gdn", "kda", "conv")
 
 # Per-group keys of the configuration, with their defaults.
 GROUP_DEFAULTS = {
@@ -30,12 +32,18 @@ GROUP_DEFAULTS = {
     "num_speculative_blocks": 0,
     "prefill_checkpoint_blocks": 0,
     "prefill_checkpoint_alignment": None,
-    "page_size_bytes": None,
+    "page_size_bytes": None,       # one layer's page (vLLM KVCacheSpec.page_size_bytes)
+    "num_layers": 1,               # layers sharing the group's block table
 }
 
 
 def expand_groups(groups) -> list[dict]:
-    """Each configured group repeated ``count`` times, defaults filled in."""
+    """Each configured group repeated ``count`` times, defaults filled in.
+
+    ``None`` stands for vLLM's single full-attention group.
+    """
+    if groups is None:
+        groups = ({"type": "full"},)
     out = []
     for g in groups:
         full = {**GROUP_DEFAULTS, **g}
@@ -62,10 +70,10 @@ def resolve_groups(cfg) -> dict:
         ``sched_block_size``, ``fine_grained``, ``retention``, ``version``,
         ``cache_block_size`` and the Mamba split settings.
     """
-    groups = expand_groups(cfg.kv_cache_groups)
+    groups = expand_groups(cfg.groups)
     caching = cfg.enable_prefix_caching
     align_mode = cfg.resolved_mamba_cache_mode == "align"
-    sizes = [g["block_size"] or cfg.block_size for g in groups]
+    sizes = group_block_sizes(cfg)
     sched = sizes[0] if len(groups) == 1 else math.lcm(*sizes)
     cacheable = [g["prefix_cacheable"] if g["prefix_cacheable"] is not None else g["type"] != "ring"
                  for g in groups]
@@ -134,7 +142,7 @@ def resolve_groups(cfg) -> dict:
         "sched_block_size": sched,
         "fine_grained": fine,
         "retention": -1 if retention is None else retention,
-        "version": int(cfg.vllm_version.split(".")[1]),
+        "version": int(cfg.version.split(".")[1]),
         "cache_block_size": cfg.block_size,
         "mamba_split": mamba_split,
         "mamba_partial": bool(mamba_split and hash_bs < sched and fine),
@@ -143,7 +151,26 @@ def resolve_groups(cfg) -> dict:
     }
 
 
+def group_block_sizes(cfg) -> list[int]:
+    """Each group's block size: its own, else the engine's; a state group outside
+    align mode holds one block of ``max_model_len`` tokens (vLLM's
+    ``mamba_block_size`` without prefix caching)."""
+    align_mode = cfg.resolved_mamba_cache_mode == "align"
+    out = []
+    for g in expand_groups(cfg.groups):
+        if g["type"] in STATE_KINDS and not align_mode:
+            out.append(cfg.max_model_len)
+        else:
+            out.append(g["block_size"] or cfg.block_size)
+    return out
+
+
 def block_bytes(cfg) -> int:
-    """Bytes of one block id across the pool (the groups' common page size; 0 if unknown)."""
-    pages = [g["page_size_bytes"] for g in expand_groups(cfg.kv_cache_groups) if g["page_size_bytes"]]
-    return max(pages) if pages else 0
+    """Bytes of one block id: layers per group times the page (0 when unknown).
+
+    vLLM's ``get_kv_cache_configs``: a block id owns one page in each of a
+    group's layer tensors, so it costs the largest ``num_layers *
+    page_size_bytes`` over groups.
+    """
+    sizes = [g["num_layers"] * g["page_size_bytes"] for g in expand_groups(cfg.groups) if g["page_size_bytes"]]
+    return max(sizes) if sizes else 0
