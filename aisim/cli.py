@@ -107,6 +107,10 @@ def _print_summary(result, trace_path, out_dir, decision_log):
 
 # ---------------------------------------------------------------- command modules
 # Each command group lives in its own module and is registered here.
+from aisim.config.cli import config, plan  # noqa: E402
+
+main.add_command(config)
+main.add_command(plan)
 
 
 if __name__ == "__main__":  # pragma: no cover

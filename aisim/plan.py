@@ -1,0 +1,187 @@
+"""Plans: an engine configuration from probe evidence or from the model catalog.
+
+A *probe* is what a running vLLM engine reported at start-up (schema below).
+``plan_from_probe`` turns it into an engine configuration: prefix caching is
+on when the probe ran with it on, recorded its hash block, and the
+grouped-prefix rule (:mod:`aisim.config.rule`) passes; otherwise the plan is
+cold and says why, in the file it writes.  ``plan_from_model`` plans without
+a probe from the catalog geometry and a GPU memory size: a single-group model
+keeps prefix caching, a grouped one replays cold for want of evidence.
+
+Probe schema (JSON)::
+
+    {
+      "vllm_version": "0.31.0",              # the engine's release
+      "model": "GLM-5.3-Flash",              # optional
+      "enable_prefix_caching": true,         # as the engine ran
+      "hash_block_size_tokens": 2176,        # Request.block_hashes granularity, if recorded
+      "mamba_cache_mode": "align",           # optional
+      "block_size": 2176,                    # cache_config.block_size
+      "max_model_len": 131072,
+      "max_num_batched_tokens": 8192,        # scheduler limits (optional)
+      "max_num_seqs": 256,
+      "num_gpu_blocks": 13815,               # or "kv_cache_bytes"
+      "kv_cache_groups": [                   # one entry per KV-cache group
+        {"type": "full", "block_size": 2176, "page_size_bytes": 2228224,
+         "num_layers": 12, "prefix_cacheable": true}, ...
+      ]
+    }
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from aisim.config.engine import SUPPORTED_VLLM_VERSIONS, EngineConfig, engine_config_from_dict
+from aisim.config.kvgroups import GROUP_DEFAULTS, STATE_KINDS
+from aisim.config.rule import grouped_prefix_caching_problems
+from aisim.config.toml_out import dumps
+from aisim.errors import ConfigError
+
+PROBE_KEYS = {
+    "schema", "vllm_version", "model", "enable_prefix_caching", "hash_block_size_tokens", "mamba_cache_mode",
+    "block_size", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks",
+    "kv_cache_bytes", "kv_cache_groups", "long_prefill_token_threshold", "enable_chunked_prefill",
+    "async_scheduling",
+}
+SCHEDULER_KEYS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold",
+                  "enable_chunked_prefill", "async_scheduling")
+
+
+def load_probe(path) -> dict:
+    """Read and check a probe file (unknown keys are errors naming the key and file)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            probe = json.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"cannot read probe {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(probe, dict):
+        raise ConfigError(f"{path}: a probe is a JSON object")
+    for k in probe:
+        if k not in PROBE_KEYS:
+            raise ConfigError(f"unknown key '{k}' in probe {path}; known keys: {', '.join(sorted(PROBE_KEYS))}")
+    for k in ("vllm_version", "max_model_len", "kv_cache_groups"):
+        if k not in probe:
+            raise ConfigError(f"probe {path} lacks '{k}'")
+    if probe.get("num_gpu_blocks") is None and probe.get("kv_cache_bytes") is None:
+        raise ConfigError(f"probe {path} lacks 'num_gpu_blocks' or 'kv_cache_bytes'")
+    return probe
+
+
+def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
+    """An engine configuration from probe evidence, and the reasons behind it.
+
+    Returns
+    -------
+    (EngineConfig, list of str)
+        The plan and its notes; the notes name every reason prefix caching is off.
+    """
+    groups = []
+    for g in probe["kv_cache_groups"]:
+        groups.append({k: v for k, v in g.items() if k in GROUP_DEFAULTS and v is not None})
+    raw = {
+        "max_model_len": probe["max_model_len"],
+        "kv_cache_groups": groups,
+        "block_size": probe.get("block_size", groups[0].get("block_size", 16) if groups else 16),
+    }
+    for k in SCHEDULER_KEYS + ("num_gpu_blocks", "kv_cache_bytes", "model", "mamba_cache_mode"):
+        if probe.get(k) is not None:
+            raw[k] = probe[k]
+    version = probe["vllm_version"]
+    notes = []
+    if version in SUPPORTED_VLLM_VERSIONS:
+        raw["vllm_version"] = version
+    else:
+        notes.append(f"vllm_version {version} is not modeled (only {', '.join(SUPPORTED_VLLM_VERSIONS)}); "
+                     "the replay follows 0.32.0's scheduler")
+    hash_block = probe.get("hash_block_size_tokens")
+    grouped = sum(int(g.get("count", 1)) for g in groups) > 1
+    if not probe.get("enable_prefix_caching", False):
+        notes.append("the probed engine ran with prefix caching off")
+    elif grouped and hash_block is None:
+        notes.append("the probe did not record hash_block_size_tokens")
+    elif grouped and version not in SUPPORTED_VLLM_VERSIONS:
+        notes.append(f"grouped prefix caching is modeled for vLLM {' and '.join(SUPPORTED_VLLM_VERSIONS)} only")
+    else:
+        warm = dict(raw, enable_prefix_caching=True)
+        if grouped:
+            warm["prefix_match_unit"] = hash_block
+        try:
+            cfg = engine_config_from_dict(warm, source="the probe")
+        except ConfigError as exc:
+            cfg = None
+            problems = [str(exc)]
+        else:
+            problems = grouped_prefix_caching_problems(cfg, probe_hash_block=hash_block if grouped else None)
+        if not problems:
+            notes.insert(0, "prefix caching on: the probed engine ran with it and the grouped-prefix rule passes"
+                         if grouped else "prefix caching on, as the probed engine ran")
+            cfg = engine_config_from_dict(dict(warm, plan_notes=notes), source="the probe")
+            return cfg, notes
+        notes.extend(problems)
+    notes.insert(0, "prefix caching off (cold replay)")
+    cold = dict(raw, enable_prefix_caching=False, plan_notes=notes)
+    # Without prefix caching vLLM runs state groups outside align mode.
+    cold.pop("mamba_cache_mode", None)
+    return engine_config_from_dict(cold, source="the probe"), notes
+
+
+def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len: int | None = None,
+                    gpu_memory_utilization: float = 0.9) -> tuple[EngineConfig, list[str]]:
+    """Plan from the catalog: geometry, pool size from GPU memory, and prefix caching.
+
+    Parameters
+    ----------
+    name : str
+        Catalog model name.
+    gpu_memory_gib : float
+        Memory of one GPU.
+    tp : int
+        Tensor-parallel size (KV heads and weights are split across GPUs).
+    max_model_len : int, optional
+        Default 32,768.
+    """
+    from aisim.config.catalog import get_model
+    from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
+
+    model = get_model(name)
+    max_model_len = max_model_len or 32768
+    groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
+    kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization)
+    blocks = num_blocks(groups, kv) if kv > 0 else 0
+    if blocks < 2:
+        raise ConfigError(f"{model.name} does not fit {gpu_memory_gib} GiB x TP {tp}: its weights leave "
+                          f"{max(kv, 0) / (1 << 30):.1f} GiB for the KV cache")
+    grouped = sum(g["count"] for g in groups) > 1
+    notes = [f"{model.name} on {gpu_memory_gib:g} GiB x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache, "
+             f"{blocks} blocks of {bs} tokens"]
+    raw = {"model": model.name, "max_model_len": max_model_len, "block_size": bs, "num_gpu_blocks": blocks,
+           "kv_cache_groups": groups}
+    if grouped:
+        notes.insert(0, "prefix caching off (cold replay): grouped prefix caching needs probe evidence of the "
+                        "hash block; run aisim plan --probe")
+        raw["enable_prefix_caching"] = False
+    else:
+        notes.insert(0, "prefix caching on (one KV-cache group)")
+    raw["plan_notes"] = notes
+    return engine_config_from_dict(raw, source=f"the catalog entry {model.name}"), notes
+
+
+def engine_toml(cfg: EngineConfig, notes) -> str:
+    """The plan as an engine configuration file, its notes as comments and ``plan_notes``."""
+    d = cfg.to_dict()
+    doc = {k: d[k] for k in (
+        "model", "vllm_version", "num_gpu_blocks", "block_size", "max_model_len", "max_num_seqs",
+        "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill", "prefix_match_unit",
+        "mamba_cache_mode", "async_scheduling", "plan_notes")}
+    if cfg.vllm_version is None:
+        doc.pop("vllm_version")
+    if not any(g["type"] in STATE_KINDS for g in d["resolved_groups"]):
+        doc.pop("mamba_cache_mode")
+    doc["time_model"] = dict(d["time_model"])
+    doc["kv_cache_groups"] = [dict(g) for g in d["kv_cache_groups"]]
+    return dumps(doc, header_comments=["Engine configuration planned by aisim."] + list(notes))

@@ -1,0 +1,274 @@
+"""The grouped-prefix-caching rule (every refusal), plans from probes and from the catalog."""
+
+import copy
+import json
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aisim.cli import main
+from aisim.config.engine import engine_config_from_dict, load_engine_config
+from aisim.config.rule import grouped_prefix_caching_problems, startup_blocks
+from aisim.errors import ConfigError
+from aisim.plan import plan_from_model, plan_from_probe
+
+from helpers import make_trace
+
+PAGE = 2176 * 1024
+
+
+def glm(**over):
+    """A GLM-5.3-Flash deployment that passes the rule (131,072 tokens, 70 usable blocks)."""
+    kda = {"type": "kda", "count": 4, "block_size": 2176, "page_size_bytes": PAGE, "prefix_cacheable": True,
+           "prefill_checkpoint_blocks": 0}
+    cfg = {"model": "GLM-5.3-Flash", "vllm_version": "0.32.0", "num_gpu_blocks": 71, "block_size": 2176,
+           "max_model_len": 131072, "max_num_batched_tokens": 8192, "prefix_match_unit": 2176,
+           "mamba_cache_mode": "align",
+           "kv_cache_groups": [
+               {"type": "full", "block_size": 2176, "page_size_bytes": PAGE, "prefix_cacheable": True},
+               {"type": "ring", "block_size": 2176, "page_size_bytes": PAGE, "prefix_cacheable": False},
+               kda]}
+    cfg.update(over)
+    return cfg
+
+
+def refused(raw, *fragments):
+    with pytest.raises(ConfigError) as exc:
+        engine_config_from_dict(raw, source="engine.toml")
+    for f in fragments:
+        assert f in str(exc.value)
+    return str(exc.value)
+
+
+def test_the_reference_deployment_passes():
+    cfg = engine_config_from_dict(glm())
+    assert grouped_prefix_caching_problems(cfg) == []
+    # cdiv(131072, 2176) + 2 * 4 + 1 = 61 + 8 + 1
+    assert startup_blocks(cfg) == 70
+
+
+def test_undeclared_prefix_cacheable():
+    raw = glm()
+    del raw["kv_cache_groups"][1]["prefix_cacheable"]
+    refused(raw, "'kv_cache_groups[1].prefix_cacheable' is not declared", "engine.toml")
+
+
+def test_unequal_and_missing_page_sizes():
+    raw = glm()
+    raw["kv_cache_groups"][1]["page_size_bytes"] = PAGE // 2
+    refused(raw, "'kv_cache_groups[1].page_size_bytes' (1114112) differs from 'kv_cache_groups[0].page_size_bytes' (2228224)")
+    raw = glm()
+    del raw["kv_cache_groups"][0]["page_size_bytes"]
+    refused(raw, "'kv_cache_groups[0].page_size_bytes' is not declared")
+
+
+def test_prefix_match_unit_required_and_equal_to_the_probe():
+    raw = glm()
+    del raw["prefix_match_unit"]
+    refused(raw, "'prefix_match_unit' is not set")
+    cfg = engine_config_from_dict(glm())
+    assert grouped_prefix_caching_problems(cfg, probe_hash_block=1088) == [
+        "'prefix_match_unit' (2176) differs from the probe's hash_block_size_tokens (1088)"]
+
+
+def test_vllm_version_required_and_supported():
+    raw = glm()
+    del raw["vllm_version"]
+    refused(raw, "'vllm_version' is not set; grouped prefix caching is modeled for vLLM 0.31.0 and 0.32.0 only")
+    refused(glm(vllm_version="0.30.0"), "'vllm_version'", "0.30.0")
+
+
+def test_max_model_len_required():
+    raw = glm()
+    del raw["max_model_len"]
+    refused(raw, "'max_model_len' is not set")
+
+
+def test_state_group_needs_align_mode():
+    refused(glm(mamba_cache_mode="none"),
+            "'mamba_cache_mode' is 'none'; the prefix-cacheable state group kv_cache_groups[2] (kda) needs 'align'")
+
+
+def test_convolution_group_is_refused():
+    raw = glm()
+    raw["kv_cache_groups"].append({"type": "conv", "block_size": 2176, "page_size_bytes": PAGE,
+                                   "prefix_cacheable": True, "prefill_checkpoint_blocks": 0})
+    refused(raw, "'kv_cache_groups[6].type' is 'conv': vLLM cannot prefix-cache a convolution state group")
+
+
+def test_0_32_needs_checkpoint_geometry():
+    raw = glm()
+    del raw["kv_cache_groups"][2]["prefill_checkpoint_blocks"]
+    refused(raw, "'kv_cache_groups[2].prefill_checkpoint_blocks' is not declared; vLLM 0.32.0 needs")
+    # 0.31.0 has no such requirement.
+    engine_config_from_dict(dict(raw, vllm_version="0.31.0"))
+
+
+def test_glm_multiples_of_four():
+    refused(glm(max_num_batched_tokens=8190),
+            "'max_num_batched_tokens' (8190) must be a multiple of 4 for GLM-5.3-Flash prefix caching")
+    engine_config_from_dict(glm(max_num_batched_tokens=8192))
+    # A unit of 2,174 does not divide the 2,176-token blocks either; both name the field and value.
+    refused(glm(prefix_match_unit=2174), "'prefix_match_unit' (2174)")
+
+
+def test_startup_capacity():
+    # vLLM's check (kv_cache_utils.check_enough_kv_cache_memory) reserves the
+    # null block: usable = num_gpu_blocks - 1 must hold one max_model_len
+    # request.  The seed counts 70 (74 with checkpoint blocks) as the blocks a
+    # request needs; in num_gpu_blocks that is 71 (75), and 70 (74) is refused.
+    engine_config_from_dict(glm(num_gpu_blocks=71))
+    refused(glm(num_gpu_blocks=70), "'num_gpu_blocks' (70) leaves 69 usable blocks, but one request of "
+            "max_model_len (131072) needs 70")
+    raw = glm(num_gpu_blocks=75)
+    raw["kv_cache_groups"][2].update(prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=16)
+    assert startup_blocks(engine_config_from_dict(raw)) == 74
+    raw["num_gpu_blocks"] = 74
+    refused(raw, "needs 74")
+
+
+def test_version_without_groups_and_unit_without_caching():
+    refused({"num_gpu_blocks": 100, "vllm_version": "0.32.0"},
+            "'vllm_version' (0.32.0) selects the grouped KV-cache rules and needs 'kv_cache_groups'")
+    refused(glm(enable_prefix_caching=False), "'prefix_match_unit' (2176) needs 'enable_prefix_caching' true")
+
+
+def test_a_cold_grouped_configuration_passes():
+    raw = glm(enable_prefix_caching=False, num_gpu_blocks=10)
+    del raw["prefix_match_unit"]
+    del raw["kv_cache_groups"][0]["prefix_cacheable"]
+    engine_config_from_dict(raw)
+
+
+# ---------------------------------------------------------------- plans from probes
+
+def probe(**over):
+    p = {"vllm_version": "0.31.0", "model": "GLM-5.3-Flash", "enable_prefix_caching": True,
+         "hash_block_size_tokens": 2176, "mamba_cache_mode": "align", "block_size": 2176,
+         "max_model_len": 131072, "max_num_batched_tokens": 8192, "max_num_seqs": 256, "num_gpu_blocks": 13815,
+         "kv_cache_groups": copy.deepcopy(glm()["kv_cache_groups"])}
+    p.update(over)
+    return p
+
+
+def test_plan_on_with_evidence():
+    cfg, notes = plan_from_probe(probe())
+    assert cfg.enable_prefix_caching and cfg.prefix_match_unit == 2176
+    assert notes[0].startswith("prefix caching on")
+
+
+@pytest.mark.parametrize("change,reason", [
+    (dict(enable_prefix_caching=False), "ran with prefix caching off"),
+    (dict(hash_block_size_tokens=None), "did not record hash_block_size_tokens"),
+    (dict(mamba_cache_mode="none"), "'mamba_cache_mode' is 'none'"),
+    (dict(vllm_version="0.30.0"), "vllm_version 0.30.0 is not modeled"),
+    (dict(vllm_version="0.25.1"), "vllm_version 0.25.1 is not modeled"),
+    (dict(max_num_batched_tokens=8190), "'max_num_batched_tokens' (8190) must be a multiple of 4"),
+])
+def test_plan_cold_with_reason(change, reason):
+    cfg, notes = plan_from_probe(probe(**change))
+    assert not cfg.enable_prefix_caching
+    assert notes[0] == "prefix caching off (cold replay)"
+    assert any(reason in n for n in notes), notes
+
+
+def test_plan_cold_for_a_convolution_group():
+    p = probe()
+    p["kv_cache_groups"].append({"type": "conv", "block_size": 2176, "page_size_bytes": PAGE,
+                                 "prefix_cacheable": True, "prefill_checkpoint_blocks": 0})
+    cfg, notes = plan_from_probe(p)
+    assert not cfg.enable_prefix_caching
+    assert any("convolution" in n for n in notes)
+
+
+def test_plan_cli_writes_its_reasons(tmp_path):
+    path = tmp_path / "probe.json"
+    path.write_text(json.dumps(probe(max_num_batched_tokens=8190)))
+    out = tmp_path / "engine.toml"
+    r = CliRunner().invoke(main, ["plan", "--probe", str(path), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "multiple of 4" in r.output
+    text = out.read_text()
+    assert "# prefix caching off (cold replay)" in text and "multiple of 4" in text
+    cfg = load_engine_config(out)
+    assert not cfg.enable_prefix_caching and any("multiple of 4" in n for n in cfg.plan_notes)
+    r = CliRunner().invoke(main, ["config", "validate", str(out)])
+    assert r.exit_code == 0 and "valid" in r.output
+    r = CliRunner().invoke(main, ["config", "show", str(out), "--format", "json"])
+    # Cold: KDA state groups hold one max_model_len block; the scheduler block is lcm(2176, 131072).
+    assert r.exit_code == 0 and json.loads(r.output)["derived"]["scheduler_block_size"] == 2228224
+
+
+def test_config_validate_refuses_with_the_sentence(tmp_path):
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps(glm(max_num_batched_tokens=8190)))
+    r = CliRunner().invoke(main, ["config", "validate", str(path)])
+    assert r.exit_code == 2 and "must be a multiple of 4" in r.output and "engine.json" in r.output
+
+
+def test_plan_from_the_catalog():
+    cfg, notes = plan_from_model("llama-3.1-8b", 80)
+    assert cfg.enable_prefix_caching and cfg.block_size == 16
+    # 80 GiB x 0.9 - 16.06 GB of weights - 1 GiB of activations, 32 layers x 4,096 B x 16 tokens a block.
+    assert cfg.num_gpu_blocks == 28693
+    cfg, notes = plan_from_model("glm-5.3-flash", 80)
+    assert cfg.block_size == 2176 and not cfg.enable_prefix_caching
+    assert "probe evidence" in notes[0]
+    with pytest.raises(ConfigError, match="does not fit"):
+        plan_from_model("qwen3-next-80b-a3b", 80)
+
+
+# ---------------------------------------------------------------- a plan that passes always replays
+
+group_st = st.sampled_from([
+    {"type": "full"}, {"type": "sliding_window", "sliding_window": 64}, {"type": "mamba"}, {"type": "ring"},
+    {"type": "kda"}, {"type": "conv"}])
+
+
+@st.composite
+def probes(draw):
+    bs = draw(st.sampled_from([16, 32, 64]))
+    groups = [dict(g, block_size=bs, page_size_bytes=4096, prefix_cacheable=g["type"] != "ring",
+                   prefill_checkpoint_blocks=draw(st.sampled_from([0, 1])))
+              for g in [{"type": "full"}] + draw(st.lists(group_st, max_size=3))]
+    for g in groups:
+        if g["prefill_checkpoint_blocks"]:
+            g["prefill_checkpoint_alignment"] = 1
+    max_model_len = draw(st.sampled_from([512, 1024, 2048]))
+    return {"vllm_version": draw(st.sampled_from(["0.31.0", "0.32.0", "0.30.0"])),
+            "enable_prefix_caching": draw(st.booleans()),
+            "hash_block_size_tokens": draw(st.sampled_from([bs, bs // 2, None])),
+            "mamba_cache_mode": draw(st.sampled_from(["align", "none"])),
+            "block_size": bs, "max_model_len": max_model_len,
+            "max_num_batched_tokens": draw(st.sampled_from([256, 512])), "max_num_seqs": 8,
+            "num_gpu_blocks": draw(st.integers(40, 400)), "kv_cache_groups": groups}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(probes(), st.integers(0, 2**31))
+def test_a_plan_that_passes_always_replays(p, seed):
+    from aisim.replay import replay
+
+    try:
+        cfg, notes = plan_from_probe(p)
+    except ConfigError:
+        return  # a probe the configuration refuses outright (e.g. a pool too small for any request)
+    import random
+
+    rnd = random.Random(seed)
+    reqs = []
+    for i in range(12):
+        shared = rnd.randint(0, 200)
+        own = rnd.randint(1, 150)
+        reqs.append(dict(id=f"r{i}", prompt=shared + own, max_tokens=rnd.randint(1, 40), at=rnd.randint(0, 20),
+                         segments=[("sys", 0, shared), (f"u{i}", shared, own)] if shared else None))
+    from aisim.errors import TraceError
+
+    try:
+        result = replay(make_trace(reqs), cfg)
+    except TraceError as exc:
+        assert "KV-cache blocks" in str(exc)  # the pool cannot hold one of the requests at all
+        return
+    assert result.summary["finished"] == 12
