@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 
 # The extension modules, in dependency order.  Each is ext/<name>.pyx.
-CORE_MODULES = ["blockpool", "kvcache", "scheduler", "engine"]
+CORE_MODULES = ["blockpool", "kvcache", "scheduler", "steptime", "engine"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -11,3 +11,7 @@ class ConfigError(AisimError, ValueError):
 
 class TraceError(AisimError, ValueError):
     """A trace row is invalid; the message names the file, line and field."""
+
+
+class ReplayError(AisimError, RuntimeError):
+    """A replay could not complete (a stalled engine, a step outside a measured profile)."""

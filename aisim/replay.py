@@ -9,7 +9,8 @@ import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import resolve_groups
-from aisim.errors import TraceError
+from aisim.perf import step_time_args
+from aisim.errors import ReplayError, TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
 # Request status codes of the core (ext/request.pxd ReqStatus) and step kinds (LineKind).
@@ -185,10 +186,16 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         per_token_s=tm.per_token_s,
         per_req_s=tm.per_req_s,
         record_events=record_decisions,
+        step_time=step_time_args(tm),
         **resolve_groups(engine),
     )
     kwargs["arrival_time" if timed else "arrival_step"] = arrival
-    out = Engine(**kwargs).run()
+    try:
+        out = Engine(**kwargs).run()
+    except (ValueError, RuntimeError) as exc:
+        # The core's own refusals (ext/engine.pyx): a stalled engine, a step
+        # outside the step-time profile's measured range.
+        raise ReplayError(str(exc)) from None
     requests = _requests_table(trace, out["requests"])
     steps = _steps_table(out["steps"], engine)
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)

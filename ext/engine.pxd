@@ -4,13 +4,8 @@
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC
+from aisim._core.steptime cimport TimeModelC
 from aisim._core.types cimport block_id_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
-
-cdef struct TimeModelC:
-    # Linear step time: base_s + per_token_s * tokens + per_req_s * requests.
-    sec_t base_s
-    sec_t per_token_s
-    sec_t per_req_s
 
 cdef enum LineKind:
     LINE_STEP = 0              # an iteration that called schedule()
@@ -73,8 +68,10 @@ cdef class Engine:
     cdef StepColsC cols
     cdef EventsC events
     cdef object _keep              # arrays the C side points into
+    cdef object _tm_keep           # step-time model arrays the C side points into
     cdef const step_t* arrival_step
     cdef const sec_t* arrival_time
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
+    cdef int _range_error(self, step_t step) except -1 nogil
     cdef int _run(self) except -1 nogil

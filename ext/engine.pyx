@@ -22,6 +22,7 @@ import numpy as np
 
 from aisim._core.blockpool cimport bp_usage
 from aisim._core.kvcache cimport GroupSpecC, kv_init, kv_release
+from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_PENDING
 from aisim._core.scheduler cimport (
     BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
@@ -129,10 +130,6 @@ cdef void _events_release(EventsC* e) noexcept nogil:
 cdef int64_t STALL_LIMIT = 100000
 
 
-cdef inline sec_t _step_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
-    return tm.base_s + tm.per_token_s * <sec_t>b.total_tokens + tm.per_req_s * <sec_t>b.n
-
-
 def _c_array(a, dtype):
     return np.ascontiguousarray(a, dtype=dtype)
 
@@ -162,7 +159,7 @@ cdef class Engine:
                  bint enable_chunked_prefill, bint priority_policy,
                  bint scheduler_reserve_full_isl, bint async_scheduling,
                  double base_s, double per_token_s, double per_req_s,
-                 bint record_events=False):
+                 bint record_events=False, step_time=None):
         cdef Py_ssize_t i, n = len(prompt_len)
         cdef SchedConfC conf
         cdef const tok_t[::1] p_len = _c_array(prompt_len, np.int64)
@@ -251,11 +248,51 @@ cdef class Engine:
         sched_init(&self.sched, conf, &self.kv, self.reqs, <req_t>n)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
+        self.time_model.kind = TM_LINEAR
         self.time_model.base_s = base_s
         self.time_model.per_token_s = per_token_s
         self.time_model.per_req_s = per_req_s
+        if step_time is not None:
+            self._set_step_time(step_time)
         self.record_events = record_events
         self.ready = True
+
+    def _set_step_time(self, dict m):
+        """Load a roofline or table model (plain dict from aisim.perf)."""
+        cdef const double[::1] af, kb, xs, ys, lat
+        cdef const tok_t[::1] win
+        cdef TimeModelC* tm = &self.time_model
+        tm.kind = m["kind"]
+        keep = []
+        if m["kind"] == 1:
+            af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)
+            kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
+            win = np.ascontiguousarray(m["window"], dtype=np.int64)
+            keep += [af, kb, win]
+            tm.n_terms = <int32_t>af.shape[0]
+            tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
+            tm.kv_bytes = <double*>&kb[0] if kb.shape[0] else NULL
+            tm.window = <tok_t*>&win[0] if win.shape[0] else NULL
+            tm.flops_per_token = m["flops_per_token"]
+            tm.state_bytes = m["state_bytes"]
+            tm.weight_bytes = m["weight_bytes"]
+            tm.flops_rate = m["flops_rate"]
+            tm.bytes_rate = m["bytes_rate"]
+            tm.overhead_s = m["overhead_s"]
+        elif m["kind"] == 2:
+            xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
+            ys = np.ascontiguousarray(m["ys"], dtype=np.float64)
+            lat = np.ascontiguousarray(m["latency"], dtype=np.float64)
+            keep += [xs, ys, lat]
+            tm.n_axes = len(m["axes"])
+            tm.axis[0] = m["axes"][0]
+            tm.axis[1] = m["axes"][1] if tm.n_axes == 2 else 0
+            tm.n_x = <int32_t>xs.shape[0]
+            tm.n_y = <int32_t>ys.shape[0]
+            tm.xs = <double*>&xs[0]
+            tm.ys = <double*>&ys[0]
+            tm.latency = <double*>&lat[0]
+        self._tm_keep = keep
 
     def __dealloc__(self):
         batch_release(&self.batches[0])
@@ -319,6 +356,12 @@ cdef class Engine:
         c.n += 1
         return 0
 
+    cdef int _range_error(self, step_t step) except -1 nogil:
+        with gil:
+            raise ValueError(f"engine step {step} falls outside the step-time profile's measured range "
+                             f"(values {self.time_model.bad_x:g}, {self.time_model.bad_y:g} on its axes); "
+                             "aisim never extrapolates a profile: measure a wider range")
+
     cdef int _run(self) except -1 nogil:
         cdef req_t nxt = 0, first_arrived
         cdef step_t step = 0
@@ -365,7 +408,9 @@ cdef class Engine:
                 b.step = step
                 b.start_s = clock
                 sched_schedule(&self.sched, b)
-                b.end_s = clock + _step_time(&self.time_model, b)
+                b.end_s = clock + tm_step_time(&self.time_model, b)
+                if self.time_model.out_of_range:
+                    self._range_error(step)
                 free_sched = self.kv.pool.num_free
                 sched_update(&self.sched, b)
                 stalled = stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
@@ -382,7 +427,9 @@ cdef class Engine:
                 b.step = step
                 b.start_s = clock
                 sched_schedule(&self.sched, b)
-                b.end_s = clock + _step_time(&self.time_model, b)
+                b.end_s = clock + tm_step_time(&self.time_model, b)
+                if self.time_model.out_of_range:
+                    self._range_error(step)
                 free_sched = self.kv.pool.num_free
                 q_len += 1
                 scheduled = True

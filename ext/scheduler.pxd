@@ -35,6 +35,7 @@ cdef struct BatchC:
     tok_t* tokens                    # [cap] scheduled tokens
     flag_t* sampled                  # [cap] the model samples one token (not a prefill chunk)
     flag_t* decode                   # [cap] the entry only processes the newest token
+    tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
     tok_t total_tokens
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]

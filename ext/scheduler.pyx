@@ -144,6 +144,7 @@ cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil:
     b.tokens = <tok_t*>_calloc(cap, sizeof(tok_t))
     b.sampled = <flag_t*>_calloc(cap, sizeof(flag_t))
     b.decode = <flag_t*>_calloc(cap, sizeof(flag_t))
+    b.ctx = <tok_t*>_calloc(cap, sizeof(tok_t))
     b.new_req = <req_t*>_calloc(cap, sizeof(req_t))
     b.new_computed = <tok_t*>_calloc(cap, sizeof(tok_t))
     b.res_req = <req_t*>_calloc(cap, sizeof(req_t))
@@ -157,6 +158,7 @@ cdef void batch_release(BatchC* b) noexcept nogil:
     PyMem_RawFree(b.tokens)
     PyMem_RawFree(b.sampled)
     PyMem_RawFree(b.decode)
+    PyMem_RawFree(b.ctx)
     PyMem_RawFree(b.new_req)
     PyMem_RawFree(b.new_computed)
     PyMem_RawFree(b.res_req)
@@ -498,6 +500,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
         b.sampled[i] = not r.is_prefill_chunk
         b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
+        b.ctx[i] = r.num_computed
         if c.async_scheduling and not r.is_prefill_chunk:
             r.num_placeholders += 1
     s.finished_pending = False

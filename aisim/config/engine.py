@@ -22,11 +22,26 @@ DEFAULT_VLLM_VERSION = "0.32.0"
 
 @dataclass(frozen=True)
 class TimeModel:
-    """Linear step-time model: ``base_s + per_token_s * tokens + per_req_s * requests``."""
+    """How long an engine step takes (:mod:`aisim.perf`).
 
+    ``kind = "linear"``: ``base_s + per_token_s * tokens + per_req_s * requests``.
+    ``kind = "roofline"``: from catalog ``gpu`` and ``model`` specs at tensor
+    parallelism ``tp``, with compute and bandwidth efficiencies and a fixed
+    ``overhead_s``.  ``kind = "table"``: a profile of measured forward passes
+    at ``path`` (CSV or Parquet; relative to the configuration file).
+    """
+
+    kind: str = "linear"
     base_s: float = 0.01
     per_token_s: float = 0.0
     per_req_s: float = 0.0
+    gpu: str | None = None
+    model: str | None = None
+    tp: int = 1
+    overhead_s: float = 0.002
+    compute_efficiency: float = 0.6
+    bandwidth_efficiency: float = 0.8
+    path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -242,12 +257,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     tm = kw.get("time_model", {})
     if not isinstance(tm, dict):
         raise ConfigError(f"'time_model'{_where(source)} must be a mapping")
-    for k, v in tm.items():
-        if k not in _TIME_KEYS:
-            raise ConfigError(f"unknown key 'time_model.{k}'{_where(source)}; known keys: {', '.join(sorted(_TIME_KEYS))}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(f"'time_model.{k}'{_where(source)} must be a non-negative number, got {v!r}")
-    kw["time_model"] = TimeModel(**{k: float(v) for k, v in tm.items()})
+    kw["time_model"] = _time_model(tm, source)
     if kw.get("kv_cache_groups") is not None:
         kw["kv_cache_groups"] = _groups(kw["kv_cache_groups"], kw, source)
     notes = kw.get("plan_notes", ())
@@ -288,6 +298,48 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
 
     check_engine(cfg, source)
     return cfg
+
+
+def _time_model(tm: dict, source) -> TimeModel:
+    out = {}
+    for k, v in tm.items():
+        if k not in _TIME_KEYS:
+            raise ConfigError(f"unknown key 'time_model.{k}'{_where(source)}; known keys: {', '.join(sorted(_TIME_KEYS))}")
+        if k in ("kind", "gpu", "model", "path"):
+            if not isinstance(v, str):
+                raise ConfigError(f"'time_model.{k}'{_where(source)} must be a string, got {v!r}")
+            out[k] = v
+        elif k == "tp":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"'time_model.tp'{_where(source)} must be a positive integer, got {v!r}")
+            out[k] = v
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise ConfigError(f"'time_model.{k}'{_where(source)} must be a non-negative number, got {v!r}")
+            out[k] = float(v)
+    kind = out.get("kind", "linear")
+    if kind not in ("linear", "roofline", "table"):
+        raise ConfigError(f"'time_model.kind'{_where(source)} must be linear, roofline or table, got {kind!r}")
+    for k in ("compute_efficiency", "bandwidth_efficiency"):
+        if k in out and not 0 < out[k] <= 1:
+            raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
+    if kind == "roofline":
+        from aisim.config.catalog import get_gpu, get_model
+
+        for k in ("gpu", "model"):
+            if k not in out:
+                raise ConfigError(f"'time_model.{k}'{_where(source)} is required by the roofline model")
+        try:
+            get_gpu(out["gpu"])
+            get_model(out["model"])
+        except ConfigError as exc:
+            raise ConfigError(f"'time_model'{_where(source)}: {exc}") from None
+    if kind == "table":
+        if "path" not in out:
+            raise ConfigError(f"'time_model.path'{_where(source)} is required by the table model")
+        if source and not os.path.isabs(out["path"]) and os.path.exists(os.path.dirname(os.path.abspath(source))):
+            out["path"] = os.path.join(os.path.dirname(os.path.abspath(source)), out["path"])
+    return TimeModel(**out)
 
 
 def _groups(groups, kw, source):

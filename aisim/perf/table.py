@@ -1,0 +1,77 @@
+"""Profile tables of measured forward passes (CSV or Parquet).
+
+Columns: ``latency_s`` and one or two of ``batch_size`` (scheduled requests),
+``prefill_tokens`` (scheduled tokens that are not single-token decodes) and
+``kv_tokens`` (KV tokens read: the scheduled requests' contexts).  The rows
+form a full grid over the columns that vary (one: linear interpolation; two:
+bilinear).  A column with one value throughout is not an axis.  Steps outside
+the measured range stop the replay with an error; nothing is extrapolated.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+
+from aisim.errors import ConfigError
+
+AXES = {"batch_size": 0, "prefill_tokens": 1, "kv_tokens": 2}
+
+
+def _read_rows(path: str) -> dict:
+    if path.lower().endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        return {c: table.column(c).to_pylist() for c in table.column_names}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        cols = {c: [] for c in reader.fieldnames or []}
+        for lineno, row in enumerate(reader, 2):
+            for c in cols:
+                try:
+                    cols[c].append(float(row[c]))
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{path}:{lineno}: field '{c}' must be a number, got {row[c]!r}") from None
+        return cols
+
+
+def table_args(path: str) -> dict:
+    """Core arguments of the profile table at ``path``."""
+    if not os.path.exists(path):
+        raise ConfigError(f"cannot read step-time profile {path}: no such file")
+    cols = _read_rows(path)
+    if "latency_s" not in cols:
+        raise ConfigError(f"step-time profile {path} has no 'latency_s' column")
+    unknown = [c for c in cols if c not in AXES and c != "latency_s"]
+    if unknown:
+        raise ConfigError(f"step-time profile {path}: unknown column(s) {', '.join(unknown)}; "
+                          f"known: latency_s, {', '.join(AXES)}")
+    lat = np.asarray(cols["latency_s"], dtype=np.float64)
+    if lat.size == 0 or np.any(lat < 0) or not np.all(np.isfinite(lat)):
+        raise ConfigError(f"step-time profile {path}: 'latency_s' must hold non-negative numbers")
+    axes = [c for c in AXES if c in cols and len(set(cols[c])) > 1]
+    if not axes:
+        raise ConfigError(f"step-time profile {path}: no column among {', '.join(AXES)} varies")
+    if len(axes) > 2:
+        raise ConfigError(f"step-time profile {path}: {', '.join(axes)} all vary; a profile interpolates "
+                          "over at most two of them")
+    grids = [np.unique(np.asarray(cols[a], dtype=np.float64)) for a in axes]
+    shape = tuple(len(g) for g in grids)
+    grid = np.full(shape, np.nan)
+    for k in range(lat.size):
+        idx = tuple(int(np.searchsorted(g, cols[a][k])) for g, a in zip(grids, axes))
+        if not np.isnan(grid[idx]):
+            raise ConfigError(f"step-time profile {path}: row {k + 2} repeats a measured point")
+        grid[idx] = lat[k]
+    if np.isnan(grid).any():
+        raise ConfigError(f"step-time profile {path}: the rows do not form a full grid over {', '.join(axes)}")
+    return {
+        "kind": 2,
+        "axes": [AXES[a] for a in axes],
+        "xs": grids[0],
+        "ys": grids[1] if len(axes) == 2 else np.zeros(1),
+        "latency": grid.reshape(-1),
+    }

@@ -1,0 +1,46 @@
+# Step-time models: the seconds one engine step takes, from what it scheduled.
+# cimported by engine, which prices every batch inside its nogil loop.
+from aisim._core.scheduler cimport BatchC
+from aisim._core.types cimport int32_t, sec_t, tok_t
+
+cdef enum TimeKind:
+    TM_LINEAR = 0      # base_s + per_token_s * tokens + per_req_s * requests
+    TM_ROOFLINE = 1    # max(compute, memory) + overhead, from GPU and model specs
+    TM_TABLE = 2       # interpolated in a profile of measured forward passes
+
+cdef enum TableAxis:
+    AX_BATCH = 0       # scheduled requests
+    AX_PREFILL = 1     # scheduled tokens that are not single-token decodes
+    AX_KV = 2          # KV tokens read: the scheduled requests' contexts
+
+cdef struct TimeModelC:
+    int32_t kind
+    # linear
+    sec_t base_s
+    sec_t per_token_s
+    sec_t per_req_s
+    # roofline: FLOPs and bytes per step, over peak rates
+    double flops_per_token          # 2 * active parameters (matmuls of one token)
+    int32_t n_terms                 # attention / KV terms, one per layer kind
+    double* attn_flops              # [n_terms] FLOPs per (new token, context token) pair
+    double* kv_bytes                # [n_terms] KV bytes read per context token
+    tok_t* window                   # [n_terms] context cap (sliding window); 0 = none
+    double state_bytes              # bytes read per scheduled request (recurrent state)
+    double weight_bytes             # weights read once per step
+    double flops_rate               # peak FLOP/s x compute efficiency
+    double bytes_rate               # HBM bytes/s x bandwidth efficiency
+    sec_t overhead_s                # fixed cost of a step
+    # table
+    int32_t n_axes                  # 1 (linear) or 2 (bilinear)
+    int32_t axis[2]                 # TableAxis of each axis
+    int32_t n_x                     # grid points on axis 0
+    int32_t n_y                     # grid points on axis 1 (1 with one axis)
+    double* xs                      # [n_x] increasing
+    double* ys                      # [n_y] increasing
+    double* latency                 # [n_x * n_y] seconds, x-major
+    # the first step priced outside the table (reported by the engine)
+    bint out_of_range
+    double bad_x
+    double bad_y
+
+cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil

@@ -1,0 +1,109 @@
+"""Step-time models evaluated inside the replay loop, without Python calls.
+
+* linear: ``base_s + per_token_s * tokens + per_req_s * requests``, left to
+  right (the oracle recorder's formula);
+* roofline: a step is bound by compute or by memory traffic.  Compute is
+  ``flops_per_token * tokens + sum_terms attn_flops * sum_i n_i * ctx_i``
+  (ctx capped by a sliding window) over the effective FLOP rate; memory is the
+  weights read once plus every scheduled request's KV read (its context,
+  capped by a window, per term) plus its recurrent state, over the effective
+  bandwidth; the step costs ``overhead_s + max(compute, memory)``.  Prefill is
+  thus compute-bound and decode memory-bound;
+* table: linear (one axis) or bilinear (two axes) interpolation in a grid of
+  measured forward passes over batch size, prefill tokens and KV tokens read.
+  A step outside the measured range is never extrapolated: the model flags it
+  and the engine stops with an error naming the values.
+"""
+
+from aisim._core.scheduler cimport BatchC
+from aisim._core.types cimport int32_t, sec_t, tok_t
+
+
+cdef inline double _feature(const TimeModelC* tm, int32_t axis, double batch, double prefill,
+                            double kv) noexcept nogil:
+    if axis == AX_BATCH:
+        return batch
+    if axis == AX_PREFILL:
+        return prefill
+    return kv
+
+
+cdef int32_t _cell(const double* grid, int32_t n, double v) noexcept nogil:
+    # Index i with grid[i] <= v <= grid[i + 1] (binary search); -1 outside.
+    cdef int32_t lo = 0, hi = n - 1, mid
+    if n == 1:
+        return 0 if v == grid[0] else -1
+    if v < grid[0] or v > grid[n - 1]:
+        return -1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if grid[mid] <= v:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+cdef sec_t _table(TimeModelC* tm, double batch, double prefill, double kv) noexcept nogil:
+    cdef double x = _feature(tm, tm.axis[0], batch, prefill, kv)
+    cdef double y = _feature(tm, tm.axis[1], batch, prefill, kv) if tm.n_axes == 2 else 0.0
+    cdef int32_t i = _cell(tm.xs, tm.n_x, x)
+    cdef int32_t j = 0
+    cdef double tx, ty, a, b
+    if tm.n_axes == 2:
+        j = _cell(tm.ys, tm.n_y, y)
+    if i < 0 or j < 0:
+        if not tm.out_of_range:
+            tm.out_of_range = True
+            tm.bad_x = x
+            tm.bad_y = y
+        return 0.0
+    if tm.n_x == 1:
+        tx = 0.0
+    else:
+        tx = (x - tm.xs[i]) / (tm.xs[i + 1] - tm.xs[i])
+    if tm.n_axes == 1:
+        if tm.n_x == 1:
+            return tm.latency[0]
+        return tm.latency[i] + tx * (tm.latency[i + 1] - tm.latency[i])
+    ty = 0.0 if tm.n_y == 1 else (y - tm.ys[j]) / (tm.ys[j + 1] - tm.ys[j])
+    # Bilinear: along x on rows j and j + 1, then along y.
+    a = tm.latency[i * tm.n_y + j]
+    b = tm.latency[i * tm.n_y + j + 1] if tm.n_y > 1 else a
+    if tm.n_x > 1:
+        a = a + tx * (tm.latency[(i + 1) * tm.n_y + j] - a)
+        if tm.n_y > 1:
+            b = b + tx * (tm.latency[(i + 1) * tm.n_y + j + 1] - b)
+    return a + ty * (b - a)
+
+
+cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
+    """Seconds the forward pass of batch ``b`` takes."""
+    cdef int32_t i, t
+    cdef double prefill = 0.0, kv = 0.0, flops, bytes_, ctx, pairs
+    if tm.kind == TM_LINEAR:
+        return tm.base_s + tm.per_token_s * <sec_t>b.total_tokens + tm.per_req_s * <sec_t>b.n
+    if tm.kind == TM_TABLE:
+        if b.n == 0:
+            return 0.0  # nothing ran: no forward pass to price
+        for i in range(b.n):
+            if not b.decode[i]:
+                prefill += b.tokens[i]
+            kv += b.ctx[i]
+        return _table(tm, b.n, prefill, kv)
+    # Roofline
+    flops = tm.flops_per_token * <double>b.total_tokens
+    bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
+    for i in range(b.n):
+        for t in range(tm.n_terms):
+            ctx = <double>b.ctx[i]
+            if tm.window[t] > 0 and ctx > tm.window[t]:
+                ctx = <double>tm.window[t]
+            # n new tokens each attend to (on average) the context they extend.
+            pairs = <double>b.tokens[i] * ctx
+            flops += tm.attn_flops[t] * pairs
+            bytes_ += tm.kv_bytes[t] * ctx
+    if b.n == 0:
+        return tm.overhead_s
+    return tm.overhead_s + (flops / tm.flops_rate if flops / tm.flops_rate > bytes_ / tm.bytes_rate
+                            else bytes_ / tm.bytes_rate)
