@@ -111,6 +111,8 @@ from aisim.config.cli import config, plan  # noqa: E402
 
 main.add_command(config)
 main.add_command(plan)
+from aisim.traces.cli import trace  # noqa: E402
+main.add_command(trace)
 
 
 if __name__ == "__main__":  # pragma: no cover

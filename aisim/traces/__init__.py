@@ -9,12 +9,21 @@ from __future__ import annotations
 import os
 
 from aisim.errors import TraceError
+from aisim.traces.agentic import read_agentic
+from aisim.traces.azure import read_azure
+from aisim.traces.mooncake import read_mooncake, read_mooncake_delta
 from aisim.traces.oracle import read_oracle_trace
+from aisim.traces.parquet import read_parquet
 from aisim.traces.schema import TRACE_SCHEMA, stream_id
 
 # format name -> reader(path, **options) -> pyarrow.Table
 READERS = {
     "oracle": read_oracle_trace,
+    "mooncake": read_mooncake,
+    "mooncake-delta": read_mooncake_delta,
+    "azure": read_azure,
+    "agentic": read_agentic,
+    "parquet": read_parquet,
 }
 
 
@@ -43,12 +52,27 @@ def read_trace(path, fmt: str | None = None, **options):
 
 
 def guess_format(path: str) -> str:
-    """The trace format a file name suggests (``oracle`` for ``.jsonl``)."""
+    """The trace format a path suggests.
+
+    ``.parquet`` is ``parquet``, ``.csv`` ``azure``, ``.json``, a directory or
+    a glob ``agentic``; a ``.jsonl`` file is ``mooncake`` when its first line
+    has ``input_length`` or ``hash_ids``, else ``oracle``.  ``mooncake-delta``
+    is never guessed.
+    """
     lower = path.lower()
     if lower.endswith(".parquet"):
         return "parquet"
     if lower.endswith(".csv"):
         return "azure"
+    if lower.endswith(".json") or any(c in path for c in "*?[") or os.path.isdir(path):
+        return "agentic"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return "oracle"
+    if '"input_length"' in first or '"hash_ids"' in first:
+        return "mooncake"
     return "oracle"
 
 
