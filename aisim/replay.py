@@ -129,7 +129,33 @@ def _validate(trace: pa.Table, engine: EngineConfig):
         )
 
 
-def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = False) -> ReplayResult:
+def _closed_loop(trace: pa.Table, think_time_s):
+    """Next-turn links and think times of multi-turn sessions (closed loop).
+
+    Turn k + 1 of a session is sent when turn k finishes plus a think time:
+    ``think_time_s`` when given, else the gap between the two turns' arrivals
+    in the trace (the pacing it recorded).
+    """
+    n = len(trace)
+    nxt = np.full(n, -1, dtype=np.int32)
+    think = np.zeros(n, dtype=np.float64)
+    sessions = trace.column("session_id").to_pylist()
+    turns = trace.column("turn").to_pylist()
+    arrival = trace.column("arrival_s").to_numpy(zero_copy_only=False)
+    by_session = {}
+    for i, sid in enumerate(sessions):
+        if sid is not None:
+            by_session.setdefault(sid, []).append(i)
+    for rows in by_session.values():
+        rows.sort(key=lambda i: (turns[i], i))
+        for a, b in zip(rows, rows[1:]):
+            nxt[a] = b
+            think[b] = think_time_s if think_time_s is not None else max(0.0, arrival[b] - arrival[a])
+    return nxt, think
+
+
+def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = False,
+           closed_loop: bool = False, think_time_s: float | None = None) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
@@ -140,6 +166,12 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         The engine to model.
     record_decisions : bool
         Keep every scheduling decision, for :func:`aisim.decisionlog.write_decision_log`.
+    closed_loop : bool
+        Send a session's next turn when its previous turn finishes, plus its
+        think time, instead of at its trace timestamp (time-clocked traces).
+    think_time_s : float, optional
+        Think time of every closed-loop turn; default: the trace's gap between
+        the two turns' arrivals.
 
     Returns
     -------
@@ -190,6 +222,10 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         **resolve_groups(engine),
     )
     kwargs["arrival_time" if timed else "arrival_step"] = arrival
+    if closed_loop:
+        if not timed:
+            raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
+        kwargs["next_turn"], kwargs["think_s"] = _closed_loop(trace, think_time_s)
     try:
         out = Engine(**kwargs).run()
     except (ValueError, RuntimeError) as exc:

@@ -71,7 +71,17 @@ cdef class Engine:
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef const step_t* arrival_step
     cdef const sec_t* arrival_time
+    cdef req_t* open_idx           # requests that arrive on their own, in trace order
+    cdef req_t n_open
+    cdef req_t _nxt                # next open-loop request to arrive
+    cdef sec_t* rel_time           # closed-loop releases: a binary heap on (time, request)
+    cdef req_t* rel_req
+    cdef req_t n_rel
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
+    cdef void _rel_push(self, sec_t t, req_t r) noexcept nogil
+    cdef void _rel_pop(self) noexcept nogil
+    cdef void _release_next_turns(self) noexcept nogil
+    cdef bint _open_due(self, sec_t clock, step_t step) noexcept nogil
     cdef int _run(self) except -1 nogil

@@ -143,6 +143,9 @@ cdef class Engine:
 
     def __cinit__(self):
         self.reqs = NULL
+        self.open_idx = NULL
+        self.rel_time = NULL
+        self.rel_req = NULL
         self.ready = False
 
     def __init__(self, *, prompt_len, max_tokens, priority, arrival_key, id_rank, seg_off, seg_cnt, out_stream,
@@ -159,7 +162,7 @@ cdef class Engine:
                  bint enable_chunked_prefill, bint priority_policy,
                  bint scheduler_reserve_full_isl, bint async_scheduling,
                  double base_s, double per_token_s, double per_req_s,
-                 bint record_events=False, step_time=None):
+                 bint record_events=False, step_time=None, next_turn=None, think_s=None):
         cdef Py_ssize_t i, n = len(prompt_len)
         cdef SchedConfC conf
         cdef const tok_t[::1] p_len = _c_array(prompt_len, np.int64)
@@ -190,7 +193,23 @@ cdef class Engine:
         self.reqs = <ReqC*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(ReqC))
         if self.reqs == NULL:
             raise MemoryError()
+        cdef const int32_t[::1] nt = _c_array(next_turn if next_turn is not None else np.full(n, -1), np.int32)
+        cdef const sec_t[::1] th = _c_array(think_s if think_s is not None else np.zeros(n), np.float64)
+        self.open_idx = <req_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(req_t))
+        self.rel_time = <sec_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(sec_t))
+        self.rel_req = <req_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(req_t))
+        if self.open_idx == NULL or self.rel_time == NULL or self.rel_req == NULL:
+            raise MemoryError()
+        followers = set(int(x) for x in nt if x >= 0)
+        self.n_open = 0
         for i in range(n):
+            if i not in followers:
+                self.open_idx[self.n_open] = <req_t>i
+                self.n_open += 1
+        self.n_rel = 0
+        for i in range(n):
+            self.reqs[i].next_turn = nt[i]
+            self.reqs[i].think_s = th[i]
             self.reqs[i].prompt_len = p_len[i]
             self.reqs[i].max_tokens = m_tok[i]
             self.reqs[i].priority = prio[i]
@@ -302,6 +321,9 @@ cdef class Engine:
         _cols_release(&self.cols)
         _events_release(&self.events)
         PyMem_RawFree(self.reqs)
+        PyMem_RawFree(self.open_idx)
+        PyMem_RawFree(self.rel_time)
+        PyMem_RawFree(self.rel_req)
 
     # -------------------------------------------------------------- the loop
 
@@ -356,6 +378,68 @@ cdef class Engine:
         c.n += 1
         return 0
 
+    cdef bint _open_due(self, sec_t clock, step_t step) noexcept nogil:
+        # The next open-loop request has arrived by this clock / engine step.
+        cdef req_t r
+        if self._nxt >= self.n_open:
+            return False
+        r = self.open_idx[self._nxt]
+        if self.timed:
+            return self.arrival_time[r] <= clock
+        return self.arrival_step[r] <= step
+
+    cdef void _rel_push(self, sec_t t, req_t r) noexcept nogil:
+        # Binary min-heap on (release time, request index).
+        cdef req_t i = self.n_rel
+        cdef req_t p
+        self.n_rel += 1
+        while i > 0:
+            p = (i - 1) >> 1
+            if self.rel_time[p] < t or (self.rel_time[p] == t and self.rel_req[p] < r):
+                break
+            self.rel_time[i] = self.rel_time[p]
+            self.rel_req[i] = self.rel_req[p]
+            i = p
+        self.rel_time[i] = t
+        self.rel_req[i] = r
+
+    cdef void _rel_pop(self) noexcept nogil:
+        cdef req_t i = 0, c
+        cdef sec_t t
+        cdef req_t r
+        self.n_rel -= 1
+        if self.n_rel == 0:
+            return
+        t = self.rel_time[self.n_rel]
+        r = self.rel_req[self.n_rel]
+        while True:
+            c = 2 * i + 1
+            if c >= self.n_rel:
+                break
+            if c + 1 < self.n_rel and (self.rel_time[c + 1] < self.rel_time[c] or (
+                    self.rel_time[c + 1] == self.rel_time[c] and self.rel_req[c + 1] < self.rel_req[c])):
+                c += 1
+            if t < self.rel_time[c] or (t == self.rel_time[c] and r < self.rel_req[c]):
+                break
+            self.rel_time[i] = self.rel_time[c]
+            self.rel_req[i] = self.rel_req[c]
+            i = c
+        self.rel_time[i] = t
+        self.rel_req[i] = r
+
+    cdef void _release_next_turns(self) noexcept nogil:
+        """Closed loop: a finished turn sends its session's next turn after its think time."""
+        cdef int32_t i
+        cdef req_t f, nx
+        cdef sec_t t
+        for i in range(self.sched.n_finished):
+            f = self.sched.finished[i]
+            nx = self.reqs[f].next_turn
+            if nx >= 0:
+                t = self.reqs[f].finish_s + self.reqs[nx].think_s
+                self.reqs[nx].arrival_key = t
+                self._rel_push(t, nx)
+
     cdef int _range_error(self, step_t step) except -1 nogil:
         with gil:
             raise ValueError(f"engine step {step} falls outside the step-time profile's measured range "
@@ -363,7 +447,8 @@ cdef class Engine:
                              "aisim never extrapolates a profile: measure a wider range")
 
     cdef int _run(self) except -1 nogil:
-        cdef req_t nxt = 0, first_arrived
+        cdef req_t r_open, r_new
+        cdef sec_t t_next
         cdef step_t step = 0
         cdef sec_t clock = 0.0
         cdef BatchC* b
@@ -381,27 +466,42 @@ cdef class Engine:
                     raise RuntimeError(
                         f"replay stalled at engine step {step}: {self.sched.n_running} running and "
                         f"{self.sched.n_waiting} waiting requests cannot be scheduled")
-            # Add the requests that have arrived by now, in trace order.
-            first_arrived = nxt
-            while nxt < self.n_reqs and (
-                    (self.timed and self.arrival_time[nxt] <= clock)
-                    or (not self.timed and self.arrival_step[nxt] <= step)):
-                self.reqs[nxt].arrival_s = clock
-                sched_add_request(&self.sched, nxt)
-                nxt += 1
+            # Add the requests that have arrived by now: open-loop requests in
+            # trace order, merged with closed-loop turns released by a finish,
+            # ordered by (time, request index).
             arrived_row = self.cols.n
-            if self.record_events:
-                for i in range(first_arrived, nxt):
-                    _event(&self.events, arrived_row, EV_ARRIVED, i, 0)
+            while True:
+                if self._open_due(clock, step):
+                    r_open = self.open_idx[self._nxt]
+                    if self.n_rel > 0 and self.rel_time[0] <= clock and (
+                            self.rel_time[0] < self.arrival_time[r_open]
+                            or (self.rel_time[0] == self.arrival_time[r_open] and self.rel_req[0] < r_open)):
+                        r_new = self.rel_req[0]
+                        self._rel_pop()
+                    else:
+                        r_new = r_open
+                        self._nxt += 1
+                elif self.n_rel > 0 and self.rel_time[0] <= clock:
+                    r_new = self.rel_req[0]
+                    self._rel_pop()
+                else:
+                    break
+                self.reqs[r_new].arrival_s = clock
+                sched_add_request(&self.sched, r_new)
+                if self.record_events:
+                    _event(&self.events, arrived_row, EV_ARRIVED, r_new, 0)
             if not sched_has_requests(&self.sched) and q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
-                if nxt == self.n_reqs:
+                if self._nxt == self.n_open and self.n_rel == 0:
                     break
                 if self.timed:
-                    if self.arrival_time[nxt] > clock:
-                        clock = self.arrival_time[nxt]
+                    t_next = self.arrival_time[self.open_idx[self._nxt]] if self._nxt < self.n_open else self.rel_time[0]
+                    if self.n_rel > 0 and self.rel_time[0] < t_next:
+                        t_next = self.rel_time[0]
+                    if t_next > clock:
+                        clock = t_next
                 else:
-                    step = self.arrival_step[nxt]
+                    step = self.arrival_step[self.open_idx[self._nxt]]
                 continue
             if not self.sched.conf.async_scheduling:
                 b = &self.batches[0]
@@ -413,6 +513,7 @@ cdef class Engine:
                     self._range_error(step)
                 free_sched = self.kv.pool.num_free
                 sched_update(&self.sched, b)
+                self._release_next_turns()
                 stalled = stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
                 self._log_line(step, LINE_STEP, clock, b, b, free_sched)
                 clock = b.end_s
@@ -444,6 +545,7 @@ cdef class Engine:
             q_head = (q_head + 1) % 2
             q_len -= 1
             sched_update(&self.sched, ob)
+            self._release_next_turns()
             stalled = stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
             if scheduled:
                 self._log_line(step, LINE_STEP, clock, b, ob, free_sched)

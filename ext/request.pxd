@@ -21,6 +21,8 @@ cdef struct ReqC:
     int32_t seg_off            # first prompt segment in the engine's segment arrays
     int32_t seg_cnt            # number of prompt segments
     hash_t out_stream          # token stream of this request's output tokens
+    int32_t next_turn          # closed loop: the request sent when this one finishes (-1 = none)
+    sec_t think_s              # closed loop: seconds between the previous turn's finish and this one
     # --- scheduler state
     flag_t status              # ReqStatus
     flag_t is_prefill_chunk    # set after scheduling (Scheduler._update_after_schedule)
