@@ -28,15 +28,20 @@ def main():
 @main.command()
 @click.option("--engine", "engine_path", required=True, type=click.Path(dir_okay=False),
               help="Engine configuration (JSON, TOML or YAML; vLLM's key names).")
-@click.option("--trace", "trace_path", required=True, type=click.Path(dir_okay=False),
-              help="Request trace (oracle JSONL: request_id, prompt_len, max_tokens, arrival_step|arrival_time).")
+@click.option("--trace", "trace_path", required=True, type=click.Path(),
+              help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
+@click.option("--trace-format", type=click.Choice(["oracle", "mooncake", "mooncake-delta", "azure", "agentic",
+                                                   "parquet"]), help="Trace format (default: guessed from the file).")
+@click.option("--closed-loop", is_flag=True,
+              help="Send a session's next turn when the previous one finishes (plus its think time).")
+@click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               help="Write requests.parquet, steps.parquet and summary.json here.")
 @click.option("--decision-log", "decision_log", type=click.Path(dir_okay=False),
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
 @click.option("--vllm-version", type=click.Choice(["0.31.0", "0.32.0"]),
               help="Override the configuration's vllm_version.")
-def replay(engine_path, trace_path, out_dir, decision_log, vllm_version):
+def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from dataclasses import replace
 
@@ -44,7 +49,7 @@ def replay(engine_path, trace_path, out_dir, decision_log, vllm_version):
     from aisim.errors import AisimError
     from aisim.output import write_result
     from aisim.replay import replay as run_replay
-    from aisim.traces import read_oracle_trace
+    from aisim.traces import read_trace
 
     try:
         engine = load_engine_config(engine_path)
@@ -54,8 +59,15 @@ def replay(engine_path, trace_path, out_dir, decision_log, vllm_version):
             engine = replace(engine, vllm_version=vllm_version,
                              declared=engine.declared | {"vllm_version"})
             check_engine(engine, engine_path)
-        trace = read_oracle_trace(trace_path, max_model_len=engine.max_model_len)
-        result = run_replay(trace, engine, record_decisions=decision_log is not None)
+        fmt = trace_format
+        if fmt is None:
+            from aisim.traces import guess_format
+
+            fmt = guess_format(trace_path)
+        options = {"max_model_len": engine.max_model_len} if fmt == "oracle" else {}
+        trace = read_trace(trace_path, fmt, **options)
+        result = run_replay(trace, engine, record_decisions=decision_log is not None,
+                            closed_loop=closed_loop, think_time_s=think_time)
         if out_dir or decision_log:
             if out_dir:
                 write_result(result, out_dir, decision_log)
@@ -113,6 +125,10 @@ main.add_command(config)
 main.add_command(plan)
 from aisim.traces.cli import trace  # noqa: E402
 main.add_command(trace)
+
+from aisim.pipeline.cli import pipeline, query  # noqa: E402
+main.add_command(pipeline)
+main.add_command(query)
 
 
 if __name__ == "__main__":  # pragma: no cover
