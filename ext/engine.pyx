@@ -21,7 +21,7 @@ from libc.string cimport memset
 import numpy as np
 
 from aisim._core.blockpool cimport bp_usage
-from aisim._core.kvcache cimport GroupSpecC, kv_init, kv_release
+from aisim._core.kvcache cimport MAX_GROUPS, GroupSpecC, kv_init, kv_release, specs_from_dicts
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_PENDING
 from aisim._core.scheduler cimport (
@@ -244,20 +244,8 @@ cdef class Engine:
         if groups is None:
             groups = [dict(kind=0, block_size=block_size, cacheable=True, spec_group=0)]
             hash_block_size = sched_block_size = block_size
-        cdef GroupSpecC specs[16]
-        if not 1 <= len(groups) <= 16:
-            raise ValueError("between 1 and 16 KV-cache groups are supported")
-        for i, g in enumerate(groups):
-            specs[i].kind = g["kind"]
-            specs[i].block_size = g["block_size"]
-            specs[i].window = g.get("window", 0)
-            specs[i].cacheable = g.get("cacheable", True)
-            specs[i].align_mode = g.get("align_mode", False)
-            specs[i].num_spec = g.get("num_spec", 0)
-            specs[i].has_ckpt = g.get("has_ckpt", False)
-            specs[i].ckpt_align = g.get("ckpt_align", 0)
-            specs[i].admission_cap = g.get("admission_cap", -1)
-            specs[i].spec_group = g.get("spec_group", -1)
+        cdef GroupSpecC specs[MAX_GROUPS]
+        specs_from_dicts(groups, specs)
         kv_init(&self.kv, num_gpu_blocks, <int32_t>len(groups), specs, hash_block_size,
                 sched_block_size, fine_grained, enable_prefix_caching, retention, version,
                 max_model_len, watermark_blocks, max_num_seqs + 8)

@@ -16,6 +16,9 @@ cdef enum GroupKind:
     GK_MAMBA = 3       # MambaManager (Mamba, GDN, KDA state)
     GK_RING = 4        # CircularBufferManager: one block per request, never cached
 
+cdef enum:
+    MAX_GROUPS = 64    # KV-cache groups one engine may have
+
 cdef struct GroupSpecC:
     # What the configuration says of one group (validated in Python).
     int32_t kind               # GroupKind
@@ -93,6 +96,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
                  tok_t retention, int32_t version, tok_t max_model_len,
                  block_id_t watermark_blocks, slot_t initial_slots) except -1 nogil
 cdef void kv_release(KVCacheC* kv) noexcept nogil
+cdef int specs_from_dicts(object groups, GroupSpecC* out) except -1
 cdef int kv_acquire_slot(KVCacheC* kv, ReqC* r) except -1 nogil
 cdef void kv_release_slot(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil

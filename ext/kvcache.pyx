@@ -1148,6 +1148,24 @@ cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil:
 
 # ------------------------------------------------------------------ Python handle
 
+cdef int specs_from_dicts(object groups, GroupSpecC* out) except -1:
+    """Fill ``out[0 : len(groups)]`` from the group dicts of aisim.config.kvgroups.resolve_groups."""
+    if not 1 <= len(groups) <= MAX_GROUPS:
+        raise ValueError(f"between 1 and {MAX_GROUPS} KV-cache groups are supported, got {len(groups)}")
+    for i, g in enumerate(groups):
+        out[i].kind = g["kind"]
+        out[i].block_size = g["block_size"]
+        out[i].window = g.get("window", 0)
+        out[i].cacheable = g.get("cacheable", True)
+        out[i].align_mode = g.get("align_mode", False)
+        out[i].num_spec = g.get("num_spec", 0)
+        out[i].has_ckpt = g.get("has_ckpt", False)
+        out[i].ckpt_align = g.get("ckpt_align", 0)
+        out[i].admission_cap = g.get("admission_cap", -1)
+        out[i].spec_group = g.get("spec_group", -1)
+    return 0
+
+
 cdef class KVCache:
     """A KV-cache manager with its own requests, driven from Python (tests, tools).
 
@@ -1184,26 +1202,14 @@ cdef class KVCache:
                   long retention=-1, int version=32):
         import numpy as np
         cdef Py_ssize_t i, n = len(requests)
-        cdef GroupSpecC specs[16]
+        cdef GroupSpecC specs[MAX_GROUPS]
         if block_size < 1 or max_model_len < 1 or num_blocks < 2:
             raise ValueError("num_blocks >= 2, block_size >= 1 and max_model_len >= 1 are required")
         if groups is None:
             groups = [dict(kind=0, block_size=block_size, window=0, cacheable=True, align_mode=False,
                            num_spec=0, has_ckpt=False, ckpt_align=0, admission_cap=-1, spec_group=0)]
             hash_block_size = sched_block_size = block_size
-        if not 1 <= len(groups) <= 16:
-            raise ValueError("between 1 and 16 groups")
-        for i, g in enumerate(groups):
-            specs[i].kind = g["kind"]
-            specs[i].block_size = g["block_size"]
-            specs[i].window = g.get("window", 0)
-            specs[i].cacheable = g.get("cacheable", True)
-            specs[i].align_mode = g.get("align_mode", False)
-            specs[i].num_spec = g.get("num_spec", 0)
-            specs[i].has_ckpt = g.get("has_ckpt", False)
-            specs[i].ckpt_align = g.get("ckpt_align", 0)
-            specs[i].admission_cap = g.get("admission_cap", -1)
-            specs[i].spec_group = g.get("spec_group", -1)
+        specs_from_dicts(groups, specs)
         streams, firsts, lens, offs, cnts = [], [], [], [], []
         for segs in requests:
             offs.append(len(streams))
