@@ -123,12 +123,18 @@ from aisim.config.cli import config, plan  # noqa: E402
 
 main.add_command(config)
 main.add_command(plan)
+from aisim.sweep_cli import sweep  # noqa: E402
+
+main.add_command(sweep)
 from aisim.traces.cli import trace  # noqa: E402
 main.add_command(trace)
 
 from aisim.pipeline.cli import pipeline, query  # noqa: E402
 main.add_command(pipeline)
 main.add_command(query)
+
+from aisim.report.cli import report  # noqa: E402
+main.add_command(report)
 
 
 if __name__ == "__main__":  # pragma: no cover

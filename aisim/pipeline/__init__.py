@@ -1,0 +1,28 @@
+"""Batch pipelines: traces of many models -> parallel replays (Dask) -> DuckDB.
+
+==================  =====================================================================
+module              what it does
+==================  =====================================================================
+``spec``            the TOML spec (strict), input fingerprints and the run key
+``shards``          the Dask task functions: read a file, select a model, replay a shard
+``graph``           the Dask graph and the schedulers (sync, LocalCluster, an address)
+``landing``         one DuckDB transaction per run; lock errors
+``run``             :func:`run_pipeline`, progress and the end-of-run summary
+``query``           named queries and ad hoc SQL with bound parameters
+``cli``             ``aisim pipeline run|check`` and ``aisim query``
+==================  =====================================================================
+
+The SQL (schema, views, named queries) lives in :mod:`aisim.sql`.
+"""
+
+from aisim.pipeline.spec import PipelineError, PipelineSpec, SpecError, load_spec, spec_from_dict
+
+
+def run_pipeline(spec, **kwargs):
+    """Run a pipeline spec and land its results; see :func:`aisim.pipeline.run.run_pipeline`."""
+    from aisim.pipeline.run import run_pipeline as _run
+
+    return _run(spec, **kwargs)
+
+
+__all__ = ["PipelineError", "PipelineSpec", "SpecError", "load_spec", "run_pipeline", "spec_from_dict"]

@@ -1,0 +1,178 @@
+"""Running the SQL library's named queries (and ad hoc SQL) against a run database.
+
+Parameters are always bound by DuckDB (``$name`` placeholders), never
+formatted into the SQL text.  A named query declares its parameters in its
+header (see :mod:`aisim.sql`); values given on the command line are converted
+to the declared type, and defaults fill the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from datetime import date, datetime
+from decimal import Decimal
+
+from aisim.pipeline.spec import PipelineError
+
+
+class QueryError(PipelineError):
+    """A query is unknown, its parameters are wrong, or DuckDB refused it."""
+
+
+def parse_params(pairs) -> dict:
+    """``["key=value", ...]`` -> ``{key: value}`` (values stay strings)."""
+    out = {}
+    for p in pairs or ():
+        key, sep, value = p.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise QueryError(f"--param takes key=value, got {p!r}")
+        if key in out:
+            raise QueryError(f"--param {key} is given twice")
+        out[key] = value
+    return out
+
+
+def _guess(text: str):
+    """An ad hoc parameter's value: integer, number, boolean, NULL, else the string."""
+    low = text.strip().lower()
+    if low == "null":
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def bind(name: str, raw: dict) -> tuple:
+    """The SQL text and bound values of named query ``name`` for string parameters ``raw``."""
+    from aisim import sql
+
+    library = sql.queries()
+    if name not in library:
+        raise QueryError(f"unknown query '{name}'; known: {', '.join(sorted(library))} (aisim query --list)")
+    q = library[name]
+    declared = {p.name: p for p in q.params}
+    for key in raw:
+        if key not in declared:
+            known = ", ".join(declared) or "none"
+            raise QueryError(f"query '{name}' has no parameter '{key}'; its parameters: {known}")
+    values = {}
+    for p in q.params:
+        if p.name in raw:
+            try:
+                values[p.name] = p.convert(raw[p.name])
+            except ValueError:
+                raise QueryError(f"parameter '{p.name}' of query '{name}' must be {p.type}, "
+                                 f"got {raw[p.name]!r}") from None
+        elif p.required:
+            raise QueryError(f"query '{name}' needs --param {p.name}=... ({p.description})")
+        else:
+            values[p.name] = p.default
+    return q.sql, values
+
+
+def run_query(db: str, name: str | None = None, sql_text: str | None = None, params: dict | None = None):
+    """Run a named query or ad hoc SQL on the database ``db`` (read-only).
+
+    Parameters
+    ----------
+    db : str
+        The DuckDB file.
+    name : str, optional
+        A named query of ``aisim/sql/queries``.
+    sql_text : str, optional
+        Ad hoc SQL instead; ``$name`` placeholders are bound from ``params``
+        with values read as integer, number, boolean or NULL where they look
+        like one, else as strings.
+    params : dict of str
+        Parameter values as given on the command line.
+
+    Returns
+    -------
+    columns : list of str
+    rows : list of tuple
+    """
+    import duckdb
+
+    from aisim.pipeline.landing import connect
+
+    params = params or {}
+    if (name is None) == (sql_text is None):
+        raise QueryError("give a query NAME or --sql, not both")
+    if name is not None:
+        text, values = bind(name, params)
+        what = f"query '{name}'"
+    else:
+        text, values = sql_text, {k: _guess(v) for k, v in params.items()}
+        what = "the SQL"
+    con = connect(db, read_only=True)
+    try:
+        cur = con.execute(text, values) if values else con.execute(text)
+        if cur.description is None:
+            return [], []
+        columns = [d[0] for d in cur.description]
+        return columns, cur.fetchall()
+    except duckdb.Error as exc:
+        raise QueryError(f"{what} failed on {db}: {exc}") from None
+    finally:
+        con.close()
+
+
+def _plain(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, (datetime, date)):
+        return v.isoformat()
+    return v
+
+
+def format_csv(columns, rows) -> str:
+    """RFC 4180 CSV with a header line; NULL is an empty field."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if v is None else _plain(v) for v in r])
+    return buf.getvalue()
+
+
+def format_json(columns, rows) -> str:
+    """A JSON array of objects, one per row; NULL and NaN are null."""
+    return json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows], indent=1, default=str) + "\n"
+
+
+def table(columns, rows, title=None):
+    """A rich Table of the result (numbers right-aligned, NULL shown as NULL)."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    numeric = [all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows) and
+               any(r[i] is not None for r in rows) for i in range(len(columns))]
+    for c, num in zip(columns, numeric):
+        t.add_column(c, justify="right" if num else "left", min_width=len(c))
+    for r in rows:
+        t.add_row(*("[dim]NULL[/dim]" if v is None else _cell(v) for v in r))
+    return t
+
+
+def _cell(v) -> str:
+    v = _plain(v)
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
+    from rich.markup import escape
+
+    return escape(str(v))

@@ -1,0 +1,589 @@
+"""Pipeline specs: a strict TOML file -> :class:`PipelineSpec`.
+
+A spec names where traces come from, how each row gets its model, which
+engine configurations each model is deployed on, where results land and
+under which run name.  ``pipelines/README.md`` documents every key; the
+shape is::
+
+    name = "demo"                     # run name
+    database = "demo.duckdb"          # DuckDB file, relative to the spec
+
+    [window]                          # optional
+    start_s = 0.0                     # timed traces: keep [start_s, end_s)
+    end_s = 600.0
+    start_step = 0                    # stepped traces: keep [start_step, end_step)
+    end_step = 5000
+
+    [[sources]]
+    name = "chat"                     # optional, unique
+    paths = ["../examples/*.jsonl"]   # paths or globs, relative to the spec
+    format = "oracle"                 # optional: guessed from the file name
+    model = "llama-3.1-8b"            # a fixed model, or:
+    # model_column = "model"          # the trace's model column, and/or
+    # model_map = { "meta-llama/Llama-3.1-8B" = "llama-3.1-8b" }
+    request_id_prefix = ""            # optional, keeps ids unique across sources
+    options = {}                      # reader options
+
+    [[deployments]]
+    model = "llama-3.1-8b"
+    engines = { base = "../examples/engine.json" }   # name -> file or inline table
+
+Loading is strict: an unknown key, a wrong type or a missing required key is
+a :class:`SpecError` naming the key and the file.  Relative paths are relative
+to the spec file's directory.  Globs are expanded and files fingerprinted by
+:func:`resolve_inputs`, at run time, so a spec can be checked without its data.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import inspect
+import json
+import os
+import re
+from dataclasses import dataclass, field
+
+from aisim.errors import AisimError, ConfigError
+
+
+class PipelineError(AisimError):
+    """A pipeline run cannot go on; the message says which spec, shard or database."""
+
+
+class SpecError(PipelineError, ConfigError):
+    """A pipeline spec is invalid; the message names the key and the file."""
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_TOP_KEYS = ("name", "description", "database", "window", "sources", "deployments")
+_SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
+_DEPLOYMENT_KEYS = ("model", "engines")
+_WINDOW_KEYS = ("start_s", "end_s", "start_step", "end_step")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Arrival window; ``None`` bounds are open.
+
+    Timed traces keep rows with ``start_s <= arrival_s < end_s`` and stepped
+    traces rows with ``start_step <= arrival_step < end_step``; arrivals are
+    then shifted so that the window's start is the trace's time zero.
+    """
+
+    start_s: float | None = None
+    end_s: float | None = None
+    start_step: int | None = None
+    end_step: int | None = None
+
+    def to_dict(self) -> dict:
+        return {"start_s": self.start_s, "end_s": self.end_s,
+                "start_step": self.start_step, "end_step": self.end_step}
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in self.to_dict().values())
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where trace rows come from and how each row gets its model.
+
+    Exactly one way of naming the model: ``model`` (every row), or
+    ``model_column`` and/or ``model_map`` (the column's value, renamed through
+    the map when the map has it; ``model_column`` defaults to ``"model"``).
+    """
+
+    name: str
+    paths: tuple
+    format: str | None = None
+    model: str | None = None
+    model_column: str | None = None
+    model_map: tuple = ()  # sorted (trace value, model) pairs
+    request_id_prefix: str = ""
+    options: tuple = ()  # sorted (key, value) pairs of reader options
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "paths": list(self.paths), "format": self.format, "model": self.model,
+                "model_column": self.model_column, "model_map": dict(self.model_map),
+                "request_id_prefix": self.request_id_prefix, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine configuration of a deployment.
+
+    ``config`` is the raw dictionary (vLLM key names) as the file or the inline
+    table gives it; it is validated when the spec loads and rebuilt into an
+    :class:`~aisim.config.engine.EngineConfig` inside each shard task.
+    """
+
+    name: str
+    config: dict = field(hash=False)
+    path: str | None = None  # as written in the spec; None for an inline table
+    source: str = ""  # where the configuration came from, for messages
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "path": self.path, "config": self.config}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """A model and the engine configurations it is replayed on (one shard each)."""
+
+    model: str
+    engines: tuple
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A validated pipeline spec.
+
+    Attributes
+    ----------
+    name : str
+        Run name; runs of the same spec share it.
+    database : str
+        DuckDB file, absolute.
+    sources : tuple of Source
+    deployments : tuple of Deployment
+        Sorted by model.
+    window : Window
+    description : str
+    path : str or None
+        The spec file (absolute), None for a spec built from a dictionary.
+    base_dir : str
+        Directory relative paths are resolved against.
+    """
+
+    name: str
+    database: str
+    sources: tuple
+    deployments: tuple
+    window: Window = field(default_factory=Window)
+    description: str = ""
+    path: str | None = None
+    base_dir: str = "."
+
+    @property
+    def models(self) -> tuple:
+        """Deployed models, sorted."""
+        return tuple(d.model for d in self.deployments)
+
+    def shards(self) -> list:
+        """``(model, engine)`` pairs in shard order: by model, then engine name."""
+        return [(d.model, e) for d in self.deployments for e in d.engines]
+
+    def canonical(self) -> dict:
+        """The spec as plain data, independent of key order and of the database path.
+
+        The run key hashes this together with the input fingerprints; the
+        description and the database are left out (they do not change results).
+        """
+        return {
+            "name": self.name,
+            "window": self.window.to_dict(),
+            "sources": [s.to_dict() for s in self.sources],
+            "deployments": [{"model": d.model, "engines": [e.to_dict() for e in d.engines]}
+                            for d in self.deployments],
+        }
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_spec(path: str | os.PathLike) -> PipelineSpec:
+    """Read and validate a pipeline spec (TOML).
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.toml`` file.
+
+    Returns
+    -------
+    PipelineSpec
+
+    Raises
+    ------
+    SpecError
+        Unreadable or invalid TOML, an unknown key, a wrong type, a missing
+        required key; the message names the key and the file.
+    ConfigError
+        An engine configuration is invalid (named by its file and key).
+    """
+    import tomllib
+
+    path = os.path.abspath(os.fspath(path))
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise SpecError(f"cannot read pipeline spec {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    return spec_from_dict(raw, source=path, base_dir=os.path.dirname(path))
+
+
+def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> PipelineSpec:
+    """Validate ``raw`` (a parsed spec) strictly and build a :class:`PipelineSpec`.
+
+    Parameters
+    ----------
+    raw : dict
+        The spec's keys.
+    source : str, optional
+        The file it came from, named in error messages.
+    base_dir : str, optional
+        Directory relative paths are resolved against (default: the current one).
+    """
+    base_dir = os.path.abspath(base_dir or os.getcwd())
+    v = _Validator(source)
+    v.mapping(raw, "", _TOP_KEYS)
+    name = v.name(raw, "name", required=True)
+    description = v.string(raw, "description", default="")
+    database = v.string(raw, "database", required=True)
+    if not database:
+        raise v.error("database", "must be a non-empty path")
+    database = os.path.abspath(os.path.join(base_dir, os.path.expanduser(database)))
+    window = _window(v, raw.get("window"))
+    sources = _sources(v, raw.get("sources"))
+    deployments = _deployments(v, raw.get("deployments"), base_dir)
+    _check_routing(v, sources, deployments)
+    return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
+                        window=window, description=description,
+                        path=os.path.abspath(source) if source else None, base_dir=base_dir)
+
+
+class _Validator:
+    """Type checks whose errors name ``key`` and the file."""
+
+    def __init__(self, source):
+        self.where = f" in {source}" if source else ""
+
+    def error(self, key, message) -> SpecError:
+        return SpecError(f"'{key}'{self.where} {message}")
+
+    def mapping(self, obj, prefix, known):
+        if not isinstance(obj, dict):
+            raise self.error(prefix.rstrip(".") or "spec", "must be a table")
+        for k in obj:
+            if k not in known:
+                raise SpecError(f"unknown key '{prefix}{k}'{self.where}; known keys: {', '.join(known)}")
+
+    def string(self, obj, key, prefix="", required=False, default=None):
+        if key not in obj:
+            if required:
+                raise SpecError(f"missing required key '{prefix}{key}'{self.where}")
+            return default
+        val = obj[key]
+        if not isinstance(val, str):
+            raise self.error(prefix + key, f"must be a string, got {val!r}")
+        return val
+
+    def name(self, obj, key, prefix="", required=False, default=None):
+        val = self.string(obj, key, prefix, required, default)
+        if val is not None and not _NAME_RE.match(val):
+            raise self.error(prefix + key, f"must be a name of letters, digits, '_', '.' and '-', got {val!r}")
+        return val
+
+    def model(self, obj, key, prefix=""):
+        val = self.string(obj, key, prefix)
+        if val is not None and not val.strip():
+            raise self.error(prefix + key, "must be a non-empty model name")
+        return val
+
+    def number(self, obj, key, prefix, integer):
+        if key not in obj:
+            return None
+        val = obj[key]
+        ok = isinstance(val, int) if integer else isinstance(val, (int, float))
+        if isinstance(val, bool) or not ok or val < 0:
+            kind = "a non-negative integer" if integer else "a non-negative number"
+            raise self.error(prefix + key, f"must be {kind}, got {val!r}")
+        return int(val) if integer else float(val)
+
+
+def _window(v: _Validator, raw) -> Window:
+    if raw is None:
+        return Window()
+    v.mapping(raw, "window.", _WINDOW_KEYS)
+    w = Window(start_s=v.number(raw, "start_s", "window.", False), end_s=v.number(raw, "end_s", "window.", False),
+               start_step=v.number(raw, "start_step", "window.", True),
+               end_step=v.number(raw, "end_step", "window.", True))
+    for lo, hi in (("start_s", "end_s"), ("start_step", "end_step")):
+        a, b = getattr(w, lo), getattr(w, hi)
+        if a is not None and b is not None and b <= a:
+            raise v.error(f"window.{hi}", f"({b}) must be greater than 'window.{lo}' ({a})")
+    return w
+
+
+def _reader_options(v: _Validator, fmt, options, prefix):
+    from aisim.traces import READERS
+
+    if fmt is not None and fmt not in READERS:
+        raise v.error(prefix + "format", f"must be one of {', '.join(sorted(READERS))}, got {fmt!r}")
+    if not options:
+        return
+    readers = [READERS[fmt]] if fmt is not None else list(READERS.values())
+    for k in options:
+        if not any(_accepts(r, k) for r in readers):
+            raise SpecError(f"unknown key '{prefix}options.{k}'{v.where}: the "
+                            f"{repr(fmt) + ' ' if fmt else ''}trace reader takes no option '{k}'")
+
+
+def _accepts(reader, key) -> bool:
+    try:
+        params = inspect.signature(reader).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return key in params and key != "path"
+
+
+def _sources(v: _Validator, raw) -> tuple:
+    if raw is None:
+        raise SpecError(f"missing required key 'sources'{v.where}: give at least one [[sources]] table")
+    if not isinstance(raw, list) or not raw:
+        raise v.error("sources", "must be a non-empty array of tables ([[sources]])")
+    out, names = [], set()
+    for i, s in enumerate(raw):
+        p = f"sources[{i}]."
+        v.mapping(s, p, _SOURCE_KEYS)
+        paths = s.get("paths")
+        if paths is None:
+            raise SpecError(f"missing required key '{p}paths'{v.where}")
+        if isinstance(paths, str):
+            paths = [paths]
+        if not isinstance(paths, list) or not paths or not all(isinstance(x, str) and x for x in paths):
+            raise v.error(p + "paths", "must be a path or a non-empty array of paths (globs allowed)")
+        name = v.name(s, "name", p, default=f"source-{i}")
+        if name in names:
+            raise v.error(p + "name", f"repeats source name {name!r}")
+        names.add(name)
+        fmt = v.string(s, "format", p)
+        model = v.model(s, "model", p)
+        column = v.string(s, "model_column", p)
+        mapping = s.get("model_map")
+        if mapping is not None:
+            if not isinstance(mapping, dict) or not all(isinstance(x, str) and x for x in mapping.values()):
+                raise v.error(p + "model_map", "must be a table of trace model names to model names")
+        if model is not None and (column is not None or mapping is not None):
+            raise v.error(p + "model", "excludes 'model_column' and 'model_map': give a fixed model or a column")
+        if model is None and column is None and mapping is None:
+            raise SpecError(f"missing key{v.where}: source '{name}' ({p.rstrip('.')}) needs 'model' (a fixed "
+                            "model), 'model_column' (the trace's column) or 'model_map' (a renaming of it)")
+        if model is None and column is None:
+            column = "model"
+        if column is not None and not column:
+            raise v.error(p + "model_column", "must be a column name")
+        prefix = v.string(s, "request_id_prefix", p, default="")
+        options = s.get("options", {})
+        if not isinstance(options, dict):
+            raise v.error(p + "options", "must be a table of reader options")
+        _reader_options(v, fmt, options, p)
+        out.append(Source(name=name, paths=tuple(paths), format=fmt, model=model, model_column=column,
+                          model_map=tuple(sorted((mapping or {}).items())), request_id_prefix=prefix,
+                          options=tuple(sorted(options.items()))))
+    return tuple(out)
+
+
+def _deployments(v: _Validator, raw, base_dir) -> tuple:
+    from aisim.config.engine import engine_config_from_dict
+
+    if raw is None:
+        raise SpecError(f"missing required key 'deployments'{v.where}: give at least one [[deployments]] table")
+    if not isinstance(raw, list) or not raw:
+        raise v.error("deployments", "must be a non-empty array of tables ([[deployments]])")
+    out = {}
+    for i, d in enumerate(raw):
+        p = f"deployments[{i}]."
+        v.mapping(d, p, _DEPLOYMENT_KEYS)
+        model = v.model(d, "model", p)
+        if model is None:
+            raise SpecError(f"missing required key '{p}model'{v.where}")
+        if model in out:
+            raise v.error(p + "model", f"repeats model {model!r}; give one deployment per model with several engines")
+        engines = d.get("engines")
+        if engines is None:
+            raise SpecError(f"missing required key '{p}engines'{v.where}")
+        if isinstance(engines, list):  # a list of files: each named by its file stem
+            if not all(isinstance(x, str) for x in engines):
+                raise v.error(p + "engines", "must be a table of name = file or inline table, or a list of files")
+            named = {}
+            for x in engines:
+                stem = os.path.splitext(os.path.basename(x))[0]
+                if stem in named:
+                    raise v.error(p + "engines", f"names two files '{stem}'; use a table of names to files")
+                named[stem] = x
+            engines = named
+        if not isinstance(engines, dict) or not engines:
+            raise v.error(p + "engines", "must be a non-empty table of name = file or inline table")
+        built = []
+        for ename in sorted(engines):
+            spec = engines[ename]
+            key = f"{p}engines.{ename}"
+            if not _NAME_RE.match(ename):
+                raise v.error(key, "is not a valid engine name (letters, digits, '_', '.', '-')")
+            if isinstance(spec, str):
+                file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(spec)))
+                cfg = read_config_file(file, f"'{key}'{v.where}")
+                engine_config_from_dict(cfg, source=file)
+                built.append(Engine(name=ename, config=cfg, path=spec, source=file))
+            elif isinstance(spec, dict):
+                where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
+                engine_config_from_dict(spec, source=where)
+                built.append(Engine(name=ename, config=dict(spec), path=None, source=where))
+            else:
+                raise v.error(key, "must be a file name or an inline table of engine keys")
+        out[model] = Deployment(model=model, engines=tuple(built))
+    return tuple(out[m] for m in sorted(out))
+
+
+def _check_routing(v: _Validator, sources, deployments) -> None:
+    deployed = {d.model for d in deployments}
+    for i, s in enumerate(sources):
+        if s.model is not None and s.model not in deployed:
+            raise v.error(f"sources[{i}].model", f"names {s.model!r}, which has no [[deployments]] entry; "
+                          f"deployed: {', '.join(sorted(deployed))}")
+    if all(s.model is not None for s in sources):
+        fed = {s.model for s in sources}
+        for i, d in enumerate(deployments):
+            if d.model not in fed:
+                raise v.error("deployments", f"deploy {d.model!r}, but no source gives it rows (no source has "
+                              "model = this name, and none takes models from a column)")
+
+
+def read_config_file(path: str, named_by: str = "") -> dict:
+    """An engine configuration file (JSON, TOML or YAML) as a raw dictionary."""
+    by = f" (named by {named_by})" if named_by else ""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise SpecError(f"cannot read engine configuration {path}{by}: {exc.strerror}") from None
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(data.decode("utf-8"))
+        elif ext in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(data)
+        else:
+            raw = json.loads(data)
+    except ImportError:
+        raise SpecError(f"{path}: reading YAML needs the 'pyyaml' package") from None
+    except Exception as exc:  # parse errors of any of the three formats
+        raise SpecError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"engine configuration {path} must be a mapping of keys to values")
+    return raw
+
+
+# ---------------------------------------------------------------------------- inputs and the run key
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One trace file a source matched, with its fingerprint."""
+
+    source: int  # index into spec.sources
+    path: str  # absolute
+    display: str  # relative to the spec's directory when inside it
+    format: str
+    size: int
+    sha256: str
+
+    def fingerprint(self) -> dict:
+        return {"source": self.source, "path": self.display, "format": self.format,
+                "size": self.size, "sha256": self.sha256}
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def resolve_inputs(spec: PipelineSpec) -> list:
+    """Expand every source's paths and globs and fingerprint the files.
+
+    Returns
+    -------
+    list of InputFile
+        In source order, each source's files sorted by path.
+
+    Raises
+    ------
+    SpecError
+        A path that does not exist, a glob that matches nothing, a file
+        matched by two sources, or a format no reader handles.
+    """
+    from aisim.traces import READERS, guess_format
+
+    out, seen = [], {}
+    for i, src in enumerate(spec.sources):
+        files = []
+        for pattern in src.paths:
+            full = os.path.join(spec.base_dir, os.path.expanduser(pattern))
+            if glob.has_magic(full):
+                matched = sorted(p for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+                if not matched:
+                    raise SpecError(f"source '{src.name}': no file matches '{pattern}' (in {spec.base_dir})")
+            elif os.path.isfile(full):
+                matched = [full]
+            else:
+                raise SpecError(f"source '{src.name}': trace file '{pattern}' does not exist (in {spec.base_dir})")
+            files.extend(os.path.abspath(p) for p in matched)
+        for path in sorted(dict.fromkeys(files)):
+            if path in seen:
+                raise SpecError(f"trace file {path} is matched by both source '{spec.sources[seen[path]].name}' "
+                                f"and source '{src.name}'")
+            seen[path] = i
+            fmt = src.format or guess_format(path)
+            if fmt not in READERS:
+                raise SpecError(f"source '{src.name}': {path}: no reader for format '{fmt}'; "
+                                f"set 'format' to one of {', '.join(sorted(READERS))}")
+            out.append(InputFile(source=i, path=path, display=os.path.relpath(path, spec.base_dir), format=fmt,
+                                 size=os.path.getsize(path), sha256=file_sha256(path)))
+    return out
+
+
+def run_key(spec: PipelineSpec, inputs: list) -> str:
+    """The run's identity: 16 hex digits of SHA-256 over the canonical spec,
+    the fingerprints of its input and engine files, and aisim's version.
+
+    The same spec over the same files is the same run, whatever the database,
+    the scheduler or the number of workers.
+    """
+    import aisim
+
+    engines = {}
+    for d in spec.deployments:
+        for e in d.engines:
+            if e.path is not None:
+                engines[f"{d.model}/{e.name}"] = {"path": e.path, "size": os.path.getsize(e.source),
+                                                 "sha256": file_sha256(e.source)}
+    doc = {"aisim": aisim.__version__, "spec": spec.canonical(),
+           "inputs": [f.fingerprint() for f in inputs], "engine_files": engines}
+    return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]
+
+
+def canonical_json(obj) -> str:
+    """Deterministic JSON: sorted keys, no whitespace, non-JSON values as strings."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_jsonable, allow_nan=True)
+
+
+def _jsonable(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)

@@ -1,0 +1,53 @@
+"""``aisim report``: the HTML report of a pipeline run."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--db", "database", envvar="AISIM_DB", type=click.Path(dir_okay=False),
+              help="The run database (default: $AISIM_DB).")
+@click.option("--run", "run", metavar="RUN",
+              help="Run id, run name (its latest run) or id prefix (default: the latest run).")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Write the HTML report here (replaced atomically).")
+@click.option("--max-points", type=click.IntRange(min=100), default=1500, show_default=True,
+              help="Points per drawn series at most (display only; numbers use every step).")
+def report(database, run, out, max_points):
+    """Write one self-contained HTML report of a pipeline run.
+
+    Per model and engine configuration: KV-cache occupancy over time (active, cached, physical;
+    bytes for grouped caches), running and waiting requests, scheduled prefill and decode tokens,
+    throughput, TTFT / TPOT / E2E CDFs, prefix reuse and preemptions, with a run summary table.
+    The page needs no network access to view.
+
+    \b
+    Example:
+      aisim report --db pipelines/demo.duckdb --out demo.html
+    """
+    from aisim.errors import AisimError
+    from aisim.report import ReportError, write_report
+
+    t0 = time.perf_counter()
+    try:
+        if not database:
+            raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
+        rd = write_report(database, out, run=run, max_points=max_points)
+    except AisimError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        click.echo(f"error: cannot write {out}: {exc.strerror or exc}", err=True)
+        sys.exit(2)
+    size = os.path.getsize(out)
+    r = rd.run
+    click.echo(f"report of run {r['name']} ({r['run_id']}, #{r['run_seq']}): {len(rd.shards)} shard"
+               f"{'s' if len(rd.shards) != 1 else ''} written to {out} ({size / 1024:,.0f} KiB) in "
+               f"{time.perf_counter() - t0:.2f} s")

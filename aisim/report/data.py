@@ -1,0 +1,253 @@
+"""What the report shows, read from a run database.
+
+:func:`load_run` opens the database read-only, picks one run and reads, per
+shard (model x engine configuration), its ``shards`` and ``summaries`` rows,
+the step time series and the request latencies.  Every value is read with
+bound parameters; nothing from the command line is pasted into SQL.
+
+Runs are chosen as ``aisim query`` chooses them: an exact run id, else the
+latest run of that name, else the one run whose id starts with the given
+text.  Without ``--run`` the latest run (highest ``run_seq``) is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from aisim.errors import AisimError
+
+
+class ReportError(AisimError):
+    """The report cannot be made: no database, no runs, an unknown or ambiguous run."""
+
+
+# Step columns the report reads (in this order), and the request columns.
+STEP_COLUMNS = (
+    "step", "clock_s", "duration_s", "num_reqs", "prefill_tokens", "decode_tokens", "num_preempted",
+    "num_resumed", "num_finished", "running", "waiting", "active_blocks", "cached_blocks", "active_usage",
+    "physical_usage", "kv_cache_active_bytes", "kv_cache_cached_bytes", "prefix_queries", "prefix_hits",
+)
+REQUEST_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens",
+                   "preemptions")
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+
+
+@dataclass
+class ShardData:
+    """One shard of the run: its rows, step series and request columns (numpy, full length).
+
+    Attributes
+    ----------
+    shard : dict
+        The ``shards`` row (engine configuration parsed into ``config``).
+    summary : dict
+        The ``summaries`` row (``summary_json`` parsed into ``summary_detail``), or {}.
+    steps : dict of numpy.ndarray
+        :data:`STEP_COLUMNS`, ordered by step; NULL as NaN.
+    requests : dict of numpy.ndarray
+        :data:`REQUEST_COLUMNS` in request order; NULL as NaN.
+    status : dict
+        Request status -> count.
+    """
+
+    shard: dict
+    summary: dict
+    steps: dict
+    requests: dict
+    status: dict = field(default_factory=dict)
+
+    @property
+    def shard_id(self) -> int:
+        return int(self.shard["shard_id"])
+
+    @property
+    def label(self) -> str:
+        return f"{self.shard['model']} / {self.shard['engine']}"
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps["step"])
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.requests["arrival_s"])
+
+    @property
+    def config(self) -> dict:
+        return self.shard.get("config") or {}
+
+    @property
+    def usable_blocks(self) -> int | None:
+        n = self.config.get("num_gpu_blocks")
+        return int(n) - 1 if isinstance(n, int) and n > 1 else None
+
+    @cached_property
+    def block_bytes(self) -> float | None:
+        """Bytes per KV-cache block (all groups), from the step columns; None when not known."""
+        for nbytes, blocks in (("kv_cache_active_bytes", "active_blocks"), ("kv_cache_cached_bytes", "cached_blocks")):
+            b = self.steps[blocks]
+            ok = np.isfinite(b) & (b > 0) & np.isfinite(self.steps[nbytes])
+            if ok.any():
+                i = np.flatnonzero(ok)[0]
+                v = self.steps[nbytes][i] / b[i]
+                return float(v) if v > 0 else None
+        return None
+
+    @property
+    def has_bytes(self) -> bool:
+        """Whether the engine's KV-cache groups give page sizes (so occupancy has bytes)."""
+        return self.block_bytes is not None
+
+    def latencies(self, name: str) -> np.ndarray:
+        """The non-NULL values of request column ``name`` (ttft_s, tpot_s, e2e_s)."""
+        v = self.requests[name]
+        return v[np.isfinite(v)]
+
+
+@dataclass
+class RunData:
+    """One run: its ``runs`` row, how it was chosen and its shards in shard order."""
+
+    database: str
+    run: dict
+    shards: list
+    runs_in_db: int
+    same_name: int
+    note: str = ""
+
+    @property
+    def run_id(self) -> str:
+        return self.run["run_id"]
+
+
+def _float(arr) -> np.ndarray:
+    """A column fetched from DuckDB as float64, NULL as NaN."""
+    if isinstance(arr, np.ma.MaskedArray):
+        return np.ma.filled(arr.astype(np.float64), np.nan)
+    return np.asarray(arr, dtype=np.float64)
+
+
+def _rows(con, sql: str, params: list) -> list:
+    cur = con.execute(sql, params)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def connect(path: str):
+    """Open the database at ``path`` read-only, with a clear error when it cannot be."""
+    import duckdb
+
+    if not path:
+        raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
+    if not os.path.exists(path):
+        raise ReportError(f"no database at {path}; run a pipeline first (aisim pipeline run SPEC --db {path})")
+    if os.path.isdir(path):
+        raise ReportError(f"{path} is a directory, not a DuckDB database")
+    try:
+        return duckdb.connect(path, read_only=True)
+    except duckdb.Error as exc:
+        msg = str(exc).splitlines()[0]
+        if "lock" in msg.lower():
+            raise ReportError(f"database {path} is being written by another process ({msg}); "
+                              "wait for the run to land and try again") from None
+        raise ReportError(f"cannot open {path} as a DuckDB database: {msg}") from None
+
+
+def _tables(con) -> set:
+    rows = con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+    return {r[0] for r in rows.fetchall()}
+
+
+def resolve_run(con, selector: str | None, path: str) -> tuple:
+    """The ``runs`` row meant by ``selector`` and a note on how it was chosen.
+
+    Raises
+    ------
+    ReportError
+        No runs, no match, or an id prefix that matches several runs.
+    """
+    missing = {"runs", "shards", "summaries", "requests", "steps"} - _tables(con)
+    if missing:
+        raise ReportError(f"{path} is not an aisim run database (no table(s) {', '.join(sorted(missing))}); "
+                          "run a pipeline into it first (aisim pipeline run SPEC --db FILE)")
+    total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+    if total == 0:
+        raise ReportError(f"{path} holds no runs yet; run a pipeline first (aisim pipeline run SPEC --db {path})")
+    order = "ORDER BY run_seq DESC"
+    if selector is None or selector == "":
+        rows = _rows(con, f"SELECT * FROM runs {order} LIMIT 1", [])
+        return rows[0], f"the latest of {total} run{'s' if total != 1 else ''} in the database"
+    rows = _rows(con, f"SELECT * FROM runs WHERE run_id = ? {order}", [selector])
+    if rows:
+        return rows[0], f"run id {selector}"
+    rows = _rows(con, f"SELECT * FROM runs WHERE name = ? {order}", [selector])
+    if rows:
+        note = f"run name '{selector}'"
+        if len(rows) > 1:
+            note += (f": the latest (#{rows[0]['run_seq']}) of {len(rows)} runs of that name; give a run id "
+                     "for another")
+        return rows[0], note
+    rows = _rows(con, f"SELECT * FROM runs WHERE starts_with(run_id, ?) {order}", [selector])
+    if len(rows) == 1:
+        return rows[0], f"run id prefix {selector}"
+    if len(rows) > 1:
+        listing = ", ".join(f"{r['run_id']} ('{r['name']}', #{r['run_seq']})" for r in rows[:6])
+        more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
+        raise ReportError(f"--run {selector} is ambiguous: {len(rows)} run ids start with it: {listing}{more}; "
+                          "give more of the id")
+    known = _rows(con, f"SELECT run_id, name, run_seq FROM runs {order} LIMIT 8", [])
+    listing = ", ".join(f"{r['run_id']} ('{r['name']}', #{r['run_seq']})" for r in known)
+    more = f" and {total - len(known)} more" if total > len(known) else ""
+    raise ReportError(f"no run '{selector}' in {path} (by run id, name or id prefix); runs: {listing}{more} "
+                      "(aisim query runs --db FILE lists them)")
+
+
+def _shard(con, run_id: str, row: dict) -> ShardData:
+    sid = row["shard_id"]
+    try:
+        row["config"] = json.loads(row.get("engine_config") or "{}")
+    except ValueError:
+        row["config"] = {}
+    sums = _rows(con, "SELECT * FROM summaries WHERE run_id = ? AND shard_id = ?", [run_id, sid])
+    summary = sums[0] if sums else {}
+    if summary.get("summary_json"):
+        try:
+            summary["summary_detail"] = json.loads(summary["summary_json"])
+        except ValueError:
+            summary["summary_detail"] = {}
+    cols = ", ".join(STEP_COLUMNS)
+    raw = con.execute(f"SELECT {cols} FROM steps WHERE run_id = ? AND shard_id = ? ORDER BY step",
+                      [run_id, sid]).fetchnumpy()
+    steps = {c: _float(raw[c]) for c in STEP_COLUMNS}
+    cols = ", ".join(REQUEST_COLUMNS)
+    raw = con.execute(f"SELECT {cols} FROM requests WHERE run_id = ? AND shard_id = ? ORDER BY request_index",
+                      [run_id, sid]).fetchnumpy()
+    requests = {c: _float(raw[c]) for c in REQUEST_COLUMNS}
+    status = dict(con.execute("SELECT CAST(status AS VARCHAR), count(*) FROM requests WHERE run_id = ? "
+                              "AND shard_id = ? GROUP BY ALL ORDER BY 1", [run_id, sid]).fetchall())
+    return ShardData(shard=row, summary=summary, steps=steps, requests=requests, status=status)
+
+
+def load_run(path: str, run: str | None = None) -> RunData:
+    """Read run ``run`` (id, name or id prefix; default the latest) from the database at ``path``."""
+    con = connect(path)
+    try:
+        row, note = resolve_run(con, run, path)
+        run_id = row["run_id"]
+        shard_rows = _rows(con, "SELECT * FROM shards WHERE run_id = ? ORDER BY shard_id", [run_id])
+        shards = [_shard(con, run_id, r) for r in shard_rows]
+        total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
+        same = con.execute("SELECT count(*) FROM runs WHERE name = ?", [row["name"]]).fetchone()[0]
+    finally:
+        con.close()
+    return RunData(database=os.path.abspath(path), run=row, shards=shards, runs_in_db=total, same_name=same,
+                   note=note)
+
+
+__all__ = ["LATENCIES", "REQUEST_COLUMNS", "STEP_COLUMNS", "ReportError", "RunData", "ShardData", "connect",
+           "load_run", "resolve_run"]

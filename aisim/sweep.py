@@ -1,0 +1,318 @@
+"""Configuration sweeps ranked by SLO goodput.
+
+A sweep spec (TOML, strict) names a base engine configuration, one model's
+trace, a grid of knobs and SLO thresholds::
+
+    name = "llama-sweep"
+    database = "sweep.duckdb"          # relative to the spec
+    model = "llama-3.1-8b"
+    base = "../examples/engine.json"   # base engine configuration
+    best = "best-engine.toml"          # where the best configuration is written
+
+    [trace]
+    paths = ["../examples/trace.jsonl"]
+    format = "oracle"                  # optional; options = {...} for the reader
+
+    [grid]                             # every combination is a candidate
+    max_num_batched_tokens = [2048, 4096]
+    max_num_seqs = [64, 128]
+    num_gpu_blocks = [1024, 2048]      # or kv_cache_bytes
+    block_size = [16]
+    enable_prefix_caching = [true, false]
+    enable_chunked_prefill = [true]
+    async_scheduling = [false]
+
+    [slo]                              # at least one threshold, seconds
+    ttft_s = 2.0
+    tpot_s = 0.05
+    e2e_s = 30.0
+
+Candidates the configuration rules refuse (the grouped-prefix rule among
+them) are reported with their reason and not replayed.  The others run
+through the pipeline (one shard per candidate, the same Dask and DuckDB path)
+and are ranked by goodput: requests that finished within every threshold per
+second of the shard's duration; ties go to the cheaper deployment (fewer KV
+tokens of capacity, then the smaller budgets).  Every candidate, refused or
+ranked, lands in the ``sweep_candidates`` table next to the run's results.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from aisim.errors import AisimError, ConfigError
+
+GRID_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "kv_cache_bytes", "block_size",
+              "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
+SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+_TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "slo")
+_TRACE = ("paths", "format", "options")
+
+
+class SweepError(AisimError, ValueError):
+    """A sweep spec is invalid or a sweep cannot run; the message names the key and file."""
+
+
+@dataclass
+class SweepSpec:
+    """A validated sweep spec (see the module docstring)."""
+
+    name: str
+    database: str
+    model: str
+    base: dict
+    base_path: str
+    best: str
+    trace: dict
+    grid: dict
+    slo: dict
+    description: str = ""
+    path: str | None = None
+
+
+@dataclass
+class Candidate:
+    """One point of the grid and what became of it."""
+
+    name: str
+    knobs: dict
+    config: dict | None = None
+    reason: str | None = None       # why the rules refused it
+    goodput_req_s: float | None = None
+    slo_attainment: float | None = None
+    finished: int | None = None
+    rank: int | None = None
+    cost_tokens: int | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.reason is not None
+
+
+@dataclass
+class SweepResult:
+    spec: SweepSpec
+    run_id: str
+    candidates: list = field(default_factory=list)
+
+    @property
+    def ranked(self) -> list:
+        return sorted((c for c in self.candidates if not c.refused), key=lambda c: c.rank)
+
+    @property
+    def best(self) -> Candidate | None:
+        ranked = self.ranked
+        return ranked[0] if ranked else None
+
+
+def load_sweep(path) -> SweepSpec:
+    """Read a sweep spec strictly; errors name the key and the file."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            raw = tomllib.load(fh)
+    except OSError as exc:
+        raise SweepError(f"cannot read sweep spec {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepError(f"{path}: not valid TOML: {exc}") from None
+    return sweep_from_dict(raw, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> SweepSpec:
+    """Validate a parsed sweep spec."""
+    from aisim.pipeline.spec import read_config_file
+
+    where = f" in {source}" if source else ""
+    base_dir = base_dir or os.getcwd()
+    for k in raw:
+        if k not in _TOP:
+            raise SweepError(f"unknown key '{k}'{where}; known keys: {', '.join(_TOP)}")
+    for k in ("name", "database", "model", "base", "trace", "grid", "slo"):
+        if k not in raw:
+            raise SweepError(f"missing required key '{k}'{where}")
+    for k in ("name", "database", "model", "base"):
+        if not isinstance(raw[k], str) or not raw[k]:
+            raise SweepError(f"'{k}'{where} must be a non-empty string")
+    trace = raw["trace"]
+    if not isinstance(trace, dict):
+        raise SweepError(f"'trace'{where} must be a table")
+    for k in trace:
+        if k not in _TRACE:
+            raise SweepError(f"unknown key 'trace.{k}'{where}; known keys: {', '.join(_TRACE)}")
+    paths = trace.get("paths")
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        raise SweepError(f"'trace.paths'{where} must be a non-empty list of paths")
+    grid = raw["grid"]
+    if not isinstance(grid, dict) or not grid:
+        raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
+    for k, vals in grid.items():
+        if k not in GRID_KNOBS:
+            raise SweepError(f"unknown knob 'grid.{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
+        if not isinstance(vals, list) or not vals:
+            raise SweepError(f"'grid.{k}'{where} must be a non-empty list of values")
+        if len(set(map(json.dumps, vals))) != len(vals):
+            raise SweepError(f"'grid.{k}'{where} repeats a value")
+    slo = raw["slo"]
+    if not isinstance(slo, dict) or not slo:
+        raise SweepError(f"'slo'{where} must give at least one of {', '.join(SLO_KEYS)}")
+    for k, v in slo.items():
+        if k not in SLO_KEYS:
+            raise SweepError(f"unknown key 'slo.{k}'{where}; known keys: {', '.join(SLO_KEYS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+            raise SweepError(f"'slo.{k}'{where} must be a positive number of seconds, got {v!r}")
+    base_path = os.path.abspath(os.path.join(base_dir, raw["base"]))
+    base = read_config_file(base_path, f"'base'{where}")
+    best = os.path.abspath(os.path.join(base_dir, raw.get("best", f"{raw['name']}-best.toml")))
+    return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
+                     model=raw["model"], base=base, base_path=base_path, best=best,
+                     trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
+                            "format": trace.get("format"), "options": dict(trace.get("options", {}))},
+                     grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
+                     description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None)
+
+
+def candidates(spec: SweepSpec) -> list:
+    """Every grid point, checked by the configuration rules (refusals keep their reason)."""
+    from aisim.config.engine import engine_config_from_dict
+
+    keys = list(spec.grid)
+    out = []
+    for i, values in enumerate(itertools.product(*(spec.grid[k] for k in keys))):
+        knobs = dict(zip(keys, values))
+        name = f"c{i:03d}"
+        cfg = dict(spec.base)
+        cfg.update(knobs)
+        if "kv_cache_bytes" in knobs:
+            cfg.pop("num_gpu_blocks", None)
+        cand = Candidate(name=name, knobs=knobs)
+        try:
+            engine = engine_config_from_dict(cfg, source=f"candidate {name} {json.dumps(knobs, sort_keys=True)}")
+        except ConfigError as exc:
+            cand.reason = str(exc)
+        else:
+            cand.config = cfg
+            cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
+        out.append(cand)
+    return out
+
+
+def _pipeline_spec(spec: SweepSpec, cands: list) -> dict:
+    trace = {"name": "trace", "paths": spec.trace["paths"], "model": spec.model, "options": spec.trace["options"]}
+    if spec.trace["format"]:
+        trace["format"] = spec.trace["format"]
+    return {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
+            "database": spec.database, "sources": [trace],
+            "deployments": [{"model": spec.model, "engines": {c.name: c.config for c in cands if not c.refused}}]}
+
+
+GOODPUT_SQL = """
+-- Per shard of one run: requests that finished within every SLO threshold,
+-- and goodput = those requests per second of the shard's duration.
+SELECT s.engine,
+       count(*) FILTER (WHERE r.finish_s IS NOT NULL
+                          AND r.ttft_s <= ? AND coalesce(r.tpot_s, 0) <= ? AND r.e2e_s <= ?) AS good,
+       count(*) FILTER (WHERE r.finish_s IS NOT NULL) AS finished,
+       count(*) AS requests,
+       max(m.duration_s) AS duration_s
+FROM shards s
+JOIN summaries m USING (run_id, shard_id)
+JOIN requests r USING (run_id, shard_id)
+WHERE s.run_id = ?
+GROUP BY s.engine
+ORDER BY s.engine
+"""
+
+CANDIDATES_DDL = """
+-- sweep_candidates: every candidate of a sweep, ranked or refused.
+-- grain: (run_id, candidate); source: aisim.sweep (after the run's results landed).
+CREATE TABLE IF NOT EXISTS sweep_candidates (
+    run_id          VARCHAR NOT NULL,   -- runs.run_id of the sweep's pipeline run (engine = candidate)
+    candidate       VARCHAR NOT NULL,   -- c000, c001, ... in grid order
+    knobs           VARCHAR NOT NULL,   -- JSON of the grid values of this candidate
+    status          VARCHAR NOT NULL,   -- 'ranked' or 'refused'
+    reason          VARCHAR,            -- why the configuration rules refused it
+    rank            INTEGER,            -- 1 = best
+    goodput_req_s   DOUBLE,             -- requests meeting every SLO threshold per second
+    slo_attainment  DOUBLE,             -- share of requests meeting every threshold
+    cost_tokens     BIGINT,             -- KV capacity in tokens (num_gpu_blocks * block_size)
+    slo             VARCHAR NOT NULL,   -- JSON of the thresholds
+    PRIMARY KEY (run_id, candidate)
+)
+"""
+
+
+def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None = None, force: bool = False,
+              progress=None) -> SweepResult:
+    """Replay every accepted candidate through the pipeline and rank them.
+
+    Returns
+    -------
+    SweepResult
+        Every candidate with its rank (accepted) or reason (refused).
+    """
+    from aisim.pipeline.landing import connect
+    from aisim.pipeline.run import run_pipeline
+    from aisim.pipeline.spec import spec_from_dict
+
+    cands = candidates(spec)
+    accepted = [c for c in cands if not c.refused]
+    if not accepted:
+        raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
+    pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
+                           base_dir=os.path.dirname(spec.path) if spec.path else None)
+    report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+    inf = float("inf")
+    limits = [spec.slo.get("ttft_s", inf), spec.slo.get("tpot_s", inf), spec.slo.get("e2e_s", inf)]
+    con = connect(spec.database)
+    try:
+        rows = con.execute(GOODPUT_SQL, limits + [report.run_id]).fetchall()
+        by_name = {c.name: c for c in cands}
+        for engine, good, finished, requests, duration in rows:
+            c = by_name[engine]
+            c.goodput_req_s = good / duration if duration else 0.0
+            c.slo_attainment = good / requests if requests else 0.0
+            c.finished = finished
+        order = sorted(accepted, key=lambda c: (-c.goodput_req_s, c.cost_tokens,
+                                                 c.config.get("max_num_batched_tokens", 0),
+                                                 c.config.get("max_num_seqs", 0), c.name))
+        for rank, c in enumerate(order, 1):
+            c.rank = rank
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(CANDIDATES_DDL)
+            con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [report.run_id])
+            for c in cands:
+                con.execute("INSERT INTO sweep_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [report.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
+                             "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
+                             c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True)])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.close()
+    result = SweepResult(spec=spec, run_id=report.run_id, candidates=cands)
+    write_best(result)
+    return result
+
+
+def write_best(result: SweepResult) -> None:
+    """Write the best candidate's engine configuration (TOML) to ``spec.best``."""
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.config.toml_out import dumps
+    from aisim.output import write_atomic_text
+
+    best = result.best
+    cfg = dict(best.config)
+    slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
+    notes = [f"best of {len(result.candidates)} candidates of sweep {result.spec.name} (run {result.run_id})",
+             f"goodput {best.goodput_req_s:.3f} requests/s within {slo}; knobs {json.dumps(best.knobs, sort_keys=True)}"]
+    cfg["plan_notes"] = notes
+    engine_config_from_dict(cfg)  # the file written must load back
+    write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
+                                               + notes)])

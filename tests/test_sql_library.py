@@ -1,0 +1,238 @@
+"""The SQL library (aisim/sql): every file against an in-memory DuckDB, empty and with landed runs."""
+
+import re
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from aisim import sql
+from aisim.pipeline import graph, landing
+from aisim.pipeline.query import QueryError, bind
+from aisim.pipeline.run import _concat, build_plan
+from aisim.pipeline.shards import SHARD_SCHEMA, SUMMARY_SCHEMA
+from aisim.pipeline.spec import canonical_json, resolve_inputs, run_key
+
+from test_pipeline_common import demo_spec
+
+ALL_FILES = [sql.schema()] + sql.views() + list(sql.queries().values())
+
+
+def _columns(con, table):
+    return [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                                      "ORDER BY ordinal_position", [table]).fetchall()]
+
+
+def land_demo(con, name="demo", window=None):
+    """Replay the demo (synchronous scheduler) and land it on ``con`` with land_into."""
+    spec = demo_spec(":memory:", name=name, **({"window": window} if window else {}))
+    inputs = resolve_inputs(spec)
+    key = run_key(spec, inputs)
+    results, stats, _ = graph.execute(build_plan(spec, inputs, key), scheduler="sync")
+    tables = _concat(results)
+    run = {"run_id": key, "name": name, "description": "", "spec_path": None,
+           "spec": canonical_json(spec.canonical()), "inputs": "[]", "aisim_version": "test",
+           "shards": 3, "requests": tables["requests"].num_rows, "steps": tables["steps"].num_rows,
+           "rows_read": 0, "rows_in_window": 0, "rows_skipped": 0, "rows_bad": 0, "skipped_models": "{}"}
+    out = landing.land_into(con, run, tables)
+    assert out["landed"]
+    return key, tables
+
+
+@pytest.fixture
+def empty():
+    con = duckdb.connect()
+    sql.apply_schema(con)
+    yield con
+    con.close()
+
+
+@pytest.fixture(scope="module")
+def landed():
+    con = duckdb.connect()
+    first, tables = land_demo(con)
+    second, _ = land_demo(con, window={"end_step": 3000})  # same name, other inputs: a later run
+    other, _ = land_demo(con, name="other")
+    yield con, {"first": first, "second": second, "other": other, "tables": tables}
+    con.close()
+
+
+@pytest.mark.parametrize("f", ALL_FILES, ids=lambda f: f"{f.kind}:{f.name}")
+def test_every_file_has_a_header(f):
+    head = f.sql.lstrip().splitlines()[0]
+    kind = {"schema": "schema", "view": "(view|macro)", "query": "query"}[f.kind]
+    assert re.match(rf"^-- {kind}: ", head), head
+    assert f.purpose and f.grain and f.sources, f.name
+    if f.kind == "query":
+        assert head == f"-- query: {f.name}"
+        for p in f.params:
+            assert f"${p.name}" in f.sql, f"{f.name} declares {p.name} but does not use it"
+        used = set(re.findall(r"\$([A-Za-z_]\w*)", f.sql))
+        assert used == {p.name for p in f.params}, f"{f.name}: parameters used but not declared"
+
+
+@pytest.mark.parametrize("f", sql.views(), ids=lambda f: f.name)
+def test_every_view_column_has_a_comment(f):
+    select = f.sql.split("SELECT", 1)[1] if f.name.startswith("_") else f.sql.rsplit("\nSELECT\n", 1)[-1]
+    lines = [ln for ln in re.split(r"\n\s*FROM\b", select)[0].splitlines() if ln.strip()]
+    assert lines and all("--" in ln for ln in lines), f.name
+
+
+@pytest.mark.parametrize("name", sorted(sql.queries()))
+def test_every_query_runs_on_an_empty_database(empty, name):
+    text, values = bind(name, {})
+    empty.execute(text, values).fetchall()
+
+
+@pytest.mark.parametrize("view", ["run_shards", "latency_percentiles", "prefix_reuse", "kv_cache_timeline",
+                                  "run_comparison"])
+def test_every_view_runs_on_an_empty_database(empty, view):
+    assert empty.execute(f"SELECT * FROM {view}").fetchall() == []
+
+
+def test_schema_matches_what_the_shards_return(empty, landed):
+    _, runs = landed
+    tables = runs["tables"]
+    for name in ("requests", "steps"):
+        assert _columns(empty, name) == tables[name].column_names, name
+    assert _columns(empty, "summaries") == SUMMARY_SCHEMA.names
+    assert _columns(empty, "shards") == SHARD_SCHEMA.names
+
+
+@pytest.mark.parametrize("name", sorted(sql.queries()))
+def test_every_query_runs_on_landed_runs(landed, name):
+    con, _ = landed
+    text, values = bind(name, {})
+    rows = con.execute(text, values).fetchall()
+    assert rows, name
+
+
+def test_resolve_run(landed):
+    con, runs = landed
+
+    def pick(sel):
+        return con.execute("SELECT resolve_run(?)", [sel]).fetchone()[0]
+
+    assert pick(None) == runs["other"]  # the latest run
+    assert pick("demo") == runs["second"]  # the latest run of that name
+    assert pick(runs["first"]) == runs["first"]
+    assert pick(runs["first"][:6]) == runs["first"]
+    assert pick("nothing-like-it") is None
+
+
+def test_latency_view_agrees_with_the_replay_summary(landed):
+    con, runs = landed
+    rows = con.execute("""
+        SELECT l.shard_id, l.ttft_p50_s, s.ttft_p50_s, l.tpot_p99_s, s.tpot_p99_s, l.e2e_p90_s, s.e2e_p90_s,
+               l.requests, l.finished, s.finished
+        FROM latency_percentiles l JOIN summaries s USING (run_id, shard_id) WHERE run_id = ?""",
+                       [runs["first"]]).fetchall()
+    assert len(rows) == 3
+    for r in rows:
+        assert r[1] == pytest.approx(r[2], rel=1e-9) and r[3] == pytest.approx(r[4], rel=1e-9)
+        assert r[5] == pytest.approx(r[6], rel=1e-9) and r[7] == r[8] == r[9]
+
+
+def test_prefix_reuse_agrees_with_the_summary(landed):
+    con, runs = landed
+    rows = con.execute("""
+        SELECT p.prefix_queries, s.prefix_queries, p.prefix_hits, s.prefix_hits, p.prefix_hit_rate, s.prefix_hit_rate,
+               p.cached_tokens, s.prefix_hit_tokens_at_admission
+        FROM prefix_reuse p JOIN summaries s USING (run_id, shard_id) WHERE run_id = ?""",
+                       [runs["first"]]).fetchall()
+    for r in rows:
+        assert r[0] == r[1] and r[2] == r[3] and r[4] == pytest.approx(r[5]) and r[6] == r[7]
+
+
+def test_kv_cache_timeline(landed):
+    con, runs = landed
+    n, bad = con.execute("""
+        SELECT count(*), count(*) FILTER (WHERE physical_usage < active_usage - 1e-12
+                                          OR active_blocks + cached_blocks + empty_blocks < 0)
+        FROM kv_cache_timeline WHERE run_id = ?""", [runs["first"]]).fetchone()
+    steps = con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [runs["first"]]).fetchone()[0]
+    assert n == steps and bad == 0
+
+
+def test_slo_attainment_thresholds(landed):
+    con, runs = landed
+    loose = con.execute("SELECT model, engine, attainment, goodput_req_s, throughput_req_s "
+                        "FROM slo_attainment(1e9, 1e9) WHERE run_id = ? ORDER BY shard_id", [runs["first"]]).fetchall()
+    assert all(r[2] == 1.0 and r[3] == pytest.approx(r[4]) for r in loose)
+    tight = con.execute("SELECT attainment, goodput_req_s FROM slo_attainment(0.0, 0.0) WHERE run_id = ?",
+                        [runs["first"]]).fetchall()
+    assert all(r == (0.0, 0.0) for r in tight)
+    mid = con.execute("SELECT shard_id, slo_met, ttft_met FROM slo_attainment(1.0, 0.05) WHERE run_id = ?",
+                      [runs["first"]]).fetchall()
+    for shard, met, ttft_met in mid:
+        want = con.execute("SELECT count(*) FROM requests WHERE run_id = ? AND shard_id = ? AND status = 'finished' "
+                           "AND ttft_s <= 1.0 AND (tpot_s <= 0.05 OR tpot_s IS NULL)",
+                           [runs["first"], shard]).fetchone()[0]
+        assert met == want <= ttft_met
+
+
+def test_run_comparison_pairs_each_run_with_the_previous_of_its_name(landed):
+    con, runs = landed
+    rows = con.execute("SELECT run_id, base_run_id, requests, base_requests, ttft_p50_delta_s "
+                       "FROM run_comparison WHERE run_name = 'demo' AND model = 'llama-3.1-8b' AND engine = 'base' "
+                       "ORDER BY run_seq").fetchall()
+    assert [(r[0], r[1]) for r in rows] == [(runs["first"], None), (runs["second"], runs["first"])]
+    assert rows[1][2] < rows[1][3] and rows[1][4] is not None
+    assert con.execute("SELECT count(*) FROM run_comparison WHERE run_name = 'other' AND base_run_id IS NOT NULL"
+                       ).fetchone()[0] == 0
+
+
+def test_compare_query(landed):
+    con, runs = landed
+    text, values = bind("compare", {"base": runs["first"], "other": runs["other"]})
+    rows = con.execute(text, values).fetchall()
+    assert len(rows) == 3
+    assert all(r[2] == runs["first"] and r[3] == runs["other"] and r[8] == 0 for r in rows)  # same work, no change
+    text, values = bind("compare", {"other": "demo"})  # default base: the run of that name before it
+    rows = con.execute(text, values).fetchall()
+    assert {(r[2], r[3]) for r in rows} == {(runs["first"], runs["second"])}
+
+
+def test_parameters_are_bound_not_pasted(landed):
+    con, _ = landed
+    text, values = bind("shards", {"run": "x'; DROP TABLE runs; --"})
+    assert con.execute(text, values).fetchall() == []
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 3
+    text, values = bind("slowest_requests", {"limit": "5"})
+    assert values["limit"] == 5 and len(con.execute(text, values).fetchall()) == 5
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(QueryError, match="query 'slo' has no parameter 'ttft'; its parameters: run, ttft_s, tpot_s"):
+        bind("slo", {"ttft": "1"})
+    with pytest.raises(QueryError, match="parameter 'ttft_s' of query 'slo' must be DOUBLE, got 'fast'"):
+        bind("slo", {"ttft_s": "fast"})
+    with pytest.raises(QueryError, match="unknown query 'latencies'; known: compare, kv_timeline, latency"):
+        bind("latencies", {})
+
+
+def test_library_loads_as_package_data():
+    from importlib import resources
+
+    root = resources.files("aisim.sql")
+    assert (root / "schema.sql").is_file()
+    assert sorted(f.name for f in (root / "queries").iterdir() if f.name.endswith(".sql")) == \
+        sorted(f"{n}.sql" for n in sql.queries())
+
+
+def test_empty_shards_land(empty):
+    """A model without rows lands a shard with zero requests and the views cope."""
+    from aisim.pipeline.shards import run_shard
+
+    spec = demo_spec(":memory:")
+    plan = build_plan(spec, resolve_inputs(spec), "e" * 16)
+    desc = {k: v for k, v in plan["shards"][2].items() if k != "reads"}
+    out = run_shard(desc, [None])
+    assert out["requests"].num_rows == 0 and out["summaries"].column("requests").to_pylist() == [0]
+    run = {"run_id": "e" * 16, "name": "empty", "description": "", "spec_path": None, "spec": "{}", "inputs": "[]",
+           "aisim_version": "test", "shards": 1, "requests": 0, "steps": 0, "rows_read": 0, "rows_in_window": 0,
+           "rows_skipped": 0, "rows_bad": 0, "skipped_models": "{}"}
+    landing.land_into(empty, run, {k: out[k] for k in ("shards", "summaries", "requests", "steps")})
+    assert empty.execute("SELECT requests, requests_with_hit FROM prefix_reuse").fetchall() == [(0, 0)]
+    assert empty.execute("SELECT count(*) FROM latency_percentiles").fetchone()[0] == 0
+    assert isinstance(out["shards"], pa.Table)
