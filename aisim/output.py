@@ -49,6 +49,10 @@ def write_atomic_text(path: str, lines) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             for line in lines:
                 fh.write(line)
+        # mkstemp creates 0600; give the file the permissions of an ordinary one.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
