@@ -422,6 +422,44 @@ def _check_relations(cfg: EngineConfig, source):
         raise ConfigError(f"'prefix_cache_retention_interval'{_where(source)} must be null or an integer >= 0")
 
 
+def read_config_file(path: str | os.PathLike, named_by: str = "") -> dict:
+    """An engine configuration file (JSON, TOML or YAML) as a raw dictionary.
+
+    Parameters
+    ----------
+    path : path-like
+        ``.json``, ``.toml`` or ``.yaml``/``.yml``.
+    named_by : str
+        Who named the file (a spec key), for error messages.
+    """
+    path = os.fspath(path)
+    by = f" (named by {named_by})" if named_by else ""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read engine configuration {path}{by}: {exc.strerror}") from None
+    ext = os.path.splitext(path)[1].lower()
+    try:
+        if ext == ".toml":
+            import tomllib
+
+            raw = tomllib.loads(data.decode("utf-8"))
+        elif ext in (".yaml", ".yml"):
+            import yaml
+
+            raw = yaml.safe_load(data)
+        else:
+            raw = json.loads(data)
+    except ImportError:
+        raise ConfigError(f"{path}: reading YAML needs the 'pyyaml' package") from None
+    except Exception as exc:  # parse errors of any of the three formats
+        raise ConfigError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"engine configuration {path} must be a mapping of keys to values")
+    return raw
+
+
 def load_engine_config(path: str | os.PathLike) -> EngineConfig:
     """Read an engine configuration file (JSON, TOML or YAML) strictly.
 
@@ -435,27 +473,4 @@ def load_engine_config(path: str | os.PathLike) -> EngineConfig:
     EngineConfig
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read engine configuration {path}: {exc.strerror}") from None
-    ext = os.path.splitext(path)[1].lower()
-    try:
-        if ext == ".toml":
-            import tomllib
-
-            raw = tomllib.loads(data.decode("utf-8"))
-        elif ext in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                raise ConfigError(f"{path}: reading YAML needs the 'pyyaml' package") from None
-            raw = yaml.safe_load(data)
-        else:
-            raw = json.loads(data)
-    except ConfigError:
-        raise
-    except Exception as exc:  # parse errors of any of the three formats
-        raise ConfigError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
-    return engine_config_from_dict(raw, source=path)
+    return engine_config_from_dict(read_config_file(path), source=path)

@@ -456,32 +456,13 @@ def _check_routing(v: _Validator, sources, deployments) -> None:
 
 
 def read_config_file(path: str, named_by: str = "") -> dict:
-    """An engine configuration file (JSON, TOML or YAML) as a raw dictionary."""
-    by = f" (named by {named_by})" if named_by else ""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise SpecError(f"cannot read engine configuration {path}{by}: {exc.strerror}") from None
-    ext = os.path.splitext(path)[1].lower()
-    try:
-        if ext == ".toml":
-            import tomllib
+    """An engine configuration file as a raw dictionary (errors as :class:`SpecError`)."""
+    from aisim.config.engine import read_config_file as read_engine_file
 
-            raw = tomllib.loads(data.decode("utf-8"))
-        elif ext in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(data)
-        else:
-            raw = json.loads(data)
-    except ImportError:
-        raise SpecError(f"{path}: reading YAML needs the 'pyyaml' package") from None
-    except Exception as exc:  # parse errors of any of the three formats
-        raise SpecError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"engine configuration {path} must be a mapping of keys to values")
-    return raw
+    try:
+        return read_engine_file(path, named_by)
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------- inputs and the run key
