@@ -21,7 +21,8 @@ COMPILER_DIRECTIVES = {
     "boundscheck": DEBUG,
     "wraparound": DEBUG,
     "initializedcheck": DEBUG,
-    "nonecheck": DEBUG,
+    # nonecheck stays off: the core's nogil methods update their own attributes.
+    "nonecheck": False,
     "cdivision": not DEBUG,
     "embedsignature": True,
     # overflowcheck stays off in both builds: block hashes rely on uint64 wraparound.

@@ -319,7 +319,8 @@ def test_scheduler_arguments_are_checked(tmp_path):
 def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     import dask
 
-    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), pytest.raises(PipelineError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}), \
+            pytest.raises(PipelineError, match="cannot reach the Dask scheduler at tcp://127.0.0.1:9"):
         run_pipeline(demo_spec(tmp_path / "x.duckdb"), scheduler="tcp://127.0.0.1:9")
 
 

@@ -32,6 +32,8 @@ def test_demo_spec_loads_with_shards_in_order():
 def test_nightly_spec_loads_and_names_the_missing_traces():
     spec = load_spec(os.path.join(PIPELINES, "nightly.toml"))
     assert spec.window.start_s == 28800.0 and spec.window.end_s == 72000.0
+    assert spec.sources[0].format == "mooncake" and spec.sources[0].model_column == "model"
+    assert dict(spec.sources[0].model_map)["meta-llama/Llama-3.1-8B-Instruct"] == "llama-3.1-8b"
     assert len(spec.shards()) == 3
     with pytest.raises(SpecError, match="source 'gateway': no file matches '/srv/aisim/traces/gateway/"):
         resolve_inputs(spec)

@@ -14,7 +14,7 @@
 -- NULL means "does not apply" (e.g. TTFT of a request that never got a token).
 
 CREATE TABLE IF NOT EXISTS runs (
-    run_id          VARCHAR PRIMARY KEY,  -- run key: 16 hex digits of SHA-256(spec, input and engine fingerprints, aisim version)
+    run_id          VARCHAR PRIMARY KEY,  -- run key: SHA-256 of spec, input and engine fingerprints, version (16 hex)
     run_seq         BIGINT NOT NULL,      -- landing order in this database (1, 2, ...); a --force rerun gets a new one
     name            VARCHAR NOT NULL,     -- the spec's run name
     description     VARCHAR,              -- the spec's description
