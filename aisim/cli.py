@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from aisim import __version__
+
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -15,7 +17,7 @@ def _fail(exc: Exception) -> None:
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(package_name="aisim")
+@click.version_option(version=__version__, prog_name="aisim")
 def main():
     """aisim: what would vLLM do with this workload?
 

@@ -130,3 +130,13 @@ def test_request_larger_than_the_pool_is_refused(scenario):
     (scenario / "engine.json").write_text(json.dumps(cfg))
     r = _run("replay", "--engine", str(scenario / "engine.json"), "--trace", str(scenario / "trace.jsonl"))
     _assert_refused(r, "KV-cache blocks", "only 19 usable blocks")
+
+
+def test_version_and_help():
+    from aisim import __version__
+
+    r = _run("--version")
+    assert r.exit_code == 0 and __version__ in r.output
+    r = _run("--help")
+    for command in ("replay", "pipeline", "query", "report", "sweep", "trace", "config", "plan"):
+        assert command in r.output
