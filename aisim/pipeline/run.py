@@ -101,6 +101,7 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str) -> dict:
         shards.append({
             "run_id": run_id, "shard_id": i, "model": model, "engine": eng.name,
             "engine_config": eng.config, "engine_source": eng.source, "engine_path": eng.path,
+            "replay": dict(spec.replay),
             "reads": relevant,
         })
     return {"reads": reads, "shards": shards}

@@ -293,7 +293,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
         clock = None
     else:
         clock = (trace.schema.metadata or {}).get(b"clock", b"step").decode()
-    result = replay(trace, engine)
+    opts = desc.get("replay") or {}
+    result = replay(trace, engine, closed_loop=opts.get("closed_loop", False),
+                    think_time_s=opts.get("think_time_s"))
     requests = _requests_table(desc, trace, result.requests)
     steps = _steps_table(desc, result.steps)
     summary = result.summary

@@ -8,6 +8,10 @@ shape is::
     name = "demo"                     # run name
     database = "demo.duckdb"          # DuckDB file, relative to the spec
 
+    [replay]                          # optional
+    closed_loop = false               # send a session's next turn when the previous finishes
+    think_time_s = 1.0                # ... plus this (default: the trace's gap between turns)
+
     [window]                          # optional
     start_s = 0.0                     # timed traces: keep [start_s, end_s)
     end_s = 600.0
@@ -56,7 +60,8 @@ class SpecError(PipelineError, ConfigError):
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_TOP_KEYS = ("name", "description", "database", "window", "sources", "deployments")
+_TOP_KEYS = ("name", "description", "database", "window", "replay", "sources", "deployments")
+_REPLAY_KEYS = ("closed_loop", "think_time_s")
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
 _WINDOW_KEYS = ("start_s", "end_s", "start_step", "end_step")
@@ -164,6 +169,7 @@ class PipelineSpec:
     description: str = ""
     path: str | None = None
     base_dir: str = "."
+    replay: dict = field(default_factory=lambda: {"closed_loop": False, "think_time_s": None})
 
     @property
     def models(self) -> tuple:
@@ -183,6 +189,7 @@ class PipelineSpec:
         return {
             "name": self.name,
             "window": self.window.to_dict(),
+            "replay": dict(self.replay),
             "sources": [s.to_dict() for s in self.sources],
             "deployments": [{"model": d.model, "engines": [e.to_dict() for e in d.engines]}
                             for d in self.deployments],
@@ -247,11 +254,12 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
         raise v.error("database", "must be a non-empty path")
     database = os.path.abspath(os.path.join(base_dir, os.path.expanduser(database)))
     window = _window(v, raw.get("window"))
+    replay = _replay_options(v, raw.get("replay"))
     sources = _sources(v, raw.get("sources"))
     deployments = _deployments(v, raw.get("deployments"), base_dir)
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
-                        window=window, description=description,
+                        window=window, description=description, replay=replay,
                         path=os.path.abspath(source) if source else None, base_dir=base_dir)
 
 
@@ -302,6 +310,22 @@ class _Validator:
             kind = "a non-negative integer" if integer else "a non-negative number"
             raise self.error(prefix + key, f"must be {kind}, got {val!r}")
         return int(val) if integer else float(val)
+
+
+def _replay_options(v: _Validator, raw) -> dict:
+    """``[replay]``: how sessions are driven (``closed_loop``, ``think_time_s``)."""
+    out = {"closed_loop": False, "think_time_s": None}
+    if raw is None:
+        return out
+    v.mapping(raw, "replay.", _REPLAY_KEYS)
+    closed = raw.get("closed_loop", False)
+    if not isinstance(closed, bool):
+        raise v.error("replay.closed_loop", "must be true or false")
+    think = raw.get("think_time_s")
+    if think is not None and (isinstance(think, bool) or not isinstance(think, (int, float)) or think < 0):
+        raise v.error("replay.think_time_s", "must be a non-negative number of seconds")
+    out.update(closed_loop=closed, think_time_s=None if think is None else float(think))
+    return out
 
 
 def _window(v: _Validator, raw) -> Window:
