@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
-from aisim.config.kvgroups import resolve_groups
+from aisim.config.kvgroups import request_blocks, resolve_groups
 from aisim.perf import step_time_args
 from aisim.errors import ReplayError, TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
@@ -64,31 +64,6 @@ def _segments_arrays(trace: pa.Table):
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
-def blocks_for_tokens(engine: EngineConfig, tokens: np.ndarray) -> np.ndarray:
-    """Blocks one request of ``tokens`` tokens holds at most, summed over groups.
-
-    The per-group footprint of vLLM's start-up sizing (``max_memory_usage_bytes``):
-    full attention holds every block, a sliding window its admission cap, a
-    state group two state blocks (+ drafts and a checkpoint) in align mode.
-    """
-    from aisim.config.kvgroups import expand_groups
-
-    total = np.zeros_like(tokens)
-    kw = resolve_groups(engine)
-    for g, spec in zip(expand_groups(engine.groups), kw["groups"]):
-        bs = spec["block_size"]
-        full = -(-tokens // bs)
-        if g["type"] in ("sliding_window", "chunked_local"):
-            total += np.minimum(full, spec["admission_cap"])
-        elif g["type"] in ("mamba", "gdn", "kda"):
-            total += (2 + spec["num_spec"] + int(spec["has_ckpt"])) if spec["align_mode"] else 1 + spec["num_spec"]
-        elif g["type"] == "ring":
-            total += 1
-        else:
-            total += full
-    return total
-
-
 def _validate(trace: pa.Table, engine: EngineConfig):
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
@@ -110,7 +85,7 @@ def _validate(trace: pa.Table, engine: EngineConfig):
         )
     # Every request must fit an empty pool, or the replay could never finish it.
     longest = np.minimum(prompt.astype(np.int64) + out, engine.max_model_len)
-    need = blocks_for_tokens(engine, longest)
+    need = request_blocks(engine, longest)
     bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
     if bad.size:
         i = bad[0]

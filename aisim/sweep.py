@@ -41,7 +41,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import tomllib
 from dataclasses import dataclass, field
 
 from aisim.errors import AisimError, ConfigError
@@ -111,14 +110,10 @@ class SweepResult:
 
 def load_sweep(path) -> SweepSpec:
     """Read a sweep spec strictly; errors name the key and the file."""
+    from aisim.pipeline.spec import read_toml
+
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except OSError as exc:
-        raise SweepError(f"cannot read sweep spec {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SweepError(f"{path}: not valid TOML: {exc}") from None
+    raw = read_toml(path, "sweep spec", SweepError)
     return sweep_from_dict(raw, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
 

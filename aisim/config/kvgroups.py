@@ -174,3 +174,36 @@ def block_bytes(cfg) -> int:
     """
     sizes = [g["num_layers"] * g["page_size_bytes"] for g in expand_groups(cfg.groups) if g["page_size_bytes"]]
     return max(sizes) if sizes else 0
+
+
+def request_blocks(cfg, tokens, startup: bool = False):
+    """Blocks one request of ``tokens`` tokens holds at most, summed over groups.
+
+    The per-group footprint of vLLM's start-up sizing (``max_memory_usage_bytes``):
+    full attention every block, a sliding window or chunked local group its
+    admission cap, a state group two state blocks (+ drafts and a checkpoint)
+    in align mode or one (+ drafts) otherwise, a ring one.  ``startup`` takes the
+    admission cap as vLLM's start-up check does; otherwise a request shorter
+    than the cap holds only its own blocks.
+
+    Parameters
+    ----------
+    cfg : aisim.config.engine.EngineConfig
+    tokens : int or numpy.ndarray
+    startup : bool
+    """
+    import numpy as np
+
+    tokens = np.asarray(tokens, dtype=np.int64)
+    total = np.zeros_like(tokens)
+    for g, spec in zip(expand_groups(cfg.groups), resolve_groups(cfg)["groups"]):
+        full = -(-tokens // spec["block_size"])
+        if g["type"] in ("sliding_window", "chunked_local"):
+            total += spec["admission_cap"] if startup else np.minimum(full, spec["admission_cap"])
+        elif g["type"] in STATE_KINDS:
+            total += (2 + spec["num_spec"] + int(spec["has_ckpt"])) if spec["align_mode"] else 1 + spec["num_spec"]
+        elif g["type"] == "ring":
+            total += 1
+        else:
+            total += full
+    return total

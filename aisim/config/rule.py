@@ -17,39 +17,15 @@ sweeps; every refusal is a sentence naming the field and the value.
 
 from __future__ import annotations
 
-from aisim.config.kvgroups import STATE_KINDS, expand_groups, group_block_sizes, resolve_groups
+from aisim.config.kvgroups import STATE_KINDS, expand_groups, request_blocks
 from aisim.errors import ConfigError
 
 SUPPORTED = ("0.31.0", "0.32.0")
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def startup_blocks(cfg) -> int:
-    """Blocks one request of ``max_model_len`` tokens needs, summed over groups.
-
-    vLLM's start-up sizing (``max_memory_usage_bytes`` per spec): full
-    attention every block, sliding window / chunked local their admission cap,
-    a state group 2 + drafts + checkpoint blocks in align mode (1 + drafts
-    otherwise), a ring 1.
-    """
-    kw = resolve_groups(cfg)
-    total = 0
-    for g, spec, bs in zip(expand_groups(cfg.groups), kw["groups"], group_block_sizes(cfg)):
-        if g["type"] in ("sliding_window", "chunked_local"):
-            total += spec["admission_cap"]
-        elif g["type"] in STATE_KINDS:
-            if cfg.resolved_mamba_cache_mode == "align":
-                total += 2 + g["num_speculative_blocks"] + (1 if g["prefill_checkpoint_blocks"] > 0 else 0)
-            else:
-                total += 1 + g["num_speculative_blocks"]
-        elif g["type"] == "ring":
-            total += 1
-        else:
-            total += _cdiv(cfg.max_model_len, bs)
-    return total
+    """Blocks one request of ``max_model_len`` tokens needs at start-up, summed over groups."""
+    return int(request_blocks(cfg, cfg.max_model_len, startup=True))
 
 
 def is_glm_5_3_flash(model) -> bool:

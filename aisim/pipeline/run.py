@@ -346,7 +346,6 @@ def print_summary(report: RunReport, console) -> None:
         console.print(f"run {report.name} ({report.run_id}) is already in {report.database}; nothing to do "
                       "(--force replaces it)")
         return
-    from rich import box
 
     verb = "replaced" if report.replaced else "landed"
     t = Table(title=f"run {report.name} ({report.run_id}), #{report.run_seq} in {report.database}",

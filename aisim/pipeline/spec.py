@@ -219,17 +219,23 @@ def load_spec(path: str | os.PathLike) -> PipelineSpec:
     ConfigError
         An engine configuration is invalid (named by its file and key).
     """
+    path = os.path.abspath(os.fspath(path))
+    raw = read_toml(path, "pipeline spec", SpecError)
+    return spec_from_dict(raw, source=path, base_dir=os.path.dirname(path))
+
+
+def read_toml(path: str, what: str, error=None) -> dict:
+    """A TOML file as a dict; unreadable or invalid files raise ``error`` naming ``what`` and the path."""
     import tomllib
 
-    path = os.path.abspath(os.fspath(path))
+    error = error or SpecError
     try:
         with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
+            return tomllib.load(fh)
     except OSError as exc:
-        raise SpecError(f"cannot read pipeline spec {path}: {exc.strerror}") from None
+        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"{path}: not valid TOML: {exc}") from None
-    return spec_from_dict(raw, source=path, base_dir=os.path.dirname(path))
+        raise error(f"{path}: not valid TOML: {exc}") from None
 
 
 def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> PipelineSpec:

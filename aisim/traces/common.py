@@ -10,6 +10,8 @@ and no warning is issued.
 
 from __future__ import annotations
 
+import json
+
 import math
 import os
 
@@ -25,6 +27,17 @@ ROW_COLUMNS = ("model", "request_id", "session_id", "turn", "arrival_step", "arr
 def new_rows() -> dict:
     """Empty column lists for :func:`aisim.traces.schema.trace_table`."""
     return {k: [] for k in ROW_COLUMNS}
+
+
+def json_object(line: str, where: str) -> dict:
+    """One JSON-lines row as a dict; errors name ``where`` (``file:line``)."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where}: expected a JSON object")
+    return obj
 
 
 def int_field(obj: dict, key: str, where: str, low: int = 0, default=None) -> int:

@@ -31,11 +31,11 @@ too.
 
 from __future__ import annotations
 
-import json
 import os
 
 from aisim.errors import TraceError
 from aisim.traces.common import (BadRows, check_option, file_stem, finish, hash_id_list, id_field, int_field,
+                                 json_object,
                                  new_rows, number_field, open_text, unit_segments)
 from aisim.traces.schema import canonical_segments, output_stream, stream_id, trace_table
 
@@ -113,7 +113,7 @@ def read_mooncake(path: str | os.PathLike, *, unit_tokens: int = 512, model: str
                 continue
             where = f"{path}:{lineno}"
             try:
-                obj = _load(line, where)
+                obj = json_object(line, where)
                 sid = id_field(obj, "session_id", where)
             except TraceError as exc:
                 bad.record(exc)
@@ -151,16 +151,6 @@ def read_mooncake(path: str | os.PathLike, *, unit_tokens: int = 512, model: str
 def read_mooncake_delta(path: str | os.PathLike, **options):
     """Read a ``mooncake-delta`` trace: :func:`read_mooncake` with ``delta=True``."""
     return read_mooncake(path, delta=True, **options)
-
-
-def _load(line: str, where: str) -> dict:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
-    if not isinstance(obj, dict):
-        raise TraceError(f"{where}: expected a JSON object")
-    return obj
 
 
 def _row(obj, where, stem, lineno, prev, delta, unit, unit_place, model) -> dict:

@@ -11,27 +11,14 @@ there on.
 
 from __future__ import annotations
 
-import json
 import os
 
 from aisim.errors import TraceError
+from aisim.traces.common import int_field, json_object
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 _KEYS = {"request_id", "prompt_len", "max_tokens", "arrival_step", "arrival_time",
          "prefix_group", "prefix_len", "priority"}
-
-
-def _int(obj, key, where, low, default=None):
-    if key not in obj:
-        if default is not None:
-            return default
-        raise TraceError(f"{where}: missing field '{key}'")
-    v = obj[key]
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise TraceError(f"{where}: field '{key}' must be an integer, got {v!r}")
-    if v < low:
-        raise TraceError(f"{where}: field '{key}' must be at least {low}, got {v}")
-    return v
 
 
 def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None):
@@ -70,12 +57,7 @@ def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None)
             where = f"{path}:{lineno}"
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise TraceError(f"{where}: expected a JSON object")
+            obj = json_object(line, where)
             for k in obj:
                 if k not in _KEYS:
                     raise TraceError(f"{where}: unknown field '{k}'")
@@ -85,8 +67,8 @@ def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None)
             if rid in seen:
                 raise TraceError(f"{where}: request_id '{rid}' already used on line {seen[rid]}")
             seen[rid] = lineno
-            prompt = _int(obj, "prompt_len", where, 1)
-            max_tokens = _int(obj, "max_tokens", where, 1)
+            prompt = int_field(obj, "prompt_len", where, 1)
+            max_tokens = int_field(obj, "max_tokens", where, 1)
             if max_model_len is not None and prompt >= max_model_len:
                 raise TraceError(
                     f"{where}: field 'prompt_len' ({prompt}) must be below max_model_len "
@@ -101,7 +83,7 @@ def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None)
             elif clock != kind:
                 raise TraceError(f"{where}: mixes 'arrival_{kind}' with earlier 'arrival_{clock}' lines")
             if has_step:
-                rows["arrival_step"].append(_int(obj, "arrival_step", where, 0))
+                rows["arrival_step"].append(int_field(obj, "arrival_step", where, 0))
                 rows["arrival_s"].append(None)
             else:
                 t = obj["arrival_time"]
@@ -109,14 +91,14 @@ def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None)
                     raise TraceError(f"{where}: field 'arrival_time' must be a non-negative number, got {t!r}")
                 rows["arrival_step"].append(None)
                 rows["arrival_s"].append(float(t))
-            prefix_len = _int(obj, "prefix_len", where, 0, default=0)
+            prefix_len = int_field(obj, "prefix_len", where, 0, default=0)
             if prefix_len > prompt:
                 raise TraceError(f"{where}: field 'prefix_len' ({prefix_len}) exceeds 'prompt_len' ({prompt})")
             segs = []
             if prefix_len > 0:
                 if "prefix_group" not in obj:
                     raise TraceError(f"{where}: field 'prefix_group' is required with 'prefix_len'")
-                group = _int(obj, "prefix_group", where, 0)
+                group = int_field(obj, "prefix_group", where, 0)
                 segs.append((stream_id("prefix-group", str(group)), 0, prefix_len))
             segs.append((stream_id("prompt", rid), prefix_len, prompt - prefix_len))
             priority = obj.get("priority", 0)
