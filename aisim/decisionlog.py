@@ -116,8 +116,18 @@ def decision_lines(result: ReplayResult):
     yield summary
 
 
+def log_line_json(line: dict) -> str:
+    """One decision-log line as the recorded logs write it.
+
+    Top-level keys are sorted; nested maps (``sched``, ``new``, ``resumed``)
+    keep the order in which the scheduler produced their entries, which is
+    part of what a log records (vLLM's scheduling order).
+    """
+    return json.dumps({k: line[k] for k in sorted(line)})
+
+
 def write_decision_log(result: ReplayResult, path) -> None:
-    """Write the decision log of ``result`` to ``path`` (JSON lines, sorted keys)."""
+    """Write the decision log of ``result`` to ``path`` (JSON lines, see :func:`log_line_json`)."""
     from aisim.output import write_atomic_text
 
-    write_atomic_text(path, (json.dumps(line, sort_keys=True) + "\n" for line in decision_lines(result)))
+    write_atomic_text(path, (log_line_json(line) + "\n" for line in decision_lines(result)))
