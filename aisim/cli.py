@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from aisim import __version__
-
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
+from aisim.cli_util import CONTEXT_SETTINGS, console, fail, fmt_num, fmt_seconds
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -78,65 +70,50 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
 
                 write_decision_log(result, decision_log)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     _print_summary(result, trace_path, out_dir, decision_log)
 
 
-def _fmt(v, unit=""):
-    if v is None:
-        return "-"
-    if unit == "s":
-        return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.3f} s"
-    return f"{v:,.3f}" if isinstance(v, float) else f"{v:,}"
-
-
 def _print_summary(result, trace_path, out_dir, decision_log):
-    from rich.console import Console
     from rich.table import Table
 
     s = result.summary
-    console = Console(stderr=False, highlight=False)
+    out = console()
     t = Table(title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
     t.add_row("requests finished", f"{s['finished']:,} / {s['requests']:,}")
     t.add_row("engine steps", f"{s['steps']:,} ({s['empty_steps']} empty)")
-    t.add_row("simulated time", _fmt(s["duration_s"], "s"))
-    t.add_row("throughput", f"{_fmt(s['throughput_req_s'])} req/s, {_fmt(s['throughput_tok_s'])} output tok/s")
+    t.add_row("simulated time", fmt_seconds(s["duration_s"]))
+    t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'])} output tok/s")
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         q = s[name]
-        t.add_row(f"{label} p50 / p90 / p99", " / ".join(_fmt(q[k], "s") for k in ("p50", "p90", "p99")))
+        t.add_row(f"{label} p50 / p90 / p99", " / ".join(fmt_seconds(q[k]) for k in ("p50", "p90", "p99")))
     pc = s["prefix_cache_stats"]
     t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}% ({pc['hits']:,} of {pc['queries']:,} tokens)")
     t.add_row("preemptions", f"{s['preemptions']:,}")
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
         t.add_row("KV-cache usage mean / max", f"{100 * usage.mean():.1f}% / {100 * usage.max():.1f}%")
-    console.print(t)
+    out.print(t)
     if out_dir:
-        console.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
+        out.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
     if decision_log:
-        console.print(f"decision log written to {decision_log}")
+        out.print(f"decision log written to {decision_log}")
 
 
 # ---------------------------------------------------------------- command modules
-# Each command group lives in its own module and is registered here.
-from aisim.config.cli import config, plan  # noqa: E402
-
-main.add_command(config)
-main.add_command(plan)
-from aisim.sweep_cli import sweep  # noqa: E402
-
-main.add_command(sweep)
-from aisim.traces.cli import trace  # noqa: E402
-main.add_command(trace)
-
-from aisim.pipeline.cli import pipeline, query  # noqa: E402
-main.add_command(pipeline)
-main.add_command(query)
-
+# Each command lives beside its feature and is registered here.
+from aisim.config.cli import config  # noqa: E402
+from aisim.pipeline.cli import pipeline  # noqa: E402
+from aisim.plan.cli import plan  # noqa: E402
+from aisim.query.cli import query  # noqa: E402
 from aisim.report.cli import report  # noqa: E402
-main.add_command(report)
+from aisim.sweep.cli import sweep  # noqa: E402
+from aisim.traces.cli import trace  # noqa: E402
+
+for _command in (pipeline, trace, config, plan, sweep, query, report):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -15,6 +15,7 @@ import json
 
 import numpy as np
 
+from aisim.files import write_atomic_text
 from aisim.replay import ReplayResult
 
 # Event kinds written by the core (ext/engine.pxd EventKind).
@@ -128,6 +129,4 @@ def log_line_json(line: dict) -> str:
 
 def write_decision_log(result: ReplayResult, path) -> None:
     """Write the decision log of ``result`` to ``path`` (JSON lines, see :func:`log_line_json`)."""
-    from aisim.output import write_atomic_text
-
     write_atomic_text(path, (log_line_json(line) + "\n" for line in decision_lines(result)))

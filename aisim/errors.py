@@ -1,8 +1,16 @@
-"""Errors aisim reports to its users."""
+"""Every error aisim reports to its users, in one place.
+
+Each is an :class:`AisimError` whose message names the file, line, key or
+shard at fault; the command line prints it on one line and exits with
+status 2.  Anything else escaping a command is a bug.
+"""
 
 
 class AisimError(Exception):
     """Base class of every error aisim reports with a clear message."""
+
+
+# ---------------------------------------------------------------- inputs
 
 
 class ConfigError(AisimError, ValueError):
@@ -13,5 +21,46 @@ class TraceError(AisimError, ValueError):
     """A trace row is invalid; the message names the file, line and field."""
 
 
+# ---------------------------------------------------------------- one replay
+
+
 class ReplayError(AisimError, RuntimeError):
     """A replay could not complete (a stalled engine, a step outside a measured profile)."""
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+class PipelineError(AisimError):
+    """A pipeline run cannot go on; the message says which spec, shard or database."""
+
+
+class SpecError(PipelineError, ConfigError):
+    """A pipeline spec is invalid; the message names the key and the file."""
+
+
+class ShardError(PipelineError):
+    """A shard's data cannot be replayed (duplicate ids, mixed clocks, a bad column)."""
+
+
+class ShardFailed(PipelineError):
+    """A task of the run failed; the message names the shard or the input file."""
+
+
+class DatabaseLocked(PipelineError):
+    """Another process holds the DuckDB file."""
+
+
+# ---------------------------------------------------------------- results
+
+
+class QueryError(PipelineError):
+    """A query is unknown, its parameters are wrong, or DuckDB refused it."""
+
+
+class ReportError(AisimError):
+    """The report cannot be made: no database, no runs, an unknown or ambiguous run."""
+
+
+class SweepError(AisimError, ValueError):
+    """A sweep spec is invalid or a sweep cannot run; the message names the key and file."""

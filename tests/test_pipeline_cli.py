@@ -132,7 +132,8 @@ def test_query_database_from_the_environment(db):
 @pytest.mark.parametrize("args,message", [
     (["nosuch"], "unknown query 'nosuch'"),
     (["slo", "--param", "ttft=1"], "query 'slo' has no parameter 'ttft'"),
-    (["slo", "--param", "ttft_s"], "--param takes key=value"),
+    (["slo", "--param", "ttft_s"], "expected KEY=VALUE, got 'ttft_s'"),
+    (["slo", "--param", "ttft_s=1", "--param", "ttft_s=2"], "ttft_s is given twice"),
     (["slo", "--param", "ttft_s=soon"], "must be DOUBLE"),
     (["--sql", "SELECT * FROM nowhere"], "the SQL failed"),
     (["shards", "--sql", "SELECT 1"], "not both"),

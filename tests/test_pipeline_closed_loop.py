@@ -4,7 +4,8 @@ import duckdb
 import pytest
 
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import SpecError, spec_from_dict
+from aisim.errors import SpecError
+from aisim.pipeline.spec import spec_from_dict
 from aisim.traces.parquet import write_trace
 from aisim.traces.synth import synth_trace
 

@@ -68,7 +68,7 @@ def test_killed_worker_is_replaced_and_the_result_is_identical(tmp_path, sync_du
 def test_failing_shard_on_a_cluster_is_named_and_lands_nothing(tmp_path):
     import json
 
-    from aisim.pipeline.graph import ShardFailed
+    from aisim.errors import ShardFailed
     from aisim.pipeline.spec import spec_from_dict
 
     from test_pipeline_common import EXAMPLES, PIPELINES, demo_dict

@@ -13,10 +13,9 @@ import pytest
 
 from aisim.config.engine import load_engine_config
 from aisim.pipeline import landing
-from aisim.pipeline.graph import ShardFailed
-from aisim.pipeline.landing import DatabaseLocked
+from aisim.errors import DatabaseLocked, PipelineError, ShardFailed
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import PipelineError, resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
 from aisim.replay import replay
 from aisim.traces import READERS, read_trace
 

@@ -7,7 +7,8 @@ import shutil
 import pytest
 
 from aisim.errors import ConfigError
-from aisim.pipeline.spec import SpecError, load_spec, resolve_inputs, run_key, spec_from_dict
+from aisim.errors import SpecError
+from aisim.pipeline.spec import load_spec, resolve_inputs, run_key, spec_from_dict
 
 from test_pipeline_common import DEMO, EXAMPLES, PIPELINES, demo_dict
 

@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from aisim.report import ReportError, build_report, write_report
+from aisim.errors import ReportError
+from aisim.report import build_report, write_report
 from aisim.report import downsample as ds
 from aisim.report import svg
 

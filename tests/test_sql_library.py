@@ -8,7 +8,8 @@ import pytest
 
 from aisim import sql
 from aisim.pipeline import graph, landing
-from aisim.pipeline.query import QueryError, bind
+from aisim.errors import QueryError
+from aisim.query import bind
 from aisim.pipeline.run import _concat, build_plan
 from aisim.pipeline.shards import SHARD_SCHEMA, SUMMARY_SCHEMA
 from aisim.pipeline.spec import canonical_json, resolve_inputs, run_key

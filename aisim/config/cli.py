@@ -1,19 +1,15 @@
-"""``aisim config`` and ``aisim plan``: check, show and plan engine configurations."""
+"""``aisim config``: check and show engine configurations."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
+from aisim.cli_util import CONTEXT_SETTINGS, fail
 
 
-@click.group()
+@click.group(context_settings=CONTEXT_SETTINGS)
 def config():
     """Check and show engine configurations."""
 
@@ -29,7 +25,7 @@ def validate(file):
     try:
         cfg = load_engine_config(file)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     groups = expand_groups(cfg.groups)
     kinds = ", ".join(g["type"] for g in groups)
     click.echo(f"{file}: valid. {len(groups)} KV-cache group(s) [{kinds}], {cfg.num_gpu_blocks} blocks, "
@@ -49,7 +45,7 @@ def show(file, fmt):
     try:
         cfg = load_engine_config(file)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     d = cfg.to_dict()
     kw = resolve_groups(cfg)
     d["derived"] = {"hash_block_size": kw["hash_block_size"], "scheduler_block_size": kw["sched_block_size"],
@@ -60,38 +56,3 @@ def show(file, fmt):
     else:
         d["time_model"] = dict(d["time_model"])
         click.echo(dumps(d), nl=False)
-
-
-@click.command()
-@click.option("--probe", "probe_path", type=click.Path(dir_okay=False), help="Probe JSON of a running vLLM engine.")
-@click.option("--model", help="Catalog model, to plan without a probe.")
-@click.option("--gpu-memory-gib", type=float, help="Memory of one GPU (with --model).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
-@click.option("--max-model-len", type=int, help="Longest sequence (with --model; default 32768).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the engine configuration (TOML).")
-def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path):
-    """Plan an engine configuration from a probe or from the model catalog, and explain it."""
-    from aisim.errors import AisimError
-    from aisim.output import write_atomic_text
-    from aisim.plan import engine_toml, load_probe, plan_from_model, plan_from_probe
-
-    try:
-        if (probe_path is None) == (model is None):
-            raise click.UsageError("give exactly one of --probe and --model")
-        if probe_path:
-            cfg, notes = plan_from_probe(load_probe(probe_path))
-        else:
-            if gpu_memory_gib is None:
-                raise click.UsageError("--model needs --gpu-memory-gib")
-            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len)
-        text = engine_toml(cfg, notes)
-        if out_path:
-            write_atomic_text(out_path, [text])
-    except AisimError as exc:
-        _fail(exc)
-    for n in notes:
-        click.echo(f"- {n}")
-    if out_path:
-        click.echo(f"plan written to {out_path}")
-    else:
-        click.echo(text, nl=False)

@@ -15,7 +15,8 @@ module              what it does
 The SQL (schema, views, named queries) lives in :mod:`aisim.sql`.
 """
 
-from aisim.pipeline.spec import PipelineError, PipelineSpec, SpecError, load_spec, spec_from_dict
+from aisim.errors import PipelineError, SpecError
+from aisim.pipeline.spec import PipelineSpec, load_spec, spec_from_dict
 
 
 def run_pipeline(spec, **kwargs):

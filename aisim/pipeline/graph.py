@@ -31,17 +31,13 @@ import os
 import time
 import uuid
 
-from aisim.pipeline.spec import PipelineError
+from aisim.errors import PipelineError, ShardFailed
 
 RETRIES = 2
 # No dashboard, and the scheduler's HTTP endpoints on a free port: the default port 8787 may be
 # taken (another cluster, another run), which would only earn a warning and a different port.
 QUIET_CLUSTER = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 _POLL_S = 0.5  # progress granularity; polling costs the driver CPU that workers could use
-
-
-class ShardFailed(PipelineError):
-    """A task of the run failed; the message names the shard or the input file."""
 
 
 def default_workers() -> int:

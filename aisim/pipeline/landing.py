@@ -19,14 +19,10 @@ import os
 import re
 import time
 
-from aisim.pipeline.spec import PipelineError
+from aisim.errors import DatabaseLocked, PipelineError
 
 # Landing order; deletion runs in reverse.
 TABLES = ("runs", "shards", "summaries", "requests", "steps")
-
-
-class DatabaseLocked(PipelineError):
-    """Another process holds the DuckDB file."""
 
 
 def _locked_message(path: str, exc: Exception, read_only: bool) -> str:

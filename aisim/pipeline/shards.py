@@ -32,7 +32,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aisim.pipeline.spec import PipelineError, canonical_json
+from aisim.errors import PipelineError, ShardError
+from aisim.pipeline.spec import canonical_json
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
@@ -63,10 +64,6 @@ SHARD_SCHEMA = pa.schema([
     ("vllm_version", pa.string()), ("clock", pa.string()), ("sources", pa.string()),
     ("requests", pa.int64()), ("steps", pa.int64()), ("task_s", pa.float64()),
 ])
-
-
-class ShardError(PipelineError):
-    """A shard's data cannot be replayed (duplicate ids, mixed clocks, a bad column)."""
 
 
 def failure(message: str) -> dict:

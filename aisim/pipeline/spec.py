@@ -48,15 +48,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from aisim.errors import AisimError, ConfigError
-
-
-class PipelineError(AisimError):
-    """A pipeline run cannot go on; the message says which spec, shard or database."""
-
-
-class SpecError(PipelineError, ConfigError):
-    """A pipeline spec is invalid; the message names the key and the file."""
+from aisim.errors import ConfigError, SpecError
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")

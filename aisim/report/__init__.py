@@ -13,7 +13,7 @@ module              what it does
 
 from __future__ import annotations
 
-from aisim.report.data import ReportError
+from aisim.errors import ReportError
 
 
 def build_report(database: str, run: str | None = None, max_points: int | None = None):
@@ -34,7 +34,7 @@ def build_report(database: str, run: str | None = None, max_points: int | None =
 
 def write_report(database: str, out: str, run: str | None = None, max_points: int | None = None):
     """Write the report to ``out`` atomically (a temporary file renamed into place); returns the RunData."""
-    from aisim.output import write_atomic_text
+    from aisim.files import write_atomic_text
 
     html, rd = build_report(database, run, max_points)
     write_atomic_text(out, [html])

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import click
 
-CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from aisim.cli_util import CONTEXT_SETTINGS, fail
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -32,8 +31,8 @@ def report(database, run, out, max_points):
     Example:
       aisim report --db pipelines/demo.duckdb --out demo.html
     """
-    from aisim.errors import AisimError
-    from aisim.report import ReportError, write_report
+    from aisim.errors import AisimError, ReportError
+    from aisim.report import write_report
 
     t0 = time.perf_counter()
     try:
@@ -41,11 +40,9 @@ def report(database, run, out, max_points):
             raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
         rd = write_report(database, out, run=run, max_points=max_points)
     except AisimError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(exc)
     except OSError as exc:
-        click.echo(f"error: cannot write {out}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+        fail(f"cannot write {out}: {exc.strerror or exc}")
     size = os.path.getsize(out)
     r = rd.run
     click.echo(f"report of run {r['name']} ({r['run_id']}, #{r['run_seq']}): {len(rd.shards)} shard"

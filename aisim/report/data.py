@@ -19,11 +19,7 @@ from functools import cached_property
 
 import numpy as np
 
-from aisim.errors import AisimError
-
-
-class ReportError(AisimError):
-    """The report cannot be made: no database, no runs, an unknown or ambiguous run."""
+from aisim.errors import ReportError
 
 
 # Step columns the report reads (in this order), and the request columns.

@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import inspect as pyinspect
 import json
-import sys
 
 import click
 
-
-def _fail(exc: Exception) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(2)
+from aisim.cli_util import fail, fmt_num, guess_value, parse_pairs
 
 
 def _parse_options(pairs, skip_bad_rows) -> dict:
     """``KEY=VALUE`` pairs as reader options (ints, floats, true/false and null are converted)."""
-    out = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got '{pair}'", param_hint="--option")
-        low = raw.lower()
-        if low in ("true", "false"):
-            value = low == "true"
-        elif low in ("null", "none"):
-            value = None
-        else:
-            value = raw
-            for conv in (int, float):
-                try:
-                    value = conv(raw)
-                    break
-                except ValueError:
-                    pass
-        out[key.replace("-", "_")] = value
+    out = {key.replace("-", "_"): guess_value(value) for key, value in parse_pairs(pairs, "--option").items()}
     if skip_bad_rows:
         out["skip_bad_rows"] = True
     return out
@@ -99,7 +77,7 @@ def synth(out_path, requests, seed, rate, arrival, cv, prompt, output, followup,
                             unit_tokens=unit_tokens)
         write_trace(table, out_path)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     click.echo(f"wrote {table.num_rows:,} requests to {out_path}")
 
 
@@ -121,7 +99,7 @@ def inspect_cmd(path, fmt, as_json, block_size, options, skip_bad_rows):
     try:
         info = inspect_trace(_read(path, fmt, opts), unit_tokens=block_size)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
@@ -145,7 +123,7 @@ def convert(path, fmt, out_path, options, skip_bad_rows):
         table = _read(path, fmt, opts)
         write_trace(table, out_path)
     except AisimError as exc:
-        _fail(exc)
+        fail(exc)
     skipped = bad_rows(table)
     click.echo(f"wrote {table.num_rows:,} requests to {out_path}" + (f" ({skipped:,} bad rows skipped)"
                                                                     if skipped else ""))
@@ -156,9 +134,7 @@ def _print_info(path, info):
     from rich.table import Table
 
     def num(v, digits=1):
-        if v is None:
-            return "-"
-        return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
+        return fmt_num(v, digits)
 
     fmt = info["format"] or "unknown format"
     if info.get("source_format"):

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
+
+from aisim.cli_util import CONTEXT_SETTINGS, console, fail
 
 
 def _knobs(knobs: dict) -> str:
     return " ".join(f"{k}={json.dumps(v)}" for k, v in knobs.items())
 
 
-@click.command()
+@click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False))
 @click.option("--scheduler", default="local", show_default=True,
               help="'local' (a LocalCluster), 'sync' (in process) or a Dask scheduler address.")
@@ -20,7 +21,6 @@ def _knobs(knobs: dict) -> str:
 @click.option("--force", is_flag=True, help="Replay again even if the database has this sweep's run.")
 def sweep(spec_path, scheduler, workers, force):
     """Replay every candidate of SPEC.toml and rank them by SLO goodput."""
-    from rich.console import Console
     from rich.table import Table
 
     from aisim.errors import AisimError
@@ -30,9 +30,8 @@ def sweep(spec_path, scheduler, workers, force):
         spec = load_sweep(spec_path)
         result = run_sweep(spec, scheduler=scheduler, workers=workers, force=force)
     except AisimError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    console = Console(highlight=False)
+        fail(exc)
+    out = console()
     slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.items())
     t = Table(title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
     for col in ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "KV tokens"):
@@ -40,9 +39,9 @@ def sweep(spec_path, scheduler, workers, force):
     for c in result.ranked:
         t.add_row(str(c.rank), c.name, _knobs(c.knobs), f"{c.goodput_req_s:.3f}",
                   f"{100 * c.slo_attainment:.1f}%", f"{c.cost_tokens:,}")
-    console.print(t)
+    out.print(t)
     for c in result.candidates:
         if c.refused:
-            console.print(f"refused {c.name} ({_knobs(c.knobs)}): {c.reason}")
-    console.print(f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
+            out.print(f"refused {c.name} ({_knobs(c.knobs)}): {c.reason}")
+    out.print(f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
                   f"{spec.database} (run {result.run_id}, table sweep_candidates)")

@@ -43,17 +43,13 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from aisim.errors import AisimError, ConfigError
+from aisim.errors import ConfigError, SweepError
 
 GRID_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "kv_cache_bytes", "block_size",
               "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "slo")
 _TRACE = ("paths", "format", "options")
-
-
-class SweepError(AisimError, ValueError):
-    """A sweep spec is invalid or a sweep cannot run; the message names the key and file."""
 
 
 @dataclass
@@ -300,7 +296,7 @@ def write_best(result: SweepResult) -> None:
     """Write the best candidate's engine configuration (TOML) to ``spec.best``."""
     from aisim.config.engine import engine_config_from_dict
     from aisim.config.toml_out import dumps
-    from aisim.output import write_atomic_text
+    from aisim.files import write_atomic_text
 
     best = result.best
     cfg = dict(best.config)

@@ -15,40 +15,7 @@ import math
 from datetime import date, datetime
 from decimal import Decimal
 
-from aisim.pipeline.spec import PipelineError
-
-
-class QueryError(PipelineError):
-    """A query is unknown, its parameters are wrong, or DuckDB refused it."""
-
-
-def parse_params(pairs) -> dict:
-    """``["key=value", ...]`` -> ``{key: value}`` (values stay strings)."""
-    out = {}
-    for p in pairs or ():
-        key, sep, value = p.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise QueryError(f"--param takes key=value, got {p!r}")
-        if key in out:
-            raise QueryError(f"--param {key} is given twice")
-        out[key] = value
-    return out
-
-
-def _guess(text: str):
-    """An ad hoc parameter's value: integer, number, boolean, NULL, else the string."""
-    low = text.strip().lower()
-    if low == "null":
-        return None
-    if low in ("true", "false"):
-        return low == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+from aisim.errors import QueryError
 
 
 def bind(name: str, raw: dict) -> tuple:
@@ -89,11 +56,10 @@ def run_query(db: str, name: str | None = None, sql_text: str | None = None, par
     name : str, optional
         A named query of ``aisim/sql/queries``.
     sql_text : str, optional
-        Ad hoc SQL instead; ``$name`` placeholders are bound from ``params``
-        with values read as integer, number, boolean or NULL where they look
-        like one, else as strings.
-    params : dict of str
-        Parameter values as given on the command line.
+        Ad hoc SQL instead; ``$name`` placeholders are bound from ``params``.
+    params : dict
+        A named query's parameters as strings (converted to the types its
+        header declares); ad hoc SQL's values as they are to be bound.
 
     Returns
     -------
@@ -111,7 +77,7 @@ def run_query(db: str, name: str | None = None, sql_text: str | None = None, par
         text, values = bind(name, params)
         what = f"query '{name}'"
     else:
-        text, values = sql_text, {k: _guess(v) for k, v in params.items()}
+        text, values = sql_text, dict(params)
         what = "the SQL"
     con = connect(db, read_only=True)
     try:

@@ -1,0 +1,42 @@
+"""``aisim plan``: an engine configuration from a probe or from the model catalog, explained."""
+
+from __future__ import annotations
+
+import click
+
+from aisim.cli_util import CONTEXT_SETTINGS, fail
+
+
+@click.command(context_settings=CONTEXT_SETTINGS)
+@click.option("--probe", "probe_path", type=click.Path(dir_okay=False), help="Probe JSON of a running vLLM engine.")
+@click.option("--model", help="Catalog model, to plan without a probe.")
+@click.option("--gpu-memory-gib", type=float, help="Memory of one GPU (with --model).")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
+@click.option("--max-model-len", type=int, help="Longest sequence (with --model; default 32768).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the engine configuration (TOML).")
+def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path):
+    """Plan an engine configuration from a probe or from the model catalog, and explain it."""
+    from aisim.errors import AisimError
+    from aisim.files import write_atomic_text
+    from aisim.plan import engine_toml, load_probe, plan_from_model, plan_from_probe
+
+    try:
+        if (probe_path is None) == (model is None):
+            raise click.UsageError("give exactly one of --probe and --model")
+        if probe_path:
+            cfg, notes = plan_from_probe(load_probe(probe_path))
+        else:
+            if gpu_memory_gib is None:
+                raise click.UsageError("--model needs --gpu-memory-gib")
+            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len)
+        text = engine_toml(cfg, notes)
+        if out_path:
+            write_atomic_text(out_path, [text])
+    except AisimError as exc:
+        fail(exc)
+    for n in notes:
+        click.echo(f"- {n}")
+    if out_path:
+        click.echo(f"plan written to {out_path}")
+    else:
+        click.echo(text, nl=False)
