@@ -26,7 +26,6 @@ Block hashes are chained over compact token segments (``hashing.pxd``) at
 tables and hashes live in preallocated rows ("slots"), grown geometrically.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
@@ -36,46 +35,12 @@ from aisim._core.blockpool cimport (
 )
 from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_finish, hash_run
 from aisim._core.request cimport ReqC
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, tok_t
+from aisim._core.util cimport cdiv, ckpt_position, num_tokens, tmax, tmin
 
 
 # ------------------------------------------------------------------ helpers
-
-cdef inline tok_t cdiv(tok_t a, tok_t b) noexcept nogil:
-    return (a + b - 1) // b
-
-
-cdef inline tok_t _min(tok_t a, tok_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline tok_t _max(tok_t a, tok_t b) noexcept nogil:
-    return a if a > b else b
-
-
-cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
-    return r.prompt_len + r.num_output
-
-
-cdef void* _grow(void* p, size_t old_n, size_t new_n, size_t item) noexcept nogil:
-    # Overflow-checked geometric growth helper; new memory is zero-filled.
-    cdef void* q
-    if new_n > (<size_t>-1) // item:
-        return NULL
-    q = PyMem_RawRealloc(p, new_n * item if new_n > 0 else item)
-    if q != NULL and new_n > old_n:
-        memset(<char*>q + old_n * item, 0, (new_n - old_n) * item)
-    return q
-
-
-cdef int _grow_into(void** p, size_t old_n, size_t new_n, size_t item) except -1 nogil:
-    cdef void* q = _grow(p[0], old_n, new_n, item)
-    if q == NULL:
-        with gil:
-            raise MemoryError("KV-cache manager arrays")
-    p[0] = q
-    return 0
-
 
 cdef inline block_id_t* _table(const KVCacheC* kv, int32_t g, slot_t s) noexcept nogil:
     return kv.groups[g].tables + <Py_ssize_t>s * kv.groups[g].table_row
@@ -92,7 +57,7 @@ cdef int _push_key(GroupC* g, hash_t key) except -1 nogil:
         if g.cts[i] == key:
             return 0
     if g.cts_n == g.cts_cap:
-        _grow_into(<void**>&g.cts, g.cts_cap, g.cts_cap * 2 + 8, sizeof(hash_t))
+        mem_grow(<void**>&g.cts, g.cts_cap, g.cts_cap * 2 + 8, sizeof(hash_t))
         g.cts_cap = g.cts_cap * 2 + 8
     g.cts[g.cts_n] = key
     g.cts_n += 1
@@ -113,7 +78,7 @@ cdef int _retain(GroupC* g, block_id_t src, block_id_t cow) except -1 nogil:
     # A pending copy keeps (source, copy) referenced until schedule() ends
     # (KVCacheManager.take_kv_cache_block_copies, Scheduler._free_cow_retained_blocks).
     if g.ret_n + 2 > g.ret_cap:
-        _grow_into(<void**>&g.retained, g.ret_cap, g.ret_cap * 2 + 8, sizeof(block_id_t))
+        mem_grow(<void**>&g.retained, g.ret_cap, g.ret_cap * 2 + 8, sizeof(block_id_t))
         g.ret_cap = g.ret_cap * 2 + 8
     g.retained[g.ret_n] = src
     g.retained[g.ret_n + 1] = cow
@@ -128,23 +93,23 @@ cdef int _grow_slots(KVCacheC* kv, slot_t new_cap) except -1 nogil:
     cdef slot_t s
     cdef int32_t i
     cdef GroupC* g
-    _grow_into(<void**>&kv.hashes, <size_t>old * kv.hash_row, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
-    _grow_into(<void**>&kv.num_hashed, old, new_cap, sizeof(int32_t))
-    _grow_into(<void**>&kv.cur_seg, old, new_cap, sizeof(int32_t))
-    _grow_into(<void**>&kv.cur_off, old, new_cap, sizeof(tok_t))
-    _grow_into(<void**>&kv.free_slots, old, new_cap, sizeof(slot_t))
+    mem_grow(<void**>&kv.hashes, <size_t>old * kv.hash_row, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
+    mem_grow(<void**>&kv.num_hashed, old, new_cap, sizeof(int32_t))
+    mem_grow(<void**>&kv.cur_seg, old, new_cap, sizeof(int32_t))
+    mem_grow(<void**>&kv.cur_off, old, new_cap, sizeof(tok_t))
+    mem_grow(<void**>&kv.free_slots, old, new_cap, sizeof(slot_t))
     for i in range(kv.n_groups):
         g = &kv.groups[i]
-        _grow_into(<void**>&g.tables, <size_t>old * g.table_row, <size_t>new_cap * g.table_row, sizeof(block_id_t))
-        _grow_into(<void**>&g.table_len, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.num_cached, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.partial_idx, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.partial_src, old, new_cap, sizeof(block_id_t))
-        _grow_into(<void**>&g.last_state, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.retired, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.allocated, old, new_cap, sizeof(flag_t))
-        _grow_into(<void**>&g.ckpt_pos, old, new_cap, sizeof(tok_t))
-        _grow_into(<void**>&g.ckpt_idx, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.tables, <size_t>old * g.table_row, <size_t>new_cap * g.table_row, sizeof(block_id_t))
+        mem_grow(<void**>&g.table_len, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.num_cached, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.partial_idx, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.partial_src, old, new_cap, sizeof(block_id_t))
+        mem_grow(<void**>&g.last_state, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.retired, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.allocated, old, new_cap, sizeof(flag_t))
+        mem_grow(<void**>&g.ckpt_pos, old, new_cap, sizeof(tok_t))
+        mem_grow(<void**>&g.ckpt_idx, old, new_cap, sizeof(int32_t))
     # New rows go on the free stack so that the lowest row is used first.
     for s in range(new_cap - 1, old - 1, -1):
         kv.free_slots[kv.n_free_slots] = s
@@ -176,7 +141,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     kv.max_model_len = max_model_len
     kv.watermark_blocks = watermark_blocks
     kv.hash_row = <int32_t>(max_model_len // hash_block_size + 1)
-    _grow_into(<void**>&kv.groups, 0, n_groups, sizeof(GroupC))
+    mem_grow(<void**>&kv.groups, 0, n_groups, sizeof(GroupC))
     for i in range(n_groups):
         g = &kv.groups[i]
         g.spec = specs[i]
@@ -184,16 +149,16 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
         g.table_row = <int32_t>(cdiv(max_model_len, specs[i].block_size) + specs[i].num_spec + 3)
         if g.table_row > widest:
             widest = g.table_row
-        _grow_into(<void**>&g.hit, 0, g.table_row, sizeof(block_id_t))
+        mem_grow(<void**>&g.hit, 0, g.table_row, sizeof(block_id_t))
     # Spec-groups: cacheable groups with the same spec are looked up jointly;
     # full attention first, the others in order of first appearance.
-    _grow_into(<void**>&kv.spec_first, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.spec_count, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.spec_members, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.tmp_hit_len, 0, n_groups, sizeof(tok_t))
-    _grow_into(<void**>&kv.tmp_looked, 0, n_groups, sizeof(flag_t))
-    _grow_into(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
-    _grow_into(<void**>&kv.mask, 0, widest, sizeof(flag_t))
+    mem_grow(<void**>&kv.spec_first, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.spec_count, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.spec_members, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.tmp_hit_len, 0, n_groups, sizeof(tok_t))
+    mem_grow(<void**>&kv.tmp_looked, 0, n_groups, sizeof(flag_t))
+    mem_grow(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
+    mem_grow(<void**>&kv.mask, 0, widest, sizeof(flag_t))
     k = 0
     for j in range(n_groups):
         kv.spec_first[j] = k
@@ -215,32 +180,32 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     bp_release(&kv.pool)
     for i in range(kv.n_groups):
         g = &kv.groups[i]
-        PyMem_RawFree(g.tables)
-        PyMem_RawFree(g.table_len)
-        PyMem_RawFree(g.num_cached)
-        PyMem_RawFree(g.partial_idx)
-        PyMem_RawFree(g.partial_src)
-        PyMem_RawFree(g.last_state)
-        PyMem_RawFree(g.retired)
-        PyMem_RawFree(g.allocated)
-        PyMem_RawFree(g.ckpt_pos)
-        PyMem_RawFree(g.ckpt_idx)
-        PyMem_RawFree(g.hit)
-        PyMem_RawFree(g.cts)
-        PyMem_RawFree(g.retained)
-    PyMem_RawFree(kv.groups)
-    PyMem_RawFree(kv.spec_first)
-    PyMem_RawFree(kv.spec_count)
-    PyMem_RawFree(kv.spec_members)
-    PyMem_RawFree(kv.tmp_hit_len)
-    PyMem_RawFree(kv.tmp_looked)
-    PyMem_RawFree(kv.tmp_blocks)
-    PyMem_RawFree(kv.mask)
-    PyMem_RawFree(kv.hashes)
-    PyMem_RawFree(kv.num_hashed)
-    PyMem_RawFree(kv.cur_seg)
-    PyMem_RawFree(kv.cur_off)
-    PyMem_RawFree(kv.free_slots)
+        mem_free(g.tables)
+        mem_free(g.table_len)
+        mem_free(g.num_cached)
+        mem_free(g.partial_idx)
+        mem_free(g.partial_src)
+        mem_free(g.last_state)
+        mem_free(g.retired)
+        mem_free(g.allocated)
+        mem_free(g.ckpt_pos)
+        mem_free(g.ckpt_idx)
+        mem_free(g.hit)
+        mem_free(g.cts)
+        mem_free(g.retained)
+    mem_free(kv.groups)
+    mem_free(kv.spec_first)
+    mem_free(kv.spec_count)
+    mem_free(kv.spec_members)
+    mem_free(kv.tmp_hit_len)
+    mem_free(kv.tmp_looked)
+    mem_free(kv.tmp_blocks)
+    mem_free(kv.mask)
+    mem_free(kv.hashes)
+    mem_free(kv.num_hashed)
+    mem_free(kv.cur_seg)
+    mem_free(kv.cur_off)
+    mem_free(kv.free_slots)
     memset(kv, 0, sizeof(KVCacheC))
 
 
@@ -392,7 +357,7 @@ cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok
     cdef tok_t hit
     cdef bint fine = align < bs and bs % align == 0
     cdef hash_t* raw = _hashes(kv, r.slot)
-    for i in range(<int32_t>_min(max_length // bs, view_len)):
+    for i in range(<int32_t>tmin(max_length // bs, view_len)):
         if not _probe(kv, sg, _view(kv, r, g.ratio, i)):
             break
         _put(kv, sg, n)
@@ -402,7 +367,7 @@ cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok
         # Partial entries inside the first missing block, highest first.
         scale = <int32_t>(bs // align)
         first = n * scale
-        max_partial = <int32_t>_min(_min(first + scale - 1, max_length // align), n_raw)
+        max_partial = <int32_t>tmin(tmin(first + scale - 1, max_length // align), n_raw)
         for fi in range(max_partial - 1, first - 1, -1):
             if _probe(kv, sg, raw[fi]):
                 _put(kv, sg, n)
@@ -410,7 +375,7 @@ cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok
                 hit = (fi + 1) * align
                 break
     hit -= hit % align
-    n = <int32_t>_min(n, cdiv(hit, bs))
+    n = <int32_t>tmin(n, cdiv(hit, bs))
     _set_hit_n(kv, sg, n)
     return hit
 
@@ -421,7 +386,7 @@ cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
     cdef int32_t need = <int32_t>cdiv(g.spec.window - 1, bs)
-    cdef int32_t max_blocks = <int32_t>_min(max_length // bs, _n_hashes(kv, r) // g.ratio)
+    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, _n_hashes(kv, r) // g.ratio)
     cdef int32_t i, c = 0, n = 0
     cdef bint found = False
     _fill_null(kv, sg, 0, max_blocks)
@@ -451,7 +416,7 @@ cdef tok_t _lookup_chunked(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, 
     # current chunk are computed and out of window (null); scan on from there.
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t max_blocks = <int32_t>_min(max_length // bs, _n_hashes(kv, r) // g.ratio)
+    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, _n_hashes(kv, r) // g.ratio)
     cdef int32_t start = <int32_t>((max_length // g.spec.window) * g.spec.window // bs)
     cdef int32_t i, n
     if start > max_blocks:
@@ -478,7 +443,7 @@ cdef tok_t _lookup_mamba(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, to
     if align < bs and bs % align == 0:
         # Fine-grained: any hash boundary may hold a state.
         scale = <int32_t>(bs // align)
-        max_units = <int32_t>_min(max_length // align, n_raw)
+        max_units = <int32_t>tmin(max_length // align, n_raw)
         for fi in range(max_units - 1, -1, -1):
             if _probe(kv, sg, raw[fi]):
                 idx = fi // scale
@@ -487,7 +452,7 @@ cdef tok_t _lookup_mamba(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, to
                 _set_hit_n(kv, sg, idx + 1)
                 return (fi + 1) * align
         return 0
-    max_blocks = <int32_t>_min(max_length // bs, n_raw // g.ratio)
+    max_blocks = <int32_t>tmin(max_length // bs, n_raw // g.ratio)
     for i in range(max_blocks - 1, -1, -1):
         if _probe(kv, sg, _view(kv, r, g.ratio, i)):
             if bs != align and ((i + 1) * bs) % align != 0:
@@ -543,13 +508,13 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
             kind = kv.groups[kv.spec_members[kv.spec_first[sg]]].spec.kind
             if kind == GK_FULL and kv.tmp_looked[sg]:
                 # Full attention is downward closed: never re-probed.
-                cur = _min(cur, kv.tmp_hit_len[sg])
+                cur = tmin(cur, kv.tmp_hit_len[sg])
                 continue
             new_len = _lookup(kv, r, sg, cur, kv.align)
             kv.tmp_looked[sg] = True
             kv.tmp_hit_len[sg] = new_len
             cur = new_len
-            longest = _max(longest, cur)
+            longest = tmax(longest, cur)
         if cur >= hit:
             break
         hit = cur
@@ -558,7 +523,7 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
     for i in range(kv.n_groups):
         g = &kv.groups[i]
         if g.spec.kind == GK_FULL and g.spec.spec_group >= 0:
-            g.hit_n = <int32_t>_min(g.hit_n, cdiv(hit, g.spec.block_size))
+            g.hit_n = <int32_t>tmin(g.hit_n, cdiv(hit, g.spec.block_size))
     if longest > hit:
         r.shared_prefix_boundary = longest
     return hit
@@ -569,17 +534,12 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
 cdef inline tok_t _skipped_tokens(const GroupC* g, tok_t n) noexcept nogil:
     # get_num_skipped_tokens: tokens whose blocks a group no longer needs.
     if g.spec.kind == GK_SWA:
-        return _max(0, n - g.spec.window + 1)
+        return tmax(0, n - g.spec.window + 1)
     if g.spec.kind == GK_CHUNKED:
         return n // g.spec.window * g.spec.window
     if g.spec.kind == GK_MAMBA:
         return n - 1
     return 0
-
-
-cdef inline tok_t _ckpt_position(tok_t n, tok_t unit) noexcept nogil:
-    # get_mamba_prefill_checkpoint_position without EAGLE: leave one token.
-    return _max((n - 1) // unit * unit, 0)
 
 
 cdef bint _ckpt_valid(tok_t start, tok_t end, tok_t pos, tok_t h, tok_t bs, tok_t alignment) noexcept nogil:
@@ -640,10 +600,10 @@ cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bin
             new_blocks = required - n_hits - have
             partial = (n_hits > 0 and local_computed % bs != 0) or g.partial_idx[s] >= 0
             if partial:
-                new_blocks = _max(new_blocks, 0) + 1
+                new_blocks = tmax(new_blocks, 0) + 1
             # 0.32 checks the checkpoint at cache_hit_alignment_tokens, 0.31 at
             # the hash block size (MambaManager.get_num_blocks_to_allocate).
-            pos = _ckpt_position(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size)
+            pos = ckpt_position(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size)
             if not _needs_internal_checkpoint(kv, g, s, total_computed, main_tokens, pos, prefill_end):
                 pos = 0
             ckpt = pos > 0
@@ -659,20 +619,20 @@ cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bin
                 cap = 1 + <tok_t>partial + <tok_t>ckpt
                 if not g.allocated[s] or (kv.version < 32 and ckpt):
                     cap += g.spec.num_spec
-                new_blocks = _min(new_blocks, cap)
+                new_blocks = tmin(new_blocks, cap)
             return new_blocks + _evictable(kv, g, 0, n_hits)
         n_tokens += bs * g.spec.num_spec
     # Common rule (full, sliding window, chunked local, Mamba outside align).
     required = cdiv(n_tokens, bs)
     if apply_cap and g.spec.admission_cap >= 0:
-        required = _min(required, g.spec.admission_cap)
+        required = tmin(required, g.spec.admission_cap)
     if g.num_cached[s] >= 0:
-        return _max(required - have, 0)
+        return tmax(required - have, 0)
     skipped = _skipped_tokens(g, total_computed) // bs
-    new_blocks = _max(required - _max(skipped, n_hits + have), 0)
+    new_blocks = tmax(required - tmax(skipped, n_hits + have), 0)
     if n_hits > 0 and local_computed % bs != 0:
         new_blocks += 1  # copy-on-write block of a partial hit
-    return new_blocks + _evictable(kv, g, <int32_t>_max(0, skipped - have), n_hits)
+    return new_blocks + _evictable(kv, g, <int32_t>tmax(0, skipped - have), n_hits)
 
 
 # ------------------------------------------------------------------ window and state releases
@@ -689,7 +649,7 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
         return
     front = bp_head(&kv.pool)
     if skipped > 0:
-        sb = <int32_t>_min(skipped // g.spec.block_size, n)
+        sb = <int32_t>tmin(skipped // g.spec.block_size, n)
         if g.spec.kind == GK_MAMBA and g.spec.align_mode:
             # Skip over nulls; remember how far blocks were retired.
             first = g.retired[s]
@@ -841,8 +801,8 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     """
     cdef bint use_hits = num_new_computed > 0
     cdef tok_t local = r.num_computed + num_new_computed
-    cdef tok_t total = _min(local, kv.max_model_len)
-    cdef tok_t prefill_end = _max(r.prompt_len, num_tokens(r) - 1)
+    cdef tok_t total = tmin(local, kv.max_model_len)
+    cdef tok_t prefill_end = tmax(r.prompt_len, num_tokens(r) - 1)
     cdef tok_t main_tokens, need_slot, need, nfull
     cdef block_id_t wm = 0
     cdef int32_t gi
@@ -855,17 +815,17 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
         prefill_end = 0
     if full_sequence_must_fit:
         # scheduler_reserve_full_isl: the whole current sequence must fit now.
-        nfull = _min(num_tokens(r), kv.max_model_len)
+        nfull = tmin(num_tokens(r), kv.max_model_len)
         need = 0
         for gi in range(kv.n_groups):
             need += _blocks_needed(kv, gi, r, nfull, use_hits, total, local, nfull, True, prefill_end)
         if need + wm > kv.pool.num_free:
             return 0
     main_tokens = total + num_new_tokens
-    need_slot = _min(main_tokens, kv.max_model_len)
+    need_slot = tmin(main_tokens, kv.max_model_len)
     # Out-of-window blocks are released before the capacity check.
     for gi in range(kv.n_groups):
-        _remove_skipped(kv, gi, r, _max(0, total - r.num_in_flight))
+        _remove_skipped(kv, gi, r, tmax(0, total - r.num_in_flight))
     need = 0
     for gi in range(kv.n_groups):
         need += _blocks_needed(kv, gi, r, need_slot, use_hits, local, local, main_tokens, False, prefill_end)
@@ -884,7 +844,7 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     for gi in range(kv.n_groups):
         _allocate_new_blocks(kv, gi, r, need_slot, main_tokens)
     if kv.caching:
-        kv_cache_blocks(kv, r, _min(total + num_new_tokens, num_tokens(r)))
+        kv_cache_blocks(kv, r, tmin(total + num_new_tokens, num_tokens(r)))
     return 1
 
 
@@ -935,7 +895,7 @@ cdef bint _mask(KVCacheC* kv, GroupC* g, ReqC* r, int32_t start, int32_t end,
             for k in range(n_bounds):
                 aligned = bounds[k] // align * align
                 e = <int32_t>(aligned // bs)
-                for j in range(<int32_t>_max(start, e - need), <int32_t>_min(end, e)):
+                for j in range(<int32_t>tmax(start, e - need), <int32_t>tmin(end, e)):
                     kv.mask[j - start] = 1
         return True
     # Mamba
@@ -1052,7 +1012,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         pos = g.ckpt_pos[s]
         blk = table[g.ckpt_idx[s]]
         if kv.version >= 32:
-            is_prompt = pos == _ckpt_position(r.prompt_len, kv.align)
+            is_prompt = pos == ckpt_position(r.prompt_len, kv.align)
             is_retained = False
             if pos % bs == 0:
                 bidx = <int32_t>(pos // bs - 1)
@@ -1062,7 +1022,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
                 bp_remove_hashes(&kv.pool, blk)
                 return 0
         else:
-            is_prompt = pos == _ckpt_position(r.prompt_len, h)
+            is_prompt = pos == ckpt_position(r.prompt_len, h)
             if (kv.retention == 0 and n < r.prompt_len and not is_prompt
                     and pos != r.shared_prefix_boundary):
                 bp_remove_hashes(&kv.pool, blk)
@@ -1073,7 +1033,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
     if kv.version >= 32:
         if n <= 0 or n % h != 0:
             return 0
-        latest = _ckpt_position(r.prompt_len, h)
+        latest = ckpt_position(r.prompt_len, h)
         if n != latest:
             return 0
         idx = <int32_t>(cdiv(n, bs) - 1)
@@ -1230,7 +1190,7 @@ cdef class KVCache:
         self.c.seg_stream = &g_str[0]
         self.c.seg_first = &g_first[0]
         self.c.seg_len = &g_len[0]
-        self.reqs = <ReqC*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(ReqC))
+        self.reqs = <ReqC*>mem_calloc(n if n > 0 else 1, sizeof(ReqC))
         if self.reqs == NULL:
             raise MemoryError()
         self.n_reqs = <int>n
@@ -1246,7 +1206,7 @@ cdef class KVCache:
 
     def __dealloc__(self):
         kv_release(&self.c)
-        PyMem_RawFree(self.reqs)
+        mem_free(self.reqs)
 
     cdef ReqC* _req(self, int r) except NULL:
         if r < 0 or r >= self.n_reqs:

@@ -2,6 +2,7 @@
 # update_from_output() over C arrays.  cimported by engine, which owns the
 # request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
 # async_scheduler.py and request_queue.py of vLLM 0.31/0.32.
+from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport block_id_t, flag_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
@@ -57,10 +58,11 @@ cdef struct SchedC:
     SchedConfC conf
     KVCacheC* kv                     # the engine's KV-cache manager
     ReqC* reqs                       # [n_reqs] owned by the engine
-    req_t n_reqs
+    req_t n_reqs                     # requests of the replay
     req_t* running                   # [n_reqs] admission order (Scheduler.running)
     int32_t n_running
-    req_t* waiting                   # [n_reqs + 1] FCFS ring deque, or binary heap (priority)
+    req_t* waiting                   # [n_reqs + 1] FCFS ring deque (FCFS policy)
+    HeapC wheap                      # the waiting heap (priority policy; empty otherwise)
     int32_t w_head                   # FCFS: index of the head in the ring
     int32_t n_waiting
     req_t* skipped                   # [n_reqs] requests skipped by this step's waiting pass
