@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from aisim._core.constants import REQUEST_STATUS, names_by_code
+from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.resolved import CoreTrace, core_config
 from aisim.errors import ReplayError, TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
-# Request status codes of the core (ext/request.pxd ReqStatus) and step kinds (LineKind).
-STATUS_NAMES = ["pending", "waiting", "running", "preempted", "finished"]
-STEP_KINDS = ["step", "drain"]
+# Request status and step-line names, listed by the core's codes (aisim._core.constants).
+STATUS_NAMES = names_by_code(REQUEST_STATUS)
+STEP_KINDS = names_by_code(STEP_KIND_CODES)
 
 
 def _labels(codes, names) -> pa.DictionaryArray:
@@ -262,8 +264,8 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
     ``st`` and ``rq`` are the step and request columns as numpy arrays.
     """
     n_steps, n_reqs = len(st["step"]), len(rq["status"])
-    is_step = st["kind"] == 0
-    n_done = int((rq["status"] == 4).sum())
+    is_step = st["kind"] == STEP_KIND_CODES["step"]
+    n_done = int((rq["status"] == REQUEST_STATUS["finished"]).sum())
     end = float((st["clock_s"] + st["duration_s"]).max()) if n_steps else 0.0
     start = float(np.nanmin(rq["arrival_s"])) if n_reqs else 0.0
     span = max(end - start, 0.0)
