@@ -78,7 +78,7 @@ cdef struct EventsC:
 
 cdef class Engine:
     cdef ReqC* reqs                # [n_reqs] the requests, trace order
-    cdef req_t n_reqs
+    cdef req_t n_reqs              # requests of the replay
     cdef KVCacheC kv               # the KV-cache manager (one block pool)
     cdef SchedC sched              # the scheduler over reqs and kv
     cdef BatchC batches[2]         # the batch queue (one slot used when synchronous)

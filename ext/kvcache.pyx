@@ -20,6 +20,11 @@ managers (``GroupC``), reproducing vLLM 0.31.0 / 0.32.0:
   Mamba's copy-on-write of sub-block states;
 * ``kv_free`` frees each group's table tail first, group by group.
 
+The state managers (Mamba) and the retention masks live in statecache.pyx,
+the per-request hash chain in hashing.pyx, the per-block row and probe
+helpers inline in kvrows.pxd; this module is the coordinator and the
+attention managers (full, sliding window, chunked local, ring).
+
 Block hashes are chained over compact token segments (``hashing.pxd``) at
 ``hash_block_size``; a group whose block is k hash blocks uses every k-th hash
 (the last sub-hash of its block, ``BlockHashListWithBlockSize``).  Per-request

@@ -12,13 +12,13 @@ cdef struct SchedConfC:
     tok_t max_num_scheduled_tokens   # token_budget per step
     int32_t max_num_running_reqs     # max_num_seqs
     int32_t max_num_active_reqs      # max_num_active_seqs (default max_num_seqs)
-    tok_t long_prefill_token_threshold
+    tok_t long_prefill_token_threshold  # cap of one prefill chunk (0 = none)
     bint adaptive_threshold          # long_prefill_token_threshold_adaptive
     bint chunked_prefill             # enable_chunked_prefill
     bint priority                    # policy == "priority"
     bint reserve_full_isl            # scheduler_reserve_full_isl
     bint async_scheduling            # AsyncScheduler (output placeholders)
-    tok_t max_model_len
+    tok_t max_model_len              # longest sequence
     int32_t version                  # 31 or 32: vLLM minor version whose rules apply
     bint mamba_split                 # need_mamba_block_aligned_split (Mamba groups in align mode)
     tok_t cache_block_size           # cache_config.block_size (the Mamba block)
@@ -37,7 +37,7 @@ cdef struct BatchC:
     flag_t* sampled                  # [cap] the model samples one token (not a prefill chunk)
     flag_t* decode                   # [cap] the entry only processes the newest token
     tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
-    tok_t total_tokens
+    tok_t total_tokens               # sum of tokens[0 : n]
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]
     tok_t* new_computed              # [cap]
@@ -55,7 +55,7 @@ cdef struct BatchC:
     int64_t p_requests
 
 cdef struct SchedC:
-    SchedConfC conf
+    SchedConfC conf                  # the knobs, fixed for the replay
     KVCacheC* kv                     # the engine's KV-cache manager
     ReqC* reqs                       # [n_reqs] owned by the engine
     req_t n_reqs                     # requests of the replay
