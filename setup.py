@@ -14,7 +14,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 
 # The extension modules, in dependency order.  Each is ext/<name>.pyx.
-CORE_MODULES = ["blockpool", "kvcache", "scheduler", "steptime", "engine"]
+# ``testing`` holds the handles used only by tests.
+CORE_MODULES = ["blockpool", "hashing", "statecache", "kvcache", "scheduler", "steptime", "engine",
+                "constants", "testing"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -15,11 +15,17 @@ import json
 
 import numpy as np
 
+from aisim._core.constants import EVENT_KINDS
 from aisim.files import write_atomic_text
 from aisim.replay import ReplayResult
 
 # Event kinds written by the core (ext/engine.pxd EventKind).
-EV_ARRIVED, EV_SCHED, EV_NEW, EV_RESUMED, EV_PREEMPTED, EV_FINISHED = range(6)
+EV_ARRIVED = EVENT_KINDS["arrived"]
+EV_SCHED = EVENT_KINDS["sched"]
+EV_NEW = EVENT_KINDS["new"]
+EV_RESUMED = EVENT_KINDS["resumed"]
+EV_PREEMPTED = EVENT_KINDS["preempted"]
+EV_FINISHED = EVENT_KINDS["finished"]
 
 
 def decision_lines(result: ReplayResult):

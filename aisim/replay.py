@@ -7,15 +7,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from aisim._core.constants import REQUEST_STATUS, names_by_code
+from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.config.engine import EngineConfig
-from aisim.config.kvgroups import request_blocks, resolve_groups
-from aisim.perf import step_time_args
+from aisim.config.kvgroups import request_blocks
+from aisim.config.resolved import CoreTrace, core_config
 from aisim.errors import ReplayError, TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
-# Request status codes of the core (ext/request.pxd ReqStatus) and step kinds (LineKind).
-STATUS_NAMES = ["pending", "waiting", "running", "preempted", "finished"]
-STEP_KINDS = ["step", "drain"]
+# Request status and step-line names, listed by the core's codes (aisim._core.constants).
+STATUS_NAMES = names_by_code(REQUEST_STATUS)
+STEP_KINDS = names_by_code(STEP_KIND_CODES)
 
 
 def _labels(codes, names) -> pa.DictionaryArray:
@@ -158,11 +160,10 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
     ids = trace.column("request_id").to_pylist()
     seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
-    tm = engine.time_model
     arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
     id_rank = np.empty(len(ids), dtype=np.int32)
     id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
-    kwargs = dict(
+    arrays = dict(
         prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
         max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
         priority=trace.column("priority").to_numpy(zero_copy_only=False),
@@ -174,35 +175,15 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
         seg_stream=stream,
         seg_first=first,
         seg_len=length,
-        num_gpu_blocks=engine.num_gpu_blocks,
-        block_size=engine.block_size,
-        max_model_len=engine.max_model_len,
-        enable_prefix_caching=engine.enable_prefix_caching,
-        watermark_blocks=engine.watermark_blocks,
-        max_num_batched_tokens=engine.max_num_batched_tokens,
-        max_num_scheduled_tokens=engine.token_budget,
-        max_num_seqs=engine.max_num_seqs,
-        max_num_active_seqs=engine.active_seqs,
-        long_prefill_token_threshold=engine.long_prefill_token_threshold,
-        long_prefill_token_threshold_adaptive=engine.long_prefill_token_threshold_adaptive,
-        enable_chunked_prefill=engine.enable_chunked_prefill,
-        priority_policy=engine.policy == "priority",
-        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl,
-        async_scheduling=engine.async_scheduling,
-        base_s=tm.base_s,
-        per_token_s=tm.per_token_s,
-        per_req_s=tm.per_req_s,
-        record_events=record_decisions,
-        step_time=step_time_args(tm),
-        **resolve_groups(engine),
     )
-    kwargs["arrival_time" if timed else "arrival_step"] = arrival
+    arrays["arrival_time" if timed else "arrival_step"] = arrival
     if closed_loop:
         if not timed:
             raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
-        kwargs["next_turn"], kwargs["think_s"] = _closed_loop(trace, think_time_s)
+        arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
+    config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:
-        out = Engine(**kwargs).run()
+        out = Engine(config, core_trace, record_events=record_decisions).run()
     except (ValueError, RuntimeError) as exc:
         # The core's own refusals (ext/engine.pyx): a stalled engine, a step
         # outside the step-time profile's measured range.
@@ -245,7 +226,7 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
             "prompt_tokens": trace.column("prompt_tokens"),
             "output_tokens": out_tok.astype(np.int32),
             "cached_tokens": r["cached_tokens"].astype(np.int32),
-            "cached_tokens_all_admissions": r["cached_tokens_all"].astype(np.int32),
+            "cached_tokens_all_admissions": r["cached_tokens_all_admissions"].astype(np.int32),
             "preemptions": r["preemptions"],
             "status": _labels(r["status"], STATUS_NAMES),
         }
@@ -283,8 +264,8 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
     ``st`` and ``rq`` are the step and request columns as numpy arrays.
     """
     n_steps, n_reqs = len(st["step"]), len(rq["status"])
-    is_step = st["kind"] == 0
-    n_done = int((rq["status"] == 4).sum())
+    is_step = st["kind"] == STEP_KIND_CODES["step"]
+    n_done = int((rq["status"] == REQUEST_STATUS["finished"]).sum())
     end = float((st["clock_s"] + st["duration_s"]).max()) if n_steps else 0.0
     start = float(np.nanmin(rq["arrival_s"])) if n_reqs else 0.0
     span = max(end - start, 0.0)

@@ -217,9 +217,9 @@ class _TimedEngine:
         self.real = real
         self.init_s = self.run_s = None
 
-    def __call__(self, **kwargs):
+    def __call__(self, config, trace, **kwargs):
         t0 = time.perf_counter()
-        engine = self.real(**kwargs)
+        engine = self.real(config, trace, **kwargs)
         self.init_s = time.perf_counter() - t0
         outer = self
 

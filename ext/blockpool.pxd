@@ -1,6 +1,6 @@
 # vLLM's block pool: one per engine, shared by every KV-cache group.
 # cimported by kvcache (the group managers draw and return blocks here) and
-# by the Python wrapper used in tests.  Mirrors vllm/v1/core/block_pool.py
+# by testing (the Python handle used in tests).  Mirrors vllm/v1/core/block_pool.py
 # (BlockPool, BlockHashToBlockMap) and kv_cache_utils.py
 # (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
 from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
@@ -48,7 +48,3 @@ cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:
     # vllm/v1/core/block_pool.py BlockPool.get_usage: the null block is not usable.
     return 1.0 - (<double>bp.num_free) / (<double>(bp.num_blocks - 1))
 
-
-cdef class BlockPool:
-    """Python handle on a BlockPoolC, for tests and inspection."""
-    cdef BlockPoolC c

@@ -27,9 +27,9 @@ load factor stays at or below one half; each key heads a chain of entries (one
 per block cached under it, in insertion order) drawn from a pooled free list.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
 from libc.string cimport memset
 
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 
 
@@ -74,20 +74,14 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     memset(bp, 0, sizeof(BlockPoolC))
     while cap < <hash_t>(2 * num_blocks):
         cap <<= 1
-    bp.ref_cnt = <int32_t*>PyMem_RawCalloc(num_blocks, sizeof(int32_t))
-    bp.key = <hash_t*>PyMem_RawCalloc(num_blocks, sizeof(hash_t))
-    bp.key_tokens = <tok_t*>PyMem_RawCalloc(num_blocks, sizeof(tok_t))
-    bp.sec_head = <int32_t*>PyMem_RawCalloc(num_blocks, sizeof(int32_t))
-    bp.prev_free = <block_id_t*>PyMem_RawCalloc(num_blocks + 2, sizeof(block_id_t))
-    bp.next_free = <block_id_t*>PyMem_RawCalloc(num_blocks + 2, sizeof(block_id_t))
-    bp.map_keys = <hash_t*>PyMem_RawCalloc(cap, sizeof(hash_t))
-    bp.map_head = <int32_t*>PyMem_RawCalloc(cap, sizeof(int32_t))
-    if (bp.ref_cnt == NULL or bp.key == NULL or bp.key_tokens == NULL or bp.sec_head == NULL
-            or bp.prev_free == NULL or bp.next_free == NULL
-            or bp.map_keys == NULL or bp.map_head == NULL):
-        bp_release(bp)
-        with gil:
-            raise MemoryError("block pool")
+    bp.ref_cnt = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
+    bp.key = <hash_t*>mem_calloc(num_blocks, sizeof(hash_t))
+    bp.key_tokens = <tok_t*>mem_calloc(num_blocks, sizeof(tok_t))
+    bp.sec_head = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
+    bp.prev_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
+    bp.next_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
+    bp.map_keys = <hash_t*>mem_calloc(cap, sizeof(hash_t))
+    bp.map_head = <int32_t*>mem_calloc(cap, sizeof(int32_t))
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
@@ -110,35 +104,28 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
 
 
 cdef void bp_release(BlockPoolC* bp) noexcept nogil:
-    PyMem_RawFree(bp.ref_cnt)
-    PyMem_RawFree(bp.key)
-    PyMem_RawFree(bp.key_tokens)
-    PyMem_RawFree(bp.sec_head)
-    PyMem_RawFree(bp.ent_block)
-    PyMem_RawFree(bp.ent_next)
-    PyMem_RawFree(bp.sec_key)
-    PyMem_RawFree(bp.sec_next)
-    PyMem_RawFree(bp.prev_free)
-    PyMem_RawFree(bp.next_free)
-    PyMem_RawFree(bp.map_keys)
-    PyMem_RawFree(bp.map_head)
+    mem_free(bp.ref_cnt)
+    mem_free(bp.key)
+    mem_free(bp.key_tokens)
+    mem_free(bp.sec_head)
+    mem_free(bp.ent_block)
+    mem_free(bp.ent_next)
+    mem_free(bp.sec_key)
+    mem_free(bp.sec_next)
+    mem_free(bp.prev_free)
+    mem_free(bp.next_free)
+    mem_free(bp.map_keys)
+    mem_free(bp.map_head)
     memset(bp, 0, sizeof(BlockPoolC))
 
 
 # ---------------------------------------------------------------- pooled entries
 
 cdef int _grow_entries(BlockPoolC* bp, int32_t new_cap) except -1 nogil:
-    cdef int32_t* blk = <int32_t*>PyMem_RawRealloc(bp.ent_block, new_cap * sizeof(int32_t))
-    if blk == NULL:
-        with gil:
-            raise MemoryError("block pool map entries")
-    bp.ent_block = blk
-    cdef int32_t* nxt = <int32_t*>PyMem_RawRealloc(bp.ent_next, new_cap * sizeof(int32_t))
-    if nxt == NULL:
-        with gil:
-            raise MemoryError("block pool map entries")
-    bp.ent_next = nxt
+    # New entries go on the free list, lowest index first.
     cdef int32_t i
+    mem_grow(<void**>&bp.ent_block, bp.ent_cap, new_cap, sizeof(int32_t))
+    mem_grow(<void**>&bp.ent_next, bp.ent_cap, new_cap, sizeof(int32_t))
     for i in range(new_cap - 1, bp.ent_cap - 1, -1):
         bp.ent_next[i] = bp.ent_free
         bp.ent_free = i
@@ -147,17 +134,10 @@ cdef int _grow_entries(BlockPoolC* bp, int32_t new_cap) except -1 nogil:
 
 
 cdef int _grow_secondary(BlockPoolC* bp, int32_t new_cap) except -1 nogil:
-    cdef hash_t* k = <hash_t*>PyMem_RawRealloc(bp.sec_key, new_cap * sizeof(hash_t))
-    if k == NULL:
-        with gil:
-            raise MemoryError("block pool secondary keys")
-    bp.sec_key = k
-    cdef int32_t* nxt = <int32_t*>PyMem_RawRealloc(bp.sec_next, new_cap * sizeof(int32_t))
-    if nxt == NULL:
-        with gil:
-            raise MemoryError("block pool secondary keys")
-    bp.sec_next = nxt
+    # New entries go on the free list, lowest index first.
     cdef int32_t i
+    mem_grow(<void**>&bp.sec_key, bp.sec_cap, new_cap, sizeof(hash_t))
+    mem_grow(<void**>&bp.sec_next, bp.sec_cap, new_cap, sizeof(int32_t))
     for i in range(new_cap - 1, bp.sec_cap - 1, -1):
         bp.sec_next[i] = bp.sec_free
         bp.sec_free = i
@@ -398,94 +378,3 @@ cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n
     cdef block_id_t front = _head(bp)
     for i in range(n):
         bp_free_one(bp, blocks[i], &front)
-
-
-# ---------------------------------------------------------------- Python handle
-
-cdef class BlockPool:
-    """A vLLM block pool, for tests and inspection.
-
-    Parameters
-    ----------
-    num_blocks : int
-        Blocks in the pool including the null block 0.
-    enable_caching : bool
-        Prefix caching on.
-
-    Notes
-    -----
-    The replay core uses the C functions directly; this wrapper validates its
-    arguments so that tests can drive the pool from Python.
-    """
-
-    def __cinit__(self, int num_blocks, bint enable_caching=True):
-        if num_blocks < 2:
-            raise ValueError("num_blocks must be at least 2 (the null block and one usable block)")
-        bp_init(&self.c, num_blocks, enable_caching)
-
-    def __dealloc__(self):
-        bp_release(&self.c)
-
-    @property
-    def num_free(self):
-        return self.c.num_free
-
-    @property
-    def usage(self):
-        return bp_usage(&self.c)
-
-    def get_new_blocks(self, int n):
-        """Pop ``n`` blocks from the head of the free queue."""
-        if n < 0 or n > self.c.num_free:
-            raise ValueError(f"cannot allocate {n} blocks with {self.c.num_free} free")
-        return [bp_pop_free(&self.c) for _ in range(n)]
-
-    def _check(self, int b):
-        if b <= 0 or b >= self.c.num_blocks:
-            raise ValueError(f"block id {b} out of range")
-
-    def touch(self, blocks):
-        for b in blocks:
-            self._check(b)
-            bp_touch(&self.c, b)
-
-    def free_blocks(self, ordered_blocks):
-        """Free blocks given in eviction order (first evicted first)."""
-        import numpy as np
-        cdef block_id_t[::1] arr = np.asarray(list(ordered_blocks)[::-1], dtype=np.int32)
-        cdef Py_ssize_t i
-        for i in range(arr.shape[0]):
-            self._check(arr[i])
-            if self.c.ref_cnt[arr[i]] <= 0:
-                raise ValueError(f"block {arr[i]} is not held")
-        if arr.shape[0]:
-            bp_free_reversed(&self.c, &arr[0], arr.shape[0])
-
-    def cache_block(self, int b, key):
-        """Register held block ``b`` under ``key`` (a non-zero 64-bit integer)."""
-        self._check(b)
-        if key == 0:
-            raise ValueError("key 0 means 'not cached'")
-        if self.c.key[b] != 0:
-            raise ValueError(f"block {b} is already cached")
-        bp_cache(&self.c, b, key)
-
-    def lookup(self, key):
-        """The first-inserted block cached under ``key``, or None."""
-        cdef block_id_t b = bp_lookup(&self.c, key)
-        return None if b < 0 else b
-
-    def ref_cnt(self, int b):
-        return self.c.ref_cnt[b]
-
-    def block_key(self, int b):
-        return self.c.key[b]
-
-    def free_queue(self):
-        """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.next_free[self.c.num_blocks]
-        while b != self.c.num_blocks + 1:
-            out.append(b)
-            b = self.c.next_free[b]
-        return out

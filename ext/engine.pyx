@@ -15,14 +15,14 @@ time; the linear model is ``base_s + per_token_s * tokens + per_req_s *
 requests`` evaluated left to right, as the oracle's recorder did.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from aisim._core.blockpool cimport bp_usage
+from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport MAX_GROUPS, GroupSpecC, kv_init, kv_release, specs_from_dicts
-from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_step_time
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_PENDING
 from aisim._core.scheduler cimport (
     BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
@@ -33,81 +33,121 @@ from aisim._core.types cimport (
 )
 
 
-# ------------------------------------------------------------------ growable columns
+# ------------------------------------------------------------------ result columns
 
-cdef int _grow_array(void** p, int64_t old, int64_t new, size_t item) except -1 nogil:
-    cdef void* q = PyMem_RawRealloc(p[0], <size_t>new * item)
-    if q == NULL:
-        with gil:
-            raise MemoryError("replay result columns")
-    memset(<char*>q + old * item, 0, (new - old) * item)
-    p[0] = q
-    return 0
+# The step columns: (name, numpy dtype) in StepCol order (engine.pxd).  The
+# Python catalogue of output columns is checked against this table.
+STEP_COLUMNS = (
+    ("step", "int64"),
+    ("kind", "int32"),
+    ("updated_step", "int64"),
+    ("clock_s", "float64"),
+    ("duration_s", "float64"),
+    ("num_reqs", "int32"),
+    ("prefill_tokens", "int64"),
+    ("decode_tokens", "int64"),
+    ("num_new", "int32"),
+    ("num_resumed", "int32"),
+    ("num_preempted", "int32"),
+    ("num_finished", "int32"),
+    ("running", "int32"),
+    ("waiting", "int32"),
+    ("free_blocks_sched", "int32"),
+    ("free_blocks", "int32"),
+    ("cached_blocks", "int32"),
+    ("prefix_queries", "int64"),
+    ("prefix_hits", "int64"),
+    ("preempted_prefix_queries", "int64"),
+    ("preempted_prefix_hits", "int64"),
+)
+
+# The request columns: (name, numpy dtype) in ReqCol order (engine.pxd).
+REQUEST_COLUMNS = (
+    ("status", "int8"),
+    ("output_tokens", "int64"),
+    ("cached_tokens", "int64"),
+    ("cached_tokens_all_admissions", "int64"),
+    ("preemptions", "int32"),
+    ("arrival_s", "float64"),
+    ("first_scheduled_s", "float64"),
+    ("first_token_s", "float64"),
+    ("finish_s", "float64"),
+)
+
+if len(STEP_COLUMNS) != N_STEP_COLS or len(REQUEST_COLUMNS) != N_REQ_COLS:
+    raise ImportError("aisim._core.engine: column tables and enums disagree")
+
+# Bytes per item of each step column, from its dtype (set once at import).
+cdef size_t STEP_ITEM[N_STEP_COLS]
+for _k, (_name, _dtype) in enumerate(STEP_COLUMNS):
+    STEP_ITEM[_k] = np.dtype(_dtype).itemsize
 
 
 cdef int _cols_reserve(StepColsC* c) except -1 nogil:
+    # Room for one more row: every column doubles together.
     cdef int64_t new
+    cdef int k
     if c.n < c.cap:
         return 0
     new = c.cap * 2 if c.cap > 0 else 1024
-    _grow_array(<void**>&c.step, c.cap, new, sizeof(step_t))
-    _grow_array(<void**>&c.kind, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.updated_step, c.cap, new, sizeof(step_t))
-    _grow_array(<void**>&c.clock, c.cap, new, sizeof(sec_t))
-    _grow_array(<void**>&c.duration, c.cap, new, sizeof(sec_t))
-    _grow_array(<void**>&c.num_reqs, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.prefill_tokens, c.cap, new, sizeof(tok_t))
-    _grow_array(<void**>&c.decode_tokens, c.cap, new, sizeof(tok_t))
-    _grow_array(<void**>&c.num_new, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.num_resumed, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.num_preempted, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.num_finished, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.running, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.waiting, c.cap, new, sizeof(int32_t))
-    _grow_array(<void**>&c.free_sched, c.cap, new, sizeof(block_id_t))
-    _grow_array(<void**>&c.free_blocks, c.cap, new, sizeof(block_id_t))
-    _grow_array(<void**>&c.cached_blocks, c.cap, new, sizeof(block_id_t))
-    _grow_array(<void**>&c.queries, c.cap, new, sizeof(int64_t))
-    _grow_array(<void**>&c.hits, c.cap, new, sizeof(int64_t))
-    _grow_array(<void**>&c.p_queries, c.cap, new, sizeof(int64_t))
-    _grow_array(<void**>&c.p_hits, c.cap, new, sizeof(int64_t))
+    for k in range(N_STEP_COLS):
+        mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
     c.cap = new
     return 0
 
 
 cdef void _cols_release(StepColsC* c) noexcept nogil:
-    PyMem_RawFree(c.step)
-    PyMem_RawFree(c.kind)
-    PyMem_RawFree(c.updated_step)
-    PyMem_RawFree(c.clock)
-    PyMem_RawFree(c.duration)
-    PyMem_RawFree(c.num_reqs)
-    PyMem_RawFree(c.prefill_tokens)
-    PyMem_RawFree(c.decode_tokens)
-    PyMem_RawFree(c.num_new)
-    PyMem_RawFree(c.num_resumed)
-    PyMem_RawFree(c.num_preempted)
-    PyMem_RawFree(c.num_finished)
-    PyMem_RawFree(c.running)
-    PyMem_RawFree(c.waiting)
-    PyMem_RawFree(c.free_sched)
-    PyMem_RawFree(c.free_blocks)
-    PyMem_RawFree(c.cached_blocks)
-    PyMem_RawFree(c.queries)
-    PyMem_RawFree(c.hits)
-    PyMem_RawFree(c.p_queries)
-    PyMem_RawFree(c.p_hits)
+    cdef int k
+    for k in range(N_STEP_COLS):
+        mem_free(c.col[k])
     memset(c, 0, sizeof(StepColsC))
+
+
+# Typed writes into one row; each column's type is its STEP_COLUMNS dtype.
+cdef inline void _put_i64(StepColsC* c, int k, int64_t row, int64_t v) noexcept nogil:
+    (<int64_t*>c.col[k])[row] = v
+
+
+cdef inline void _put_i32(StepColsC* c, int k, int64_t row, int32_t v) noexcept nogil:
+    (<int32_t*>c.col[k])[row] = v
+
+
+cdef inline void _put_f64(StepColsC* c, int k, int64_t row, double v) noexcept nogil:
+    (<double*>c.col[k])[row] = v
+
+
+cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
+    # Integer request columns (ReqCol).
+    if k == RC_STATUS:
+        return r.status
+    if k == RC_OUTPUT:
+        return r.num_output
+    if k == RC_CACHED:
+        return r.cached_first
+    if k == RC_CACHED_ALL:
+        return r.cached_total
+    return r.num_preemptions
+
+
+cdef inline sec_t _req_sec(const ReqC* r, int k) noexcept nogil:
+    # Time request columns (ReqCol).
+    if k == RC_ARRIVAL:
+        return r.arrival_s
+    if k == RC_FIRST_SCHED:
+        return r.first_sched_s
+    if k == RC_FIRST_TOKEN:
+        return r.first_token_s
+    return r.finish_s
 
 
 cdef int _event(EventsC* e, int64_t line, int32_t kind, req_t r, tok_t value) except -1 nogil:
     cdef int64_t new
     if e.n == e.cap:
         new = e.cap * 2 if e.cap > 0 else 4096
-        _grow_array(<void**>&e.line, e.cap, new, sizeof(int64_t))
-        _grow_array(<void**>&e.kind, e.cap, new, sizeof(int32_t))
-        _grow_array(<void**>&e.req, e.cap, new, sizeof(req_t))
-        _grow_array(<void**>&e.value, e.cap, new, sizeof(tok_t))
+        mem_grow(<void**>&e.line, e.cap, new, sizeof(int64_t))
+        mem_grow(<void**>&e.kind, e.cap, new, sizeof(int32_t))
+        mem_grow(<void**>&e.req, e.cap, new, sizeof(req_t))
+        mem_grow(<void**>&e.value, e.cap, new, sizeof(tok_t))
         e.cap = new
     e.line[e.n] = line
     e.kind[e.n] = kind
@@ -118,10 +158,10 @@ cdef int _event(EventsC* e, int64_t line, int32_t kind, req_t r, tok_t value) ex
 
 
 cdef void _events_release(EventsC* e) noexcept nogil:
-    PyMem_RawFree(e.line)
-    PyMem_RawFree(e.kind)
-    PyMem_RawFree(e.req)
-    PyMem_RawFree(e.value)
+    mem_free(e.line)
+    mem_free(e.kind)
+    mem_free(e.req)
+    mem_free(e.value)
     memset(e, 0, sizeof(EventsC))
 
 
@@ -144,69 +184,63 @@ cdef class Engine:
     def __cinit__(self):
         self.reqs = NULL
         self.open_idx = NULL
-        self.rel_time = NULL
-        self.rel_req = NULL
         self.ready = False
 
-    def __init__(self, *, prompt_len, max_tokens, priority, arrival_key, id_rank, seg_off, seg_cnt, out_stream,
-                 seg_stream, seg_first, seg_len, arrival_step=None, arrival_time=None,
-                 int num_gpu_blocks, int block_size, long max_model_len,
-                 bint enable_prefix_caching, int watermark_blocks,
-                 groups=None, long hash_block_size=0, long sched_block_size=0,
-                 bint fine_grained=False, long retention=0, int version=32,
-                 long cache_block_size=0, bint mamba_split=False, bint mamba_partial=False,
-                 bint mamba_has_ckpt=False, long mamba_ckpt_align=0,
-                 long max_num_batched_tokens, long max_num_scheduled_tokens,
-                 int max_num_seqs, int max_num_active_seqs,
-                 long long_prefill_token_threshold, bint long_prefill_token_threshold_adaptive,
-                 bint enable_chunked_prefill, bint priority_policy,
-                 bint scheduler_reserve_full_isl, bint async_scheduling,
-                 double base_s, double per_token_s, double per_req_s,
-                 bint record_events=False, step_time=None, next_turn=None, think_s=None):
-        cdef Py_ssize_t i, n = len(prompt_len)
+    def __init__(self, config not None, trace not None, bint record_events=False):
+        """Read the resolved configuration and the request arrays once.
+
+        Parameters
+        ----------
+        config : aisim.config.resolved.CoreConfig
+        trace : aisim.config.resolved.CoreTrace
+        record_events : bool
+            Keep the decision-log events.
+        """
+        cdef Py_ssize_t i, n = len(trace.prompt_len)
         cdef SchedConfC conf
-        cdef const tok_t[::1] p_len = _c_array(prompt_len, np.int64)
-        cdef const tok_t[::1] m_tok = _c_array(max_tokens, np.int64)
-        cdef const int32_t[::1] prio = _c_array(priority, np.int32)
-        cdef const sec_t[::1] a_key = _c_array(arrival_key, np.float64)
-        cdef const int32_t[::1] rank = _c_array(id_rank, np.int32)
-        cdef const int32_t[::1] s_off = _c_array(seg_off, np.int32)
-        cdef const int32_t[::1] s_cnt = _c_array(seg_cnt, np.int32)
-        cdef const hash_t[::1] o_str = _c_array(out_stream, np.uint64)
-        cdef const hash_t[::1] g_str = _c_array(seg_stream, np.uint64)
-        cdef const tok_t[::1] g_first = _c_array(seg_first, np.int64)
-        cdef const tok_t[::1] g_len = _c_array(seg_len, np.int64)
+        cdef GroupSpecC specs[MAX_GROUPS]
+        cdef tok_t block_size = config.block_size
+        cdef tok_t max_model_len = config.max_model_len
+        cdef int32_t max_num_seqs = config.max_num_seqs
+        cdef const tok_t[::1] p_len = _c_array(trace.prompt_len, np.int64)
+        cdef const tok_t[::1] m_tok = _c_array(trace.max_tokens, np.int64)
+        cdef const int32_t[::1] prio = _c_array(trace.priority, np.int32)
+        cdef const sec_t[::1] a_key = _c_array(trace.arrival_key, np.float64)
+        cdef const int32_t[::1] rank = _c_array(trace.id_rank, np.int32)
+        cdef const int32_t[::1] s_off = _c_array(trace.seg_off, np.int32)
+        cdef const int32_t[::1] s_cnt = _c_array(trace.seg_cnt, np.int32)
+        cdef const hash_t[::1] o_str = _c_array(trace.out_stream, np.uint64)
+        cdef const hash_t[::1] g_str = _c_array(trace.seg_stream, np.uint64)
+        cdef const tok_t[::1] g_first = _c_array(trace.seg_first, np.int64)
+        cdef const tok_t[::1] g_len = _c_array(trace.seg_len, np.int64)
         cdef const step_t[::1] a_step
         cdef const sec_t[::1] a_time
+        cdef const int32_t[::1] nt = _c_array(
+            trace.next_turn if trace.next_turn is not None else np.full(n, -1), np.int32)
+        cdef const sec_t[::1] th = _c_array(
+            trace.think_s if trace.think_s is not None else np.zeros(n), np.float64)
         keep = [g_str, g_first, g_len]
-        self.timed = arrival_time is not None
+        self.timed = trace.arrival_time is not None
         if self.timed:
-            a_time = _c_array(arrival_time, np.float64)
+            a_time = _c_array(trace.arrival_time, np.float64)
             keep.append(a_time)
             self.arrival_time = &a_time[0] if n > 0 else NULL
         else:
-            a_step = _c_array(arrival_step, np.int64)
+            a_step = _c_array(trace.arrival_step, np.int64)
             keep.append(a_step)
             self.arrival_step = &a_step[0] if n > 0 else NULL
         self._keep = keep
         self.n_reqs = <req_t>n
-        self.reqs = <ReqC*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(ReqC))
-        if self.reqs == NULL:
-            raise MemoryError()
-        cdef const int32_t[::1] nt = _c_array(next_turn if next_turn is not None else np.full(n, -1), np.int32)
-        cdef const sec_t[::1] th = _c_array(think_s if think_s is not None else np.zeros(n), np.float64)
-        self.open_idx = <req_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(req_t))
-        self.rel_time = <sec_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(sec_t))
-        self.rel_req = <req_t*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(req_t))
-        if self.open_idx == NULL or self.rel_time == NULL or self.rel_req == NULL:
-            raise MemoryError()
+        self.reqs = <ReqC*>mem_calloc(n, sizeof(ReqC))
+        self.open_idx = <req_t*>mem_calloc(n, sizeof(req_t))
+        heap_init(&self.rel, <int32_t>n)
+        # A request that is some session's next turn is sent by that turn's finish.
         followers = set(int(x) for x in nt if x >= 0)
         self.n_open = 0
         for i in range(n):
             if i not in followers:
                 self.open_idx[self.n_open] = <req_t>i
                 self.n_open += 1
-        self.n_rel = 0
         for i in range(n):
             self.reqs[i].next_turn = nt[i]
             self.reqs[i].think_s = th[i]
@@ -224,31 +258,29 @@ cdef class Engine:
             self.reqs[i].first_sched_s = -1
             self.reqs[i].first_token_s = -1
             self.reqs[i].finish_s = -1
-        conf.max_num_batched_tokens = max_num_batched_tokens
-        conf.max_num_scheduled_tokens = max_num_scheduled_tokens
+        conf.max_num_batched_tokens = config.max_num_batched_tokens
+        conf.max_num_scheduled_tokens = config.max_num_scheduled_tokens
         conf.max_num_running_reqs = max_num_seqs
-        conf.max_num_active_reqs = max_num_active_seqs
-        conf.long_prefill_token_threshold = long_prefill_token_threshold
-        conf.adaptive_threshold = long_prefill_token_threshold_adaptive
-        conf.chunked_prefill = enable_chunked_prefill
-        conf.priority = priority_policy
-        conf.reserve_full_isl = scheduler_reserve_full_isl
-        conf.async_scheduling = async_scheduling
+        conf.max_num_active_reqs = config.max_num_active_seqs
+        conf.long_prefill_token_threshold = config.long_prefill_token_threshold
+        conf.adaptive_threshold = config.long_prefill_token_threshold_adaptive
+        conf.chunked_prefill = config.enable_chunked_prefill
+        conf.priority = config.priority_policy
+        conf.reserve_full_isl = config.scheduler_reserve_full_isl
+        conf.async_scheduling = config.async_scheduling
         conf.max_model_len = max_model_len
-        conf.version = version
-        conf.mamba_split = mamba_split
-        conf.cache_block_size = cache_block_size if cache_block_size > 0 else block_size
-        conf.mamba_partial = mamba_partial
-        conf.mamba_has_ckpt = mamba_has_ckpt
-        conf.mamba_ckpt_align = mamba_ckpt_align
-        if groups is None:
-            groups = [dict(kind=0, block_size=block_size, cacheable=True, spec_group=0)]
-            hash_block_size = sched_block_size = block_size
-        cdef GroupSpecC specs[MAX_GROUPS]
+        conf.version = config.version
+        conf.mamba_split = config.mamba_split
+        conf.cache_block_size = config.cache_block_size if config.cache_block_size > 0 else block_size
+        conf.mamba_partial = config.mamba_partial
+        conf.mamba_has_ckpt = config.mamba_has_ckpt
+        conf.mamba_ckpt_align = config.mamba_ckpt_align
+        groups = config.groups
         specs_from_dicts(groups, specs)
-        kv_init(&self.kv, num_gpu_blocks, <int32_t>len(groups), specs, hash_block_size,
-                sched_block_size, fine_grained, enable_prefix_caching, retention, version,
-                max_model_len, watermark_blocks, max_num_seqs + 8)
+        kv_init(&self.kv, config.num_gpu_blocks, <int32_t>len(groups), specs, config.hash_block_size,
+                config.sched_block_size, config.fine_grained, config.enable_prefix_caching,
+                config.retention, config.version, max_model_len, config.watermark_blocks,
+                max_num_seqs + 8)
         self.kv.seg_stream = &g_str[0] if g_str.shape[0] > 0 else NULL
         self.kv.seg_first = &g_first[0] if g_first.shape[0] > 0 else NULL
         self.kv.seg_len = &g_len[0] if g_len.shape[0] > 0 else NULL
@@ -256,11 +288,11 @@ cdef class Engine:
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
         self.time_model.kind = TM_LINEAR
-        self.time_model.base_s = base_s
-        self.time_model.per_token_s = per_token_s
-        self.time_model.per_req_s = per_req_s
-        if step_time is not None:
-            self._set_step_time(step_time)
+        self.time_model.base_s = config.base_s
+        self.time_model.per_token_s = config.per_token_s
+        self.time_model.per_req_s = config.per_req_s
+        if config.step_time is not None:
+            self._set_step_time(config.step_time)
         self.record_events = record_events
         self.ready = True
 
@@ -271,7 +303,7 @@ cdef class Engine:
         cdef TimeModelC* tm = &self.time_model
         tm.kind = m["kind"]
         keep = []
-        if m["kind"] == 1:
+        if m["kind"] == TM_ROOFLINE:
             af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)
             kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
             win = np.ascontiguousarray(m["window"], dtype=np.int64)
@@ -286,7 +318,7 @@ cdef class Engine:
             tm.flops_rate = m["flops_rate"]
             tm.bytes_rate = m["bytes_rate"]
             tm.overhead_s = m["overhead_s"]
-        elif m["kind"] == 2:
+        elif m["kind"] == TM_TABLE:
             xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
             ys = np.ascontiguousarray(m["ys"], dtype=np.float64)
             lat = np.ascontiguousarray(m["latency"], dtype=np.float64)
@@ -308,10 +340,9 @@ cdef class Engine:
         kv_release(&self.kv)
         _cols_release(&self.cols)
         _events_release(&self.events)
-        PyMem_RawFree(self.reqs)
-        PyMem_RawFree(self.open_idx)
-        PyMem_RawFree(self.rel_time)
-        PyMem_RawFree(self.rel_req)
+        heap_release(&self.rel)
+        mem_free(self.reqs)
+        mem_free(self.open_idx)
 
     # -------------------------------------------------------------- the loop
 
@@ -324,33 +355,34 @@ cdef class Engine:
         cdef tok_t pre = 0, dec = 0
         _cols_reserve(c)
         row = c.n
-        c.step[row] = step
-        c.kind[row] = kind
-        c.clock[row] = clock
-        c.updated_step[row] = upd_b.step if upd_b != NULL else -1
-        c.free_sched[row] = free_sched
-        c.free_blocks[row] = self.kv.pool.num_free
-        c.cached_blocks[row] = self.kv.pool.cached_free
-        c.running[row] = self.sched.n_running
-        c.waiting[row] = self.sched.n_waiting
-        c.num_finished[row] = self.sched.n_finished if upd_b != NULL else 0
+        _put_i64(c, SC_STEP, row, step)
+        _put_i32(c, SC_KIND, row, kind)
+        _put_f64(c, SC_CLOCK, row, clock)
+        _put_i64(c, SC_UPDATED_STEP, row, upd_b.step if upd_b != NULL else -1)
+        _put_i32(c, SC_FREE_SCHED, row, free_sched)
+        _put_i32(c, SC_FREE_BLOCKS, row, self.kv.pool.num_free)
+        _put_i32(c, SC_CACHED_BLOCKS, row, self.kv.pool.cached_free)
+        _put_i32(c, SC_RUNNING, row, self.sched.n_running)
+        _put_i32(c, SC_WAITING, row, self.sched.n_waiting)
+        _put_i32(c, SC_NUM_FINISHED, row, self.sched.n_finished if upd_b != NULL else 0)
+        # A drain line scheduled nothing: its batch columns stay zero (zero-filled growth).
         if sched_b != NULL:
             for i in range(sched_b.n):
                 if sched_b.decode[i]:
                     dec += sched_b.tokens[i]
                 else:
                     pre += sched_b.tokens[i]
-            c.duration[row] = sched_b.end_s - sched_b.start_s
-            c.num_reqs[row] = sched_b.n
-            c.prefill_tokens[row] = pre
-            c.decode_tokens[row] = dec
-            c.num_new[row] = sched_b.n_new
-            c.num_resumed[row] = sched_b.n_resumed
-            c.num_preempted[row] = sched_b.n_preempted
-            c.queries[row] = sched_b.queries
-            c.hits[row] = sched_b.hits
-            c.p_queries[row] = sched_b.p_queries
-            c.p_hits[row] = sched_b.p_hits
+            _put_f64(c, SC_DURATION, row, sched_b.end_s - sched_b.start_s)
+            _put_i32(c, SC_NUM_REQS, row, sched_b.n)
+            _put_i64(c, SC_PREFILL, row, pre)
+            _put_i64(c, SC_DECODE, row, dec)
+            _put_i32(c, SC_NUM_NEW, row, sched_b.n_new)
+            _put_i32(c, SC_NUM_RESUMED, row, sched_b.n_resumed)
+            _put_i32(c, SC_NUM_PREEMPTED, row, sched_b.n_preempted)
+            _put_i64(c, SC_QUERIES, row, sched_b.queries)
+            _put_i64(c, SC_HITS, row, sched_b.hits)
+            _put_i64(c, SC_P_QUERIES, row, sched_b.p_queries)
+            _put_i64(c, SC_P_HITS, row, sched_b.p_hits)
             if self.record_events:
                 for i in range(sched_b.n):
                     _event(&self.events, row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
@@ -376,45 +408,6 @@ cdef class Engine:
             return self.arrival_time[r] <= clock
         return self.arrival_step[r] <= step
 
-    cdef void _rel_push(self, sec_t t, req_t r) noexcept nogil:
-        # Binary min-heap on (release time, request index).
-        cdef req_t i = self.n_rel
-        cdef req_t p
-        self.n_rel += 1
-        while i > 0:
-            p = (i - 1) >> 1
-            if self.rel_time[p] < t or (self.rel_time[p] == t and self.rel_req[p] < r):
-                break
-            self.rel_time[i] = self.rel_time[p]
-            self.rel_req[i] = self.rel_req[p]
-            i = p
-        self.rel_time[i] = t
-        self.rel_req[i] = r
-
-    cdef void _rel_pop(self) noexcept nogil:
-        cdef req_t i = 0, c
-        cdef sec_t t
-        cdef req_t r
-        self.n_rel -= 1
-        if self.n_rel == 0:
-            return
-        t = self.rel_time[self.n_rel]
-        r = self.rel_req[self.n_rel]
-        while True:
-            c = 2 * i + 1
-            if c >= self.n_rel:
-                break
-            if c + 1 < self.n_rel and (self.rel_time[c + 1] < self.rel_time[c] or (
-                    self.rel_time[c + 1] == self.rel_time[c] and self.rel_req[c + 1] < self.rel_req[c])):
-                c += 1
-            if t < self.rel_time[c] or (t == self.rel_time[c] and r < self.rel_req[c]):
-                break
-            self.rel_time[i] = self.rel_time[c]
-            self.rel_req[i] = self.rel_req[c]
-            i = c
-        self.rel_time[i] = t
-        self.rel_req[i] = r
-
     cdef void _release_next_turns(self) noexcept nogil:
         """Closed loop: a finished turn sends its session's next turn after its think time."""
         cdef int32_t i
@@ -426,7 +419,7 @@ cdef class Engine:
             if nx >= 0:
                 t = self.reqs[f].finish_s + self.reqs[nx].think_s
                 self.reqs[nx].arrival_key = t
-                self._rel_push(t, nx)
+                heap_push(&self.rel, 0, t, nx, nx)
 
     cdef int _range_error(self, step_t step) except -1 nogil:
         with gil:
@@ -461,17 +454,15 @@ cdef class Engine:
             while True:
                 if self._open_due(clock, step):
                     r_open = self.open_idx[self._nxt]
-                    if self.n_rel > 0 and self.rel_time[0] <= clock and (
-                            self.rel_time[0] < self.arrival_time[r_open]
-                            or (self.rel_time[0] == self.arrival_time[r_open] and self.rel_req[0] < r_open)):
-                        r_new = self.rel_req[0]
-                        self._rel_pop()
+                    if self.rel.n > 0 and self.rel.a[0].key <= clock and (
+                            self.rel.a[0].key < self.arrival_time[r_open]
+                            or (self.rel.a[0].key == self.arrival_time[r_open] and self.rel.a[0].item < r_open)):
+                        r_new = heap_pop(&self.rel)
                     else:
                         r_new = r_open
                         self._nxt += 1
-                elif self.n_rel > 0 and self.rel_time[0] <= clock:
-                    r_new = self.rel_req[0]
-                    self._rel_pop()
+                elif self.rel.n > 0 and self.rel.a[0].key <= clock:
+                    r_new = heap_pop(&self.rel)
                 else:
                     break
                 self.reqs[r_new].arrival_s = clock
@@ -480,12 +471,12 @@ cdef class Engine:
                     _event(&self.events, arrived_row, EV_ARRIVED, r_new, 0)
             if not sched_has_requests(&self.sched) and q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
-                if self._nxt == self.n_open and self.n_rel == 0:
+                if self._nxt == self.n_open and self.rel.n == 0:
                     break
                 if self.timed:
-                    t_next = self.arrival_time[self.open_idx[self._nxt]] if self._nxt < self.n_open else self.rel_time[0]
-                    if self.n_rel > 0 and self.rel_time[0] < t_next:
-                        t_next = self.rel_time[0]
+                    t_next = self.arrival_time[self.open_idx[self._nxt]] if self._nxt < self.n_open else self.rel.a[0].key
+                    if self.rel.n > 0 and self.rel.a[0].key < t_next:
+                        t_next = self.rel.a[0].key
                     if t_next > clock:
                         clock = t_next
                 else:
@@ -563,68 +554,48 @@ cdef class Engine:
     # -------------------------------------------------------------- results
 
     def _steps(self):
+        # One copy per column, out of the C buffers (which the engine keeps).
         cdef StepColsC* c = &self.cols
         cdef Py_ssize_t n = c.n
-
-        def col(object view, dtype):
-            return np.array(view, dtype=dtype, copy=True) if n else np.zeros(0, dtype)
-
-        return {
-            "step": col(<step_t[:n]>c.step if n else None, np.int64),
-            "kind": col(<int32_t[:n]>c.kind if n else None, np.int32),
-            "updated_step": col(<step_t[:n]>c.updated_step if n else None, np.int64),
-            "clock_s": col(<sec_t[:n]>c.clock if n else None, np.float64),
-            "duration_s": col(<sec_t[:n]>c.duration if n else None, np.float64),
-            "num_reqs": col(<int32_t[:n]>c.num_reqs if n else None, np.int32),
-            "prefill_tokens": col(<tok_t[:n]>c.prefill_tokens if n else None, np.int64),
-            "decode_tokens": col(<tok_t[:n]>c.decode_tokens if n else None, np.int64),
-            "num_new": col(<int32_t[:n]>c.num_new if n else None, np.int32),
-            "num_resumed": col(<int32_t[:n]>c.num_resumed if n else None, np.int32),
-            "num_preempted": col(<int32_t[:n]>c.num_preempted if n else None, np.int32),
-            "num_finished": col(<int32_t[:n]>c.num_finished if n else None, np.int32),
-            "running": col(<int32_t[:n]>c.running if n else None, np.int32),
-            "waiting": col(<int32_t[:n]>c.waiting if n else None, np.int32),
-            "free_blocks_sched": col(<block_id_t[:n]>c.free_sched if n else None, np.int32),
-            "free_blocks": col(<block_id_t[:n]>c.free_blocks if n else None, np.int32),
-            "cached_blocks": col(<block_id_t[:n]>c.cached_blocks if n else None, np.int32),
-            "prefix_queries": col(<int64_t[:n]>c.queries if n else None, np.int64),
-            "prefix_hits": col(<int64_t[:n]>c.hits if n else None, np.int64),
-            "preempted_prefix_queries": col(<int64_t[:n]>c.p_queries if n else None, np.int64),
-            "preempted_prefix_hits": col(<int64_t[:n]>c.p_hits if n else None, np.int64),
-        }
+        cdef unsigned char[::1] dst
+        cdef int k
+        out = {}
+        for k, (name, dtype) in enumerate(STEP_COLUMNS):
+            a = np.zeros(n, dtype)
+            if n:
+                dst = a.view(np.uint8)
+                memcpy(&dst[0], c.col[k], n * STEP_ITEM[k])
+            out[name] = a
+        return out
 
     def _requests(self):
+        # Column by column out of the request structs (REQUEST_COLUMNS order).
         cdef Py_ssize_t i, n = self.n_reqs
-        out = {
-            "status": np.zeros(n, np.int8),
-            "output_tokens": np.zeros(n, np.int64),
-            "cached_tokens": np.zeros(n, np.int64),
-            "cached_tokens_all": np.zeros(n, np.int64),
-            "preemptions": np.zeros(n, np.int32),
-            "arrival_s": np.zeros(n, np.float64),
-            "first_scheduled_s": np.zeros(n, np.float64),
-            "first_token_s": np.zeros(n, np.float64),
-            "finish_s": np.zeros(n, np.float64),
-        }
-        cdef flag_t[::1] st = out["status"]
-        cdef tok_t[::1] ot = out["output_tokens"]
-        cdef tok_t[::1] ct = out["cached_tokens"]
-        cdef tok_t[::1] ca = out["cached_tokens_all"]
-        cdef int32_t[::1] pr = out["preemptions"]
-        cdef sec_t[::1] ar = out["arrival_s"]
-        cdef sec_t[::1] fs = out["first_scheduled_s"]
-        cdef sec_t[::1] ft = out["first_token_s"]
-        cdef sec_t[::1] fi = out["finish_s"]
-        for i in range(n):
-            st[i] = self.reqs[i].status
-            ot[i] = self.reqs[i].num_output
-            ct[i] = self.reqs[i].cached_first
-            ca[i] = self.reqs[i].cached_total
-            pr[i] = self.reqs[i].num_preemptions
-            ar[i] = self.reqs[i].arrival_s
-            fs[i] = self.reqs[i].first_sched_s
-            ft[i] = self.reqs[i].first_token_s
-            fi[i] = self.reqs[i].finish_s
+        cdef int k
+        cdef flag_t[::1] v8
+        cdef int32_t[::1] v32
+        cdef int64_t[::1] v64
+        cdef sec_t[::1] vs
+        out = {}
+        for k, (name, dtype) in enumerate(REQUEST_COLUMNS):
+            a = np.zeros(n, dtype)
+            if dtype == "int8":
+                v8 = a
+                for i in range(n):
+                    v8[i] = <flag_t>_req_int(&self.reqs[i], k)
+            elif dtype == "int32":
+                v32 = a
+                for i in range(n):
+                    v32[i] = <int32_t>_req_int(&self.reqs[i], k)
+            elif dtype == "int64":
+                v64 = a
+                for i in range(n):
+                    v64[i] = _req_int(&self.reqs[i], k)
+            else:
+                vs = a
+                for i in range(n):
+                    vs[i] = _req_sec(&self.reqs[i], k)
+            out[name] = a
         return out
 
     def _events(self):

@@ -1,4 +1,6 @@
-# Chained block hashes over compact token identities.  cimported by kvcache.
+# Chained block hashes over compact token identities.  cimported by kvcache
+# (lookups and caching), kvrows (the probe's group keys) and testing; the
+# chain of one request is computed in hashing.pyx (hash_extend).
 #
 # aisim never materialises token arrays.  A request's tokens are a list of
 # *segments* (token stream id, first offset, length): token k of a segment is
@@ -10,7 +12,9 @@
 # (vllm/v1/core/kv_cache_utils.py, hash_block_tokens).  Callers canonicalise
 # segments (adjacent contiguous runs of one stream merged) so that any
 # decomposition of the same tokens yields the same hashes.
-from aisim._core.types cimport hash_t, tok_t
+from aisim._core.kvcache cimport KVCacheC
+from aisim._core.request cimport ReqC
+from aisim._core.types cimport hash_t, int32_t, tok_t
 
 # Seed of every chain (vLLM's NONE_HASH plays this role).
 cdef enum:
@@ -42,3 +46,7 @@ cdef inline hash_t group_key(hash_t block_hash, int group) noexcept nogil:
     # vLLM keys its map by (block hash, KV-cache group id)
     # (vllm/v1/core/kv_cache_utils.py, make_block_hash_with_group_id).
     return hash_finish(hash_combine(block_hash, <hash_t>(group + 1)))
+
+
+# Extend a request's chained hashes up to hash block ``n_hashes`` (exclusive).
+cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil

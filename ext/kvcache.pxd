@@ -2,7 +2,8 @@
 # KV-cache group behind a coordinator: prefix lookup (the hybrid fixed point),
 # admission arithmetic, allocation, caching with retention masks, window and
 # state releases, copy-on-write partial hits and frees.  cimported by
-# scheduler (schedule/update) and engine (set-up, telemetry).  Mirrors
+# scheduler (schedule/update), engine (set-up, telemetry), and for the structs
+# by hashing, kvrows, statecache (the state managers), constants and testing.  Mirrors
 # vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
 # single_type_kv_cache_manager.py of vLLM 0.31/0.32.
 from aisim._core.blockpool cimport BlockPoolC
@@ -22,7 +23,7 @@ cdef enum:
 cdef struct GroupSpecC:
     # What the configuration says of one group (validated in Python).
     int32_t kind               # GroupKind
-    tok_t block_size
+    tok_t block_size           # tokens per block of this group
     tok_t window               # sliding_window (SWA) or attention_chunk_size (chunked local)
     bint cacheable             # prefix_cacheable
     bint align_mode            # Mamba: mamba_cache_mode == "align"
@@ -33,7 +34,7 @@ cdef struct GroupSpecC:
     int32_t spec_group         # lookup spec-group of a cacheable group (-1 = none)
 
 cdef struct GroupC:
-    GroupSpecC spec
+    GroupSpecC spec            # what the configuration says
     int32_t ratio              # block_size // hash_block_size (cacheable groups)
     int32_t table_row          # table entries per request row
     block_id_t* tables         # [cap_slots * table_row] block tables (0 = null block)
@@ -47,17 +48,17 @@ cdef struct GroupC:
     tok_t* ckpt_pos            # [cap_slots] Mamba _checkpoints position (0 = none)
     int32_t* ckpt_idx          # [cap_slots] Mamba _checkpoints table index
     block_id_t* hit            # [table_row] hit blocks of the last lookup
-    int32_t hit_n
-    hash_t* cts                # Mamba cached_blocks_this_step (keys)
-    int32_t cts_n
-    int32_t cts_cap
-    block_id_t* retained       # copy-on-write retentions (source, copy) of this step
-    int32_t ret_n
-    int32_t ret_cap
+    int32_t hit_n              # hit blocks of the last lookup
+    hash_t* cts                # [cts_cap] Mamba cached_blocks_this_step (keys)
+    int32_t cts_n              # keys held
+    int32_t cts_cap            # keys allocated
+    block_id_t* retained       # [ret_cap] copy-on-write retentions (source, copy) of this step
+    int32_t ret_n              # entries held (two per retention)
+    int32_t ret_cap            # entries allocated
 
 cdef struct KVCacheC:
     BlockPoolC pool            # the one block pool of the engine
-    int32_t n_groups
+    int32_t n_groups           # KV-cache groups (1 .. MAX_GROUPS)
     GroupC* groups             # [n_groups] in group-id order
     int32_t n_spec             # lookup spec-groups, full attention first
     int32_t* spec_first        # [n_spec] first member in spec_members
@@ -71,15 +72,15 @@ cdef struct KVCacheC:
     bint fine                  # enable_partial_hash_hits
     int32_t version            # 31 or 32: vLLM minor version whose rules apply
     tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
-    tok_t max_model_len
-    block_id_t watermark_blocks
+    tok_t max_model_len        # longest sequence
+    block_id_t watermark_blocks  # blocks kept free when admitting waiting requests
     # token identity of every request (owned by the engine)
-    const hash_t* seg_stream
-    const tok_t* seg_first
-    const tok_t* seg_len
+    const hash_t* seg_stream   # [segments] token stream of each prompt segment
+    const tok_t* seg_first     # [segments] its first token offset
+    const tok_t* seg_len       # [segments] its length
     # per-request rows, by slot
-    slot_t cap_slots
-    slot_t n_free_slots
+    slot_t cap_slots           # rows allocated
+    slot_t n_free_slots        # rows on the free stack
     slot_t* free_slots         # [cap_slots] stack of unused rows
     int32_t hash_row           # hashes per row: max_model_len // hash_block_size + 1
     hash_t* hashes             # [cap_slots * hash_row] chained hashes at hash_block_size
@@ -108,11 +109,3 @@ cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
 cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil
 
-
-cdef class KVCache:
-    """Python handle on a KVCacheC with its own requests, for tests."""
-    cdef KVCacheC c
-    cdef ReqC* reqs            # [n_reqs]
-    cdef int n_reqs
-    cdef object _segments      # keeps the segment arrays alive
-    cdef ReqC* _req(self, int r) except NULL

@@ -20,105 +20,36 @@ managers (``GroupC``), reproducing vLLM 0.31.0 / 0.32.0:
   Mamba's copy-on-write of sub-block states;
 * ``kv_free`` frees each group's table tail first, group by group.
 
+The state managers (Mamba) and the retention masks live in statecache.pyx,
+the per-request hash chain in hashing.pyx, the per-block row and probe
+helpers inline in kvrows.pxd; this module is the coordinator and the
+attention managers (full, sliding window, chunked local, ring).
+
 Block hashes are chained over compact token segments (``hashing.pxd``) at
 ``hash_block_size``; a group whose block is k hash blocks uses every k-th hash
 (the last sub-hash of its block, ``BlockHashListWithBlockSize``).  Per-request
 tables and hashes live in preallocated rows ("slots"), grown geometrically.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawRealloc
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    BlockPoolC, bp_contains, bp_free_one, bp_free_reversed, bp_head, bp_init,
-    bp_insert_block_hash, bp_lookup, bp_move_hashes, bp_pop_free, bp_release,
-    bp_remove_hashes, bp_touch,
+    bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash, bp_pop_free,
+    bp_release, bp_remove_hashes, bp_touch,
 )
-from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_finish, hash_run
+from aisim._core.hashing cimport group_key, hash_extend
+from aisim._core.kvrows cimport (
+    kv_apply_cow, kv_evictable, kv_fill_null, kv_hashes, kv_n_hashes, kv_probe, kv_put_hit,
+    kv_set_hit_n, kv_table, kv_view,
+)
+from aisim._core.memory cimport mem_free, mem_grow
 from aisim._core.request cimport ReqC
+from aisim._core.statecache cimport (
+    cache_partial_block, retention_mask, state_allocate, state_blocks_needed, state_cache_tail,
+    state_cached_this_step, state_lookup,
+)
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, tok_t
-
-
-# ------------------------------------------------------------------ helpers
-
-cdef inline tok_t cdiv(tok_t a, tok_t b) noexcept nogil:
-    return (a + b - 1) // b
-
-
-cdef inline tok_t _min(tok_t a, tok_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline tok_t _max(tok_t a, tok_t b) noexcept nogil:
-    return a if a > b else b
-
-
-cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
-    return r.prompt_len + r.num_output
-
-
-cdef void* _grow(void* p, size_t old_n, size_t new_n, size_t item) noexcept nogil:
-    # Overflow-checked geometric growth helper; new memory is zero-filled.
-    cdef void* q
-    if new_n > (<size_t>-1) // item:
-        return NULL
-    q = PyMem_RawRealloc(p, new_n * item if new_n > 0 else item)
-    if q != NULL and new_n > old_n:
-        memset(<char*>q + old_n * item, 0, (new_n - old_n) * item)
-    return q
-
-
-cdef int _grow_into(void** p, size_t old_n, size_t new_n, size_t item) except -1 nogil:
-    cdef void* q = _grow(p[0], old_n, new_n, item)
-    if q == NULL:
-        with gil:
-            raise MemoryError("KV-cache manager arrays")
-    p[0] = q
-    return 0
-
-
-cdef inline block_id_t* _table(const KVCacheC* kv, int32_t g, slot_t s) noexcept nogil:
-    return kv.groups[g].tables + <Py_ssize_t>s * kv.groups[g].table_row
-
-
-cdef inline hash_t* _hashes(const KVCacheC* kv, slot_t s) noexcept nogil:
-    return kv.hashes + <Py_ssize_t>s * kv.hash_row
-
-
-cdef int _push_key(GroupC* g, hash_t key) except -1 nogil:
-    # Mamba cached_blocks_this_step.add(key)
-    cdef int32_t i
-    for i in range(g.cts_n):
-        if g.cts[i] == key:
-            return 0
-    if g.cts_n == g.cts_cap:
-        _grow_into(<void**>&g.cts, g.cts_cap, g.cts_cap * 2 + 8, sizeof(hash_t))
-        g.cts_cap = g.cts_cap * 2 + 8
-    g.cts[g.cts_n] = key
-    g.cts_n += 1
-    return 0
-
-
-cdef bint _cached_this_step(const GroupC* g, hash_t key) noexcept nogil:
-    cdef int32_t i
-    if key == 0:
-        return False
-    for i in range(g.cts_n):
-        if g.cts[i] == key:
-            return True
-    return False
-
-
-cdef int _retain(GroupC* g, block_id_t src, block_id_t cow) except -1 nogil:
-    # A pending copy keeps (source, copy) referenced until schedule() ends
-    # (KVCacheManager.take_kv_cache_block_copies, Scheduler._free_cow_retained_blocks).
-    if g.ret_n + 2 > g.ret_cap:
-        _grow_into(<void**>&g.retained, g.ret_cap, g.ret_cap * 2 + 8, sizeof(block_id_t))
-        g.ret_cap = g.ret_cap * 2 + 8
-    g.retained[g.ret_n] = src
-    g.retained[g.ret_n + 1] = cow
-    g.ret_n += 2
-    return 0
+from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
 
 
 # ------------------------------------------------------------------ set-up
@@ -128,23 +59,23 @@ cdef int _grow_slots(KVCacheC* kv, slot_t new_cap) except -1 nogil:
     cdef slot_t s
     cdef int32_t i
     cdef GroupC* g
-    _grow_into(<void**>&kv.hashes, <size_t>old * kv.hash_row, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
-    _grow_into(<void**>&kv.num_hashed, old, new_cap, sizeof(int32_t))
-    _grow_into(<void**>&kv.cur_seg, old, new_cap, sizeof(int32_t))
-    _grow_into(<void**>&kv.cur_off, old, new_cap, sizeof(tok_t))
-    _grow_into(<void**>&kv.free_slots, old, new_cap, sizeof(slot_t))
+    mem_grow(<void**>&kv.hashes, <size_t>old * kv.hash_row, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
+    mem_grow(<void**>&kv.num_hashed, old, new_cap, sizeof(int32_t))
+    mem_grow(<void**>&kv.cur_seg, old, new_cap, sizeof(int32_t))
+    mem_grow(<void**>&kv.cur_off, old, new_cap, sizeof(tok_t))
+    mem_grow(<void**>&kv.free_slots, old, new_cap, sizeof(slot_t))
     for i in range(kv.n_groups):
         g = &kv.groups[i]
-        _grow_into(<void**>&g.tables, <size_t>old * g.table_row, <size_t>new_cap * g.table_row, sizeof(block_id_t))
-        _grow_into(<void**>&g.table_len, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.num_cached, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.partial_idx, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.partial_src, old, new_cap, sizeof(block_id_t))
-        _grow_into(<void**>&g.last_state, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.retired, old, new_cap, sizeof(int32_t))
-        _grow_into(<void**>&g.allocated, old, new_cap, sizeof(flag_t))
-        _grow_into(<void**>&g.ckpt_pos, old, new_cap, sizeof(tok_t))
-        _grow_into(<void**>&g.ckpt_idx, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.tables, <size_t>old * g.table_row, <size_t>new_cap * g.table_row, sizeof(block_id_t))
+        mem_grow(<void**>&g.table_len, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.num_cached, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.partial_idx, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.partial_src, old, new_cap, sizeof(block_id_t))
+        mem_grow(<void**>&g.last_state, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.retired, old, new_cap, sizeof(int32_t))
+        mem_grow(<void**>&g.allocated, old, new_cap, sizeof(flag_t))
+        mem_grow(<void**>&g.ckpt_pos, old, new_cap, sizeof(tok_t))
+        mem_grow(<void**>&g.ckpt_idx, old, new_cap, sizeof(int32_t))
     # New rows go on the free stack so that the lowest row is used first.
     for s in range(new_cap - 1, old - 1, -1):
         kv.free_slots[kv.n_free_slots] = s
@@ -176,7 +107,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     kv.max_model_len = max_model_len
     kv.watermark_blocks = watermark_blocks
     kv.hash_row = <int32_t>(max_model_len // hash_block_size + 1)
-    _grow_into(<void**>&kv.groups, 0, n_groups, sizeof(GroupC))
+    mem_grow(<void**>&kv.groups, 0, n_groups, sizeof(GroupC))
     for i in range(n_groups):
         g = &kv.groups[i]
         g.spec = specs[i]
@@ -184,16 +115,16 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
         g.table_row = <int32_t>(cdiv(max_model_len, specs[i].block_size) + specs[i].num_spec + 3)
         if g.table_row > widest:
             widest = g.table_row
-        _grow_into(<void**>&g.hit, 0, g.table_row, sizeof(block_id_t))
+        mem_grow(<void**>&g.hit, 0, g.table_row, sizeof(block_id_t))
     # Spec-groups: cacheable groups with the same spec are looked up jointly;
     # full attention first, the others in order of first appearance.
-    _grow_into(<void**>&kv.spec_first, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.spec_count, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.spec_members, 0, n_groups, sizeof(int32_t))
-    _grow_into(<void**>&kv.tmp_hit_len, 0, n_groups, sizeof(tok_t))
-    _grow_into(<void**>&kv.tmp_looked, 0, n_groups, sizeof(flag_t))
-    _grow_into(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
-    _grow_into(<void**>&kv.mask, 0, widest, sizeof(flag_t))
+    mem_grow(<void**>&kv.spec_first, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.spec_count, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.spec_members, 0, n_groups, sizeof(int32_t))
+    mem_grow(<void**>&kv.tmp_hit_len, 0, n_groups, sizeof(tok_t))
+    mem_grow(<void**>&kv.tmp_looked, 0, n_groups, sizeof(flag_t))
+    mem_grow(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
+    mem_grow(<void**>&kv.mask, 0, widest, sizeof(flag_t))
     k = 0
     for j in range(n_groups):
         kv.spec_first[j] = k
@@ -215,32 +146,32 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     bp_release(&kv.pool)
     for i in range(kv.n_groups):
         g = &kv.groups[i]
-        PyMem_RawFree(g.tables)
-        PyMem_RawFree(g.table_len)
-        PyMem_RawFree(g.num_cached)
-        PyMem_RawFree(g.partial_idx)
-        PyMem_RawFree(g.partial_src)
-        PyMem_RawFree(g.last_state)
-        PyMem_RawFree(g.retired)
-        PyMem_RawFree(g.allocated)
-        PyMem_RawFree(g.ckpt_pos)
-        PyMem_RawFree(g.ckpt_idx)
-        PyMem_RawFree(g.hit)
-        PyMem_RawFree(g.cts)
-        PyMem_RawFree(g.retained)
-    PyMem_RawFree(kv.groups)
-    PyMem_RawFree(kv.spec_first)
-    PyMem_RawFree(kv.spec_count)
-    PyMem_RawFree(kv.spec_members)
-    PyMem_RawFree(kv.tmp_hit_len)
-    PyMem_RawFree(kv.tmp_looked)
-    PyMem_RawFree(kv.tmp_blocks)
-    PyMem_RawFree(kv.mask)
-    PyMem_RawFree(kv.hashes)
-    PyMem_RawFree(kv.num_hashed)
-    PyMem_RawFree(kv.cur_seg)
-    PyMem_RawFree(kv.cur_off)
-    PyMem_RawFree(kv.free_slots)
+        mem_free(g.tables)
+        mem_free(g.table_len)
+        mem_free(g.num_cached)
+        mem_free(g.partial_idx)
+        mem_free(g.partial_src)
+        mem_free(g.last_state)
+        mem_free(g.retired)
+        mem_free(g.allocated)
+        mem_free(g.ckpt_pos)
+        mem_free(g.ckpt_idx)
+        mem_free(g.hit)
+        mem_free(g.cts)
+        mem_free(g.retained)
+    mem_free(kv.groups)
+    mem_free(kv.spec_first)
+    mem_free(kv.spec_count)
+    mem_free(kv.spec_members)
+    mem_free(kv.tmp_hit_len)
+    mem_free(kv.tmp_looked)
+    mem_free(kv.tmp_blocks)
+    mem_free(kv.mask)
+    mem_free(kv.hashes)
+    mem_free(kv.num_hashed)
+    mem_free(kv.cur_seg)
+    mem_free(kv.cur_off)
+    mem_free(kv.free_slots)
     memset(kv, 0, sizeof(KVCacheC))
 
 
@@ -294,124 +225,38 @@ cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil:
 
 # ------------------------------------------------------------------ hashing
 
-cdef void _ensure_hashes(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
-    """Compute the hashes of ``r`` up to hash block ``n_hashes`` (exclusive).
-
-    Only full hash blocks are hashed (``Request.update_block_hashes``); the
-    caller keeps ``n_hashes * hash_block_size <= num_tokens``.
-    """
-    cdef slot_t s = r.slot
-    cdef hash_t* hashes = _hashes(kv, s)
-    cdef int32_t j = kv.num_hashed[s]
-    cdef int32_t seg = kv.cur_seg[s]
-    cdef tok_t off = kv.cur_off[s]
-    cdef tok_t need, take, avail, length, first
-    cdef hash_t stream, h
-    while j < n_hashes:
-        h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
-        need = kv.hash_block_size
-        while need > 0:
-            if seg < r.seg_cnt:
-                stream = kv.seg_stream[r.seg_off + seg]
-                first = kv.seg_first[r.seg_off + seg]
-                length = kv.seg_len[r.seg_off + seg]
-            else:
-                # Output tokens: one stream per request, offset = output index.
-                stream = r.out_stream
-                first = 0
-                length = r.num_output
-            avail = length - off
-            take = need if need < avail else avail
-            h = hash_run(h, stream, first + off, take)
-            off += take
-            need -= take
-            if off == length and seg < r.seg_cnt:
-                seg += 1
-                off = 0
-        hashes[j] = hash_finish(h)
-        j += 1
-    kv.num_hashed[s] = j
-    kv.cur_seg[s] = seg
-    kv.cur_off[s] = off
-
-
-cdef inline int32_t _n_hashes(const KVCacheC* kv, const ReqC* r) noexcept nogil:
-    # len(request.block_hashes)
-    return <int32_t>(num_tokens(r) // kv.hash_block_size)
-
-
-cdef inline hash_t _view(const KVCacheC* kv, const ReqC* r, int32_t ratio, int32_t i) noexcept nogil:
-    # Block i of a group whose block is ``ratio`` hash blocks: its last sub-hash.
-    return _hashes(kv, r.slot)[(i + 1) * ratio - 1]
-
-
 # ------------------------------------------------------------------ lookups
-
-cdef bint _probe(KVCacheC* kv, int32_t sg, hash_t h) noexcept nogil:
-    # BlockPool.get_cached_block over every group of a spec-group: the key must
-    # be cached for each; the blocks go to kv.tmp_blocks in member order.
-    cdef int32_t m, gid
-    cdef block_id_t b
-    for m in range(kv.spec_count[sg]):
-        gid = kv.spec_members[kv.spec_first[sg] + m]
-        b = bp_lookup(&kv.pool, group_key(h, gid))
-        if b < 0:
-            return False
-        kv.tmp_blocks[m] = b
-    return True
-
-
-cdef inline void _put(KVCacheC* kv, int32_t sg, int32_t pos) noexcept nogil:
-    cdef int32_t m
-    for m in range(kv.spec_count[sg]):
-        kv.groups[kv.spec_members[kv.spec_first[sg] + m]].hit[pos] = kv.tmp_blocks[m]
-
-
-cdef inline void _fill_null(KVCacheC* kv, int32_t sg, int32_t start, int32_t end) noexcept nogil:
-    cdef int32_t m, i
-    cdef GroupC* g
-    for m in range(kv.spec_count[sg]):
-        g = &kv.groups[kv.spec_members[kv.spec_first[sg] + m]]
-        for i in range(start, end):
-            g.hit[i] = 0
-
-
-cdef inline void _set_hit_n(KVCacheC* kv, int32_t sg, int32_t n) noexcept nogil:
-    cdef int32_t m
-    for m in range(kv.spec_count[sg]):
-        kv.groups[kv.spec_members[kv.spec_first[sg] + m]].hit_n = n
-
 
 cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
     # FullAttentionManager.find_longest_cache_hit
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t n_raw = _n_hashes(kv, r)
+    cdef int32_t n_raw = kv_n_hashes(kv, r)
     cdef int32_t view_len = n_raw // g.ratio
     cdef int32_t n = 0, i, scale, first, max_partial, fi
     cdef tok_t hit
     cdef bint fine = align < bs and bs % align == 0
-    cdef hash_t* raw = _hashes(kv, r.slot)
-    for i in range(<int32_t>_min(max_length // bs, view_len)):
-        if not _probe(kv, sg, _view(kv, r, g.ratio, i)):
+    cdef hash_t* raw = kv_hashes(kv, r.slot)
+    for i in range(<int32_t>tmin(max_length // bs, view_len)):
+        if not kv_probe(kv, sg, kv_view(kv, r, g.ratio, i)):
             break
-        _put(kv, sg, n)
+        kv_put_hit(kv, sg, n)
         n += 1
     hit = n * bs
     if fine:
         # Partial entries inside the first missing block, highest first.
         scale = <int32_t>(bs // align)
         first = n * scale
-        max_partial = <int32_t>_min(_min(first + scale - 1, max_length // align), n_raw)
+        max_partial = <int32_t>tmin(tmin(first + scale - 1, max_length // align), n_raw)
         for fi in range(max_partial - 1, first - 1, -1):
-            if _probe(kv, sg, raw[fi]):
-                _put(kv, sg, n)
+            if kv_probe(kv, sg, raw[fi]):
+                kv_put_hit(kv, sg, n)
                 n += 1
                 hit = (fi + 1) * align
                 break
     hit -= hit % align
-    n = <int32_t>_min(n, cdiv(hit, bs))
-    _set_hit_n(kv, sg, n)
+    n = <int32_t>tmin(n, cdiv(hit, bs))
+    kv_set_hit_n(kv, sg, n)
     return hit
 
 
@@ -421,15 +266,15 @@ cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
     cdef int32_t need = <int32_t>cdiv(g.spec.window - 1, bs)
-    cdef int32_t max_blocks = <int32_t>_min(max_length // bs, _n_hashes(kv, r) // g.ratio)
+    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, kv_n_hashes(kv, r) // g.ratio)
     cdef int32_t i, c = 0, n = 0
     cdef bint found = False
-    _fill_null(kv, sg, 0, max_blocks)
+    kv_fill_null(kv, sg, 0, max_blocks)
     for i in range(max_blocks - 1, -1, -1):
-        if _probe(kv, sg, _view(kv, r, g.ratio, i)):
+        if kv_probe(kv, sg, kv_view(kv, r, g.ratio, i)):
             if c == 0 and bs != align and ((i + 1) * bs) % align != 0:
                 continue
-            _put(kv, sg, i)
+            kv_put_hit(kv, sg, i)
             c += 1
             if c >= need:
                 n = i + c
@@ -442,7 +287,7 @@ cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_
         n = c
         while bs != align and (n * bs) % align != 0:
             n -= 1
-    _set_hit_n(kv, sg, n)
+    kv_set_hit_n(kv, sg, n)
     return n * bs
 
 
@@ -451,52 +296,20 @@ cdef tok_t _lookup_chunked(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, 
     # current chunk are computed and out of window (null); scan on from there.
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t max_blocks = <int32_t>_min(max_length // bs, _n_hashes(kv, r) // g.ratio)
+    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, kv_n_hashes(kv, r) // g.ratio)
     cdef int32_t start = <int32_t>((max_length // g.spec.window) * g.spec.window // bs)
     cdef int32_t i, n
     if start > max_blocks:
         start = max_blocks
-    _fill_null(kv, sg, 0, start)
+    kv_fill_null(kv, sg, 0, start)
     n = start
     for i in range(start, max_blocks):
-        if not _probe(kv, sg, _view(kv, r, g.ratio, i)):
+        if not kv_probe(kv, sg, kv_view(kv, r, g.ratio, i)):
             break
-        _put(kv, sg, i)
+        kv_put_hit(kv, sg, i)
         n = i + 1
-    _set_hit_n(kv, sg, n)
+    kv_set_hit_n(kv, sg, n)
     return n * bs
-
-
-cdef tok_t _lookup_mamba(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
-    # MambaManager.find_longest_cache_hit: the latest cached state, right to left.
-    cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
-    cdef tok_t bs = g.spec.block_size
-    cdef int32_t n_raw = _n_hashes(kv, r)
-    cdef int32_t i, fi, idx, scale, max_units, max_blocks
-    cdef hash_t* raw = _hashes(kv, r.slot)
-    _set_hit_n(kv, sg, 0)
-    if align < bs and bs % align == 0:
-        # Fine-grained: any hash boundary may hold a state.
-        scale = <int32_t>(bs // align)
-        max_units = <int32_t>_min(max_length // align, n_raw)
-        for fi in range(max_units - 1, -1, -1):
-            if _probe(kv, sg, raw[fi]):
-                idx = fi // scale
-                _fill_null(kv, sg, 0, idx)
-                _put(kv, sg, idx)
-                _set_hit_n(kv, sg, idx + 1)
-                return (fi + 1) * align
-        return 0
-    max_blocks = <int32_t>_min(max_length // bs, n_raw // g.ratio)
-    for i in range(max_blocks - 1, -1, -1):
-        if _probe(kv, sg, _view(kv, r, g.ratio, i)):
-            if bs != align and ((i + 1) * bs) % align != 0:
-                continue
-            _fill_null(kv, sg, 0, i)
-            _put(kv, sg, i)
-            _set_hit_n(kv, sg, i + 1)
-            return (i + 1) * bs
-    return 0
 
 
 cdef tok_t _lookup(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
@@ -508,8 +321,8 @@ cdef tok_t _lookup(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t al
     if kind == GK_CHUNKED:
         return _lookup_chunked(kv, r, sg, max_length, align)
     if kind == GK_MAMBA:
-        return _lookup_mamba(kv, r, sg, max_length, align)
-    _set_hit_n(kv, sg, 0)
+        return state_lookup(kv, r, sg, max_length, align)
+    kv_set_hit_n(kv, sg, 0)
     return 0
 
 
@@ -529,7 +342,7 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
         return 0
     # The last token is always recomputed for its logits.
     max_len = num_tokens(r) - 1
-    _ensure_hashes(kv, r, _n_hashes(kv, r))
+    hash_extend(kv, r, kv_n_hashes(kv, r))
     if not kv.hybrid:
         return _lookup(kv, r, 0, max_len, kv.groups[0].spec.block_size)
     # HybridKVCacheCoordinator.find_longest_cache_hit: the fixed point.
@@ -543,13 +356,13 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
             kind = kv.groups[kv.spec_members[kv.spec_first[sg]]].spec.kind
             if kind == GK_FULL and kv.tmp_looked[sg]:
                 # Full attention is downward closed: never re-probed.
-                cur = _min(cur, kv.tmp_hit_len[sg])
+                cur = tmin(cur, kv.tmp_hit_len[sg])
                 continue
             new_len = _lookup(kv, r, sg, cur, kv.align)
             kv.tmp_looked[sg] = True
             kv.tmp_hit_len[sg] = new_len
             cur = new_len
-            longest = _max(longest, cur)
+            longest = tmax(longest, cur)
         if cur >= hit:
             break
         hit = cur
@@ -558,7 +371,7 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
     for i in range(kv.n_groups):
         g = &kv.groups[i]
         if g.spec.kind == GK_FULL and g.spec.spec_group >= 0:
-            g.hit_n = <int32_t>_min(g.hit_n, cdiv(hit, g.spec.block_size))
+            g.hit_n = <int32_t>tmin(g.hit_n, cdiv(hit, g.spec.block_size))
     if longest > hit:
         r.shared_prefix_boundary = longest
     return hit
@@ -569,52 +382,12 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
 cdef inline tok_t _skipped_tokens(const GroupC* g, tok_t n) noexcept nogil:
     # get_num_skipped_tokens: tokens whose blocks a group no longer needs.
     if g.spec.kind == GK_SWA:
-        return _max(0, n - g.spec.window + 1)
+        return tmax(0, n - g.spec.window + 1)
     if g.spec.kind == GK_CHUNKED:
         return n // g.spec.window * g.spec.window
     if g.spec.kind == GK_MAMBA:
         return n - 1
     return 0
-
-
-cdef inline tok_t _ckpt_position(tok_t n, tok_t unit) noexcept nogil:
-    # get_mamba_prefill_checkpoint_position without EAGLE: leave one token.
-    return _max((n - 1) // unit * unit, 0)
-
-
-cdef bint _ckpt_valid(tok_t start, tok_t end, tok_t pos, tok_t h, tok_t bs, tok_t alignment) noexcept nogil:
-    # kv_cache_interface.is_mamba_prefill_checkpoint_valid
-    if alignment <= 0:
-        return False
-    cdef tok_t initial_col = (start - 1) // bs if start > 0 else -1
-    cdef tok_t ckpt_col = cdiv(end, bs) - 2
-    return (start % h == 0 and ckpt_col > initial_col and start + h <= pos
-            and start < pos < end and (pos - start) % alignment == 0)
-
-
-cdef bint _needs_internal_checkpoint(KVCacheC* kv, GroupC* g, slot_t s, tok_t start, tok_t end,
-                                     tok_t pos, tok_t prefill_end) noexcept nogil:
-    # MambaManager._needs_internal_checkpoint
-    cdef tok_t idx = cdiv(end, g.spec.block_size) - 2
-    cdef block_id_t* table = _table(kv, <int32_t>(g - kv.groups), s)
-    cdef int32_t n = g.table_len[s]
-    if not (g.spec.has_ckpt and g.spec.align_mode and end >= prefill_end):
-        return False
-    if not _ckpt_valid(start, end, pos, kv.hash_block_size, g.spec.block_size, g.spec.ckpt_align):
-        return False
-    if idx < 0:
-        return False
-    return idx >= n or table[idx] == 0 or (g.allocated[s] and idx >= n - g.spec.num_spec)
-
-
-cdef block_id_t _evictable(const KVCacheC* kv, const GroupC* g, int32_t start, int32_t n_hits) noexcept nogil:
-    # Hit blocks sitting in the free queue: touching them consumes free capacity.
-    cdef int32_t i
-    cdef block_id_t n = 0
-    for i in range(start, n_hits):
-        if g.hit[i] != 0 and kv.pool.ref_cnt[g.hit[i]] == 0:
-            n += 1
-    return n
 
 
 cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bint use_hits,
@@ -625,54 +398,29 @@ cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bin
     cdef slot_t s = r.slot
     cdef tok_t bs = g.spec.block_size
     cdef int32_t n_hits = g.hit_n if use_hits else 0
-    cdef tok_t required, have, skipped, new_blocks, pos
-    cdef bint partial, ckpt
-    cdef tok_t cap
+    cdef tok_t required, have, skipped, new_blocks
     have = g.table_len[s]
     if g.spec.kind == GK_RING:
         return 0 if have > 0 else 1
     if g.spec.kind == GK_MAMBA:
         # A state cached in this very step may not be written yet: refuse.
-        if n_hits > 0 and _cached_this_step(g, kv.pool.key[g.hit[n_hits - 1]]):
+        if n_hits > 0 and state_cached_this_step(g, kv.pool.key[g.hit[n_hits - 1]]):
             return kv.pool.num_blocks + 1
         if g.spec.align_mode:
-            required = cdiv(main_tokens, bs) + g.spec.num_spec
-            new_blocks = required - n_hits - have
-            partial = (n_hits > 0 and local_computed % bs != 0) or g.partial_idx[s] >= 0
-            if partial:
-                new_blocks = _max(new_blocks, 0) + 1
-            # 0.32 checks the checkpoint at cache_hit_alignment_tokens, 0.31 at
-            # the hash block size (MambaManager.get_num_blocks_to_allocate).
-            pos = _ckpt_position(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size)
-            if not _needs_internal_checkpoint(kv, g, s, total_computed, main_tokens, pos, prefill_end):
-                pos = 0
-            ckpt = pos > 0
-            if not apply_cap:
-                if ckpt:
-                    g.ckpt_pos[s] = pos
-                    g.ckpt_idx[s] = <int32_t>(cdiv(main_tokens, bs) - 2)
-                else:
-                    g.ckpt_pos[s] = 0
-                    g.ckpt_idx[s] = -1
-            if new_blocks > 0:
-                # At most one new state block per step (+ copy, checkpoint, drafts).
-                cap = 1 + <tok_t>partial + <tok_t>ckpt
-                if not g.allocated[s] or (kv.version < 32 and ckpt):
-                    cap += g.spec.num_spec
-                new_blocks = _min(new_blocks, cap)
-            return new_blocks + _evictable(kv, g, 0, n_hits)
+            return state_blocks_needed(kv, gi, r, n_hits, total_computed, local_computed, main_tokens,
+                                       apply_cap, prefill_end)
         n_tokens += bs * g.spec.num_spec
     # Common rule (full, sliding window, chunked local, Mamba outside align).
     required = cdiv(n_tokens, bs)
     if apply_cap and g.spec.admission_cap >= 0:
-        required = _min(required, g.spec.admission_cap)
+        required = tmin(required, g.spec.admission_cap)
     if g.num_cached[s] >= 0:
-        return _max(required - have, 0)
+        return tmax(required - have, 0)
     skipped = _skipped_tokens(g, total_computed) // bs
-    new_blocks = _max(required - _max(skipped, n_hits + have), 0)
+    new_blocks = tmax(required - tmax(skipped, n_hits + have), 0)
     if n_hits > 0 and local_computed % bs != 0:
         new_blocks += 1  # copy-on-write block of a partial hit
-    return new_blocks + _evictable(kv, g, <int32_t>_max(0, skipped - have), n_hits)
+    return new_blocks + kv_evictable(kv, g, <int32_t>tmax(0, skipped - have), n_hits)
 
 
 # ------------------------------------------------------------------ window and state releases
@@ -681,7 +429,7 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
     """remove_skipped_blocks: null and free blocks that left the window."""
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
-    cdef block_id_t* table = _table(kv, gi, s)
+    cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t skipped = _skipped_tokens(g, processed)
     cdef int32_t sb, i, first, n = g.table_len[s]
     cdef block_id_t front
@@ -689,7 +437,7 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
         return
     front = bp_head(&kv.pool)
     if skipped > 0:
-        sb = <int32_t>_min(skipped // g.spec.block_size, n)
+        sb = <int32_t>tmin(skipped // g.spec.block_size, n)
         if g.spec.kind == GK_MAMBA and g.spec.align_mode:
             # Skip over nulls; remember how far blocks were retired.
             first = g.retired[s]
@@ -722,7 +470,7 @@ cdef void _add_hits(KVCacheC* kv, int32_t gi, ReqC* r, tok_t local) noexcept nog
     # SingleTypeKVCacheManager.add_local_computed_blocks: touch and adopt.
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
-    cdef block_id_t* table = _table(kv, gi, s)
+    cdef block_id_t* table = kv_table(kv, gi, s)
     cdef int32_t sb, i, n = 0
     if g.spec.kind == GK_RING:
         return
@@ -743,87 +491,27 @@ cdef void _add_hits(KVCacheC* kv, int32_t gi, ReqC* r, tok_t local) noexcept nog
         g.num_cached[s] = g.partial_idx[s]
 
 
-cdef int _apply_cow(KVCacheC* kv, int32_t gi, slot_t s, block_id_t cow) except -1 nogil:
-    # SingleTypeKVCacheManager._apply_cow
-    cdef GroupC* g = &kv.groups[gi]
-    _table(kv, gi, s)[g.partial_idx[s]] = cow
-    _retain(g, g.partial_src[s], cow)
-    kv.pool.ref_cnt[cow] += 1
-    return 0
-
-
 cdef int _allocate_new_blocks(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens,
                               tok_t main_tokens) except -1 nogil:
     """allocate_new_blocks of each manager kind."""
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
-    cdef block_id_t* table = _table(kv, gi, s)
+    cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t required, prev, skip, i, k, null_end, keep
-    cdef bint ckpt, partial, was_allocated
-    cdef block_id_t cow, b
+    cdef int32_t i, k
+    cdef block_id_t cow
     if g.spec.kind == GK_RING:
         if g.table_len[s] == 0:
             table[0] = bp_pop_free(&kv.pool)
             g.table_len[s] = 1
         return 0
     if g.spec.kind == GK_MAMBA and g.spec.align_mode:
-        required = <int32_t>(cdiv(main_tokens, bs) + g.spec.num_spec)
-        ckpt = g.ckpt_pos[s] > 0
-        partial = g.partial_idx[s] >= 0
-        if required <= g.table_len[s] and not partial and not ckpt:
-            g.allocated[s] = 1
-            return 0
-        prev = g.table_len[s]
-        was_allocated = g.allocated[s]
-        if was_allocated:
-            g.last_state[s] = prev - 1 - g.spec.num_spec
-        elif prev > 0:
-            g.last_state[s] = prev - 1
-        skip = required - g.spec.num_spec - 1
-        if prev < skip:
-            null_end = skip - <int32_t>ckpt
-            for i in range(prev, null_end):
-                table[i] = 0
-            if null_end > prev:
-                g.table_len[s] = null_end
-        if was_allocated and (kv.version >= 32 or not ckpt):
-            # Speculative scratch blocks now inside the padding move to the tail.
-            keep = skip - <int32_t>ckpt if kv.version >= 32 else skip
-            for i in range(prev - g.spec.num_spec, prev):
-                if i < keep:
-                    table[g.table_len[s]] = table[i]
-                    g.table_len[s] += 1
-                    table[i] = 0
-                else:
-                    break
-        k = required - g.table_len[s]
-        if k < 0:
-            k = 0
-        if partial:
-            cow = bp_pop_free(&kv.pool)
-            if was_allocated:
-                # The producer keeps writing its running state; the cached
-                # sub-block state moves to a copy (move_block_hashes).
-                bp_move_hashes(&kv.pool, g.partial_src[s], cow)
-                _retain(g, g.partial_src[s], cow)
-                kv.pool.ref_cnt[g.partial_src[s]] += 1
-                if kv.pool.key[cow] != 0:
-                    _push_key(g, kv.pool.key[cow])
-            else:
-                _apply_cow(kv, gi, s, cow)
-        for i in range(k):
-            b = bp_pop_free(&kv.pool)
-            table[g.table_len[s]] = b
-            g.table_len[s] += 1
-        g.allocated[s] = 1
-        g.partial_idx[s] = -1
-        return 0
+        return state_allocate(kv, gi, r, main_tokens)
     if g.spec.kind == GK_MAMBA:
         n_tokens += bs * g.spec.num_spec
     if g.partial_idx[s] >= 0:
         cow = bp_pop_free(&kv.pool)
-        _apply_cow(kv, gi, s, cow)
+        kv_apply_cow(kv, gi, s, cow)
         g.partial_idx[s] = -1
     k = <int32_t>(cdiv(n_tokens, bs) - g.table_len[s])
     for i in range(k):
@@ -841,8 +529,8 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     """
     cdef bint use_hits = num_new_computed > 0
     cdef tok_t local = r.num_computed + num_new_computed
-    cdef tok_t total = _min(local, kv.max_model_len)
-    cdef tok_t prefill_end = _max(r.prompt_len, num_tokens(r) - 1)
+    cdef tok_t total = tmin(local, kv.max_model_len)
+    cdef tok_t prefill_end = tmax(r.prompt_len, num_tokens(r) - 1)
     cdef tok_t main_tokens, need_slot, need, nfull
     cdef block_id_t wm = 0
     cdef int32_t gi
@@ -855,17 +543,17 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
         prefill_end = 0
     if full_sequence_must_fit:
         # scheduler_reserve_full_isl: the whole current sequence must fit now.
-        nfull = _min(num_tokens(r), kv.max_model_len)
+        nfull = tmin(num_tokens(r), kv.max_model_len)
         need = 0
         for gi in range(kv.n_groups):
             need += _blocks_needed(kv, gi, r, nfull, use_hits, total, local, nfull, True, prefill_end)
         if need + wm > kv.pool.num_free:
             return 0
     main_tokens = total + num_new_tokens
-    need_slot = _min(main_tokens, kv.max_model_len)
+    need_slot = tmin(main_tokens, kv.max_model_len)
     # Out-of-window blocks are released before the capacity check.
     for gi in range(kv.n_groups):
-        _remove_skipped(kv, gi, r, _max(0, total - r.num_in_flight))
+        _remove_skipped(kv, gi, r, tmax(0, total - r.num_in_flight))
     need = 0
     for gi in range(kv.n_groups):
         need += _blocks_needed(kv, gi, r, need_slot, use_hits, local, local, main_tokens, False, prefill_end)
@@ -884,106 +572,17 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     for gi in range(kv.n_groups):
         _allocate_new_blocks(kv, gi, r, need_slot, main_tokens)
     if kv.caching:
-        kv_cache_blocks(kv, r, _min(total + num_new_tokens, num_tokens(r)))
+        kv_cache_blocks(kv, r, tmin(total + num_new_tokens, num_tokens(r)))
     return 1
 
 
 # ------------------------------------------------------------------ caching
 
-cdef bint _mask(KVCacheC* kv, GroupC* g, ReqC* r, int32_t start, int32_t end,
-                bint with_boundaries) noexcept nogil:
-    """reachable_block_mask into kv.mask[0 : end - start]; False means dense.
-
-    Sliding-window and Mamba groups keep only the blocks a later request can
-    reach: the tail of each retention segment and the replay boundaries
-    (prompt - 1, the shared-prefix junction).
-    """
-    cdef tok_t bs = g.spec.block_size
-    cdef tok_t align = kv.align   # cache_hit_alignment_tokens
-    cdef tok_t seg, aligned, b
-    cdef int32_t need, per, i, j, e, first, k
-    cdef tok_t bounds[2]
-    cdef int32_t n_bounds = 0
-    if g.spec.kind != GK_SWA and g.spec.kind != GK_MAMBA:
-        return False
-    if with_boundaries:
-        bounds[0] = r.prompt_len - 1
-        n_bounds = 1
-        if r.shared_prefix_boundary:
-            bounds[1] = r.shared_prefix_boundary
-            n_bounds = 2
-    if g.spec.kind == GK_SWA:
-        if align % bs != 0:
-            return False
-        need = <int32_t>cdiv(g.spec.window - 1, bs)
-        for i in range(end - start):
-            kv.mask[i] = 0
-        if kv.retention < 0:
-            seg = align
-        elif kv.retention == 0:
-            seg = 0
-        else:
-            seg = kv.retention
-        if seg > 0:
-            per = <int32_t>(seg // bs)
-            if need >= per:
-                return False
-            for i in range(start, end):
-                if i % per >= per - need:
-                    kv.mask[i - start] = 1
-        if kv.retention >= 0:
-            for k in range(n_bounds):
-                aligned = bounds[k] // align * align
-                e = <int32_t>(aligned // bs)
-                for j in range(<int32_t>_max(start, e - need), <int32_t>_min(end, e)):
-                    kv.mask[j - start] = 1
-        return True
-    # Mamba
-    if kv.retention < 0:
-        return False
-    for i in range(end - start):
-        kv.mask[i] = 0
-    if kv.retention > 0:
-        per = <int32_t>(kv.retention // bs)
-        if per <= 1:
-            return False
-        first = (start + per) // per * per - 1
-        i = first - start
-        while i < end - start:
-            kv.mask[i] = 1
-            i += per
-    for k in range(n_bounds):
-        aligned = bounds[k] // align * align
-        b = aligned // bs - 1
-        if start <= b < end:
-            kv.mask[b - start] = 1
-    return True
-
-
-cdef hash_t _cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t blk, tok_t n,
-                                 bint replace) except? 0 nogil:
-    """BlockPool.cache_partial_block: key ``blk`` at the hash boundary ``n``."""
-    cdef tok_t h = kv.hash_block_size
-    cdef int32_t nh = <int32_t>(n // h)
-    cdef hash_t key
-    cdef bint already
-    if blk == 0:
-        return 0
-    key = group_key(_hashes(kv, r.slot)[nh - 1], gi)
-    already = kv.pool.key[blk] == key or bp_contains(&kv.pool, key, blk)
-    if replace:
-        bp_remove_hashes(&kv.pool, blk)
-    elif (not already and kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] < nh * h):
-        bp_remove_hashes(&kv.pool, blk)
-    bp_insert_block_hash(&kv.pool, blk, key, nh * h)
-    return key
-
-
 cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogil:
     """SingleTypeKVCacheManager.cache_blocks (+ FullAttention / Mamba extras)."""
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
-    cdef block_id_t* table = _table(kv, gi, s)
+    cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
     cdef int32_t c, f, i, idx, before, after
@@ -997,12 +596,12 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
     c = before
     f = <int32_t>(n // bs)
     if c < f:
-        masked = _mask(kv, g, r, c, f, True)
+        masked = retention_mask(kv, g, r, c, f, True)
         for i in range(c, f):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
-            key = group_key(_view(kv, r, g.ratio, i), gi)
+            key = group_key(kv_view(kv, r, g.ratio, i), gi)
             if kv.pool.key[blk] != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
@@ -1019,84 +618,11 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         idx = <int32_t>(b // bs)
         if idx >= g.table_len[s]:
             return 0
-        _cache_partial_block(kv, gi, r, table[idx], b, False)
+        cache_partial_block(kv, gi, r, table[idx], b, False)
         return 0
     if g.spec.kind != GK_MAMBA:
         return 0
-    after = g.num_cached[s] if g.num_cached[s] > 0 else 0
-    if g.spec.align_mode:
-        key = _mamba_partial_tail(kv, gi, r, n)
-        if key != 0:
-            _push_key(g, key)
-    for i in range(before, after):
-        blk = table[i]
-        if blk == 0 or kv.pool.key[blk] == 0:
-            continue
-        _push_key(g, kv.pool.key[blk])
-    return 0
-
-
-cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except? 0 nogil:
-    """MambaManager._cache_partial_tail_block (0.31 and 0.32 rules)."""
-    cdef GroupC* g = &kv.groups[gi]
-    cdef slot_t s = r.slot
-    cdef block_id_t* table = _table(kv, gi, s)
-    cdef tok_t bs = g.spec.block_size
-    cdef tok_t h = kv.hash_block_size
-    cdef tok_t pos, latest
-    cdef int32_t idx, bidx
-    cdef block_id_t blk
-    cdef bint is_prompt, is_retained, dense
-    cdef hash_t key
-    if g.ckpt_pos[s] > 0:
-        pos = g.ckpt_pos[s]
-        blk = table[g.ckpt_idx[s]]
-        if kv.version >= 32:
-            is_prompt = pos == _ckpt_position(r.prompt_len, kv.align)
-            is_retained = False
-            if pos % bs == 0:
-                bidx = <int32_t>(pos // bs - 1)
-                dense = not _mask(kv, g, r, bidx, bidx + 1, False)
-                is_retained = dense or kv.mask[0]
-            if not is_prompt and not is_retained and pos != r.shared_prefix_boundary:
-                bp_remove_hashes(&kv.pool, blk)
-                return 0
-        else:
-            is_prompt = pos == _ckpt_position(r.prompt_len, h)
-            if (kv.retention == 0 and n < r.prompt_len and not is_prompt
-                    and pos != r.shared_prefix_boundary):
-                bp_remove_hashes(&kv.pool, blk)
-                return 0
-        if kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] == pos:
-            return 0
-        return _cache_partial_block(kv, gi, r, blk, pos, True)
-    if kv.version >= 32:
-        if n <= 0 or n % h != 0:
-            return 0
-        latest = _ckpt_position(r.prompt_len, h)
-        if n != latest:
-            return 0
-        idx = <int32_t>(cdiv(n, bs) - 1)
-    else:
-        if bs == h or n % bs == 0 or n % h != 0:
-            return 0
-        latest = r.prompt_len // h * h
-        if n != latest:
-            return 0
-        idx = <int32_t>(n // bs)
-    if idx >= g.table_len[s]:
-        return 0
-    blk = table[idx]
-    if blk == 0:
-        return 0
-    key = _cache_partial_block(kv, gi, r, blk, n, False)
-    if key != 0 and (kv.version < 32 or n % bs != 0):
-        # The running request moves on; its sub-block state is copied at its
-        # next allocation (MambaManager.allocate_new_blocks).
-        g.partial_idx[s] = idx
-        g.partial_src[s] = blk
-        g.num_cached[s] = idx
-    return key
+    return state_cache_tail(kv, gi, r, n, before)
 
 
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
@@ -1112,7 +638,7 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
     if kv.hybrid and not kv.fine:
         n = n // kv.sched_block_size * kv.sched_block_size
     if n > 0:
-        _ensure_hashes(kv, r, <int32_t>(n // kv.hash_block_size))
+        hash_extend(kv, r, <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
         _cache_group(kv, gi, r, n)
     return 0
@@ -1127,7 +653,7 @@ cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil:
     if s < 0:
         return
     for gi in range(kv.n_groups):
-        bp_free_reversed(&kv.pool, _table(kv, gi, s), kv.groups[gi].table_len[s])
+        bp_free_reversed(&kv.pool, kv_table(kv, gi, s), kv.groups[gi].table_len[s])
     _reset_row(kv, s)
 
 
@@ -1166,194 +692,3 @@ cdef int specs_from_dicts(object groups, GroupSpecC* out) except -1:
     return 0
 
 
-cdef class KVCache:
-    """A KV-cache manager with its own requests, driven from Python (tests, tools).
-
-    Parameters
-    ----------
-    num_blocks : int
-        Pool size including the null block.
-    block_size : int
-        Tokens per block of a single full-attention group (ignored with ``groups``).
-    max_model_len : int
-        Longest sequence.
-    requests : list of list of (stream, first, length)
-        The prompt segments of every request this manager will see.
-    enable_caching : bool
-        Prefix caching on.
-    watermark_blocks : int
-        Blocks kept free when admitting waiting requests.
-    groups : list of dict, optional
-        Group specs as produced by :func:`aisim.config.kvgroups.resolve_groups`
-        (``kind``, ``block_size``, ``window``, ``cacheable``, ``align_mode``,
-        ``num_spec``, ``has_ckpt``, ``ckpt_align``, ``admission_cap``,
-        ``spec_group``) with ``hash_block_size``, ``sched_block_size``,
-        ``fine``, ``retention`` and ``version``.
-
-    Notes
-    -----
-    Mirrors how vLLM's own tests drive ``KVCacheManager``: the caller sets
-    ``num_computed_tokens`` and appends outputs between calls.
-    """
-
-    def __cinit__(self, int num_blocks, int block_size, long max_model_len, requests,
-                  bint enable_caching=True, int watermark_blocks=0, groups=None,
-                  long hash_block_size=0, long sched_block_size=0, bint fine=False,
-                  long retention=-1, int version=32):
-        import numpy as np
-        cdef Py_ssize_t i, n = len(requests)
-        cdef GroupSpecC specs[MAX_GROUPS]
-        if block_size < 1 or max_model_len < 1 or num_blocks < 2:
-            raise ValueError("num_blocks >= 2, block_size >= 1 and max_model_len >= 1 are required")
-        if groups is None:
-            groups = [dict(kind=0, block_size=block_size, window=0, cacheable=True, align_mode=False,
-                           num_spec=0, has_ckpt=False, ckpt_align=0, admission_cap=-1, spec_group=0)]
-            hash_block_size = sched_block_size = block_size
-        specs_from_dicts(groups, specs)
-        streams, firsts, lens, offs, cnts = [], [], [], [], []
-        for segs in requests:
-            offs.append(len(streams))
-            cnts.append(len(segs))
-            for st, fi, ln in segs:
-                if ln <= 0:
-                    raise ValueError("segment lengths must be positive")
-                streams.append(st)
-                firsts.append(fi)
-                lens.append(ln)
-        self._segments = (np.asarray(streams + [0], np.uint64), np.asarray(firsts + [0], np.int64),
-                          np.asarray(lens + [0], np.int64))
-        cdef const hash_t[::1] g_str = self._segments[0]
-        cdef const tok_t[::1] g_first = self._segments[1]
-        cdef const tok_t[::1] g_len = self._segments[2]
-        kv_init(&self.c, num_blocks, <int32_t>len(groups), specs, hash_block_size, sched_block_size,
-                fine, enable_caching, retention, version, max_model_len, watermark_blocks, 4)
-        self.c.seg_stream = &g_str[0]
-        self.c.seg_first = &g_first[0]
-        self.c.seg_len = &g_len[0]
-        self.reqs = <ReqC*>PyMem_RawCalloc(n if n > 0 else 1, sizeof(ReqC))
-        if self.reqs == NULL:
-            raise MemoryError()
-        self.n_reqs = <int>n
-        for i in range(n):
-            self.reqs[i].prompt_len = sum(l for _, _, l in requests[i])
-            self.reqs[i].max_tokens = max_model_len
-            self.reqs[i].seg_off = offs[i]
-            self.reqs[i].seg_cnt = cnts[i]
-            self.reqs[i].out_stream = (<hash_t>1 << 63) | <hash_t>i
-            self.reqs[i].status = 1  # WAITING
-            self.reqs[i].slot = -1
-            kv_acquire_slot(&self.c, &self.reqs[i])
-
-    def __dealloc__(self):
-        kv_release(&self.c)
-        PyMem_RawFree(self.reqs)
-
-    cdef ReqC* _req(self, int r) except NULL:
-        if r < 0 or r >= self.n_reqs:
-            raise IndexError(f"no request {r}")
-        return &self.reqs[r]
-
-    @property
-    def num_free(self):
-        return self.c.pool.num_free
-
-    @property
-    def cached_free(self):
-        """Blocks in the free queue that still carry a key."""
-        return self.c.pool.cached_free
-
-    def free_queue(self):
-        """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.pool.next_free[self.c.pool.num_blocks]
-        while b != self.c.pool.num_blocks + 1:
-            out.append(b)
-            b = self.c.pool.next_free[b]
-        return out
-
-    def ref_cnt(self, int b):
-        return self.c.pool.ref_cnt[b]
-
-    def cached_hash_indices(self, int r, int group):
-        """Hash-block indices of ``r``'s hashes cached under ``group`` (any block)."""
-        cdef ReqC* q = self._req(r)
-        _ensure_hashes(&self.c, q, _n_hashes(&self.c, q))
-        cdef hash_t* hs = _hashes(&self.c, q.slot)
-        return [j for j in range(_n_hashes(&self.c, q))
-                if bp_lookup(&self.c.pool, group_key(hs[j], group)) >= 0]
-
-    def evict_key(self, int r, int group, int hash_index):
-        """Drop every block cached under ``r``'s hash ``hash_index`` for ``group`` (tests)."""
-        cdef ReqC* q = self._req(r)
-        _ensure_hashes(&self.c, q, _n_hashes(&self.c, q))
-        cdef hash_t key = group_key(_hashes(&self.c, q.slot)[hash_index], group)
-        cdef block_id_t b = bp_lookup(&self.c.pool, key)
-        while b >= 0:
-            bp_remove_hashes(&self.c.pool, b)
-            b = bp_lookup(&self.c.pool, key)
-
-    def num_tokens(self, int r):
-        return num_tokens(self._req(r))
-
-    def set_num_computed(self, int r, long n):
-        self._req(r).num_computed = n
-
-    def set_running(self, int r):
-        """Mark ``r`` RUNNING (no watermark applies to it)."""
-        self._req(r).status = 2
-
-    def append_outputs(self, int r, long n=1):
-        """Append ``n`` output tokens (vLLM's append_output_token_ids)."""
-        self._req(r).num_output += n
-
-    def new_step(self):
-        """A new schedule() step: release copy retentions, forget same-step states."""
-        kv_end_schedule(&self.c)
-        kv_new_step_starts(&self.c)
-
-    def get_computed_blocks(self, int r):
-        """(hit tokens, hit block ids) for one group, or per group with several."""
-        cdef ReqC* q = self._req(r)
-        cdef tok_t hit = kv_get_computed_blocks(&self.c, q)
-        per = [[self.c.groups[g].hit[i] for i in range(self.c.groups[g].hit_n)] for g in range(self.c.n_groups)]
-        return hit, (per[0] if self.c.n_groups == 1 else tuple(per))
-
-    def shared_prefix_boundary(self, int r):
-        return self._req(r).shared_prefix_boundary
-
-    def allocate_slots(self, int r, long num_new_tokens, long num_new_computed=0,
-                       bint full_sequence_must_fit=False, bint has_scheduled_reqs=True):
-        """vLLM's allocate_slots: the newly allocated block ids (per group with
-        several groups), or None when it fails."""
-        cdef ReqC* q = self._req(r)
-        before = self.blocks(r)
-        hits = self.get_hits()
-        if not kv_allocate_slots(&self.c, q, num_new_tokens, num_new_computed,
-                                 full_sequence_must_fit, has_scheduled_reqs):
-            return None
-        after = self.blocks(r)
-        if self.c.n_groups == 1:
-            before, after, hits = (before,), (after,), (hits,)
-        new = tuple([b for b in a if b != 0 and b not in set(bf) and (num_new_computed == 0 or b not in set(h))]
-                    for a, bf, h in zip(after, before, hits))
-        return new[0] if self.c.n_groups == 1 else new
-
-    def get_hits(self):
-        per = [[self.c.groups[g].hit[i] for i in range(self.c.groups[g].hit_n)] for g in range(self.c.n_groups)]
-        return per[0] if self.c.n_groups == 1 else tuple(per)
-
-    def blocks(self, int r):
-        """The block table of ``r`` (a tuple of tables with several groups)."""
-        cdef ReqC* q = self._req(r)
-        per = []
-        for g in range(self.c.n_groups):
-            t = _table(&self.c, g, q.slot)
-            per.append([t[i] for i in range(self.c.groups[g].table_len[q.slot])])
-        return per[0] if self.c.n_groups == 1 else tuple(per)
-
-    def cache_blocks(self, int r, long num_tokens):
-        kv_cache_blocks(&self.c, self._req(r), num_tokens)
-
-    def free(self, int r):
-        """Free every block of ``r``, tail first, group by group."""
-        kv_free(&self.c, self._req(r))

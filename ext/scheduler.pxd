@@ -2,6 +2,7 @@
 # update_from_output() over C arrays.  cimported by engine, which owns the
 # request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
 # async_scheduler.py and request_queue.py of vLLM 0.31/0.32.
+from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport block_id_t, flag_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
@@ -11,13 +12,13 @@ cdef struct SchedConfC:
     tok_t max_num_scheduled_tokens   # token_budget per step
     int32_t max_num_running_reqs     # max_num_seqs
     int32_t max_num_active_reqs      # max_num_active_seqs (default max_num_seqs)
-    tok_t long_prefill_token_threshold
+    tok_t long_prefill_token_threshold  # cap of one prefill chunk (0 = none)
     bint adaptive_threshold          # long_prefill_token_threshold_adaptive
     bint chunked_prefill             # enable_chunked_prefill
     bint priority                    # policy == "priority"
     bint reserve_full_isl            # scheduler_reserve_full_isl
     bint async_scheduling            # AsyncScheduler (output placeholders)
-    tok_t max_model_len
+    tok_t max_model_len              # longest sequence
     int32_t version                  # 31 or 32: vLLM minor version whose rules apply
     bint mamba_split                 # need_mamba_block_aligned_split (Mamba groups in align mode)
     tok_t cache_block_size           # cache_config.block_size (the Mamba block)
@@ -36,7 +37,7 @@ cdef struct BatchC:
     flag_t* sampled                  # [cap] the model samples one token (not a prefill chunk)
     flag_t* decode                   # [cap] the entry only processes the newest token
     tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
-    tok_t total_tokens
+    tok_t total_tokens               # sum of tokens[0 : n]
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]
     tok_t* new_computed              # [cap]
@@ -54,13 +55,14 @@ cdef struct BatchC:
     int64_t p_requests
 
 cdef struct SchedC:
-    SchedConfC conf
+    SchedConfC conf                  # the knobs, fixed for the replay
     KVCacheC* kv                     # the engine's KV-cache manager
     ReqC* reqs                       # [n_reqs] owned by the engine
-    req_t n_reqs
+    req_t n_reqs                     # requests of the replay
     req_t* running                   # [n_reqs] admission order (Scheduler.running)
     int32_t n_running
-    req_t* waiting                   # [n_reqs + 1] FCFS ring deque, or binary heap (priority)
+    req_t* waiting                   # [n_reqs + 1] FCFS ring deque (FCFS policy)
+    HeapC wheap                      # the waiting heap (priority policy; empty otherwise)
     int32_t w_head                   # FCFS: index of the head in the ring
     int32_t n_waiting
     req_t* skipped                   # [n_reqs] requests skipped by this step's waiting pass

@@ -13,8 +13,9 @@ Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
 (priority, arrival time, request id) -- ``Request.__lt__``.
 """
 
-from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree
 from libc.string cimport memset
+
+from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release, heap_remove
 
 from aisim._core.kvcache cimport (
     KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_end_schedule, kv_free,
@@ -23,25 +24,9 @@ from aisim._core.kvcache cimport (
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
+from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.types cimport flag_t, req_t, sec_t, tok_t
-
-
-cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
-    return r.prompt_len + r.num_output
-
-
-cdef inline tok_t _min(tok_t a, tok_t b) noexcept nogil:
-    return a if a < b else b
-
-
-cdef inline tok_t cdiv_(tok_t a, tok_t b) noexcept nogil:
-    return (a + b - 1) // b
-
-
-cdef inline tok_t _ckpt_position(tok_t n, tok_t unit) noexcept nogil:
-    # get_mamba_prefill_checkpoint_position (no EAGLE): leave one token.
-    cdef tok_t p = (n - 1) // unit * unit
-    return p if p > 0 else 0
+from aisim._core.util cimport cdiv, ckpt_position, num_tokens, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
@@ -65,29 +50,29 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
     if start >= prefill_end:
         return n
     if c.version >= 32:
-        last = _ckpt_position(ntok, bs)
-        cp = _ckpt_position(prefill_end, h if c.mamba_partial else s.kv.sched_block_size)
+        last = ckpt_position(ntok, bs)
+        cp = ckpt_position(prefill_end, h if c.mamba_partial else s.kv.sched_block_size)
     else:
         last = ntok - ntok % bs
-        cp = _ckpt_position(prefill_end, h)
+        cp = ckpt_position(prefill_end, h)
     end = start + n
     internal = False
     if c.mamba_has_ckpt and end >= prefill_end and c.mamba_ckpt_align > 0:
         # is_mamba_prefill_checkpoint_valid
-        internal = (start % h == 0 and cdiv_(end, bs) - 2 > ((start - 1) // bs if start > 0 else -1)
+        internal = (start % h == 0 and cdiv(end, bs) - 2 > ((start - 1) // bs if start > 0 else -1)
                     and start + h <= cp and start < cp < end and (cp - start) % c.mamba_ckpt_align == 0)
     if internal:
         last = 0
     if end < prefill_end:
         max_prefill = c.max_num_scheduled_tokens
         if c.long_prefill_token_threshold > 0:
-            max_prefill = _min(max_prefill, c.long_prefill_token_threshold)
+            max_prefill = tmin(max_prefill, c.long_prefill_token_threshold)
         aligned = end // bs * bs
         if aligned > start or bs <= max_prefill:
             end = aligned
     tail = 0
     if c.mamba_partial and not internal:
-        tail = _ckpt_position(r.prompt_len, h) if c.version >= 32 else r.prompt_len // h * h
+        tail = ckpt_position(r.prompt_len, h) if c.version >= 32 else r.prompt_len // h * h
     junction = r.shared_prefix_boundary
     stops[0] = (start // bs + 1) * bs if (start % bs != 0 and not internal) else 0
     stops[1] = last
@@ -104,24 +89,18 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
 
 # ------------------------------------------------------------------ set-up
 
-cdef void* _calloc(size_t n, size_t item) except NULL nogil:
-    cdef void* p = PyMem_RawCalloc(n if n > 0 else 1, item)
-    if p == NULL:
-        with gil:
-            raise MemoryError("scheduler arrays")
-    return p
-
-
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil:
     memset(s, 0, sizeof(SchedC))
     s.conf = conf
     s.kv = kv
     s.reqs = reqs
     s.n_reqs = n_reqs
-    s.running = <req_t*>_calloc(n_reqs, sizeof(req_t))
-    s.waiting = <req_t*>_calloc(n_reqs + 1, sizeof(req_t))
-    s.skipped = <req_t*>_calloc(n_reqs, sizeof(req_t))
-    s.finished = <req_t*>_calloc(n_reqs, sizeof(req_t))
+    s.running = <req_t*>mem_calloc(n_reqs, sizeof(req_t))
+    s.waiting = <req_t*>mem_calloc(n_reqs + 1, sizeof(req_t))
+    s.skipped = <req_t*>mem_calloc(n_reqs, sizeof(req_t))
+    s.finished = <req_t*>mem_calloc(n_reqs, sizeof(req_t))
+    if conf.priority:
+        heap_init(&s.wheap, n_reqs)
     # A step schedules at most every running request; priority preemption can
     # list a request once as scheduled and once as preempted.
     s.cap = conf.max_num_running_reqs if conf.max_num_running_reqs < n_reqs else n_reqs
@@ -131,39 +110,40 @@ cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t 
 
 
 cdef void sched_release(SchedC* s) noexcept nogil:
-    PyMem_RawFree(s.running)
-    PyMem_RawFree(s.waiting)
-    PyMem_RawFree(s.skipped)
-    PyMem_RawFree(s.finished)
+    mem_free(s.running)
+    mem_free(s.waiting)
+    mem_free(s.skipped)
+    mem_free(s.finished)
+    heap_release(&s.wheap)
     memset(s, 0, sizeof(SchedC))
 
 
 cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil:
     memset(b, 0, sizeof(BatchC))
-    b.req = <req_t*>_calloc(cap, sizeof(req_t))
-    b.tokens = <tok_t*>_calloc(cap, sizeof(tok_t))
-    b.sampled = <flag_t*>_calloc(cap, sizeof(flag_t))
-    b.decode = <flag_t*>_calloc(cap, sizeof(flag_t))
-    b.ctx = <tok_t*>_calloc(cap, sizeof(tok_t))
-    b.new_req = <req_t*>_calloc(cap, sizeof(req_t))
-    b.new_computed = <tok_t*>_calloc(cap, sizeof(tok_t))
-    b.res_req = <req_t*>_calloc(cap, sizeof(req_t))
-    b.res_computed = <tok_t*>_calloc(cap, sizeof(tok_t))
-    b.preempted = <req_t*>_calloc(cap, sizeof(req_t))
+    b.req = <req_t*>mem_calloc(cap, sizeof(req_t))
+    b.tokens = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.sampled = <flag_t*>mem_calloc(cap, sizeof(flag_t))
+    b.decode = <flag_t*>mem_calloc(cap, sizeof(flag_t))
+    b.ctx = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.new_req = <req_t*>mem_calloc(cap, sizeof(req_t))
+    b.new_computed = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.res_req = <req_t*>mem_calloc(cap, sizeof(req_t))
+    b.res_computed = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.preempted = <req_t*>mem_calloc(cap, sizeof(req_t))
     return 0
 
 
 cdef void batch_release(BatchC* b) noexcept nogil:
-    PyMem_RawFree(b.req)
-    PyMem_RawFree(b.tokens)
-    PyMem_RawFree(b.sampled)
-    PyMem_RawFree(b.decode)
-    PyMem_RawFree(b.ctx)
-    PyMem_RawFree(b.new_req)
-    PyMem_RawFree(b.new_computed)
-    PyMem_RawFree(b.res_req)
-    PyMem_RawFree(b.res_computed)
-    PyMem_RawFree(b.preempted)
+    mem_free(b.req)
+    mem_free(b.tokens)
+    mem_free(b.sampled)
+    mem_free(b.decode)
+    mem_free(b.ctx)
+    mem_free(b.new_req)
+    mem_free(b.new_computed)
+    mem_free(b.res_req)
+    mem_free(b.res_computed)
+    mem_free(b.preempted)
     memset(b, 0, sizeof(BatchC))
 
 
@@ -172,55 +152,17 @@ cdef void batch_release(BatchC* b) noexcept nogil:
 # append, prepend = appendleft); PriorityRequestQueue is a heap on
 # Request.__lt__ (priority, arrival_time, request_id) where prepend is a push.
 
-cdef inline bint _before(const SchedC* s, req_t a, req_t b) noexcept nogil:
-    # Request.__lt__: priority, then arrival_time, then request_id (as strings).
-    cdef const ReqC* x = &s.reqs[a]
-    cdef const ReqC* y = &s.reqs[b]
-    if x.priority != y.priority:
-        return x.priority < y.priority
-    if x.arrival_key != y.arrival_key:
-        return x.arrival_key < y.arrival_key
-    return x.id_rank < y.id_rank
-
-
-cdef void _heap_up(SchedC* s, int32_t i) noexcept nogil:
-    cdef req_t x = s.waiting[i]
-    cdef int32_t p
-    while i > 0:
-        p = (i - 1) >> 1
-        if not _before(s, x, s.waiting[p]):
-            break
-        s.waiting[i] = s.waiting[p]
-        i = p
-    s.waiting[i] = x
-
-
-cdef void _heap_down(SchedC* s, int32_t i) noexcept nogil:
-    cdef req_t x = s.waiting[i]
-    cdef int32_t c
-    cdef int32_t n = s.n_waiting
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _before(s, s.waiting[c + 1], s.waiting[c]):
-            c += 1
-        if not _before(s, s.waiting[c], x):
-            break
-        s.waiting[i] = s.waiting[c]
-        i = c
-    s.waiting[i] = x
-
-
 cdef inline int32_t _ring(const SchedC* s, int32_t i) noexcept nogil:
     return (s.w_head + i) % (s.n_reqs + 1)
 
 
 cdef void _wq_push_back(SchedC* s, req_t r) noexcept nogil:
+    cdef const ReqC* q
     if s.conf.priority:
-        s.waiting[s.n_waiting] = r
+        # Request.__lt__: priority, then arrival_time, then request_id (as strings).
+        q = &s.reqs[r]
+        heap_push(&s.wheap, q.priority, q.arrival_key, q.id_rank, r)
         s.n_waiting += 1
-        _heap_up(s, s.n_waiting - 1)
     else:
         s.waiting[_ring(s, s.n_waiting)] = r
         s.n_waiting += 1
@@ -236,18 +178,14 @@ cdef void _wq_push_front(SchedC* s, req_t r) noexcept nogil:
 
 
 cdef inline req_t _wq_peek(const SchedC* s) noexcept nogil:
-    return s.waiting[0] if s.conf.priority else s.waiting[s.w_head]
+    return s.wheap.a[0].item if s.conf.priority else s.waiting[s.w_head]
 
 
 cdef req_t _wq_pop(SchedC* s) noexcept nogil:
     cdef req_t r
     if s.conf.priority:
-        r = s.waiting[0]
         s.n_waiting -= 1
-        if s.n_waiting > 0:
-            s.waiting[0] = s.waiting[s.n_waiting]
-            _heap_down(s, 0)
-        return r
+        return heap_pop(&s.wheap)
     r = s.waiting[s.w_head]
     s.w_head = (s.w_head + 1) % (s.n_reqs + 1)
     s.n_waiting -= 1
@@ -260,13 +198,8 @@ cdef void _wq_remove(SchedC* s, req_t r) noexcept nogil:
     cdef int32_t i, j = 0
     cdef req_t x
     if s.conf.priority:
-        for i in range(s.n_waiting):
-            if s.waiting[i] != r:
-                s.waiting[j] = s.waiting[i]
-                j += 1
-        s.n_waiting = j
-        for i in range(s.n_waiting // 2 - 1, -1, -1):
-            _heap_down(s, i)
+        heap_remove(&s.wheap, r)
+        s.n_waiting = s.wheap.n
         return
     for i in range(s.n_waiting):
         x = s.waiting[_ring(s, i)]
@@ -388,9 +321,9 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         n = num_tokens(r) + r.num_placeholders - r.num_computed
         if 0 < lpt < n:
             n = lpt
-        n = _min(n, _min(token_budget, input_budget))
+        n = tmin(n, tmin(token_budget, input_budget))
         # Leave room for the sampled token (num_sampled_tokens_per_step = 1).
-        n = _min(n, c.max_model_len - r.num_computed - 1)
+        n = tmin(n, c.max_model_len - r.num_computed - 1)
         if c.mamba_split:
             n = _mamba_block_aligned_split(s, r, n, 0)
         if n <= 0:
@@ -444,9 +377,9 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             n = num_tokens(r) - hit
             if 0 < lpt < n:
                 n = lpt
-            if not c.chunked_prefill and n > _min(token_budget, input_budget):
+            if not c.chunked_prefill and n > tmin(token_budget, input_budget):
                 break
-            n = _min(n, _min(token_budget, input_budget))
+            n = tmin(n, tmin(token_budget, input_budget))
             if c.mamba_split:
                 n = _mamba_block_aligned_split(s, r, n, hit)
                 if n == 0:

@@ -14,11 +14,11 @@ cdef enum TableAxis:
     AX_KV = 2          # KV tokens read: the scheduled requests' contexts
 
 cdef struct TimeModelC:
-    int32_t kind
+    int32_t kind                    # TimeKind
     # linear
-    sec_t base_s
-    sec_t per_token_s
-    sec_t per_req_s
+    sec_t base_s                    # seconds of every step
+    sec_t per_token_s               # seconds per scheduled token
+    sec_t per_req_s                 # seconds per scheduled request
     # roofline: FLOPs and bytes per step, over peak rates
     double flops_per_token          # 2 * active parameters (matmuls of one token)
     int32_t n_terms                 # attention / KV terms, one per layer kind
@@ -39,8 +39,8 @@ cdef struct TimeModelC:
     double* ys                      # [n_y] increasing
     double* latency                 # [n_x * n_y] seconds, x-major
     # the first step priced outside the table (reported by the engine)
-    bint out_of_range
-    double bad_x
-    double bad_y
+    bint out_of_range               # a step fell outside the table's measured range
+    double bad_x                    # its value on axis 0
+    double bad_y                    # its value on axis 1
 
 cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from aisim._core.blockpool import BlockPool
+from aisim._core.testing import BlockPool
 
 # A small key pool so that duplicate keys (several blocks under one key) happen
 # often.  The values also collide in the low bits (the C map indexes its

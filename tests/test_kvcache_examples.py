@@ -16,7 +16,7 @@ outputs between ``allocate_slots`` calls.
 
 import pytest
 
-from aisim._core.kvcache import KVCache
+from aisim._core.testing import KVCache
 
 BS = 16
 NUM_BLOCKS = 11

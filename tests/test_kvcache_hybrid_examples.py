@@ -24,7 +24,7 @@ import math
 
 import pytest
 
-from aisim._core.kvcache import KVCache
+from aisim._core.testing import KVCache
 from aisim.config.engine import engine_config_from_dict
 from aisim.config.kvgroups import resolve_groups
 

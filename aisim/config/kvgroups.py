@@ -16,8 +16,13 @@ from __future__ import annotations
 
 import math
 
-GROUP_KINDS = {"full": 0, "sliding_window": 1, "chunked_local": 2, "mamba": 3, "gdn": 3, "kda": 3,
-               "conv": 3, "ring": 4}
+from aisim._core.constants import GROUP_KINDS as _CORE_KINDS
+
+# Group type name -> manager kind code of the core (aisim._core.constants.GROUP_KINDS).
+GROUP_KINDS = {"full": _CORE_KINDS["full"], "sliding_window": _CORE_KINDS["sliding_window"],
+               "chunked_local": _CORE_KINDS["chunked_local"], "mamba": _CORE_KINDS["state"],
+               "gdn": _CORE_KINDS["state"], "kda": _CORE_KINDS["state"], "conv": _CORE_KINDS["state"],
+               "ring": _CORE_KINDS["ring"]}
 # Groups that hold a recurrent state rather than per-token KV (vLLM MambaSpec).
 STATE_KINDS = ("mamba", "gdn", "kda", "conv")
 

@@ -11,6 +11,7 @@ weights, KV heads and states across GPUs.
 
 from __future__ import annotations
 
+from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 
 
@@ -30,7 +31,7 @@ def roofline_args(tm) -> dict:
             state += layer.state_bytes * layer.count / tp
     active = model.active_params or model.params
     return {
-        "kind": 1,
+        "kind": TIME_MODEL_KINDS["roofline"],
         "flops_per_token": 2.0 * active / tp,
         "attn_flops": attn_flops,
         "kv_bytes": kv_bytes,

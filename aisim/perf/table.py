@@ -15,9 +15,11 @@ import os
 
 import numpy as np
 
+from aisim._core.constants import TABLE_AXES, TIME_MODEL_KINDS
 from aisim.errors import ConfigError
 
-AXES = {"batch_size": 0, "prefill_tokens": 1, "kv_tokens": 2}
+# Profile column name -> axis code of the core (ext/steptime.pxd TableAxis).
+AXES = TABLE_AXES
 
 
 def _read_rows(path: str) -> dict:
@@ -69,7 +71,7 @@ def table_args(path: str) -> dict:
     if np.isnan(grid).any():
         raise ConfigError(f"step-time profile {path}: the rows do not form a full grid over {', '.join(axes)}")
     return {
-        "kind": 2,
+        "kind": TIME_MODEL_KINDS["table"],
         "axes": [AXES[a] for a in axes],
         "xs": grids[0],
         "ys": grids[1] if len(axes) == 2 else np.zeros(1),

@@ -1,0 +1,183 @@
+"""What the compiled replay core receives: one resolved configuration, one trace.
+
+:func:`core_config` derives a :class:`CoreConfig` from an
+:class:`~aisim.config.engine.EngineConfig` once, in Python, where every rule
+of vLLM's start-up (group block sizes, hash block size, spec-groups, the
+step-time model) is applied.  ``aisim._core.engine.Engine(config, trace)``
+reads both objects once in its constructor and never looks back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """Every scalar and table the replay core needs, resolved.
+
+    Attributes
+    ----------
+    num_gpu_blocks, block_size, max_model_len : int
+        Pool size (null block included), the engine's block size, longest sequence.
+    enable_prefix_caching : bool
+    watermark_blocks : int
+        Blocks kept free when admitting waiting requests.
+    max_num_batched_tokens, max_num_scheduled_tokens : int
+        Input budget and token budget of one step.
+    max_num_seqs, max_num_active_seqs : int
+        Running requests and requests in flight.
+    long_prefill_token_threshold : int
+    long_prefill_token_threshold_adaptive, enable_chunked_prefill : bool
+    priority_policy : bool
+        ``policy == "priority"``.
+    scheduler_reserve_full_isl, async_scheduling : bool
+    groups : tuple of dict
+        One spec per KV-cache group in group-id order
+        (:func:`aisim.config.kvgroups.resolve_groups`).
+    hash_block_size, sched_block_size, cache_block_size : int
+        Granularity of block hashes, the scheduler block, the Mamba block.
+    fine_grained : bool
+        Partial hash hits enabled.
+    retention : int
+        ``prefix_cache_retention_interval``; -1 for None.
+    version : int
+        vLLM minor version whose rules apply (31 or 32).
+    mamba_split, mamba_partial, mamba_has_ckpt : bool
+    mamba_ckpt_align : int
+        Mamba block-aligned split settings.
+    base_s, per_token_s, per_req_s : float
+        Linear step-time coefficients.
+    step_time : dict or None
+        Roofline or table model (:func:`aisim.perf.step_time_args`); None
+        for the linear model.
+    """
+
+    num_gpu_blocks: int
+    block_size: int
+    max_model_len: int
+    enable_prefix_caching: bool
+    watermark_blocks: int
+    max_num_batched_tokens: int
+    max_num_scheduled_tokens: int
+    max_num_seqs: int
+    max_num_active_seqs: int
+    long_prefill_token_threshold: int
+    long_prefill_token_threshold_adaptive: bool
+    enable_chunked_prefill: bool
+    priority_policy: bool
+    scheduler_reserve_full_isl: bool
+    async_scheduling: bool
+    groups: tuple
+    hash_block_size: int
+    sched_block_size: int
+    cache_block_size: int
+    fine_grained: bool
+    retention: int
+    version: int
+    mamba_split: bool
+    mamba_partial: bool
+    mamba_has_ckpt: bool
+    mamba_ckpt_align: int
+    base_s: float
+    per_token_s: float
+    per_req_s: float
+    step_time: dict | None
+
+
+def core_config(engine) -> CoreConfig:
+    """Resolve ``engine`` into the configuration the replay core reads.
+
+    Parameters
+    ----------
+    engine : aisim.config.engine.EngineConfig
+
+    Returns
+    -------
+    CoreConfig
+    """
+    from aisim.config.kvgroups import resolve_groups
+    from aisim.perf import step_time_args
+
+    g = resolve_groups(engine)
+    tm = engine.time_model
+    return CoreConfig(
+        num_gpu_blocks=int(engine.num_gpu_blocks),
+        block_size=int(engine.block_size),
+        max_model_len=int(engine.max_model_len),
+        enable_prefix_caching=bool(engine.enable_prefix_caching),
+        watermark_blocks=int(engine.watermark_blocks),
+        max_num_batched_tokens=int(engine.max_num_batched_tokens),
+        max_num_scheduled_tokens=int(engine.token_budget),
+        max_num_seqs=int(engine.max_num_seqs),
+        max_num_active_seqs=int(engine.active_seqs),
+        long_prefill_token_threshold=int(engine.long_prefill_token_threshold),
+        long_prefill_token_threshold_adaptive=bool(engine.long_prefill_token_threshold_adaptive),
+        enable_chunked_prefill=bool(engine.enable_chunked_prefill),
+        priority_policy=engine.policy == "priority",
+        scheduler_reserve_full_isl=bool(engine.scheduler_reserve_full_isl),
+        async_scheduling=bool(engine.async_scheduling),
+        groups=tuple(dict(s) for s in g["groups"]),
+        hash_block_size=int(g["hash_block_size"]),
+        sched_block_size=int(g["sched_block_size"]),
+        cache_block_size=int(g["cache_block_size"]),
+        fine_grained=bool(g["fine_grained"]),
+        retention=int(g["retention"]),
+        version=int(g["version"]),
+        mamba_split=bool(g["mamba_split"]),
+        mamba_partial=bool(g["mamba_partial"]),
+        mamba_has_ckpt=bool(g["mamba_has_ckpt"]),
+        mamba_ckpt_align=int(g["mamba_ckpt_align"]),
+        base_s=float(tm.base_s),
+        per_token_s=float(tm.per_token_s),
+        per_req_s=float(tm.per_req_s),
+        step_time=step_time_args(tm),
+    )
+
+
+@dataclass(frozen=True)
+class CoreTrace:
+    """The request arrays of one replay, in trace order (built by :func:`aisim.replay.replay`).
+
+    Attributes
+    ----------
+    prompt_len, max_tokens : numpy.ndarray of int64
+    priority : numpy.ndarray of int32
+        Lower runs first (priority policy).
+    arrival_key : numpy.ndarray of float64
+        The arrival step or time, the tie-break of the priority heap.
+    id_rank : numpy.ndarray of int32
+        Rank of each request id in string order.
+    seg_off, seg_cnt : numpy.ndarray of int32
+        Each request's first prompt segment and segment count.
+    out_stream : numpy.ndarray of uint64
+        Token stream of each request's output tokens.
+    seg_stream, seg_first, seg_len : numpy.ndarray
+        The prompt segments (uint64 stream, int64 first offset, int64 length).
+    arrival_step : numpy.ndarray of int64 or None
+        Arrival by engine iteration (step-clocked traces).
+    arrival_time : numpy.ndarray of float64 or None
+        Arrival in seconds (time-clocked traces); exactly one of the two is set.
+    next_turn : numpy.ndarray of int32 or None
+        Closed loop: the request sent when this one finishes (-1: none).
+    think_s : numpy.ndarray of float64 or None
+        Closed loop: seconds between the previous turn's finish and this one.
+    """
+
+    prompt_len: np.ndarray
+    max_tokens: np.ndarray
+    priority: np.ndarray
+    arrival_key: np.ndarray
+    id_rank: np.ndarray
+    seg_off: np.ndarray
+    seg_cnt: np.ndarray
+    out_stream: np.ndarray
+    seg_stream: np.ndarray
+    seg_first: np.ndarray
+    seg_len: np.ndarray
+    arrival_step: np.ndarray | None = None
+    arrival_time: np.ndarray | None = None
+    next_turn: np.ndarray | None = None
+    think_s: np.ndarray | None = None

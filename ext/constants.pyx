@@ -1,0 +1,83 @@
+"""The codes of the replay core's enums, exported to Python by name.
+
+Every table maps a name to the code the core writes or reads; the Python side
+(``aisim.replay``, ``aisim.decisionlog``, ``aisim.config.kvgroups``,
+``aisim.perf``) takes its codes from here instead of repeating numbers.  The
+values come straight from the ``cdef enum`` declarations in ``ext/*.pxd``, so
+a renumbered enum changes them here too; ``tests/test_core_constants.py``
+checks them against ``aisim._core.testing`` and checks that every Python-side
+name table covers exactly these codes.
+"""
+
+from aisim._core.engine cimport (
+    EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, LINE_DRAIN, LINE_STEP,
+)
+from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA
+from aisim._core.request cimport ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING
+from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
+
+# vllm/v1/request.py RequestStatus, as far as the core models it (ReqStatus).
+REQUEST_STATUS = {
+    "pending": ST_PENDING,
+    "waiting": ST_WAITING,
+    "running": ST_RUNNING,
+    "preempted": ST_PREEMPTED,
+    "finished": ST_FINISHED,
+}
+
+# Manager kind of a KV-cache group (GroupKind); "state" is vLLM's MambaManager.
+GROUP_KINDS = {
+    "full": GK_FULL,
+    "sliding_window": GK_SWA,
+    "chunked_local": GK_CHUNKED,
+    "state": GK_MAMBA,
+    "ring": GK_RING,
+}
+
+# Decision-log event kinds (EventKind).
+EVENT_KINDS = {
+    "arrived": EV_ARRIVED,
+    "sched": EV_SCHED,
+    "new": EV_NEW,
+    "resumed": EV_RESUMED,
+    "preempted": EV_PREEMPTED,
+    "finished": EV_FINISHED,
+}
+
+# Step-time models (TimeKind).
+TIME_MODEL_KINDS = {
+    "linear": TM_LINEAR,
+    "roofline": TM_ROOFLINE,
+    "table": TM_TABLE,
+}
+
+# Axes of a step-time profile (TableAxis), named as the profile's columns.
+TABLE_AXES = {
+    "batch_size": AX_BATCH,
+    "prefill_tokens": AX_PREFILL,
+    "kv_tokens": AX_KV,
+}
+
+# Kinds of a step line (LineKind).
+STEP_KINDS = {
+    "step": LINE_STEP,
+    "drain": LINE_DRAIN,
+}
+
+
+def names_by_code(table):
+    """The names of ``table`` listed by code: ``names[code] == name``.
+
+    Parameters
+    ----------
+    table : dict of str to int
+        One of this module's tables; its codes must be 0 .. len - 1.
+
+    Returns
+    -------
+    list of str
+    """
+    names = sorted(table, key=table.__getitem__)
+    if [table[n] for n in names] != list(range(len(names))):
+        raise ValueError("codes are not 0 .. n - 1")
+    return names

@@ -1,0 +1,56 @@
+"""The block-hash chain of one request, extended as its tokens become known.
+
+A request's hashes live in its row of ``KVCacheC.hashes`` (one per full hash
+block of ``hash_block_size`` tokens); a cursor (segment, offset) remembers
+where the last call stopped, so every token is hashed once over the life of
+the request, prompt segments first and then its output stream.  The mixing
+functions and the chain rule are in ``hashing.pxd``; vLLM's counterpart is
+``Request.update_block_hashes`` with ``hash_block_tokens``
+(vllm/v1/core/kv_cache_utils.py).
+"""
+
+from aisim._core.kvcache cimport KVCacheC
+from aisim._core.kvrows cimport kv_hashes
+from aisim._core.request cimport ReqC
+from aisim._core.types cimport hash_t, int32_t, slot_t, tok_t
+
+
+cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
+    """Compute the hashes of ``r`` up to hash block ``n_hashes`` (exclusive).
+
+    Only full hash blocks are hashed (``Request.update_block_hashes``); the
+    caller keeps ``n_hashes * hash_block_size <= num_tokens``.
+    """
+    cdef slot_t s = r.slot
+    cdef hash_t* hashes = kv_hashes(kv, s)
+    cdef int32_t j = kv.num_hashed[s]
+    cdef int32_t seg = kv.cur_seg[s]
+    cdef tok_t off = kv.cur_off[s]
+    cdef tok_t need, take, avail, length, first
+    cdef hash_t stream, h
+    while j < n_hashes:
+        h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
+        need = kv.hash_block_size
+        while need > 0:
+            if seg < r.seg_cnt:
+                stream = kv.seg_stream[r.seg_off + seg]
+                first = kv.seg_first[r.seg_off + seg]
+                length = kv.seg_len[r.seg_off + seg]
+            else:
+                # Output tokens: one stream per request, offset = output index.
+                stream = r.out_stream
+                first = 0
+                length = r.num_output
+            avail = length - off
+            take = need if need < avail else avail
+            h = hash_run(h, stream, first + off, take)
+            off += take
+            need -= take
+            if off == length and seg < r.seg_cnt:
+                seg += 1
+                off = 0
+        hashes[j] = hash_finish(h)
+        j += 1
+    kv.num_hashed[s] = j
+    kv.cur_seg[s] = seg
+    kv.cur_off[s] = off
