@@ -10,6 +10,7 @@ import os
 import pytest
 
 from aisim.config.engine import engine_config_from_dict
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.decisionlog import decision_lines
 from aisim.replay import replay
 from aisim.traces import read_oracle_trace
@@ -21,7 +22,7 @@ SCENARIOS = ["full_small", "full_nocache", "full_nochunk", "full_pressure", "ful
              "priority_threshold", "timed", "bench_full",
              # grouped (hybrid) KV caches
              "hybrid_swa", "hybrid_mamba", "hybrid_mamba_fine", "hybrid_mamba_pressure"]
-VERSIONS = ["0.31.0", "0.32.0"]
+VERSIONS = list(SUPPORTED_VLLM_VERSIONS)
 
 
 def _replay(scenario, version):
