@@ -1,11 +1,13 @@
 """The engine configuration of a replay.
 
 Keys are vLLM's own names (``SchedulerConfig``, ``CacheConfig``) so that a
-configuration reads like the engine it models; defaults are those of the
-recorded oracle scenarios (vLLM's ``SchedulerConfig``/``CacheConfig`` with an
-explicit block count).  Loading is strict: an unknown key, a wrong type or an
+configuration reads like the engine it models; keys, defaults and meanings are
+the catalogue :mod:`aisim.config.keys` (defaults are those of the recorded
+oracle scenarios: vLLM's ``SchedulerConfig``/``CacheConfig`` with an explicit
+block count).  :func:`engine_config_from_dict` is the one way to an
+:class:`EngineConfig`: loading is strict (an unknown key, a wrong type or an
 out-of-range value is a :class:`~aisim.errors.ConfigError` naming the key and
-the file.
+the file) and every configuration passes the rules of :mod:`aisim.config.rule`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ sliding-window admission caps and the lookup spec-groups.  Rules:
 ``partial_hash_hits_enabled``), ``kv_cache_coordinator.py``
 (``HybridKVCacheCoordinator.verify_and_split_kv_cache_groups``) and
 ``kv_cache_interface.py`` (``max_admission_blocks_per_request``).
+
+The group kinds are one table, :data:`KINDS` (core manager, state or not, the
+key a kind requires, the default of ``prefix_cacheable``); the per-group keys
+and their defaults are :data:`aisim.config.keys.GROUP_KEYS`.  ``GROUP_KINDS``,
+``STATE_KINDS`` and ``GROUP_DEFAULTS`` are read from them.
 """
 
 from __future__ import annotations

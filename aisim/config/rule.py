@@ -3,16 +3,17 @@ grouped-prefix-caching rule, and what plans may conclude from their evidence.
 
 Every :class:`~aisim.config.engine.EngineConfig` passes :func:`check_engine`
 (its factory calls it): :func:`check_relations` (vLLM's ``SchedulerConfig`` and
-``CacheConfig`` checks) and the grouped-prefix rule.  aisim replays a grouped (hybrid) KV cache with prefix caching only when the
+``CacheConfig`` checks) and the grouped-prefix rule.
+
+aisim replays a grouped (hybrid) KV cache with prefix caching only when the
 deployment's geometry is known well enough for the replay to make vLLM's
 decisions: the groups say whether they can be cached, their pages have one
 size, the hash block (``prefix_match_unit``) is set (and is the one the probe
 recorded, when planned from a probe), the vLLM release is one whose rules
 aisim models (:mod:`aisim.config.versions`), ``max_model_len`` is set, state
 groups are in align mode with their prefill-checkpoint geometry (on the
-releases that need it), there is no
-convolution state group, model-specific constraints hold (GLM-5.3-Flash) and
-one request of ``max_model_len`` fits the pool, as vLLM checks at start-up
+releases that need it), there is no convolution state group, model-specific
+constraints hold (GLM-5.3-Flash) and one request of ``max_model_len`` fits the pool, as vLLM checks at start-up
 (``vllm/v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``).
 
 The same functions serve configuration validation, replay, planning and
@@ -225,7 +226,7 @@ def probe_cold_reason(*, ran_with_prefix_caching: bool, grouped: bool, hash_bloc
     if grouped and hash_block is None:
         return "the probe did not record hash_block_size_tokens"
     if grouped and not is_supported(version):
-        return f"grouped prefix caching is modeled for vLLM {supported_text()} only"
+        return _GROUPED_VERSIONS
     return None
 
 
