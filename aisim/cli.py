@@ -6,6 +6,7 @@ import click
 
 from aisim import __version__
 from aisim.cli_util import CONTEXT_SETTINGS, console, fail, fmt_num, fmt_seconds
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -33,12 +34,10 @@ def main():
               help="Write requests.parquet, steps.parquet and summary.json here.")
 @click.option("--decision-log", "decision_log", type=click.Path(dir_okay=False),
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
-@click.option("--vllm-version", type=click.Choice(["0.31.0", "0.32.0"]),
-              help="Override the configuration's vllm_version.")
+@click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
+              help="Override the configuration's vllm_version (validated again with the rules).")
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
-    from dataclasses import replace
-
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError
     from aisim.output import write_result
@@ -48,11 +47,7 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
     try:
         engine = load_engine_config(engine_path)
         if vllm_version:
-            from aisim.config.rule import check_engine
-
-            engine = replace(engine, vllm_version=vllm_version,
-                             declared=engine.declared | {"vllm_version"})
-            check_engine(engine, engine_path)
+            engine = engine.replace(vllm_version=vllm_version)
         fmt = trace_format
         if fmt is None:
             from aisim.traces import guess_format

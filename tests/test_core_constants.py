@@ -87,11 +87,11 @@ def test_column_tables_follow_the_column_enums():
 
 
 def test_run_returns_every_column_with_its_dtype():
-    from aisim.config import EngineConfig
+    from aisim.config import engine_config_from_dict
     from aisim.config.resolved import CoreTrace, core_config
 
-    eng = EngineConfig(num_gpu_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=256,
-                       max_model_len=512)
+    eng = engine_config_from_dict(dict(num_gpu_blocks=64, block_size=16, max_num_seqs=4,
+                                       max_num_batched_tokens=256, max_model_len=512))
     trace = CoreTrace(
         prompt_len=np.array([40, 24]), max_tokens=np.array([3, 2]), priority=np.zeros(2, np.int32),
         arrival_key=np.zeros(2), id_rank=np.array([0, 1], np.int32), seg_off=np.array([0, 1], np.int32),

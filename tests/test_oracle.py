@@ -12,7 +12,7 @@ import os
 import pytest
 
 from aisim.config.engine import engine_config_from_dict
-from aisim.config.engine import SUPPORTED_VLLM_VERSIONS
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.decisionlog import decision_lines, log_line_json
 from aisim.replay import replay
 from aisim.traces import read_oracle_trace

@@ -357,7 +357,9 @@ def test_bad_input_is_a_failure_result_not_an_exception(tmp_path):
     assert fn.select_part(out, "llama-3.1-8b") is out and fn.source_stats(out) is out
     shard = {k: v for k, v in plan["shards"][0].items() if k != "reads"}
     assert fn.run_shard(shard, [out]) is out
-    bad = dict(shard, engine_config=dict(shard["engine_config"], max_num_seqs=0))
-    res = fn.run_shard(bad, [None])
-    assert fn.is_failure(res) and "shard 0 (model 'llama-3.1-8b', engine 'base') failed: 'max_num_seqs'" in \
-        res["aisim_failure"]
+    part = fn.select_part(fn.read_source(plan["reads"][0]), "llama-3.1-8b")
+    twice = dict(part, display="again.jsonl")
+    res = fn.run_shard(shard, [part, twice])
+    assert fn.is_failure(res) and res["aisim_failure"] == (
+        "shard 0 (model 'llama-3.1-8b', engine 'base') failed: request_id 'r0' appears more than once (in "
+        f"{part['display']}, again.jsonl); give the sources distinct 'request_id_prefix' values")

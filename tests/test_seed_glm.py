@@ -9,9 +9,11 @@ blocks, as in the seed's "8 / 64" figure.
 
 import pytest
 
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
+
 from helpers import run_log
 
-VERSIONS = ["0.31.0", "0.32.0"]
+VERSIONS = list(SUPPORTED_VLLM_VERSIONS)
 
 
 PAGE = 2176 * 1024  # the unified page: 2,176 tokens x 1,024 bytes

@@ -1,23 +1,32 @@
 """The engine configuration of a replay.
 
 Keys are vLLM's own names (``SchedulerConfig``, ``CacheConfig``) so that a
-configuration reads like the engine it models; defaults are those of the
-recorded oracle scenarios (vLLM's ``SchedulerConfig``/``CacheConfig`` with an
-explicit block count).  Loading is strict: an unknown key, a wrong type or an
+configuration reads like the engine it models; keys, defaults and meanings are
+the catalogue :mod:`aisim.config.keys` (defaults are those of the recorded
+oracle scenarios: vLLM's ``SchedulerConfig``/``CacheConfig`` with an explicit
+block count).  :func:`engine_config_from_dict` is the one way to an
+:class:`EngineConfig`: loading is strict (an unknown key, a wrong type or an
 out-of-range value is a :class:`~aisim.errors.ConfigError` naming the key and
-the file.
+the file) and every configuration passes the rules of :mod:`aisim.config.rule`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import InitVar, asdict, dataclass, field
 
+from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults
+from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 from aisim.errors import ConfigError
 
-SUPPORTED_VLLM_VERSIONS = ("0.31.0", "0.32.0")
-DEFAULT_VLLM_VERSION = "0.32.0"
+_D = defaults(ENGINE_KEYS)
+_T = defaults(TIME_MODEL_KEYS)
+# Passed by engine_config_from_dict only: an EngineConfig exists only once the rules passed.
+_FACTORY = object()
+_USE_FACTORY = ("an EngineConfig is built by engine_config_from_dict(raw, source) (or EngineConfig.from_dict), "
+                "which applies the defaults and the configuration rules; change one with cfg.replace(**changes)")
 
 
 @dataclass(frozen=True)
@@ -29,29 +38,38 @@ class TimeModel:
     parallelism ``tp``, with compute and bandwidth efficiencies and a fixed
     ``overhead_s``.  ``kind = "table"``: a profile of measured forward passes
     at ``path`` (CSV or Parquet; relative to the configuration file).
+    Defaults: :data:`aisim.config.keys.TIME_MODEL_KEYS`.
     """
 
-    kind: str = "linear"
-    base_s: float = 0.01
-    per_token_s: float = 0.0
-    per_req_s: float = 0.0
-    gpu: str | None = None
-    model: str | None = None
-    tp: int = 1
-    overhead_s: float = 0.002
-    compute_efficiency: float = 0.6
-    bandwidth_efficiency: float = 0.8
-    path: str | None = None
+    kind: str = _T["kind"]
+    base_s: float = _T["base_s"]
+    per_token_s: float = _T["per_token_s"]
+    per_req_s: float = _T["per_req_s"]
+    gpu: str | None = _T["gpu"]
+    model: str | None = _T["model"]
+    tp: int = _T["tp"]
+    overhead_s: float = _T["overhead_s"]
+    compute_efficiency: float = _T["compute_efficiency"]
+    bandwidth_efficiency: float = _T["bandwidth_efficiency"]
+    path: str | None = _T["path"]
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """A vLLM engine as aisim replays it.
+    """A vLLM engine as aisim replays it, validated.
+
+    Built only by :func:`engine_config_from_dict` (also
+    :meth:`EngineConfig.from_dict`), which applies every default and the
+    configuration rules (:mod:`aisim.config.rule`); direct construction and
+    ``dataclasses.replace`` raise :class:`TypeError`.  :meth:`replace` gives a
+    changed configuration through the same factory.  Keys, defaults and
+    meanings: :data:`aisim.config.keys.ENGINE_KEYS`.
 
     Parameters
     ----------
     num_gpu_blocks : int
-        Blocks in the shared KV-cache pool, including vLLM's null block 0.
+        Blocks in the shared KV-cache pool, including vLLM's null block 0
+        (derived from ``kv_cache_bytes`` when only that is given).
     block_size : int
         Tokens per KV-cache block (``CacheConfig.block_size``).
     max_num_seqs, max_num_batched_tokens, max_model_len : int
@@ -72,20 +90,19 @@ class EngineConfig:
     async_scheduling : bool
         vLLM's async engine loop (batch queue of two, output placeholders).
     kv_cache_groups : tuple of dict or None
-        None: one full-attention group.  Otherwise the groups in group-id order: ``type`` (full, sliding_window,
-        chunked_local, mamba/gdn/kda, ring), optional ``block_size``,
-        ``count``, ``sliding_window``, ``attention_chunk_size``,
-        ``prefix_cacheable``, ``num_speculative_blocks``,
-        ``prefill_checkpoint_blocks``, ``prefill_checkpoint_alignment``,
-        ``page_size_bytes`` (one layer's page) and ``num_layers``.
+        None: one full-attention group.  Otherwise the groups in group-id
+        order; keys :data:`aisim.config.keys.GROUP_KEYS`, kinds
+        :data:`aisim.config.kvgroups.KINDS`.
     mamba_cache_mode : {"align", "none"} or None
         Default: "align" with a state group and prefix caching on.
     prefix_match_unit : int or None
         Hash block size of grouped caches (vLLM's ``prefix_match_unit``).
     prefix_cache_retention_interval : int or None
         Engine default 0 (sparse); None keeps every window/state block (dense).
+    cache_extra : dict
+        The oracle's spelling of the two keys above.
     vllm_version : str or None
-        The vLLM release whose rules are followed (0.31.0 or 0.32.0; default 0.32.0).
+        The vLLM release whose rules are followed (:mod:`aisim.config.versions`).
     time_model : TimeModel
         Step time in seconds.
     model : str or None
@@ -94,35 +111,73 @@ class EngineConfig:
         KV-cache memory; with page sizes it gives ``num_gpu_blocks``.
     plan_notes : tuple of str
         Why a plan chose what it chose (written by ``aisim plan``).
+    declared : frozenset of str
+        Keys the configuration set explicitly (the rule's "is it set" checks).
+    raw : dict
+        The configuration as given, which :meth:`replace` re-validates.
+    source : str or None
+        Where it came from, named in error messages.
     """
 
-    num_gpu_blocks: int | None = None
-    block_size: int = 16
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_num_scheduled_tokens: int | None = None
-    max_num_active_seqs: int | None = None
-    max_model_len: int = 32768
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
-    long_prefill_token_threshold: int = 0
-    long_prefill_token_threshold_adaptive: bool = False
-    policy: str = "fcfs"
-    scheduler_reserve_full_isl: bool = True
-    watermark: float = 0.0
-    async_scheduling: bool = False
-    kv_cache_groups: tuple | None = None
-    mamba_cache_mode: str | None = None
-    prefix_match_unit: int | None = None
-    prefix_cache_retention_interval: int | None = 0
+    num_gpu_blocks: int | None = _D["num_gpu_blocks"]
+    block_size: int = _D["block_size"]
+    max_num_seqs: int = _D["max_num_seqs"]
+    max_num_batched_tokens: int = _D["max_num_batched_tokens"]
+    max_num_scheduled_tokens: int | None = _D["max_num_scheduled_tokens"]
+    max_num_active_seqs: int | None = _D["max_num_active_seqs"]
+    max_model_len: int = _D["max_model_len"]
+    enable_chunked_prefill: bool = _D["enable_chunked_prefill"]
+    enable_prefix_caching: bool = _D["enable_prefix_caching"]
+    long_prefill_token_threshold: int = _D["long_prefill_token_threshold"]
+    long_prefill_token_threshold_adaptive: bool = _D["long_prefill_token_threshold_adaptive"]
+    policy: str = _D["policy"]
+    scheduler_reserve_full_isl: bool = _D["scheduler_reserve_full_isl"]
+    watermark: float = _D["watermark"]
+    async_scheduling: bool = _D["async_scheduling"]
+    kv_cache_groups: tuple | None = _D["kv_cache_groups"]
+    mamba_cache_mode: str | None = _D["mamba_cache_mode"]
+    prefix_match_unit: int | None = _D["prefix_match_unit"]
+    prefix_cache_retention_interval: int | None = _D["prefix_cache_retention_interval"]
     cache_extra: dict = field(default_factory=dict)
-    vllm_version: str | None = None
+    vllm_version: str | None = _D["vllm_version"]
     time_model: TimeModel = field(default_factory=TimeModel)
-    model: str | None = None
-    kv_cache_bytes: int | None = None
-    plan_notes: tuple = ()
-    # Keys the configuration set explicitly (not a configuration key).
+    model: str | None = _D["model"]
+    kv_cache_bytes: int | None = _D["kv_cache_bytes"]
+    plan_notes: tuple = _D["plan_notes"]
+    # What the configuration set explicitly, and where it came from (not configuration keys).
     declared: frozenset = field(default=frozenset(), compare=False, repr=False)
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+    source: str | None = field(default=None, compare=False, repr=False)
+    _token: InitVar[object] = None
+
+    def __post_init__(self, _token):
+        # The one way in is the factory, so no configuration skips the rules.
+        if _token is not _FACTORY:
+            raise TypeError(_USE_FACTORY)
+
+    @classmethod
+    def from_dict(cls, raw: dict, source: str | None = None) -> EngineConfig:
+        """:func:`engine_config_from_dict`."""
+        return engine_config_from_dict(raw, source)
+
+    def replace(self, **changes) -> EngineConfig:
+        """This configuration with ``changes``, validated again by the factory.
+
+        The declared keys (``raw``) plus ``changes`` go through
+        :func:`engine_config_from_dict`; a changed key becomes declared.
+
+        Raises
+        ------
+        ConfigError
+            When the changed configuration breaks a rule.
+        """
+        raw = copy.deepcopy(self.raw)
+        extra = raw.get("cache_extra")
+        for k, v in changes.items():
+            if isinstance(extra, dict) and k in extra:  # one value for a key spelt both ways
+                extra[k] = v
+            raw[k] = v
+        return engine_config_from_dict(raw, self.source)
 
     # ------------------------------------------------------------------ derived
     @property
@@ -134,7 +189,6 @@ class EngineConfig:
     def version(self) -> str:
         """``vllm_version`` with the default filled in."""
         return self.vllm_version or DEFAULT_VLLM_VERSION
-
     @property
     def token_budget(self) -> int:
         """Per-step token budget (``max_num_scheduled_tokens``)."""
@@ -167,7 +221,8 @@ class EngineConfig:
         from aisim.config.kvgroups import expand_groups
 
         d = asdict(self)
-        d.pop("declared", None)
+        for k in ("declared", "raw", "source"):
+            d.pop(k)
         d["kv_cache_groups"] = [{k: v for k, v in g.items() if v is not None} for g in
                                 ({**gr} for gr in self.groups)]
         d["resolved_groups"] = [{k: v for k, v in g.items() if v is not None} for g in expand_groups(self.groups)]
@@ -180,26 +235,15 @@ class EngineConfig:
         return d
 
 
-_INT_KEYS = {
-    "num_gpu_blocks": 2,
-    "kv_cache_bytes": 1,
-    "block_size": 1,
-    "max_num_seqs": 1,
-    "max_num_batched_tokens": 1,
-    "max_num_scheduled_tokens": 1,
-    "max_num_active_seqs": 1,
-    "max_model_len": 1,
-    "long_prefill_token_threshold": 0,
-}
-_BOOL_KEYS = (
-    "enable_chunked_prefill",
-    "enable_prefix_caching",
-    "long_prefill_token_threshold_adaptive",
-    "scheduler_reserve_full_isl",
-    "async_scheduling",
-)
-_GROUP_KEYS = {"type", "block_size", "count", "sliding_window", "attention_chunk_size"}
-_TIME_KEYS = {f.name for f in fields(TimeModel)}
+_LOW = {k.name: k.low for k in ENGINE_KEYS}
+# Integer keys checked by type and lower bound, in the order they are checked.
+_INT_KEYS = {k: _LOW[k] for k in ("num_gpu_blocks", "kv_cache_bytes", "block_size", "max_num_seqs",
+                                  "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_active_seqs",
+                                  "max_model_len", "long_prefill_token_threshold")}
+_NULLABLE_INT_KEYS = ("max_num_scheduled_tokens", "max_num_active_seqs", "kv_cache_bytes")
+_BOOL_KEYS = tuple(k.name for k in ENGINE_KEYS if isinstance(k.default, bool))
+_KNOWN = frozenset(k.name for k in ENGINE_KEYS)
+_TIME_KEYS = {k.name for k in TIME_MODEL_KEYS}
 
 
 def _where(source: str | None) -> str:
@@ -216,23 +260,29 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     source : str, optional
         File the dictionary came from, named in error messages.
 
+    Returns
+    -------
+    EngineConfig
+        Every default applied, ``num_gpu_blocks`` derived from
+        ``kv_cache_bytes`` when only that is given, and the configuration rules
+        (:func:`aisim.config.rule.check_engine`) passed.
+
     Raises
     ------
     ConfigError
-        For an unknown key, a wrong type or an out-of-range value.
+        For an unknown key, a wrong type, an out-of-range value or a
+        configuration the rules refuse.
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"engine configuration{_where(source)} must be a mapping of keys to values")
-    known = {f.name for f in fields(EngineConfig)} - {"declared"}
     for key in raw:
-        if key not in known:
-            raise ConfigError(f"unknown key '{key}'{_where(source)}; known keys: {', '.join(sorted(known))}")
+        if key not in _KNOWN:
+            raise ConfigError(f"unknown key '{key}'{_where(source)}; known keys: {', '.join(sorted(_KNOWN))}")
     if raw.get("num_gpu_blocks") is None and raw.get("kv_cache_bytes") is None:
         raise ConfigError(f"missing capacity{_where(source)}: set 'num_gpu_blocks' or 'kv_cache_bytes'")
     kw = dict(raw)
     for key, low in _INT_KEYS.items():
-        if key not in kw or (kw[key] is None and key in ("max_num_scheduled_tokens", "max_num_active_seqs",
-                                                         "kv_cache_bytes")):
+        if key not in kw or (kw[key] is None and key in _NULLABLE_INT_KEYS):
             continue
         v = kw[key]
         if isinstance(v, bool) or not isinstance(v, int):
@@ -280,20 +330,20 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     unit = kw.get("prefix_match_unit")
     if unit is not None and (isinstance(unit, bool) or not isinstance(unit, int) or unit < 1):
         raise ConfigError(f"'prefix_match_unit'{_where(source)} must be a positive integer, got {unit!r}")
-    kw["declared"] = frozenset(raw) | frozenset(k for k in extra)
-    cfg = EngineConfig(**kw)
-    if cfg.num_gpu_blocks is None:
-        from aisim.config.kvgroups import block_bytes
+    if kw.get("num_gpu_blocks") is None:
+        from aisim.config.kvgroups import groups_block_bytes
 
-        per_block = block_bytes(cfg)
+        per_block = groups_block_bytes(kw.get("kv_cache_groups"))
         if per_block <= 0:
             raise ConfigError(f"'kv_cache_bytes'{_where(source)} needs 'page_size_bytes' on the KV-cache groups "
                               "to give a block count; or set 'num_gpu_blocks'")
-        cfg = replace(cfg, num_gpu_blocks=cfg.kv_cache_bytes // per_block)
-        if cfg.num_gpu_blocks < 2:
-            raise ConfigError(f"'kv_cache_bytes' ({cfg.kv_cache_bytes}){_where(source)} holds "
-                              f"{cfg.num_gpu_blocks} block(s) of {per_block} bytes; at least 2 are needed")
-    _check_relations(cfg, source)
+        kw["num_gpu_blocks"] = blocks = kw["kv_cache_bytes"] // per_block
+        if blocks < 2:
+            raise ConfigError(f"'kv_cache_bytes' ({kw['kv_cache_bytes']}){_where(source)} holds "
+                              f"{blocks} block(s) of {per_block} bytes; at least 2 are needed")
+    kw["declared"] = frozenset(raw) | frozenset(k for k in extra)
+    kw["raw"] = copy.deepcopy(raw)
+    cfg = EngineConfig(**kw, source=source, _token=_FACTORY)
     from aisim.config.rule import check_engine
 
     check_engine(cfg, source)
@@ -343,7 +393,8 @@ def _time_model(tm: dict, source) -> TimeModel:
 
 
 def _groups(groups, kw, source):
-    from aisim.config.kvgroups import GROUP_DEFAULTS, GROUP_KINDS
+    from aisim.config.keys import GROUP_KEYS
+    from aisim.config.kvgroups import GROUP_DEFAULTS, KIND
 
     if not isinstance(groups, (list, tuple)) or not groups:
         raise ConfigError(f"'kv_cache_groups'{_where(source)} must be a non-empty list of groups")
@@ -357,69 +408,23 @@ def _groups(groups, kw, source):
                 raise ConfigError(f"unknown key 'kv_cache_groups[{i}].{k}'{_where(source)}; "
                                   f"known keys: {', '.join(GROUP_DEFAULTS)}")
         kind = g.get("type")
-        if kind not in GROUP_KINDS:
+        if kind not in KIND:
             raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "
-                              f"{', '.join(GROUP_KINDS)}, got {kind!r}")
-        for k in ("block_size", "count", "sliding_window", "attention_chunk_size", "num_speculative_blocks",
-                  "prefill_checkpoint_blocks", "prefill_checkpoint_alignment", "page_size_bytes", "num_layers"):
-            v = g.get(k)
-            low = 0 if k in ("num_speculative_blocks", "prefill_checkpoint_blocks") else 1
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
-                raise ConfigError(f"'kv_cache_groups[{i}].{k}'{_where(source)} must be an integer "
-                                  f">= {low}, got {v!r}")
+                              f"{', '.join(KIND)}, got {kind!r}")
+        for key in GROUP_KEYS:
+            v = g.get(key.name)
+            if key.low is not None and v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                                          or v < key.low):
+                raise ConfigError(f"'kv_cache_groups[{i}].{key.name}'{_where(source)} must be an integer "
+                                  f">= {key.low}, got {v!r}")
         if "prefix_cacheable" in g and not isinstance(g["prefix_cacheable"], bool):
             raise ConfigError(f"'kv_cache_groups[{i}].prefix_cacheable'{_where(source)} must be true or false")
-        if kind == "sliding_window" and not g.get("sliding_window"):
-            raise ConfigError(f"'kv_cache_groups[{i}].sliding_window'{_where(source)} is required for a "
-                              "sliding_window group")
-        if kind == "chunked_local" and not g.get("attention_chunk_size"):
-            raise ConfigError(f"'kv_cache_groups[{i}].attention_chunk_size'{_where(source)} is required "
-                              "for a chunked_local group")
+        required = KIND[kind].required
+        if required is not None and not g.get(required):
+            raise ConfigError(f"'kv_cache_groups[{i}].{required}'{_where(source)} is required for a "
+                              f"{kind} group")
         out.append(dict(g))
     return tuple(out)
-
-
-def _check_relations(cfg: EngineConfig, source):
-    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len
-    if cfg.max_num_batched_tokens < cfg.max_num_seqs:
-        raise ConfigError(
-            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
-            f"'max_num_seqs' ({cfg.max_num_seqs})"
-        )
-    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < cfg.max_model_len:
-        raise ConfigError(
-            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
-            f"'max_model_len' ({cfg.max_model_len}) when 'enable_chunked_prefill' is false"
-        )
-    if cfg.long_prefill_token_threshold > cfg.max_model_len:
-        raise ConfigError(
-            f"'long_prefill_token_threshold' ({cfg.long_prefill_token_threshold}){_where(source)} must not "
-            f"exceed 'max_model_len' ({cfg.max_model_len})"
-        )
-    if cfg.active_seqs > cfg.max_num_seqs:
-        raise ConfigError(f"'max_num_active_seqs'{_where(source)} must not exceed 'max_num_seqs'")
-    if cfg.token_budget > cfg.max_num_batched_tokens:
-        raise ConfigError(f"'max_num_scheduled_tokens'{_where(source)} must not exceed 'max_num_batched_tokens'")
-    if cfg.mamba_cache_mode not in (None, "none", "align"):
-        raise ConfigError(f"'mamba_cache_mode'{_where(source)} must be 'align' or 'none', got {cfg.mamba_cache_mode!r}")
-    from aisim.config.kvgroups import expand_groups
-
-    groups = expand_groups(cfg.groups)
-    unit = cfg.prefix_match_unit
-    if unit is not None and len(groups) == 1 and unit != cfg.block_size and cfg.enable_prefix_caching:
-        # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.
-        raise ConfigError(
-            f"'prefix_match_unit' ({unit}){_where(source)} must equal 'block_size' "
-            f"({cfg.block_size}) for a single KV-cache group"
-        )
-    if len(groups) > 1 and cfg.enable_prefix_caching and cfg.resolved_mamba_cache_mode == "align":
-        sizes = [g["block_size"] or cfg.block_size for g in groups]
-        if unit is not None and any(s % unit for s in sizes):
-            raise ConfigError(f"'prefix_match_unit' ({unit}){_where(source)} must divide every group's "
-                              f"block size {sizes}")
-    r = cfg.prefix_cache_retention_interval
-    if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 0):
-        raise ConfigError(f"'prefix_cache_retention_interval'{_where(source)} must be null or an integer >= 0")
 
 
 def read_config_file(path: str | os.PathLike, named_by: str = "") -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from aisim.config.catalog import ModelSpec
+from aisim.config.kvgroups import KIND
 
 GIB = 1 << 30
 
@@ -62,7 +63,7 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, prefix_caching: bool
     for layer in model.layers:
         g = {"type": layer.kind, "count": math.ceil(layer.count / group_size),
              "page_size_bytes": page, "num_layers": group_size,
-             "prefix_cacheable": layer.kind != "ring"}
+             "prefix_cacheable": KIND[layer.kind].prefix_cacheable}
         if layer.kind == "sliding_window":
             g["sliding_window"] = layer.sliding_window
         if layer.state_bytes:

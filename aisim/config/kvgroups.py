@@ -10,36 +10,83 @@ sliding-window admission caps and the lookup spec-groups.  Rules:
 ``partial_hash_hits_enabled``), ``kv_cache_coordinator.py``
 (``HybridKVCacheCoordinator.verify_and_split_kv_cache_groups``) and
 ``kv_cache_interface.py`` (``max_admission_blocks_per_request``).
+
+The group kinds are one table, :data:`KINDS` (core manager, state or not, the
+key a kind requires, the default of ``prefix_cacheable``); the per-group keys
+and their defaults are :data:`aisim.config.keys.GROUP_KEYS`.  ``GROUP_KINDS``,
+``STATE_KINDS`` and ``GROUP_DEFAULTS`` are read from them.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from aisim._core.constants import GROUP_KINDS as _CORE_KINDS
+from aisim.config.keys import GROUP_KEYS, defaults
 
-# Group type name -> manager kind code of the core (aisim._core.constants.GROUP_KINDS).
-GROUP_KINDS = {"full": _CORE_KINDS["full"], "sliding_window": _CORE_KINDS["sliding_window"],
-               "chunked_local": _CORE_KINDS["chunked_local"], "mamba": _CORE_KINDS["state"],
-               "gdn": _CORE_KINDS["state"], "kda": _CORE_KINDS["state"], "conv": _CORE_KINDS["state"],
-               "ring": _CORE_KINDS["ring"]}
+
+@dataclass(frozen=True)
+class GroupKind:
+    """A ``type`` of KV-cache group.
+
+    Parameters
+    ----------
+    name : str
+        The ``type`` as configured.
+    core : str
+        The replay core's manager for it (vLLM's ``KVCacheSpec`` class family).
+    state : bool
+        Holds a recurrent state rather than per-token KV (vLLM ``MambaSpec``).
+    required : str or None
+        Per-group key the kind cannot do without.
+    prefix_cacheable : bool
+        Default of the group's ``prefix_cacheable``.
+    meaning : str
+        One line for the documentation.
+    """
+
+    name: str
+    core: str
+    state: bool = False
+    required: str | None = None
+    prefix_cacheable: bool = True
+    meaning: str = ""
+
+
+# Order is the order error messages list the kinds in.
+KINDS = (
+    GroupKind("full", "full", meaning="full attention: every block of the sequence"),
+    GroupKind("sliding_window", "sliding_window", required="sliding_window",
+              meaning="sliding-window attention: the blocks of the window"),
+    GroupKind("chunked_local", "chunked_local", required="attention_chunk_size",
+              meaning="chunked local attention: the blocks of the current chunk"),
+    GroupKind("mamba", "state", state=True, meaning="Mamba state"),
+    GroupKind("gdn", "state", state=True, meaning="gated DeltaNet state"),
+    GroupKind("kda", "state", state=True, meaning="Kimi delta attention state"),
+    GroupKind("conv", "state", state=True, meaning="convolution state (vLLM cannot prefix-cache it)"),
+    GroupKind("ring", "ring", prefix_cacheable=False, meaning="a ring buffer of one block"),
+)
+KIND = {k.name: k for k in KINDS}
+
+
+def _core_kind_code(core: str) -> int:
+    """The replay core's group-kind code of manager ``core`` (aisim._core.constants.GROUP_KINDS)."""
+    return _CORE_KINDS[core]
+
+
+# Group type -> the replay core's kind code.
+GROUP_KINDS = {k.name: _core_kind_code(k.core) for k in KINDS}
 # Groups that hold a recurrent state rather than per-token KV (vLLM MambaSpec).
-STATE_KINDS = ("mamba", "gdn", "kda", "conv")
+STATE_KINDS = tuple(k.name for k in KINDS if k.state)
+# Per-group keys of the configuration, with their defaults (aisim.config.keys.GROUP_KEYS).
+GROUP_DEFAULTS = defaults(GROUP_KEYS)
 
-# Per-group keys of the configuration, with their defaults.
-GROUP_DEFAULTS = {
-    "type": None,
-    "block_size": None,            # default: the engine's block_size
-    "count": 1,
-    "sliding_window": None,
-    "attention_chunk_size": None,
-    "prefix_cacheable": None,      # default: true except for ring groups
-    "num_speculative_blocks": 0,
-    "prefill_checkpoint_blocks": 0,
-    "prefill_checkpoint_alignment": None,
-    "page_size_bytes": None,       # one layer's page (vLLM KVCacheSpec.page_size_bytes)
-    "num_layers": 1,               # layers sharing the group's block table
-}
+
+def group_cacheable(group: dict) -> bool:
+    """The group's ``prefix_cacheable``, else its kind's default."""
+    c = group.get("prefix_cacheable")
+    return KIND[group["type"]].prefix_cacheable if c is None else c
 
 
 def expand_groups(groups) -> list[dict]:
@@ -80,8 +127,7 @@ def resolve_groups(cfg) -> dict:
     align_mode = cfg.resolved_mamba_cache_mode == "align"
     sizes = group_block_sizes(cfg)
     sched = sizes[0] if len(groups) == 1 else math.lcm(*sizes)
-    cacheable = [g["prefix_cacheable"] if g["prefix_cacheable"] is not None else g["type"] != "ring"
-                 for g in groups]
+    cacheable = [group_cacheable(g) for g in groups]
     has_state = any(g["type"] in STATE_KINDS for g in groups)
     unit = cfg.prefix_match_unit
     if len(groups) == 1 or not caching or (has_state and not align_mode):
@@ -177,7 +223,12 @@ def block_bytes(cfg) -> int:
     group's layer tensors, so it costs the largest ``num_layers *
     page_size_bytes`` over groups.
     """
-    sizes = [g["num_layers"] * g["page_size_bytes"] for g in expand_groups(cfg.groups) if g["page_size_bytes"]]
+    return groups_block_bytes(cfg.groups)
+
+
+def groups_block_bytes(groups) -> int:
+    """:func:`block_bytes` of configured ``groups`` (None: one full-attention group)."""
+    sizes = [g["num_layers"] * g["page_size_bytes"] for g in expand_groups(groups) if g["page_size_bytes"]]
     return max(sizes) if sizes else 0
 
 

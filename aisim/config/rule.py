@@ -1,26 +1,40 @@
-"""The grouped-prefix-caching rule, written once.
+"""The configuration rules, written once: vLLM's relations between keys, the
+grouped-prefix-caching rule, and what plans may conclude from their evidence.
+
+Every :class:`~aisim.config.engine.EngineConfig` passes :func:`check_engine`
+(its factory calls it): :func:`check_relations` (vLLM's ``SchedulerConfig`` and
+``CacheConfig`` checks) and the grouped-prefix rule.
 
 aisim replays a grouped (hybrid) KV cache with prefix caching only when the
 deployment's geometry is known well enough for the replay to make vLLM's
 decisions: the groups say whether they can be cached, their pages have one
 size, the hash block (``prefix_match_unit``) is set (and is the one the probe
 recorded, when planned from a probe), the vLLM release is one whose rules
-aisim models (0.31.0, 0.32.0), ``max_model_len`` is set, state groups are in
-align mode with their prefill-checkpoint geometry (0.32.0), there is no
-convolution state group, model-specific constraints hold (GLM-5.3-Flash) and
-one request of ``max_model_len`` fits the pool, as vLLM checks at start-up
+aisim models (:mod:`aisim.config.versions`), ``max_model_len`` is set, state
+groups are in align mode with their prefill-checkpoint geometry (on the
+releases that need it), there is no convolution state group, model-specific
+constraints hold (GLM-5.3-Flash) and one request of ``max_model_len`` fits the pool, as vLLM checks at start-up
 (``vllm/v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``).
 
-The same function serves configuration validation, replay, planning and
-sweeps; every refusal is a sentence naming the field and the value.
+The same functions serve configuration validation, replay, planning and
+sweeps (:mod:`aisim.plan` asks :func:`probe_cold_reason`,
+:func:`unmodeled_version_note` and :func:`catalog_cold_reason` rather than
+deciding itself); every refusal is a sentence naming the field and the value.
 """
 
 from __future__ import annotations
 
-from aisim.config.kvgroups import STATE_KINDS, expand_groups, request_blocks
+from aisim.config.kvgroups import KIND, STATE_KINDS, expand_groups, request_blocks
+from aisim.config.versions import (CHECKPOINT_GEOMETRY_VERSIONS, DEFAULT_VLLM_VERSION, is_supported,
+                                   supported_text)
 from aisim.errors import ConfigError
 
-SUPPORTED = ("0.31.0", "0.32.0")
+
+def _where(source: str | None) -> str:
+    return f" in {source}" if source else ""
+
+
+_GROUPED_VERSIONS = f"grouped prefix caching is modeled for vLLM {supported_text()} only"
 
 
 def startup_blocks(cfg) -> int:
@@ -79,16 +93,14 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
         problems.append(f"'prefix_match_unit' ({cfg.prefix_match_unit}) differs from the probe's "
                         f"hash_block_size_tokens ({probe_hash_block})")
     if cfg.vllm_version is None:
-        problems.append("'vllm_version' is not set; grouped prefix caching is modeled for vLLM "
-                        f"{' and '.join(SUPPORTED)} only")
-    elif cfg.vllm_version not in SUPPORTED:
-        problems.append(f"'vllm_version' ({cfg.vllm_version}) is not modeled; grouped prefix caching is "
-                        f"modeled for vLLM {' and '.join(SUPPORTED)} only")
+        problems.append(f"'vllm_version' is not set; {_GROUPED_VERSIONS}")
+    elif not is_supported(cfg.vllm_version):
+        problems.append(f"'vllm_version' ({cfg.vllm_version}) is not modeled; {_GROUPED_VERSIONS}")
     if "max_model_len" not in declared:
         problems.append("'max_model_len' is not set; grouped prefix caching needs it for the start-up "
                         "capacity check")
     for i, g in enumerate(groups):
-        cacheable = originals[i].get("prefix_cacheable", g["type"] != "ring")
+        cacheable = originals[i].get("prefix_cacheable", KIND[g["type"]].prefix_cacheable)
         if g["type"] == "conv":
             problems.append(f"'kv_cache_groups[{i}].type' is 'conv': vLLM cannot prefix-cache a convolution "
                             "state group")
@@ -96,9 +108,10 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
             if cfg.resolved_mamba_cache_mode != "align":
                 problems.append(f"'mamba_cache_mode' is '{cfg.resolved_mamba_cache_mode}'; the prefix-cacheable "
                                 f"state group kv_cache_groups[{i}] ({g['type']}) needs 'align'")
-            if cfg.version == "0.32.0" and "prefill_checkpoint_blocks" not in originals[i]:
-                problems.append(f"'kv_cache_groups[{i}].prefill_checkpoint_blocks' is not declared; vLLM 0.32.0 "
-                                "needs the prefill-checkpoint geometry of every prefix-cacheable state group")
+            if cfg.version in CHECKPOINT_GEOMETRY_VERSIONS and "prefill_checkpoint_blocks" not in originals[i]:
+                problems.append(f"'kv_cache_groups[{i}].prefill_checkpoint_blocks' is not declared; vLLM "
+                                f"{cfg.version} needs the prefill-checkpoint geometry of every prefix-cacheable "
+                                "state group")
     if is_glm_5_3_flash(cfg.model):
         if cfg.prefix_match_unit is not None and cfg.prefix_match_unit % 4:
             problems.append(f"'prefix_match_unit' ({cfg.prefix_match_unit}) must be a multiple of 4 for "
@@ -116,9 +129,110 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
 
 
 def check_engine(cfg, source: str | None = None) -> None:
-    """Raise :class:`ConfigError` listing every problem of the grouped-prefix rule."""
+    """Apply every configuration rule to ``cfg`` (the engine-configuration factory calls this).
+
+    Raises
+    ------
+    ConfigError
+        The first relation vLLM refuses (:func:`check_relations`), else every
+        problem of the grouped-prefix rule (:func:`grouped_prefix_caching_problems`).
+    """
+    check_relations(cfg, source)
     problems = grouped_prefix_caching_problems(cfg)
     if problems:
-        where = f" in {source}" if source else ""
-        raise ConfigError(f"grouped prefix caching refused{where}: " + "; ".join(problems)
+        raise ConfigError(f"grouped prefix caching refused{_where(source)}: " + "; ".join(problems)
                           + ". Set enable_prefix_caching = false for a cold replay.")
+
+
+def check_relations(cfg, source: str | None = None) -> None:
+    """Raise :class:`ConfigError` for the first relation between keys that vLLM refuses.
+
+    vLLM's ``SchedulerConfig``/``CacheConfig`` checks and the hash-block
+    constraints of ``resolve_kv_cache_block_sizes``.
+    """
+    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len
+    if cfg.max_num_batched_tokens < cfg.max_num_seqs:
+        raise ConfigError(
+            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
+            f"'max_num_seqs' ({cfg.max_num_seqs})"
+        )
+    if not cfg.enable_chunked_prefill and cfg.max_num_batched_tokens < cfg.max_model_len:
+        raise ConfigError(
+            f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}){_where(source)} must be at least "
+            f"'max_model_len' ({cfg.max_model_len}) when 'enable_chunked_prefill' is false"
+        )
+    if cfg.long_prefill_token_threshold > cfg.max_model_len:
+        raise ConfigError(
+            f"'long_prefill_token_threshold' ({cfg.long_prefill_token_threshold}){_where(source)} must not "
+            f"exceed 'max_model_len' ({cfg.max_model_len})"
+        )
+    if cfg.active_seqs > cfg.max_num_seqs:
+        raise ConfigError(f"'max_num_active_seqs'{_where(source)} must not exceed 'max_num_seqs'")
+    if cfg.token_budget > cfg.max_num_batched_tokens:
+        raise ConfigError(f"'max_num_scheduled_tokens'{_where(source)} must not exceed 'max_num_batched_tokens'")
+    if cfg.mamba_cache_mode not in (None, "none", "align"):
+        raise ConfigError(f"'mamba_cache_mode'{_where(source)} must be 'align' or 'none', got {cfg.mamba_cache_mode!r}")
+    groups = expand_groups(cfg.groups)
+    unit = cfg.prefix_match_unit
+    if unit is not None and len(groups) == 1 and unit != cfg.block_size and cfg.enable_prefix_caching:
+        # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.
+        raise ConfigError(
+            f"'prefix_match_unit' ({unit}){_where(source)} must equal 'block_size' "
+            f"({cfg.block_size}) for a single KV-cache group"
+        )
+    if len(groups) > 1 and cfg.enable_prefix_caching and cfg.resolved_mamba_cache_mode == "align":
+        sizes = [g["block_size"] or cfg.block_size for g in groups]
+        if unit is not None and any(s % unit for s in sizes):
+            raise ConfigError(f"'prefix_match_unit' ({unit}){_where(source)} must divide every group's "
+                              f"block size {sizes}")
+    r = cfg.prefix_cache_retention_interval
+    if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r < 0):
+        raise ConfigError(f"'prefix_cache_retention_interval'{_where(source)} must be null or an integer >= 0")
+
+
+# ---------------------------------------------------------------- plans
+# What a plan may conclude from its evidence, before the configuration is built.
+
+
+def unmodeled_version_note(version) -> str | None:
+    """Why a probe's ``vllm_version`` cannot be followed (None when aisim models it)."""
+    if is_supported(version):
+        return None
+    return (f"vllm_version {version} is not modeled (only {supported_text(', ')}); the replay follows "
+            f"{DEFAULT_VLLM_VERSION}'s scheduler")
+
+
+def probe_cold_reason(*, ran_with_prefix_caching: bool, grouped: bool, hash_block, version) -> str | None:
+    """Why probe evidence cannot give a warm plan, before the grouped-prefix rule is tried.
+
+    Parameters
+    ----------
+    ran_with_prefix_caching : bool
+        The probed engine ran with prefix caching on.
+    grouped : bool
+        The probe has more than one KV-cache group.
+    hash_block : int or None
+        The probe's ``hash_block_size_tokens``.
+    version : str
+        The probe's ``vllm_version``.
+
+    Returns
+    -------
+    str or None
+        The reason, or None when the rule decides.
+    """
+    if not ran_with_prefix_caching:
+        return "the probed engine ran with prefix caching off"
+    if grouped and hash_block is None:
+        return "the probe did not record hash_block_size_tokens"
+    if grouped and not is_supported(version):
+        return _GROUPED_VERSIONS
+    return None
+
+
+def catalog_cold_reason(grouped: bool) -> str | None:
+    """Why a plan from the catalog alone replays cold (None: prefix caching may stay on)."""
+    if grouped:
+        return "grouped prefix caching needs probe evidence of the hash block; run aisim plan --probe"
+    return None
+

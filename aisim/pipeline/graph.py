@@ -56,7 +56,9 @@ def build_graph(plan: dict):
     plan : dict
         ``reads``: one description per input file (:func:`~aisim.pipeline.shards.read_source`);
         ``shards``: one description per shard (:func:`~aisim.pipeline.shards.run_shard`),
-        each with ``reads``, the indices of the files that may hold its model.
+        each with ``reads``, the indices of the files that may hold its model, and
+        ``engine_config``, the validated :class:`~aisim.config.engine.EngineConfig`
+        (passed to the task as it is, pickled to a worker; never validated again).
 
     Returns
     -------

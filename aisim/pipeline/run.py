@@ -102,7 +102,7 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str) -> dict:
         relevant = [j for j, r in enumerate(reads) if r["model"] is None or r["model"] == model]
         shards.append({
             "run_id": run_id, "shard_id": i, "model": model, "engine": eng.name,
-            "engine_config": eng.config, "engine_source": eng.source, "engine_path": eng.path,
+            "engine_config": eng.engine, "engine_source": eng.source, "engine_path": eng.path,
             "replay": dict(spec.replay),
             "reads": relevant,
         })

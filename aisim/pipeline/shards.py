@@ -264,9 +264,10 @@ def _run_shard(desc: dict, parts: list) -> dict:
     ----------
     desc : dict
         ``run_id``, ``shard_id``, ``model``, ``engine`` (name),
-        ``engine_config`` (raw dictionary, vLLM key names), ``engine_source``
-        (where it came from, for messages) and ``engine_path`` (as the spec
-        writes it, or None when inline).
+        ``engine_config`` (the :class:`~aisim.config.engine.EngineConfig`,
+        validated when the spec loaded), ``engine_source`` (where it came
+        from, for messages) and ``engine_path`` (as the spec writes it, or
+        None when inline).
     parts : list of dict or None
         :func:`select_part` results of the files that may hold the model's rows.
 
@@ -277,11 +278,10 @@ def _run_shard(desc: dict, parts: list) -> dict:
         ``summaries`` and ``shards`` (one row each), every row keyed by
         ``run_id`` and ``shard_id``.
     """
-    from aisim.config.engine import engine_config_from_dict
     from aisim.replay import replay
 
     t0 = time.perf_counter()
-    engine = engine_config_from_dict(desc["engine_config"], source=desc["engine_source"])
+    engine = desc["engine_config"]
     trace = merge_parts(parts)
     if trace is None:  # no rows for this model (tonight): an empty shard, landed as such
         from aisim.traces.schema import TRACE_SCHEMA

@@ -40,6 +40,7 @@ to the spec file's directory.  Globs are expanded and files fingerprinted by
 
 from __future__ import annotations
 
+import copy
 import glob
 import hashlib
 import inspect
@@ -111,14 +112,16 @@ class Engine:
     """One engine configuration of a deployment.
 
     ``config`` is the raw dictionary (vLLM key names) as the file or the inline
-    table gives it; it is validated when the spec loads and rebuilt into an
-    :class:`~aisim.config.engine.EngineConfig` inside each shard task.
+    table gives it (the run key hashes it); ``engine`` is the
+    :class:`~aisim.config.engine.EngineConfig` validated from it once, when the
+    spec loads, and handed to the shard task as it is.
     """
 
     name: str
     config: dict = field(hash=False)
     path: str | None = None  # as written in the spec; None for an inline table
     source: str = ""  # where the configuration came from, for messages
+    engine: object = field(default=None, hash=False, compare=False, repr=False)  # the EngineConfig
 
     def to_dict(self) -> dict:
         return {"name": self.name, "path": self.path, "config": self.config}
@@ -412,7 +415,7 @@ def _sources(v: _Validator, raw) -> tuple:
 
 
 def _deployments(v: _Validator, raw, base_dir) -> tuple:
-    from aisim.config.engine import engine_config_from_dict
+    from aisim.config.engine import EngineConfig, engine_config_from_dict
 
     if raw is None:
         raise SpecError(f"missing required key 'deployments'{v.where}: give at least one [[deployments]] table")
@@ -448,15 +451,20 @@ def _deployments(v: _Validator, raw, base_dir) -> tuple:
             key = f"{p}engines.{ename}"
             if not _NAME_RE.match(ename):
                 raise v.error(key, "is not a valid engine name (letters, digits, '_', '.', '-')")
+            # Each engine is validated here, once; shard tasks receive the EngineConfig.
             if isinstance(spec, str):
                 file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(spec)))
                 cfg = read_config_file(file, f"'{key}'{v.where}")
-                engine_config_from_dict(cfg, source=file)
-                built.append(Engine(name=ename, config=cfg, path=spec, source=file))
+                built.append(Engine(name=ename, config=cfg, path=spec, source=file,
+                                    engine=engine_config_from_dict(cfg, source=file)))
             elif isinstance(spec, dict):
                 where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
-                engine_config_from_dict(spec, source=where)
-                built.append(Engine(name=ename, config=dict(spec), path=None, source=where))
+                built.append(Engine(name=ename, config=dict(spec), path=None, source=where,
+                                    engine=engine_config_from_dict(spec, source=where)))
+            elif isinstance(spec, EngineConfig):  # validated already (a sweep candidate)
+                where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
+                built.append(Engine(name=ename, config=copy.deepcopy(spec.raw), path=None, source=where,
+                                    engine=spec))
             else:
                 raise v.error(key, "must be a file name or an inline table of engine keys")
         out[model] = Deployment(model=model, engines=tuple(built))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail
+from aisim.config.keys import ENGINE_KEYS, defaults
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -12,7 +13,8 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail
 @click.option("--model", help="Catalog model, to plan without a probe.")
 @click.option("--gpu-memory-gib", type=float, help="Memory of one GPU (with --model).")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
-@click.option("--max-model-len", type=int, help="Longest sequence (with --model; default 32768).")
+@click.option("--max-model-len", type=int,
+              help=f"Longest sequence (with --model; default {defaults(ENGINE_KEYS)['max_model_len']}).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the engine configuration (TOML).")
 def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path):
     """Plan an engine configuration from a probe or from the model catalog, and explain it."""

@@ -4,7 +4,9 @@ A *probe* is what a running vLLM engine reported at start-up (schema below).
 ``plan_from_probe`` turns it into an engine configuration: prefix caching is
 on when the probe ran with it on, recorded its hash block, and the
 grouped-prefix rule (:mod:`aisim.config.rule`) passes; otherwise the plan is
-cold and says why, in the file it writes.  ``plan_from_model`` plans without
+cold and says why, in the file it writes.  The decisions are the rule
+module's; this module only maps probe or catalog evidence to configuration
+keys and notes.  ``plan_from_model`` plans without
 a probe from the catalog geometry and a GPU memory size: a single-group model
 keeps prefix caching, a grouped one replays cold for want of evidence.
 
@@ -33,9 +35,11 @@ from __future__ import annotations
 import json
 import os
 
-from aisim.config.engine import SUPPORTED_VLLM_VERSIONS, EngineConfig, engine_config_from_dict
+from aisim.config.engine import EngineConfig, engine_config_from_dict
+from aisim.config.keys import ENGINE_KEYS, defaults
 from aisim.config.kvgroups import GROUP_DEFAULTS, STATE_KINDS
-from aisim.config.rule import grouped_prefix_caching_problems
+from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_problems, probe_cold_reason,
+                               unmodeled_version_note)
 from aisim.config.toml_out import dumps
 from aisim.errors import ConfigError
 
@@ -45,6 +49,7 @@ PROBE_KEYS = {
     "kv_cache_bytes", "kv_cache_groups", "long_prefill_token_threshold", "enable_chunked_prefill",
     "async_scheduling",
 }
+_ENGINE_DEFAULTS = defaults(ENGINE_KEYS)
 SCHEDULER_KEYS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold",
                   "enable_chunked_prefill", "async_scheduling")
 
@@ -83,29 +88,29 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     groups = []
     for g in probe["kv_cache_groups"]:
         groups.append({k: v for k, v in g.items() if k in GROUP_DEFAULTS and v is not None})
+    block_size = groups[0].get("block_size", _ENGINE_DEFAULTS["block_size"]) if groups else \
+        _ENGINE_DEFAULTS["block_size"]
     raw = {
         "max_model_len": probe["max_model_len"],
         "kv_cache_groups": groups,
-        "block_size": probe.get("block_size", groups[0].get("block_size", 16) if groups else 16),
+        "block_size": probe.get("block_size", block_size),
     }
     for k in SCHEDULER_KEYS + ("num_gpu_blocks", "kv_cache_bytes", "model", "mamba_cache_mode"):
         if probe.get(k) is not None:
             raw[k] = probe[k]
     version = probe["vllm_version"]
     notes = []
-    if version in SUPPORTED_VLLM_VERSIONS:
+    unmodeled = unmodeled_version_note(version)
+    if unmodeled is None:
         raw["vllm_version"] = version
     else:
-        notes.append(f"vllm_version {version} is not modeled (only {', '.join(SUPPORTED_VLLM_VERSIONS)}); "
-                     "the replay follows 0.32.0's scheduler")
+        notes.append(unmodeled)
     hash_block = probe.get("hash_block_size_tokens")
     grouped = sum(int(g.get("count", 1)) for g in groups) > 1
-    if not probe.get("enable_prefix_caching", False):
-        notes.append("the probed engine ran with prefix caching off")
-    elif grouped and hash_block is None:
-        notes.append("the probe did not record hash_block_size_tokens")
-    elif grouped and version not in SUPPORTED_VLLM_VERSIONS:
-        notes.append(f"grouped prefix caching is modeled for vLLM {' and '.join(SUPPORTED_VLLM_VERSIONS)} only")
+    cold = probe_cold_reason(ran_with_prefix_caching=probe.get("enable_prefix_caching", False), grouped=grouped,
+                             hash_block=hash_block, version=version)
+    if cold is not None:
+        notes.append(cold)
     else:
         warm = dict(raw, enable_prefix_caching=True)
         if grouped:
@@ -143,13 +148,13 @@ def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len
     tp : int
         Tensor-parallel size (KV heads and weights are split across GPUs).
     max_model_len : int, optional
-        Default 32,768.
+        Default: the engine default (:data:`aisim.config.keys.ENGINE_KEYS`).
     """
     from aisim.config.catalog import get_model
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
     model = get_model(name)
-    max_model_len = max_model_len or 32768
+    max_model_len = max_model_len or _ENGINE_DEFAULTS["max_model_len"]
     groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
     kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization)
     blocks = num_blocks(groups, kv) if kv > 0 else 0
@@ -161,9 +166,9 @@ def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len
              f"{blocks} blocks of {bs} tokens"]
     raw = {"model": model.name, "max_model_len": max_model_len, "block_size": bs, "num_gpu_blocks": blocks,
            "kv_cache_groups": groups}
-    if grouped:
-        notes.insert(0, "prefix caching off (cold replay): grouped prefix caching needs probe evidence of the "
-                        "hash block; run aisim plan --probe")
+    cold = catalog_cold_reason(grouped)
+    if cold is not None:
+        notes.insert(0, f"prefix caching off (cold replay): {cold}")
         raw["enable_prefix_caching"] = False
     else:
         notes.insert(0, "prefix caching on (one KV-cache group)")

@@ -71,11 +71,17 @@ class SweepSpec:
 
 @dataclass
 class Candidate:
-    """One point of the grid and what became of it."""
+    """One point of the grid and what became of it.
+
+    ``engine`` is the candidate's :class:`~aisim.config.engine.EngineConfig`,
+    validated once by :func:`candidates`; ``config`` is its raw dictionary (the
+    base configuration with the knobs applied).  Both are None when refused.
+    """
 
     name: str
     knobs: dict
     config: dict | None = None
+    engine: object = None           # the EngineConfig of an accepted candidate
     reason: str | None = None       # why the rules refused it
     goodput_req_s: float | None = None
     slo_attainment: float | None = None
@@ -167,7 +173,13 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
 
 
 def candidates(spec: SweepSpec) -> list:
-    """Every grid point, checked by the configuration rules (refusals keep their reason)."""
+    """Every grid point, validated once by the configuration rules.
+
+    Returns
+    -------
+    list of Candidate
+        In grid order; an accepted one keeps its ``engine``, a refused one its ``reason``.
+    """
     from aisim.config.engine import engine_config_from_dict
 
     keys = list(spec.grid)
@@ -186,6 +198,7 @@ def candidates(spec: SweepSpec) -> list:
             cand.reason = str(exc)
         else:
             cand.config = cfg
+            cand.engine = engine
             cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
         out.append(cand)
     return out
@@ -197,7 +210,8 @@ def _pipeline_spec(spec: SweepSpec, cands: list) -> dict:
         trace["format"] = spec.trace["format"]
     return {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
             "database": spec.database, "sources": [trace],
-            "deployments": [{"model": spec.model, "engines": {c.name: c.config for c in cands if not c.refused}}]}
+            # The validated EngineConfig of each candidate, reused by the pipeline spec as it is.
+            "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}]}
 
 
 GOODPUT_SQL = """
@@ -293,17 +307,18 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
 
 
 def write_best(result: SweepResult) -> None:
-    """Write the best candidate's engine configuration (TOML) to ``spec.best``."""
-    from aisim.config.engine import engine_config_from_dict
+    """Write the best candidate's engine configuration (TOML) to ``spec.best``.
+
+    The file holds the candidate's declared keys and the sweep's notes as
+    ``plan_notes``; it loads back to the same configuration.
+    """
     from aisim.config.toml_out import dumps
     from aisim.files import write_atomic_text
 
     best = result.best
-    cfg = dict(best.config)
     slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
     notes = [f"best of {len(result.candidates)} candidates of sweep {result.spec.name} (run {result.run_id})",
              f"goodput {best.goodput_req_s:.3f} requests/s within {slo}; knobs {json.dumps(best.knobs, sort_keys=True)}"]
-    cfg["plan_notes"] = notes
-    engine_config_from_dict(cfg)  # the file written must load back
+    cfg = best.engine.replace(plan_notes=notes).raw  # validated: the file written loads back
     write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
                                                + notes)])

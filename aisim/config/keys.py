@@ -1,0 +1,162 @@
+"""The keys of an engine configuration: name, default and meaning, written once.
+
+:class:`~aisim.config.engine.EngineConfig` and
+:class:`~aisim.config.engine.TimeModel` read their defaults from
+:data:`ENGINE_KEYS` and :data:`TIME_MODEL_KEYS`; the per-group keys of
+``kv_cache_groups`` are :data:`GROUP_KEYS` (their kinds are
+:data:`aisim.config.kvgroups.KINDS`).  The README's "Engine configuration"
+tables are rendered from these catalogues (:func:`render_tables`; run
+``python -m aisim.config.keys`` to print them) and a test checks that the
+README holds them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One configuration key.
+
+    Parameters
+    ----------
+    name : str
+        The key as written in a configuration file (vLLM's name where vLLM has one).
+    default : object
+        The value of an absent key (``None``: derived, see ``shown``).
+    meaning : str
+        One line for the documentation (Markdown).
+    low : int, optional
+        Smallest accepted value of an integer key.
+    shown : str, optional
+        How the documentation states the default when the value alone does not say it.
+    """
+
+    name: str
+    default: object
+    meaning: str
+    low: int | None = None
+    shown: str | None = None
+
+    def default_text(self) -> str:
+        """The default as the documentation shows it."""
+        if self.shown is not None:
+            return self.shown
+        v = self.default
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if v is None:
+            return "—"
+        if isinstance(v, str):
+            return f"`{v}`"
+        return repr(v)
+
+
+# Order is the order of EngineConfig's fields and of its resolved ``to_dict()``.
+ENGINE_KEYS = (
+    ConfigKey("num_gpu_blocks", None, "blocks in the KV-cache pool, including vLLM's null block 0",
+              low=2, shown="required (or `kv_cache_bytes`)"),
+    ConfigKey("block_size", 16, "tokens per KV-cache block (`CacheConfig.block_size`)", low=1),
+    ConfigKey("max_num_seqs", 256, "as in vLLM's `SchedulerConfig`", low=1),
+    ConfigKey("max_num_batched_tokens", 8192, "as in vLLM's `SchedulerConfig`", low=1),
+    ConfigKey("max_num_scheduled_tokens", None, "per-step token budget", low=1,
+              shown="= `max_num_batched_tokens`"),
+    ConfigKey("max_num_active_seqs", None, "admission cap into RUNNING", low=1, shown="= `max_num_seqs`"),
+    ConfigKey("max_model_len", 32768, "as in vLLM's `SchedulerConfig`", low=1),
+    ConfigKey("enable_chunked_prefill", True, "as in vLLM"),
+    ConfigKey("enable_prefix_caching", True, "as in vLLM"),
+    ConfigKey("long_prefill_token_threshold", 0, "per-request per-step cap on new tokens (0 = off; vLLM 0.31+)",
+              low=0),
+    ConfigKey("long_prefill_token_threshold_adaptive", False, "floor the cap at the fair share of the batch"),
+    ConfigKey("policy", "fcfs", "`fcfs` or `priority`"),
+    ConfigKey("scheduler_reserve_full_isl", True, "admit a waiting request only when its whole sequence fits"),
+    ConfigKey("watermark", 0.0, "fraction of blocks kept free at admission"),
+    ConfigKey("async_scheduling", False, "vLLM's async engine loop (batch queue of two, output placeholders)"),
+    ConfigKey("kv_cache_groups", None, "the groups in group-id order (keys and kinds below)",
+              shown="one full-attention group"),
+    ConfigKey("mamba_cache_mode", None, "`align` or `none`",
+              shown="`align` with a state group and prefix caching, else `none`"),
+    ConfigKey("prefix_match_unit", None, "hash block size of grouped caches (vLLM's `prefix_match_unit`)",
+              low=1, shown="GCD of the cacheable groups' block sizes"),
+    ConfigKey("prefix_cache_retention_interval", 0, "engine default 0 (sparse); `null` keeps every "
+              "window/state block (dense)"),
+    ConfigKey("cache_extra", None, "the oracle's spelling of `prefix_cache_retention_interval` and "
+              "`prefix_match_unit`", shown="empty"),
+    ConfigKey("vllm_version", None, "the vLLM release whose rules are followed (differences: "
+              "`docs/vllm-version-rules.md`)", shown="{default} (one of {supported})"),
+    ConfigKey("time_model", None, "step time in seconds (keys below)", shown="`linear`"),
+    ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash)"),
+    ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
+              "`num_gpu_blocks`", low=1),
+    ConfigKey("plan_notes", (), "why a plan chose what it chose (written by `aisim plan`)", shown="[]"),
+)
+
+TIME_MODEL_KEYS = (
+    ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
+              "`roofline`: from catalog `gpu` and `model` at tensor parallelism `tp`; `table`: a profile "
+              "at `path`"),
+    ConfigKey("base_s", 0.01, "linear: seconds per step"),
+    ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token"),
+    ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request"),
+    ConfigKey("gpu", None, "roofline: catalog GPU (required)"),
+    ConfigKey("model", None, "roofline: catalog model (required)"),
+    ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
+    ConfigKey("overhead_s", 0.002, "roofline: fixed seconds per step"),
+    ConfigKey("compute_efficiency", 0.6, "roofline: share of peak FLOP/s reached, in (0, 1]"),
+    ConfigKey("bandwidth_efficiency", 0.8, "roofline: share of peak memory bandwidth reached, in (0, 1]"),
+    ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
+              "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
+              "never extrapolated"),
+)
+
+# Per-group keys of ``kv_cache_groups``; order is the order error messages list them in.
+GROUP_KEYS = (
+    ConfigKey("type", None, "the group's kind (table below)", shown="required"),
+    ConfigKey("block_size", None, "tokens per block", low=1, shown="the engine's `block_size`"),
+    ConfigKey("count", 1, "consecutive groups of this shape", low=1),
+    ConfigKey("sliding_window", None, "window in tokens (required by `sliding_window`)", low=1),
+    ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1),
+    ConfigKey("prefix_cacheable", None, "whether the group's blocks can be prefix-cached",
+              shown="the kind's default"),
+    ConfigKey("num_speculative_blocks", 0, "state groups: draft blocks", low=0),
+    ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0),
+    ConfigKey("prefill_checkpoint_alignment", None, "state groups: prefill-checkpoint alignment in tokens", low=1),
+    ConfigKey("page_size_bytes", None, "one layer's page (vLLM `KVCacheSpec.page_size_bytes`)", low=1),
+    ConfigKey("num_layers", 1, "layers sharing the group's block table", low=1),
+)
+
+
+def defaults(keys) -> dict:
+    """``name -> default`` of a catalogue."""
+    return {k.name: k.default for k in keys}
+
+
+def _table(keys, fmt=None) -> list[str]:
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for k in keys:
+        shown = k.default_text()
+        for name, value in (fmt or {}).items():
+            shown = shown.replace("{" + name + "}", value)
+        rows.append(f"| `{k.name}` | {shown} | {k.meaning} |")
+    return rows
+
+
+def render_tables() -> str:
+    """The README's engine-configuration tables (Markdown), rendered from the catalogues."""
+    from aisim.config.kvgroups import KINDS
+    from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
+
+    fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
+    lines = _table(ENGINE_KEYS, fmt)
+    lines += ["", "`time_model` keys:", ""] + _table(TIME_MODEL_KEYS)
+    lines += ["", "`kv_cache_groups` keys (one table per group):", ""] + _table(GROUP_KEYS)
+    lines += ["", "Group kinds:", "", "| type | holds | requires | `prefix_cacheable` default |", "|---|---|---|---|"]
+    for k in KINDS:
+        lines.append(f"| `{k.name}` | {k.meaning} | {f'`{k.required}`' if k.required else '—'} | "
+                     f"{'true' if k.prefix_cacheable else 'false'} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_tables(), end="")

@@ -1,0 +1,26 @@
+"""The vLLM releases whose rules aisim models, written once.
+
+Everything that names a release (configuration validation, the grouped-prefix
+rule, plans, the ``--vllm-version`` option, the README) reads it from here.
+The differences between the releases are listed in ``docs/vllm-version-rules.md``.
+"""
+
+from __future__ import annotations
+
+# The releases, oldest first.
+SUPPORTED_VLLM_VERSIONS = ("0.31.0", "0.32.0")
+# What a configuration without ``vllm_version`` follows.
+DEFAULT_VLLM_VERSION = "0.32.0"
+# Releases that need the prefill-checkpoint geometry of every prefix-cacheable
+# state group (vLLM 0.32.0 checkpoints Mamba state inside long prefills).
+CHECKPOINT_GEOMETRY_VERSIONS = frozenset({"0.32.0"})
+
+
+def is_supported(version) -> bool:
+    """Whether aisim models the rules of vLLM ``version``."""
+    return version in SUPPORTED_VLLM_VERSIONS
+
+
+def supported_text(sep: str = " and ") -> str:
+    """The supported releases as prose, e.g. ``"0.31.0 and 0.32.0"``."""
+    return sep.join(SUPPORTED_VLLM_VERSIONS)
