@@ -147,7 +147,7 @@ def test_prefix_reuse_agrees_with_the_summary(landed):
 def test_kv_cache_timeline(landed):
     con, runs = landed
     n, bad = con.execute("""
-        SELECT count(*), count(*) FILTER (WHERE physical_usage < active_usage - 1e-12
+        SELECT count(*), count(*) FILTER (WHERE physical_usage < kv_usage - 1e-12
                                           OR active_blocks + cached_blocks + empty_blocks < 0)
         FROM kv_cache_timeline WHERE run_id = ?""", [runs["first"]]).fetchone()
     steps = con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [runs["first"]]).fetchone()[0]
