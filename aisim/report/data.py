@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
-from aisim.columns import LATENCIES
+from aisim.columns import LATENCIES, TABLES
 from aisim.errors import AisimError
 
 
@@ -167,7 +167,7 @@ def resolve_run(con, selector: str | None, path: str) -> tuple:
     ReportError
         No runs, no match, or an id prefix that matches several runs.
     """
-    missing = {"runs", "shards", "summaries", "requests", "steps"} - _tables(con)
+    missing = set(TABLES) - _tables(con)
     if missing:
         raise ReportError(f"{path} is not an aisim run database (no table(s) {', '.join(sorted(missing))}); "
                           "run a pipeline into it first (aisim pipeline run SPEC --db FILE)")
