@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from aisim._core.constants import REQUEST_STATUS, names_by_code
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
+from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.resolved import CoreTrace, core_config
@@ -204,6 +205,7 @@ def _nan_where(mask, values):
 
 
 def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
+    """The replay's ``requests`` table, columns and types as :data:`aisim.columns.REQUESTS` declares them."""
     arrival = r["arrival_s"]
     first_tok = r["first_token_s"]
     finish = r["finish_s"]
@@ -213,24 +215,23 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
     e2e = _nan_where(~done, finish - arrival)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(done & (out_tok > 1), (finish - first_tok) / np.maximum(out_tok - 1, 1), np.nan)
-    return pa.table(
-        {
-            "request_id": trace.column("request_id"),
-            "arrival_s": _nan_where(arrival < 0, arrival),
-            "first_scheduled_s": _nan_where(r["first_scheduled_s"] < 0, r["first_scheduled_s"]),
-            "first_token_s": _nan_where(first_tok < 0, first_tok),
-            "finish_s": _nan_where(~done, finish),
-            "ttft_s": ttft,
-            "tpot_s": tpot,
-            "e2e_s": e2e,
-            "prompt_tokens": trace.column("prompt_tokens"),
-            "output_tokens": out_tok.astype(np.int32),
-            "cached_tokens": r["cached_tokens"].astype(np.int32),
-            "cached_tokens_all_admissions": r["cached_tokens_all_admissions"].astype(np.int32),
-            "preemptions": r["preemptions"],
-            "status": _labels(r["status"], STATUS_NAMES),
-        }
-    )
+    cols = {
+        "request_id": trace.column("request_id"),
+        "arrival_s": _nan_where(arrival < 0, arrival),
+        "first_scheduled_s": _nan_where(r["first_scheduled_s"] < 0, r["first_scheduled_s"]),
+        "first_token_s": _nan_where(first_tok < 0, first_tok),
+        "finish_s": _nan_where(~done, finish),
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2e_s": e2e,
+        "prompt_tokens": trace.column("prompt_tokens"),
+        "output_tokens": out_tok.astype(np.int32),
+        "cached_tokens": r["cached_tokens"].astype(np.int32),
+        "cached_tokens_all_admissions": r["cached_tokens_all_admissions"].astype(np.int32),
+        "preemptions": r["preemptions"],
+        "status": _labels(r["status"], STATUS_NAMES),
+    }
+    return _table(cols, REQUESTS.replay_schema())
 
 
 def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
@@ -238,8 +239,9 @@ def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
 
     ``active`` blocks are referenced by requests; ``cached`` blocks are free
     (evictable) but still hold a reusable prefix; ``empty`` blocks hold nothing.
-    ``kv_usage`` is vLLM's (active / usable, = active usage); physical usage
-    counts cached blocks too.
+    ``kv_usage`` is vLLM's (``KVCacheManager.usage``: active / usable blocks);
+    physical usage counts cached blocks too.  Columns and types are
+    :data:`aisim.columns.STEPS`'s.
     """
     from aisim.config.kvgroups import block_bytes
 
@@ -250,12 +252,16 @@ def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     cols["active_blocks"] = active.astype(np.int32)
     cols["empty_blocks"] = (s["free_blocks"] - s["cached_blocks"]).astype(np.int32)
     cols["kv_usage"] = active / usable
-    cols["active_usage"] = cols["kv_usage"]
     cols["physical_usage"] = (active + s["cached_blocks"]) / usable
     bpb = block_bytes(engine)
     cols["kv_cache_active_bytes"] = active * bpb
     cols["kv_cache_cached_bytes"] = s["cached_blocks"].astype(np.int64) * bpb
-    return pa.table(cols)
+    return _table(cols, STEPS.replay_schema())
+
+
+def _table(cols: dict, schema: pa.Schema) -> pa.Table:
+    """``cols`` as a table of exactly ``schema``: its columns, in its order, of its types (no casts)."""
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 
 def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
@@ -299,13 +305,14 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
         "throughput_tok_s": out_tok / span if span > 0 else None,
         "timed": timed,
     }
-    for name in ("ttft_s", "tpot_s", "e2e_s"):
+    # The statistics the summaries table flattens (aisim.columns.LATENCY_STATS; a test checks the keys).
+    for name in LATENCIES:
         v = rq[name][~np.isnan(rq[name])]
         if v.size:
             p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
             summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
         else:
-            summary[name] = {"mean": None, "p50": None, "p90": None, "p99": None}
+            summary[name] = dict.fromkeys(LATENCY_STATS)
     q = summary["prefix_cache_stats"]
     summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
     return summary

@@ -175,11 +175,11 @@ def test_summary_numbers_match_sql(demo, demo_db):
     for t in truth:
         row, cards = page.rows[t["shard_id"]], page.stats[t["shard_id"]]
         for key in ("requests", "finished", "steps", "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
-                    "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "prefix_hit_rate", "kv_active_usage_max",
+                    "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "prefix_hit_rate", "kv_usage_max",
                     "kv_physical_usage_max", "throughput_tok_s", "throughput_req_s", "duration_s"):
             assert row[key] == pytest.approx(float(t[key]), rel=1e-9, abs=1e-12), (t["shard_id"], key)
         for key in ("finished", "steps", "preemptions", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_rate",
-                    "kv_active_usage_max", "running_max", "throughput_tok_s"):
+                    "kv_usage_max", "running_max", "throughput_tok_s"):
             assert cards[key] == pytest.approx(float(t[key]), rel=1e-9, abs=1e-12), (t["shard_id"], key)
     # The shard with preemptions and the one without are both there (the demo has both kinds).
     assert {t["preemptions"] > 0 for t in truth} == {True, False}
@@ -199,7 +199,7 @@ def _truth(db, run_id):
             SELECT shard_id, count(*) FILTER (WHERE kind = 'step') AS steps,
                    sum(num_preempted) AS preemptions,
                    sum(prefix_hits) / nullif(sum(prefix_queries), 0) AS prefix_hit_rate,
-                   max(active_usage) AS kv_active_usage_max, max(physical_usage) AS kv_physical_usage_max,
+                   max(kv_usage) AS kv_usage_max, max(physical_usage) AS kv_physical_usage_max,
                    max(clock_s + duration_s) AS clock_end, max(running) AS running_max
             FROM steps WHERE run_id = ? GROUP BY shard_id
         )
@@ -499,7 +499,7 @@ def _synthetic_db(path, runs, n_steps, empty_shard=False):
             "num_preempted": "(i % 1000 = 0)::INT", "num_finished": "(i % 10 = 0)::INT",
             "running": "120 + (30 * sin(i / 50000.0))::INT", "waiting": "greatest(0, (200 * sin(i / 170000.0))::INT)",
             "free_blocks": f"10000 - {active}", "cached_blocks": "1000", "prefix_queries": "3000",
-            "prefix_hits": "1500", "active_blocks": active, "active_usage": f"{active} / 10000.0",
+            "prefix_hits": "1500", "active_blocks": active,
             "kv_usage": f"{active} / 10000.0", "physical_usage": f"({active} + 1000) / 10000.0",
             "kv_cache_active_bytes": f"{active}::BIGINT * 65536", "kv_cache_cached_bytes": "1000::BIGINT * 65536",
         }, select="FROM range($2) r(i)", params=[run_id, n_steps])
@@ -549,10 +549,10 @@ def test_million_step_report(tmp_path):
     assert kv["attrs"]["data-y1"] == "1.0"  # usage charts span 0 to 100%
     # the one-step KV spike is drawn: some drawn point of the active line is at the spike's height
     sx = svg._Scale(0.0, 1.0, float(kv["attrs"]["data-py0"]), float(kv["attrs"]["data-py1"]))
-    peak = rd.shards[0].steps["active_usage"].max()
+    peak = rd.shards[0].steps["kv_usage"].max()
     top = min(float(p.split(",")[1]) for p in kv["paths"][0][1:].split("L"))
     assert top == pytest.approx(float(sx(peak)), abs=0.06)
-    assert page.stats[0]["kv_active_usage_max"] == pytest.approx(rd.shards[0].steps["active_usage"].max())
+    assert page.stats[0]["kv_usage_max"] == pytest.approx(rd.shards[0].steps["kv_usage"].max())
     assert page.stats[0]["preemptions"] == 1000
 
 

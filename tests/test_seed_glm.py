@@ -91,5 +91,5 @@ def test_after_one_request_ends(version):
     last = len(st["step"]) - 1
     assert st["cached_blocks"][last] == 8
     assert st["physical_usage"][last] == 8 / 64
-    assert st["active_usage"][last] == 0.0
+    assert st["kv_usage"][last] == 0.0
     assert st["active_blocks"][last] == 0

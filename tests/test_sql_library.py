@@ -1,4 +1,4 @@
-"""The SQL library (aisim/sql): every file against an in-memory DuckDB, empty and with landed runs."""
+"""The SQL library (sql/, installed as aisim.sql): every file against an in-memory DuckDB, empty and with landed runs."""
 
 import re
 
@@ -10,13 +10,14 @@ from aisim import sql
 from aisim.pipeline import graph, landing
 from aisim.errors import QueryError
 from aisim.query import bind
+from aisim.query.runner import bind_sql, pick_run
 from aisim.pipeline.run import _concat, build_plan
 from aisim.pipeline.shards import SHARD_SCHEMA, SUMMARY_SCHEMA
 from aisim.pipeline.spec import canonical_json, resolve_inputs, run_key
 
 from test_pipeline_common import demo_spec
 
-ALL_FILES = [sql.schema()] + sql.views() + list(sql.queries().values())
+ALL_FILES = [sql.schema()] + sql.views() + list(sql.queries().values()) + list(sql.sweep().values())
 
 
 def _columns(con, table):
@@ -61,9 +62,11 @@ def landed():
 @pytest.mark.parametrize("f", ALL_FILES, ids=lambda f: f"{f.kind}:{f.name}")
 def test_every_file_has_a_header(f):
     head = f.sql.lstrip().splitlines()[0]
-    kind = {"schema": "schema", "view": "(view|macro)", "query": "query"}[f.kind]
+    kind = {"schema": "schema", "table": "table", "view": "(view|macro)", "query": "query"}[f.kind]
     assert re.match(rf"^-- {kind}: ", head), head
     assert f.purpose and f.grain and f.sources, f.name
+    if f.kind == "table":
+        assert head == f"-- table: {f.name}"
     if f.kind == "query":
         assert head == f"-- query: {f.name}"
         for p in f.params:
@@ -121,6 +124,21 @@ def test_resolve_run(landed):
     assert pick("nothing-like-it") is None
 
 
+def test_an_ambiguous_run_prefix_is_an_error_naming_the_runs(landed):
+    con, runs = landed
+    want = (f"run id prefix '' is ambiguous: 3 run ids start with it: {runs['other']} ('other', #3), "
+            f"{runs['second']} ('demo', #2), {runs['first']} ('demo', #1); give more of the id")
+    with pytest.raises(duckdb.InvalidInputException, match=re.escape(want)):
+        con.execute("SELECT resolve_run('')").fetchone()
+    with pytest.raises(QueryError, match=re.escape(want)):
+        pick_run(con, "")
+    text, values = bind("latency", {"run": ""})
+    with pytest.raises(duckdb.InvalidInputException, match="is ambiguous"):
+        con.execute(text, values).fetchall()
+    assert pick_run(con, runs["first"][:12])["run_id"] == runs["first"]
+    assert pick_run(con, "demo")["run_seq"] == 2 and pick_run(con, None)["name"] == "other"
+
+
 def test_latency_view_agrees_with_the_replay_summary(landed):
     con, runs = landed
     rows = con.execute("""
@@ -148,7 +166,7 @@ def test_prefix_reuse_agrees_with_the_summary(landed):
 def test_kv_cache_timeline(landed):
     con, runs = landed
     n, bad = con.execute("""
-        SELECT count(*), count(*) FILTER (WHERE physical_usage < active_usage - 1e-12
+        SELECT count(*), count(*) FILTER (WHERE physical_usage < kv_usage - 1e-12
                                           OR active_blocks + cached_blocks + empty_blocks < 0)
         FROM kv_cache_timeline WHERE run_id = ?""", [runs["first"]]).fetchone()
     steps = con.execute("SELECT count(*) FROM steps WHERE run_id = ?", [runs["first"]]).fetchone()[0]
@@ -170,6 +188,59 @@ def test_slo_attainment_thresholds(landed):
                            "AND ttft_s <= 1.0 AND (tpot_s <= 0.05 OR tpot_s IS NULL)",
                            [runs["first"], shard]).fetchone()[0]
         assert met == want <= ttft_met
+
+
+def test_slo_attainment_e2e_threshold_and_no_limits(landed):
+    con, runs = landed
+
+    def met(*args):
+        marks = ", ".join("?" for _ in args[:2]) + (", e2e_slo_s := ?" if len(args) > 2 else "")
+        return con.execute(f"SELECT shard_id, slo_met FROM slo_attainment({marks}) WHERE run_id = ? ORDER BY shard_id",
+                           [*args, runs["first"]]).fetchall()
+
+    assert met(1.0, 0.05) == met(1.0, 0.05, None)
+    unlimited = met(None, None)
+    finished = con.execute("SELECT shard_id, count(*) FILTER (WHERE status = 'finished') FROM requests "
+                           "WHERE run_id = ? GROUP BY ALL ORDER BY 1", [runs["first"]]).fetchall()
+    assert unlimited == finished
+    for shard, n in met(1.0, 0.05, 2.0):
+        want = con.execute("SELECT count(*) FROM requests WHERE run_id = ? AND shard_id = ? AND finish_s IS NOT NULL "
+                           "AND ttft_s <= 1.0 AND coalesce(tpot_s, 0) <= 0.05 AND e2e_s <= 2.0",
+                           [runs["first"], shard]).fetchone()[0]
+        assert n == want
+    assert met(1.0, 0.05, 2.0) != met(1.0, 0.05)  # the E2E limit bites on the demo
+    text, values = bind("slo", {"e2e_s": "20"})
+    assert values["e2e_s"] == 20.0 and con.execute(text, values).fetchall()
+
+
+@pytest.mark.parametrize("slo", [{"ttft_s": 5.0, "tpot_s": 0.05}, {"ttft_s": 1.0, "tpot_s": 0.05, "e2e_s": 20.0},
+                                 {"e2e_s": 30.0}])
+def test_sweep_goodput_query(landed, slo):
+    """The sweep's ranking query counts what its former inline definition counted."""
+    con, runs = landed
+    text, values = bind_sql(sql.sweep()["goodput"], {"run": runs["first"], **slo})
+    got = con.execute(text, values).fetchall()
+    inf = float("inf")
+    want = con.execute("""
+        SELECT s.engine,
+               count(*) FILTER (WHERE r.finish_s IS NOT NULL
+                                  AND r.ttft_s <= ? AND coalesce(r.tpot_s, 0) <= ? AND r.e2e_s <= ?) AS good,
+               count(*) FILTER (WHERE r.finish_s IS NOT NULL), count(*), max(m.duration_s)
+        FROM shards s JOIN summaries m USING (run_id, shard_id) JOIN requests r USING (run_id, shard_id)
+        WHERE s.run_id = ? GROUP BY s.engine ORDER BY s.engine""",
+                       [slo.get("ttft_s", inf), slo.get("tpot_s", inf), slo.get("e2e_s", inf), runs["first"]]).fetchall()
+    assert [r[:4] for r in got] == [r[:4] for r in want]
+    assert [r[4] for r in got] == [g / d for _, g, _, _, d in want]
+    assert [r[5] for r in got] == [g / n for _, g, _, n, _ in want]
+
+
+def test_sweep_files_run_on_an_empty_database(empty):
+    files = sql.sweep()
+    assert sorted(files) == ["goodput", "sweep_candidates"]
+    empty.execute(files["sweep_candidates"].sql)
+    assert _columns(empty, "sweep_candidates")[:3] == ["run_id", "candidate", "knobs"]
+    text, values = bind_sql(files["goodput"], {"run": "x"})
+    assert empty.execute(text, values).fetchall() == []
 
 
 def test_run_comparison_pairs_each_run_with_the_previous_of_its_name(landed):
@@ -204,7 +275,7 @@ def test_parameters_are_bound_not_pasted(landed):
 
 
 def test_bad_parameters_are_refused():
-    with pytest.raises(QueryError, match="query 'slo' has no parameter 'ttft'; its parameters: run, ttft_s, tpot_s"):
+    with pytest.raises(QueryError, match="query 'slo' has no parameter 'ttft'; its parameters: run, ttft_s, tpot_s, e2e_s"):
         bind("slo", {"ttft": "1"})
     with pytest.raises(QueryError, match="parameter 'ttft_s' of query 'slo' must be DOUBLE, got 'fast'"):
         bind("slo", {"ttft_s": "fast"})
@@ -216,7 +287,7 @@ def test_library_loads_as_package_data():
     from importlib import resources
 
     root = resources.files("aisim.sql")
-    assert (root / "schema.sql").is_file()
+    assert (root / "schema.sql").is_file() and (root / "sweep" / "goodput.sql").is_file()
     assert sorted(f.name for f in (root / "queries").iterdir() if f.name.endswith(".sql")) == \
         sorted(f"{n}.sql" for n in sql.queries())
 

@@ -1,7 +1,7 @@
 """Landing a run's results in DuckDB: one transaction per run.
 
 A run lands whole or not at all.  :func:`land` opens the database, and in one
-transaction creates the tables and views (``aisim/sql``), removes the run's
+transaction creates the tables and views (the SQL library ``sql/``, :mod:`aisim.sql`), removes the run's
 earlier rows when forced, and inserts ``runs``, ``shards``, ``summaries``,
 ``requests`` and ``steps`` from Arrow through DuckDB's Arrow scan (the tables
 are registered, then ``INSERT ... SELECT``: no row-by-row Python).  Any
@@ -11,6 +11,8 @@ before too.
 
 DuckDB lets one process write a database file at a time.  When another
 process holds it, :class:`DatabaseLocked` says so, naming the process.
+:func:`connect` is the one way aisim opens a run database (landing, queries,
+the sweep and the report).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import re
 import time
 
 from aisim.errors import DatabaseLocked, PipelineError
+from aisim import columns
 
-# Landing order; deletion runs in reverse.
-TABLES = ("runs", "shards", "summaries", "requests", "steps")
+# Landing order (the column catalogue's); deletion runs in reverse.
+TABLES = tuple(columns.TABLES)
 
 
 def _locked_message(path: str, exc: Exception, read_only: bool) -> str:

@@ -123,7 +123,7 @@ def print_summary(report, console) -> None:
         t.add_column(col, justify="right", no_wrap=True)
     for s in report.shards:
         hit = s.get("prefix_hit_rate")
-        kv = s.get("kv_active_usage_max")
+        kv = s.get("kv_usage_max")
         tok = s.get("throughput_tok_s")
         done, n = s.get("finished") or 0, s["requests"]
         t.add_row(str(s["shard_id"]), f"{s['model']} / {s['engine']}",

@@ -32,38 +32,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
 from aisim.errors import PipelineError, ShardError
 from aisim.pipeline.spec import canonical_json
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
 
-# Summary fields landed as columns of `summaries` (the full dict goes to summary_json too).
-_SUMMARY_INTS = ("requests", "finished", "unfinished", "steps", "empty_steps", "preemptions",
-                 "scheduled_tokens", "scheduled_req_steps", "prompt_tokens", "output_tokens",
-                 "prefix_hit_tokens_at_admission")
-_SUMMARY_FLOATS = ("prefix_hit_rate", "clock_end_s", "duration_s", "throughput_req_s", "throughput_tok_s")
-_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
-_STATS = ("mean", "p50", "p90", "p99")
-_PREFIX_STATS = {"queries": "prefix_queries", "hits": "prefix_hits",
-                 "preempted_queries": "preempted_prefix_queries", "preempted_hits": "preempted_prefix_hits"}
-
-SUMMARY_SCHEMA = pa.schema(
-    [("run_id", pa.string()), ("shard_id", pa.int32())]
-    + [(k, pa.int64()) for k in _SUMMARY_INTS]
-    + [(k, pa.float64()) for k in _SUMMARY_FLOATS]
-    + [(k, pa.int64()) for k in _PREFIX_STATS.values()]
-    + [(f"{lat[:-2]}_{st}_s", pa.float64()) for lat in _LATENCIES for st in _STATS]
-    + [(k, pa.float64()) for k in ("kv_active_usage_mean", "kv_active_usage_max", "kv_physical_usage_max")]
-    + [("summary_json", pa.string())]
-)
-
-SHARD_SCHEMA = pa.schema([
-    ("run_id", pa.string()), ("shard_id", pa.int32()), ("model", pa.string()), ("engine", pa.string()),
-    ("engine_path", pa.string()), ("engine_sha256", pa.string()), ("engine_config", pa.string()),
-    ("vllm_version", pa.string()), ("clock", pa.string()), ("sources", pa.string()),
-    ("requests", pa.int64()), ("steps", pa.int64()), ("task_s", pa.float64()),
-])
+# The landed tables' Arrow schemas, from the column catalogue.
+SUMMARY_SCHEMA = SUMMARIES.arrow_schema()
+SHARD_SCHEMA = SHARDS.arrow_schema()
+REQUEST_SCHEMA = REQUESTS.arrow_schema()
+STEP_SCHEMA = STEPS.arrow_schema()
 
 
 def failure(message: str) -> dict:
@@ -345,53 +325,50 @@ def _null_nan(col):
 
 
 def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table) -> pa.Table:
+    """The shard's ``requests`` rows: keys and trace columns in front of the replay's (NaN as NULL)."""
     n = requests.num_rows
     cols = _key_columns(desc, n)
     cols["request_index"] = pa.array(np.arange(n, dtype=np.int32))
-    cols["request_id"] = requests.column("request_id")
     for name in ("session_id", "turn", "priority"):
         cols[name] = trace.column(name)
     for name in requests.column_names:
-        if name not in cols:
-            cols[name] = _null_nan(requests.column(name))
-    return pa.table(cols)
+        cols[name] = _null_nan(requests.column(name))
+    return pa.Table.from_arrays([cols[f.name] for f in REQUEST_SCHEMA], schema=REQUEST_SCHEMA)
 
 
 def _steps_table(desc: dict, steps: pa.Table) -> pa.Table:
+    """The shard's ``steps`` rows: keys in front of the replay's step columns."""
     cols = _key_columns(desc, steps.num_rows)
     for name in steps.column_names:
         cols[name] = steps.column(name)
-    return pa.table(cols)
+    return pa.Table.from_arrays([cols[f.name] for f in STEP_SCHEMA], schema=STEP_SCHEMA)
 
 
 def summary_row(desc: dict, summary: dict, steps: pa.Table) -> dict:
     """The one ``summaries`` row of a shard: the replay summary, flattened.
 
-    Latency statistics become ``ttft_p50_s`` and the like; the prefix-cache
-    statistics ``prefix_queries``, ``prefix_hits`` and their preempted
-    counterparts; KV-cache usage mean and peak come from the steps.  The
-    whole summary is kept as ``summary_json`` too.
+    Each column of :data:`aisim.columns.SUMMARIES` with a ``summary`` path
+    takes that value of the summary (``("ttft_s", "p50")`` for
+    ``ttft_p50_s``); integers missing from it count 0, floats missing or NaN
+    are NULL.  KV-cache usage mean and peak come from the steps.  The whole
+    summary is kept as ``summary_json`` too.
     """
     row = {"run_id": desc["run_id"], "shard_id": desc["shard_id"]}
-    s = summary
-    for k in _SUMMARY_INTS:
-        row[k] = int(s.get(k, 0) or 0)
-    for k in _SUMMARY_FLOATS:
-        v = s.get(k)
-        row[k] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
-    pcs = s.get("prefix_cache_stats", {})
-    for src, dst in _PREFIX_STATS.items():
-        row[dst] = int(pcs.get(src, 0))
-    for lat in _LATENCIES:
-        q = s.get(lat) or {}
-        for st in _STATS:
-            v = q.get(st)
-            row[f"{lat[:-2]}_{st}_s"] = None if v is None else float(v)
+    for col in SUMMARIES.columns:
+        if col.summary is None:
+            continue
+        v = summary
+        for key in col.summary:
+            v = (v or {}).get(key)
+        if col.sql == "BIGINT":
+            row[col.name] = int(v or 0)
+        else:
+            row[col.name] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
     if steps.num_rows:
-        row["kv_active_usage_mean"] = float(pc.mean(steps.column("active_usage")).as_py())
-        row["kv_active_usage_max"] = float(pc.max(steps.column("active_usage")).as_py())
+        row["kv_usage_mean"] = float(pc.mean(steps.column("kv_usage")).as_py())
+        row["kv_usage_max"] = float(pc.max(steps.column("kv_usage")).as_py())
         row["kv_physical_usage_max"] = float(pc.max(steps.column("physical_usage")).as_py())
     else:
-        row["kv_active_usage_mean"] = row["kv_active_usage_max"] = row["kv_physical_usage_max"] = None
-    row["summary_json"] = canonical_json(s)
+        row["kv_usage_mean"] = row["kv_usage_max"] = row["kv_physical_usage_max"] = None
+    row["summary_json"] = canonical_json(summary)
     return row

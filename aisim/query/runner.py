@@ -25,7 +25,17 @@ def bind(name: str, raw: dict) -> tuple:
     library = sql.queries()
     if name not in library:
         raise QueryError(f"unknown query '{name}'; known: {', '.join(sorted(library))} (aisim query --list)")
-    q = library[name]
+    return bind_sql(library[name], raw)
+
+
+def bind_sql(q, raw: dict) -> tuple:
+    """The SQL text of library file ``q`` and its bound values.
+
+    ``raw`` maps parameter names to values: strings (as given on the
+    command line) are converted to the declared type, other values are
+    bound as they are; declared defaults fill the rest.
+    """
+    name = q.name
     declared = {p.name: p for p in q.params}
     for key in raw:
         if key not in declared:
@@ -34,16 +44,47 @@ def bind(name: str, raw: dict) -> tuple:
     values = {}
     for p in q.params:
         if p.name in raw:
+            v = raw[p.name]
             try:
-                values[p.name] = p.convert(raw[p.name])
+                values[p.name] = p.convert(v) if isinstance(v, str) else v
             except ValueError:
                 raise QueryError(f"parameter '{p.name}' of query '{name}' must be {p.type}, "
-                                 f"got {raw[p.name]!r}") from None
+                                 f"got {v!r}") from None
         elif p.required:
             raise QueryError(f"query '{name}' needs --param {p.name}=... ({p.description})")
         else:
             values[p.name] = p.default
     return q.sql, values
+
+
+def duckdb_message(exc) -> str:
+    """A DuckDB error's message without its class prefix when it is one of aisim's own
+    (``error()`` in the SQL library, such as an ambiguous run id prefix)."""
+    msg = str(exc)
+    prefix = "Invalid Input Error: "
+    return msg[len(prefix):] if msg.startswith(prefix) else msg
+
+
+def pick_run(con, selector):
+    """The ``runs`` row (a dict) that ``selector`` means, or None when none matches.
+
+    One rule for every command that picks a run, the SQL library's
+    ``resolve_run`` macro: a run id, else the latest run of that name, else
+    the one run whose id starts with ``selector``; None picks the latest run.
+
+    Raises
+    ------
+    QueryError
+        ``selector`` is an id prefix of several runs (the message names them).
+    """
+    import duckdb
+
+    try:
+        cur = con.execute("SELECT * FROM runs WHERE run_id = resolve_run(?)", [selector])
+    except duckdb.InvalidInputException as exc:
+        raise QueryError(duckdb_message(exc)) from None
+    row = cur.fetchone()
+    return None if row is None else dict(zip([d[0] for d in cur.description], row))
 
 
 def run_query(db: str, name: str | None = None, sql_text: str | None = None, params: dict | None = None):
@@ -54,7 +95,7 @@ def run_query(db: str, name: str | None = None, sql_text: str | None = None, par
     db : str
         The DuckDB file.
     name : str, optional
-        A named query of ``aisim/sql/queries``.
+        A named query of the SQL library (``sql/queries``).
     sql_text : str, optional
         Ad hoc SQL instead; ``$name`` placeholders are bound from ``params``.
     params : dict
@@ -87,7 +128,7 @@ def run_query(db: str, name: str | None = None, sql_text: str | None = None, par
         columns = [d[0] for d in cur.description]
         return columns, cur.fetchall()
     except duckdb.Error as exc:
-        raise QueryError(f"{what} failed on {db}: {exc}") from None
+        raise QueryError(f"{what} failed on {db}: {duckdb_message(exc)}") from None
     finally:
         con.close()
 

@@ -5,9 +5,12 @@ shard (model x engine configuration), its ``shards`` and ``summaries`` rows,
 the step time series and the request latencies.  Every value is read with
 bound parameters; nothing from the command line is pasted into SQL.
 
-Runs are chosen as ``aisim query`` chooses them: an exact run id, else the
-latest run of that name, else the one run whose id starts with the given
-text.  Without ``--run`` the latest run (highest ``run_seq``) is reported.
+Runs are chosen as ``aisim query`` chooses them (the SQL library's
+``resolve_run``, through :func:`aisim.query.runner.pick_run`): an exact run
+id, else the latest run of that name, else the one run whose id starts with
+the given text; a prefix of several run ids is an error.  Without ``--run``
+the latest run (highest ``run_seq``) is reported.  The database is opened
+with the one :func:`aisim.pipeline.landing.connect`.
 """
 
 from __future__ import annotations
@@ -19,18 +22,19 @@ from functools import cached_property
 
 import numpy as np
 
-from aisim.errors import ReportError
+from aisim.columns import LATENCIES, TABLES
+from aisim.errors import AisimError, ReportError
 
 
-# Step columns the report reads (in this order), and the request columns.
+# Step columns the report reads (in this order), and the request columns: selections of the
+# column catalogue (aisim.columns; a test checks they are in it).
 STEP_COLUMNS = (
     "step", "clock_s", "duration_s", "num_reqs", "prefill_tokens", "decode_tokens", "num_preempted",
-    "num_resumed", "num_finished", "running", "waiting", "active_blocks", "cached_blocks", "active_usage",
+    "num_resumed", "num_finished", "running", "waiting", "active_blocks", "cached_blocks", "kv_usage",
     "physical_usage", "kv_cache_active_bytes", "kv_cache_cached_bytes", "prefix_queries", "prefix_hits",
 )
 REQUEST_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens",
                    "preemptions")
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
 
 
 @dataclass
@@ -135,23 +139,15 @@ def _rows(con, sql: str, params: list) -> list:
 
 
 def connect(path: str):
-    """Open the database at ``path`` read-only, with a clear error when it cannot be."""
-    import duckdb
+    """Open the run database at ``path`` read-only (:func:`aisim.pipeline.landing.connect`), errors as ReportError."""
+    from aisim.pipeline.landing import connect as open_db
 
     if not path:
         raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
-    if not os.path.exists(path):
-        raise ReportError(f"no database at {path}; run a pipeline first (aisim pipeline run SPEC --db {path})")
-    if os.path.isdir(path):
-        raise ReportError(f"{path} is a directory, not a DuckDB database")
     try:
-        return duckdb.connect(path, read_only=True)
-    except duckdb.Error as exc:
-        msg = str(exc).splitlines()[0]
-        if "lock" in msg.lower():
-            raise ReportError(f"database {path} is being written by another process ({msg}); "
-                              "wait for the run to land and try again") from None
-        raise ReportError(f"cannot open {path} as a DuckDB database: {msg}") from None
+        return open_db(path, read_only=True)
+    except AisimError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def _tables(con) -> set:
@@ -167,35 +163,33 @@ def resolve_run(con, selector: str | None, path: str) -> tuple:
     ReportError
         No runs, no match, or an id prefix that matches several runs.
     """
-    missing = {"runs", "shards", "summaries", "requests", "steps"} - _tables(con)
+    missing = set(TABLES) - _tables(con)
     if missing:
         raise ReportError(f"{path} is not an aisim run database (no table(s) {', '.join(sorted(missing))}); "
                           "run a pipeline into it first (aisim pipeline run SPEC --db FILE)")
     total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
     if total == 0:
         raise ReportError(f"{path} holds no runs yet; run a pipeline first (aisim pipeline run SPEC --db {path})")
+    from aisim.errors import QueryError
+    from aisim.query.runner import pick_run
+
     order = "ORDER BY run_seq DESC"
-    if selector is None or selector == "":
-        rows = _rows(con, f"SELECT * FROM runs {order} LIMIT 1", [])
-        return rows[0], f"the latest of {total} run{'s' if total != 1 else ''} in the database"
-    rows = _rows(con, f"SELECT * FROM runs WHERE run_id = ? {order}", [selector])
-    if rows:
-        return rows[0], f"run id {selector}"
-    rows = _rows(con, f"SELECT * FROM runs WHERE name = ? {order}", [selector])
-    if rows:
-        note = f"run name '{selector}'"
-        if len(rows) > 1:
-            note += (f": the latest (#{rows[0]['run_seq']}) of {len(rows)} runs of that name; give a run id "
-                     "for another")
-        return rows[0], note
-    rows = _rows(con, f"SELECT * FROM runs WHERE starts_with(run_id, ?) {order}", [selector])
-    if len(rows) == 1:
-        return rows[0], f"run id prefix {selector}"
-    if len(rows) > 1:
-        listing = ", ".join(f"{r['run_id']} ('{r['name']}', #{r['run_seq']})" for r in rows[:6])
-        more = f" and {len(rows) - 6} more" if len(rows) > 6 else ""
-        raise ReportError(f"--run {selector} is ambiguous: {len(rows)} run ids start with it: {listing}{more}; "
-                          "give more of the id")
+    try:
+        row = pick_run(con, selector or None)
+    except QueryError as exc:
+        raise ReportError(f"--run {selector}: {exc}") from None
+    if row is not None:
+        if not selector:
+            return row, f"the latest of {total} run{'s' if total != 1 else ''} in the database"
+        if row["run_id"] == selector:
+            return row, f"run id {selector}"
+        if row["name"] == selector:
+            note = f"run name '{selector}'"
+            same = con.execute("SELECT count(*) FROM runs WHERE name = ?", [selector]).fetchone()[0]
+            if same > 1:
+                note += f": the latest (#{row['run_seq']}) of {same} runs of that name; give a run id for another"
+            return row, note
+        return row, f"run id prefix {selector}"
     known = _rows(con, f"SELECT run_id, name, run_seq FROM runs {order} LIMIT 8", [])
     listing = ", ".join(f"{r['run_id']} ('{r['name']}', #{r['run_seq']})" for r in known)
     more = f" and {total - len(known)} more" if total > len(known) else ""

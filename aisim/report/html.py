@@ -109,7 +109,7 @@ SUMMARY_COLUMNS = [
     ("e2e_p99_s", "E2E p99", _ms, "end-to-end latency, 99th percentile"),
     ("prefix_hit_rate", "prefix hits", fmt_pct, "prefix-cache hit tokens / lookup tokens (vLLM)"),
     ("preemptions", "preempt.", fmt_count, "preemptions, all requests"),
-    ("kv_active_usage_max", "KV active peak", fmt_pct, "peak of active blocks / usable blocks (kv_usage)"),
+    ("kv_usage_max", "KV active peak", fmt_pct, "peak of active blocks / usable blocks (kv_usage)"),
     ("kv_physical_usage_max", "KV physical peak", fmt_pct, "peak of (active + cached) blocks / usable blocks"),
 ]
 
@@ -151,7 +151,7 @@ def _comparison(rd: RunData) -> str:
                                                        title="TTFT by shard", chart_id="cmp-ttft", fmt="duration")),
         ("Prefix-cache hit rate", bar_chart(cats, [("hit rate", [_num(s.get("prefix_hit_rate")) for s in S], "green")],
                                             title="Prefix-cache hit rate by shard", chart_id="cmp-prefix", fmt="pct")),
-        ("KV-cache peak usage", bar_chart(cats, [("active", [_num(s.get("kv_active_usage_max")) for s in S], "blue"),
+        ("KV-cache peak usage", bar_chart(cats, [("active", [_num(s.get("kv_usage_max")) for s in S], "blue"),
                                                  ("physical", [_num(s.get("kv_physical_usage_max")) for s in S],
                                                   "orange")],
                                           title="KV-cache peak usage by shard", chart_id="cmp-kv", fmt="pct")),
@@ -238,13 +238,13 @@ def _stats(sd: ShardData) -> str:
     out.append(_stat("preemptions", fmt_count(pre), f"{fmt_count(victims)} requests preempted at least once",
                      "preemptions", pre))
     if sd.n_steps:
-        amax, pmax = np.nanmax(st["active_usage"]), np.nanmax(st["physical_usage"])
-        amean = np.nanmean(st["active_usage"])
+        amax, pmax = np.nanmax(st["kv_usage"]), np.nanmax(st["physical_usage"])
+        amean = np.nanmean(st["kv_usage"])
         sub = f"mean active {fmt_pct(amean)}; physical peak {fmt_pct(pmax)}"
         if sd.has_bytes:
             peak_b = np.nanmax(st["kv_cache_active_bytes"] + st["kv_cache_cached_bytes"])
             sub += f" ({fmt_bytes(peak_b)})"
-        out.append(_stat("KV-cache active peak", fmt_pct(amax), sub, "kv_active_usage_max", amax))
+        out.append(_stat("KV-cache active peak", fmt_pct(amax), sub, "kv_usage_max", amax))
         out.append(_stat("queues, peak", f"{fmt_count(np.nanmax(st['running']))} running",
                          f"{fmt_count(np.nanmax(st['waiting']))} waiting at most", "running_max",
                          np.nanmax(st["running"])))
@@ -274,7 +274,7 @@ def _charts(sd: ShardData, mp: int) -> list:
     figs = []
 
     # KV-cache occupancy: active area, cached band above it, physical line.
-    x, (act, phys) = ds.m4_shared(t, [st["active_usage"], st["physical_usage"]], mp)
+    x, (act, phys) = ds.m4_shared(t, [st["kv_usage"], st["physical_usage"]], mp)
     svg = line_chart([
         Series("active", x, act, "blue", "area", fill_opacity=0.45),
         Series("cached (free, reusable)", x, phys, "orange", "band", lo=act, hi=phys, width=0, fill_opacity=0.45,
@@ -353,7 +353,7 @@ def _charts(sd: ShardData, mp: int) -> list:
         rate = np.where(q > 0, h / np.where(q > 0, q, 1), np.nan)
     mid = (edges[:-1] + edges[1:]) / 2
     ok = np.isfinite(rate)
-    xc, cshare = ds.m4(t, st["physical_usage"] - st["active_usage"], mp // 2)
+    xc, cshare = ds.m4(t, st["physical_usage"] - st["kv_usage"], mp // 2)
     total = float(np.nansum(st["prefix_hits"])) / float(np.nansum(st["prefix_queries"]) or 1)
     svg = line_chart([Series("hit rate per window", mid[ok], rate[ok], "green", "line", width=1.8),
                       Series("cached blocks (share of usable)", xc, cshare, "orange", "area", fill_opacity=0.25,

@@ -214,42 +214,6 @@ def _pipeline_spec(spec: SweepSpec, cands: list) -> dict:
             "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}]}
 
 
-GOODPUT_SQL = """
--- Per shard of one run: requests that finished within every SLO threshold,
--- and goodput = those requests per second of the shard's duration.
-SELECT s.engine,
-       count(*) FILTER (WHERE r.finish_s IS NOT NULL
-                          AND r.ttft_s <= ? AND coalesce(r.tpot_s, 0) <= ? AND r.e2e_s <= ?) AS good,
-       count(*) FILTER (WHERE r.finish_s IS NOT NULL) AS finished,
-       count(*) AS requests,
-       max(m.duration_s) AS duration_s
-FROM shards s
-JOIN summaries m USING (run_id, shard_id)
-JOIN requests r USING (run_id, shard_id)
-WHERE s.run_id = ?
-GROUP BY s.engine
-ORDER BY s.engine
-"""
-
-CANDIDATES_DDL = """
--- sweep_candidates: every candidate of a sweep, ranked or refused.
--- grain: (run_id, candidate); source: aisim.sweep (after the run's results landed).
-CREATE TABLE IF NOT EXISTS sweep_candidates (
-    run_id          VARCHAR NOT NULL,   -- runs.run_id of the sweep's pipeline run (engine = candidate)
-    candidate       VARCHAR NOT NULL,   -- c000, c001, ... in grid order
-    knobs           VARCHAR NOT NULL,   -- JSON of the grid values of this candidate
-    status          VARCHAR NOT NULL,   -- 'ranked' or 'refused'
-    reason          VARCHAR,            -- why the configuration rules refused it
-    rank            INTEGER,            -- 1 = best
-    goodput_req_s   DOUBLE,             -- requests meeting every SLO threshold per second
-    slo_attainment  DOUBLE,             -- share of requests meeting every threshold
-    cost_tokens     BIGINT,             -- KV capacity in tokens (num_gpu_blocks * block_size)
-    slo             VARCHAR NOT NULL,   -- JSON of the thresholds
-    PRIMARY KEY (run_id, candidate)
-)
-"""
-
-
 def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None = None, force: bool = False,
               progress=None) -> SweepResult:
     """Replay every accepted candidate through the pipeline and rank them.
@@ -259,7 +223,9 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
     SweepResult
         Every candidate with its rank (accepted) or reason (refused).
     """
+    from aisim import sql
     from aisim.pipeline.landing import connect
+    from aisim.query.runner import bind_sql
     from aisim.pipeline.run import run_pipeline
     from aisim.pipeline.spec import spec_from_dict
 
@@ -270,16 +236,17 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
     pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
                            base_dir=os.path.dirname(spec.path) if spec.path else None)
     report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
-    inf = float("inf")
-    limits = [spec.slo.get("ttft_s", inf), spec.slo.get("tpot_s", inf), spec.slo.get("e2e_s", inf)]
+    library = sql.sweep()
+    # The SLO as slo_attainment (sql/views) defines it; a threshold the spec leaves out is no limit.
+    goodput = bind_sql(library["goodput"], {"run": report.run_id, **{k: spec.slo.get(k) for k in SLO_KEYS}})
     con = connect(spec.database)
     try:
-        rows = con.execute(GOODPUT_SQL, limits + [report.run_id]).fetchall()
+        rows = con.execute(*goodput).fetchall()
         by_name = {c.name: c for c in cands}
-        for engine, good, finished, requests, duration in rows:
+        for engine, _good, finished, _requests, goodput_req_s, attainment in rows:
             c = by_name[engine]
-            c.goodput_req_s = good / duration if duration else 0.0
-            c.slo_attainment = good / requests if requests else 0.0
+            c.goodput_req_s = goodput_req_s
+            c.slo_attainment = attainment
             c.finished = finished
         order = sorted(accepted, key=lambda c: (-c.goodput_req_s, c.cost_tokens,
                                                  c.config.get("max_num_batched_tokens", 0),
@@ -288,7 +255,7 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
             c.rank = rank
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(CANDIDATES_DDL)
+            con.execute(library["sweep_candidates"].sql)
             con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [report.run_id])
             for c in cands:
                 con.execute("INSERT INTO sweep_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

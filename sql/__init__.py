@@ -1,17 +1,24 @@
 """aisim's SQL library, shipped as package data and read with :mod:`importlib.resources`.
 
+The files live in the repository's top-level ``sql/`` directory, which
+installs as the package ``aisim.sql`` (this loader is its ``__init__.py``).
+
 ``schema.sql``
     The tables a pipeline run lands in (``runs``, ``shards``, ``summaries``,
-    ``requests``, ``steps``).
+    ``requests``, ``steps``); the ``CREATE TABLE`` statements are generated
+    from the column catalogue, :mod:`aisim.columns`.
 ``views/*.sql``
     One view or macro per file, created in every database a run lands in.
     Files are applied in name order; helpers other views build on start with
     ``_`` so that they come first.
 ``queries/*.sql``
     Named queries for ``aisim query NAME``: one ``SELECT`` per file.
+``sweep/*.sql``
+    What ``aisim sweep`` adds: the ``sweep_candidates`` table and the
+    ``goodput`` query it ranks candidates by.
 
-Every file opens with a comment header: what it is (``-- view: NAME``,
-``-- query: NAME``), ``purpose``, ``grain`` and ``sources``.  A named query
+Every file opens with a comment header: what it is (``-- table: NAME``,
+``-- view: NAME``, ``-- query: NAME``), ``purpose``, ``grain`` and ``sources``.  A named query
 declares its parameters in the header, one line each::
 
     -- param run VARCHAR = NULL: run name, run id or id prefix (default: the latest run)
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 _PARAM_RE = re.compile(r"^--\s*param\s+([A-Za-z_]\w*)\s+([A-Za-z]+)\s*(?:=\s*(\S+))?\s*:\s*(.*)$")
-_FIELD_RE = re.compile(r"^--\s*(query|view|macro|purpose|grain|sources|schema):\s*(.*)$")
+_FIELD_RE = re.compile(r"^--\s*(table|query|view|macro|purpose|grain|sources|schema):\s*(.*)$")
 
 PARAM_TYPES = ("VARCHAR", "DOUBLE", "INTEGER", "BIGINT", "BOOLEAN")
 
@@ -65,7 +72,7 @@ class SqlFile:
     """One SQL file of the library with its parsed header."""
 
     name: str  # file stem
-    kind: str  # "schema", "view" or "query"
+    kind: str  # "schema", "table", "view" or "query"
     sql: str
     purpose: str
     grain: str
@@ -130,6 +137,15 @@ def queries() -> dict:
     return {q.name: q for q in _dir("queries", "query")}
 
 
+def sweep() -> dict:
+    """The sweep's SQL: name -> :class:`SqlFile` (``sweep_candidates``, a table; ``goodput``, a query)."""
+    out = {}
+    for f in _dir("sweep", "query"):
+        kind = "table" if f.sql.startswith("-- table:") else "query"
+        out[f.name] = SqlFile(f.name, kind, f.sql, f.purpose, f.grain, f.sources, f.params)
+    return out
+
+
 def apply_schema(con) -> None:
     """Create the tables (if missing) and (re)create every view and macro on ``con``."""
     con.execute(schema().sql)
@@ -137,4 +153,4 @@ def apply_schema(con) -> None:
         con.execute(v.sql)
 
 
-__all__ = ["PARAM_TYPES", "Param", "SqlFile", "apply_schema", "queries", "schema", "views"]
+__all__ = ["PARAM_TYPES", "Param", "SqlFile", "apply_schema", "queries", "schema", "sweep", "views"]

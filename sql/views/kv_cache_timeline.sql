@@ -1,7 +1,7 @@
 -- view: kv_cache_timeline
 -- purpose: KV-cache occupancy over simulated time, per shard: blocks referenced by requests
 --          (active), free blocks still holding a reusable prefix (cached) and free empty ones, as
---          usage fractions (active usage is vLLM's kv_usage; physical usage counts cached blocks
+--          usage fractions (kv_usage is vLLM's: active blocks; physical usage counts cached blocks
 --          too) and bytes, with the running and waiting queues beside them.
 -- grain:   one row per (run_id, shard_id, step).
 -- sources: steps, run_shards (runs, shards).
@@ -21,9 +21,9 @@ SELECT
     st.active_blocks,                                            -- blocks referenced by requests
     st.cached_blocks,                                            -- free blocks holding a cached prefix
     st.empty_blocks,                                             -- free blocks holding nothing
-    st.active_usage,                                             -- active / usable blocks (vLLM kv_usage)
+    st.kv_usage,                                                 -- active / usable blocks (vLLM kv_usage)
     st.physical_usage,                                           -- (active + cached) / usable blocks
-    st.physical_usage - st.active_usage AS cached_usage,         -- cached / usable blocks
+    st.physical_usage - st.kv_usage AS cached_usage,             -- cached / usable blocks
     st.kv_cache_active_bytes,                                    -- bytes of active blocks
     st.kv_cache_cached_bytes,                                    -- bytes of cached blocks
     st.kv_cache_active_bytes + st.kv_cache_cached_bytes AS kv_cache_physical_bytes  -- bytes holding data

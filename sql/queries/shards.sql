@@ -16,7 +16,7 @@ SELECT
     round(sm.throughput_tok_s, 1) AS throughput_tok_s,  -- output tokens per second
     round(sm.prefix_hit_rate, 4) AS prefix_hit_rate,  -- prefix-cache hit rate
     sm.preemptions,                                   -- preemptions
-    round(sm.kv_active_usage_max, 4) AS kv_active_usage_max  -- peak KV-cache active usage
+    round(sm.kv_usage_max, 4) AS kv_usage_max         -- peak KV-cache usage (vLLM kv_usage)
 FROM shards AS s
 JOIN summaries AS sm USING (run_id, shard_id)
 WHERE s.run_id = resolve_run($run)
