@@ -12,7 +12,7 @@ from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
-from aisim.config.resolved import CoreTrace, core_config
+from aisim.core_input import CoreTrace, core_config
 from aisim.errors import ReplayError, TraceError
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 

@@ -88,7 +88,7 @@ def test_column_tables_follow_the_column_enums():
 
 def test_run_returns_every_column_with_its_dtype():
     from aisim.config import engine_config_from_dict
-    from aisim.config.resolved import CoreTrace, core_config
+    from aisim.core_input import CoreTrace, core_config
 
     eng = engine_config_from_dict(dict(num_gpu_blocks=64, block_size=16, max_num_seqs=4,
                                        max_num_batched_tokens=256, max_model_len=512))

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from aisim.cli import main
 from aisim.config.engine import EngineConfig, TimeModel, engine_config_from_dict
-from aisim.config.keys import ENGINE_KEYS, GROUP_KEYS, TIME_MODEL_KEYS, render_tables
+from aisim.config.keys import ENGINE_KEYS, GROUP_KEYS, TIME_MODEL_KEYS
+from aisim.config.readme import render_tables
 from aisim.config.kvgroups import GROUP_DEFAULTS, GROUP_KINDS, KINDS, STATE_KINDS, expand_groups
 from aisim.config.rule import catalog_cold_reason, probe_cold_reason, unmodeled_version_note
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS

@@ -5,8 +5,8 @@
 :data:`ENGINE_KEYS` and :data:`TIME_MODEL_KEYS`; the per-group keys of
 ``kv_cache_groups`` are :data:`GROUP_KEYS` (their kinds are
 :data:`aisim.config.kvgroups.KINDS`).  The README's "Engine configuration"
-tables are rendered from these catalogues (:func:`render_tables`; run
-``python -m aisim.config.keys`` to print them) and a test checks that the
+tables are rendered from these catalogues (:mod:`aisim.config.readme`; run
+``python -m aisim.config.readme`` to print them) and a test checks that the
 README holds them.
 """
 
@@ -130,33 +130,3 @@ GROUP_KEYS = (
 def defaults(keys) -> dict:
     """``name -> default`` of a catalogue."""
     return {k.name: k.default for k in keys}
-
-
-def _table(keys, fmt=None) -> list[str]:
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for k in keys:
-        shown = k.default_text()
-        for name, value in (fmt or {}).items():
-            shown = shown.replace("{" + name + "}", value)
-        rows.append(f"| `{k.name}` | {shown} | {k.meaning} |")
-    return rows
-
-
-def render_tables() -> str:
-    """The README's engine-configuration tables (Markdown), rendered from the catalogues."""
-    from aisim.config.kvgroups import KINDS
-    from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
-
-    fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
-    lines = _table(ENGINE_KEYS, fmt)
-    lines += ["", "`time_model` keys:", ""] + _table(TIME_MODEL_KEYS)
-    lines += ["", "`kv_cache_groups` keys (one table per group):", ""] + _table(GROUP_KEYS)
-    lines += ["", "Group kinds:", "", "| type | holds | requires | `prefix_cacheable` default |", "|---|---|---|---|"]
-    for k in KINDS:
-        lines.append(f"| `{k.name}` | {k.meaning} | {f'`{k.required}`' if k.required else '—'} | "
-                     f"{'true' if k.prefix_cacheable else 'false'} |")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(render_tables(), end="")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def step_time_args(tm) -> dict | None:
-    """``CoreConfig.step_time`` (aisim.config.resolved): roofline and table models; None for linear."""
+    """``CoreConfig.step_time`` (aisim.core_input): roofline and table models; None for linear."""
     if tm.kind == "linear":
         return None
     if tm.kind == "roofline":
