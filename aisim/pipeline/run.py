@@ -209,7 +209,7 @@ def _count_rows(report: RunReport, stats: list) -> None:
 
 
 def _run_row(spec, inputs, run_id, report, tables, started) -> dict:
-    import aisim
+    from aisim import __version__
 
     return {
         "run_id": run_id,
@@ -218,7 +218,7 @@ def _run_row(spec, inputs, run_id, report, tables, started) -> dict:
         "spec_path": spec.path,
         "spec": canonical_json(spec.canonical()),
         "inputs": canonical_json([f.fingerprint() for f in inputs]),
-        "aisim_version": aisim.__version__,
+        "aisim_version": __version__,
         "shards": tables["shards"].num_rows,
         "requests": tables["requests"].num_rows,
         "steps": tables["steps"].num_rows,

@@ -574,7 +574,7 @@ def run_key(spec: PipelineSpec, inputs: list) -> str:
     The same spec over the same files is the same run, whatever the database,
     the scheduler or the number of workers.
     """
-    import aisim
+    from aisim import __version__
 
     engines = {}
     for d in spec.deployments:
@@ -582,7 +582,7 @@ def run_key(spec: PipelineSpec, inputs: list) -> str:
             if e.path is not None:
                 engines[f"{d.model}/{e.name}"] = {"path": e.path, "size": os.path.getsize(e.source),
                                                  "sha256": file_sha256(e.source)}
-    doc = {"aisim": aisim.__version__, "spec": spec.canonical(),
+    doc = {"aisim": __version__, "spec": spec.canonical(),
            "inputs": [f.fingerprint() for f in inputs], "engine_files": engines}
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]
 
