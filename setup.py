@@ -13,10 +13,10 @@ from setuptools import Extension, setup
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 
-# The extension modules, in dependency order.  Each is ext/<name>.pyx.
-# ``testing`` holds the handles used only by tests.
-CORE_MODULES = ["blockpool", "hashing", "statecache", "kvcache", "scheduler", "steptime", "engine",
-                "constants", "testing"]
+# The extension modules, in dependency order.  Each is ext/<name>.pyx
+# (kvcache.pyx includes statecache.pxi).  ``testing`` holds the handles used
+# only by tests.
+CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "constants", "testing"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -191,8 +191,8 @@ cdef class Engine:
 
         Parameters
         ----------
-        config : aisim.config.resolved.CoreConfig
-        trace : aisim.config.resolved.CoreTrace
+        config : aisim.core_input.CoreConfig
+        trace : aisim.core_input.CoreTrace
         record_events : bool
             Keep the decision-log events.
         """

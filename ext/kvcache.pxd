@@ -3,7 +3,7 @@
 # admission arithmetic, allocation, caching with retention masks, window and
 # state releases, copy-on-write partial hits and frees.  cimported by
 # scheduler (schedule/update), engine (set-up, telemetry), and for the structs
-# by hashing, kvrows, statecache (the state managers), constants and testing.  Mirrors
+# by hashing, kvrows, the state managers (statecache.pxi), constants and testing.  Mirrors
 # vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
 # single_type_kv_cache_manager.py of vLLM 0.31/0.32.
 from aisim._core.blockpool cimport BlockPoolC

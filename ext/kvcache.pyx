@@ -20,7 +20,8 @@ managers (``GroupC``), reproducing vLLM 0.31.0 / 0.32.0:
   Mamba's copy-on-write of sub-block states;
 * ``kv_free`` frees each group's table tail first, group by group.
 
-The state managers (Mamba) and the retention masks live in statecache.pyx,
+The state managers (Mamba) and the retention masks live in statecache.pxi
+(compiled into this module),
 the per-request hash chain in hashing.pyx, the per-block row and probe
 helpers inline in kvrows.pxd; this module is the coordinator and the
 attention managers (full, sliding window, chunked local, ring).
@@ -44,13 +45,14 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_free, mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.statecache cimport (
-    cache_partial_block, retention_mask, state_allocate, state_blocks_needed, state_cache_tail,
-    state_cached_this_step, state_lookup,
-)
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, tok_t
 from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
 
+# The state managers and retention masks (state_lookup, state_blocks_needed,
+# state_allocate, state_cache_tail, retention_mask, cache_partial_block): their
+# own source file, compiled into this module so that the coordinator's calls
+# stay inlinable.
+include "statecache.pxi"
 
 # ------------------------------------------------------------------ set-up
 

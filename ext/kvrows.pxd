@@ -1,7 +1,7 @@
 # Row and hit helpers of the KV-cache group managers: a request's block table
 # and hash row, the joint probe of a spec-group, copy-on-write retention.
-# cimported by kvcache (the coordinator and the attention managers), statecache
-# (the state managers) and testing.  Inline: they run per block in the lookups,
+# cimported by kvcache (the coordinator, the attention managers and, through
+# statecache.pxi, the state managers) and testing.  Inline: they run per block in the lookups,
 # and a cross-module call of a small hot function costs.
 from aisim._core.blockpool cimport bp_lookup
 from aisim._core.hashing cimport group_key

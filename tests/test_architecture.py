@@ -122,6 +122,6 @@ def test_the_room_table_has_no_circle():
 def test_the_core_table_names_every_file_of_ext():
     named = set()
     for cells in _rows(_section("The compiled core")):
-        named.update(re.findall(r"`(\w+)(?:\.pxd)?`", cells[0]))
-    files = {f.split(".")[0] for f in os.listdir(os.path.join(ROOT, "ext")) if f.endswith((".pyx", ".pxd"))}
+        named.update(re.findall(r"`(\w+)(?:\.px[di])?`", cells[0]))
+    files = {f.split(".")[0] for f in os.listdir(os.path.join(ROOT, "ext")) if f.endswith((".pyx", ".pxd", ".pxi"))}
     assert files == named, f"ext/ files not in the table: {sorted(files - named)}; gone: {sorted(named - files)}"

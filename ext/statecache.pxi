@@ -1,28 +1,31 @@
-"""vLLM's state managers (MambaManager) and the retention rules they share.
+# vLLM's state managers (MambaManager) and the retention rules they share.
+#
+# A state group (Mamba, GDN, KDA, conv) keeps one running state per request
+# rather than per-token KV.  What differs from attention groups lives here:
+#
+# * ``state_lookup``: the latest cached state, scanned right to left (at any
+#   hash boundary with fine-grained hits);
+# * ``state_blocks_needed`` / ``state_allocate``: align mode, where a prefill
+#   writes at most one new state block per step, null-padded, with
+#   copy-on-write of a sub-block hit and an internal prefill checkpoint
+#   (``_needs_internal_checkpoint``);
+# * ``state_cache_tail``: the partial tail state (``_cache_partial_tail_block``,
+#   0.31 and 0.32 rules) and ``cached_blocks_this_step``;
+# * ``retention_mask``: which blocks a later request can reach (sliding-window
+#   and state groups), and ``cache_partial_block`` (BlockPool.cache_partial_block).
+#
+# The coordinator in kvcache.pyx dispatches here once per group and call; the
+# per-block helpers are inline (``kvrows.pxd``).
+#
+# Included by kvcache.pyx (one compilation unit: the coordinator's calls into the
+# state managers stay plain C calls the compiler can inline; a separate extension
+# module would reach them through a function-pointer table).
 
-A state group (Mamba, GDN, KDA, conv) keeps one running state per request
-rather than per-token KV.  What differs from attention groups lives here:
-
-* ``state_lookup``: the latest cached state, scanned right to left (at any
-  hash boundary with fine-grained hits);
-* ``state_blocks_needed`` / ``state_allocate``: align mode, where a prefill
-  writes at most one new state block per step, null-padded, with
-  copy-on-write of a sub-block hit and an internal prefill checkpoint
-  (``_needs_internal_checkpoint``);
-* ``state_cache_tail``: the partial tail state (``_cache_partial_tail_block``,
-  0.31 and 0.32 rules) and ``cached_blocks_this_step``;
-* ``retention_mask``: which blocks a later request can reach (sliding-window
-  and state groups), and ``cache_partial_block`` (BlockPool.cache_partial_block).
-
-The coordinator in kvcache.pyx dispatches here once per group and call; the
-per-block helpers are inline (``kvrows.pxd``).
-"""
 
 from aisim._core.blockpool cimport (
     bp_contains, bp_insert_block_hash, bp_move_hashes, bp_pop_free, bp_remove_hashes,
 )
 from aisim._core.hashing cimport group_key
-from aisim._core.kvcache cimport GK_MAMBA, GK_SWA, GroupC, KVCacheC
 from aisim._core.kvrows cimport (
     kv_apply_cow, kv_evictable, kv_fill_null, kv_hashes, kv_n_hashes, kv_probe, kv_put_hit,
     kv_retain, kv_set_hit_n, kv_table, kv_view,
@@ -34,6 +37,17 @@ from aisim._core.util cimport cdiv, ckpt_position, tmax, tmin
 
 
 # ------------------------------------------------------------------ cached this step
+
+cdef inline bint state_cached_this_step(const GroupC* g, hash_t key) noexcept nogil:
+    # MambaManager: ``key`` is in cached_blocks_this_step (its state may not be written yet).
+    cdef int32_t i
+    if key == 0:
+        return False
+    for i in range(g.cts_n):
+        if g.cts[i] == key:
+            return True
+    return False
+
 
 cdef int _push_key(GroupC* g, hash_t key) except -1 nogil:
     # Mamba cached_blocks_this_step.add(key)
