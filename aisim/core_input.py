@@ -44,7 +44,7 @@ class CoreConfig:
     retention : int
         ``prefix_cache_retention_interval``; -1 for None.
     version : int
-        vLLM minor version whose rules apply (31 or 32).
+        vLLM minor version whose rules apply (31, 32 or 33; aisim.config.versions.version_code).
     mamba_split, mamba_partial, mamba_has_ckpt : bool
     mamba_ckpt_align : int
         Mamba block-aligned split settings.

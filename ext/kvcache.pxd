@@ -70,7 +70,7 @@ cdef struct KVCacheC:
     bint caching               # enable_prefix_caching
     bint hybrid                # HybridKVCacheCoordinator (several groups)
     bint fine                  # enable_partial_hash_hits
-    int32_t version            # 31 or 32: vLLM minor version whose rules apply
+    int32_t version            # 31, 32 or 33: vLLM minor version whose rules apply
     tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
     tok_t max_model_len        # longest sequence
     block_id_t watermark_blocks  # blocks kept free when admitting waiting requests

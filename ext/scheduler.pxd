@@ -19,7 +19,7 @@ cdef struct SchedConfC:
     bint reserve_full_isl            # scheduler_reserve_full_isl
     bint async_scheduling            # AsyncScheduler (output placeholders)
     tok_t max_model_len              # longest sequence
-    int32_t version                  # 31 or 32: vLLM minor version whose rules apply
+    int32_t version                  # 31, 32 or 33: vLLM minor version whose rules apply
     bint mamba_split                 # need_mamba_block_aligned_split (Mamba groups in align mode)
     tok_t cache_block_size           # cache_config.block_size (the Mamba block)
     bint mamba_partial               # mamba_partial_cache_hit (fine-grained hits)

@@ -351,6 +351,15 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             if v == ri:
                 break
         if not ok:
+            # The request preempted itself.  Up to 0.32 the running pass stops
+            # here; from 0.33 on it goes on with the requests after it, which
+            # may use the blocks just freed (vllm/v1/core/sched/scheduler.py,
+            # Scheduler.schedule: `continue` when the request is PREEMPTED).
+            # Only the priority policy can leave requests after it: FCFS
+            # preempts from the tail.  _preempt already removed it from
+            # running, so req_index points at the next request.
+            if c.version >= 33:
+                continue
             break
         _emit(b, ri, n)
         token_budget -= n

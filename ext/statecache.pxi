@@ -322,7 +322,7 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
 
 
 cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except? 0 nogil:
-    """MambaManager._cache_partial_tail_block (0.31 and 0.32 rules)."""
+    """MambaManager._cache_partial_tail_block (0.31, 0.32 and 0.33 rules)."""
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -373,6 +373,13 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         return 0
     blk = table[idx]
     if blk == 0:
+        return 0
+    if kv.version >= 33 and kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] == n:
+        # 0.33: a block already keyed at this length (e.g. the request's own
+        # hit block after a resume) is left alone: no new key, no mark in
+        # cached_blocks_this_step, no sub-block bookkeeping
+        # (MambaManager._cache_partial_tail_block returns early when
+        # source_block.block_hash_num_tokens == num_tokens).
         return 0
     key = cache_partial_block(kv, gi, r, blk, n, False)
     if key != 0 and (kv.version < 32 or n % bs != 0):

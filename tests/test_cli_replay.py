@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from aisim.cli import main
+from aisim.config.versions import DEFAULT_VLLM_VERSION
 
 from conftest import ORACLE
 
@@ -37,14 +38,15 @@ def test_replay_writes_outputs_and_decision_log(scenario):
     summary = json.loads((out / "summary.json").read_text())
     assert requests.num_rows == 40 and steps.num_rows == 241
     assert summary["prefix_cache_stats"]["hits"] == 4352
-    with open(os.path.join(ORACLE, "full_small", "vllm-0.32.0.jsonl")) as fh:
+    # No vllm_version in the configuration: the default release's rules.
+    with open(os.path.join(ORACLE, "full_small", f"vllm-{DEFAULT_VLLM_VERSION}.jsonl")) as fh:
         expected_text = fh.read().splitlines()
     got_text = log.read_text().splitlines()
     # Step lines are byte-identical to the recorded log (key order included).
     assert got_text[1:-1] == expected_text[1:-1]
     expected = [json.loads(line) for line in expected_text]
     got = [json.loads(line) for line in got_text]
-    assert got[0]["type"] == "header" and got[0]["vllm_version"] == "0.32.0"
+    assert got[0]["type"] == "header" and got[0]["vllm_version"] == DEFAULT_VLLM_VERSION
     assert {k: got[-1][k] for k in expected[-1]} == expected[-1]
 
 

@@ -13,7 +13,7 @@ from aisim.config.keys import ENGINE_KEYS, GROUP_KEYS, TIME_MODEL_KEYS
 from aisim.config.readme import render_tables
 from aisim.config.kvgroups import GROUP_DEFAULTS, GROUP_KINDS, KINDS, STATE_KINDS, expand_groups
 from aisim.config.rule import catalog_cold_reason, probe_cold_reason, unmodeled_version_note
-from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
+from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS, supported_text
 from aisim.errors import ConfigError
 
 from conftest import ORACLE
@@ -141,7 +141,7 @@ def test_readme_tables_are_rendered_from_the_catalogue():
     tables = render_tables()
     assert tables in readme
     assert "| `max_model_len` | 32768 | as in vLLM's `SchedulerConfig` |" in tables
-    assert "| `vllm_version` | `0.32.0` (one of `0.31.0`, `0.32.0`) |" in tables
+    assert "| `vllm_version` | `0.33.0` (one of `0.31.0`, `0.32.0`, `0.33.0`) |" in tables
     assert "| `ring` | a ring buffer of one block | — | false |" in tables
 
 
@@ -179,15 +179,15 @@ def test_group_validation_reads_the_tables(group, message):
 
 
 def test_versions_are_read_from_one_place():
-    assert SUPPORTED_VLLM_VERSIONS == ("0.31.0", "0.32.0") and DEFAULT_VLLM_VERSION == "0.32.0"
+    assert SUPPORTED_VLLM_VERSIONS == ("0.31.0", "0.32.0", "0.33.0") and DEFAULT_VLLM_VERSION == "0.33.0"
     assert engine_config_from_dict({"num_gpu_blocks": 100}).version == DEFAULT_VLLM_VERSION
     with pytest.raises(ConfigError) as exc:
         engine_config_from_dict({"num_gpu_blocks": 100, "vllm_version": "0.30.0"})
-    assert str(exc.value) == "'vllm_version' must be one of 0.31.0, 0.32.0, got '0.30.0'"
+    assert str(exc.value) == "'vllm_version' must be one of 0.31.0, 0.32.0, 0.33.0, got '0.30.0'"
     option = next(p for p in main.commands["replay"].params if p.name == "vllm_version")
     assert tuple(option.type.choices) == SUPPORTED_VLLM_VERSIONS
     res = CliRunner().invoke(main, ["replay", "--engine", "x.json", "--trace", "t.jsonl", "--vllm-version", "0.30.0"])
-    assert res.exit_code == 2 and "'0.30.0' is not one of '0.31.0', '0.32.0'" in res.output
+    assert res.exit_code == 2 and "'0.30.0' is not one of '0.31.0', '0.32.0', '0.33.0'" in res.output
 
 
 def test_every_oracle_scenario_is_recorded_on_every_supported_version():
@@ -200,7 +200,7 @@ def test_every_oracle_scenario_is_recorded_on_every_supported_version():
 def test_docs_name_the_supported_versions():
     with open(os.path.join(ROOT, "docs", "vllm-version-rules.md"), encoding="utf-8") as fh:
         title = fh.readline()
-    assert title == f"# Where vLLM {' and '.join(SUPPORTED_VLLM_VERSIONS)} differ, and where aisim follows each\n"
+    assert title == f"# Where vLLM {supported_text()} differ, and where aisim follows each\n"
 
 
 # ---------------------------------------------------------------- plan decisions live in the rule
@@ -208,14 +208,14 @@ def test_docs_name_the_supported_versions():
 
 def test_plan_decisions_are_the_rule_modules():
     assert unmodeled_version_note("0.32.0") is None
-    assert unmodeled_version_note("0.30.0") == ("vllm_version 0.30.0 is not modeled (only 0.31.0, 0.32.0); the "
-                                                "replay follows 0.32.0's scheduler")
+    assert unmodeled_version_note("0.30.0") == ("vllm_version 0.30.0 is not modeled (only 0.31.0, 0.32.0, 0.33.0); "
+                                                "the replay follows 0.33.0's scheduler")
     assert probe_cold_reason(ran_with_prefix_caching=False, grouped=True, hash_block=16, version="0.32.0") == \
         "the probed engine ran with prefix caching off"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=True, hash_block=None, version="0.32.0") == \
         "the probe did not record hash_block_size_tokens"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=True, hash_block=16, version="0.30.0") == \
-        "grouped prefix caching is modeled for vLLM 0.31.0 and 0.32.0 only"
+        "grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0 and 0.33.0 only"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=False, hash_block=None, version="0.30.0") is None
     assert catalog_cold_reason(False) is None
     assert catalog_cold_reason(True) == ("grouped prefix caching needs probe evidence of the hash block; run aisim "

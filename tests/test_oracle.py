@@ -53,3 +53,34 @@ def test_async_log_has_drain_line():
     lines = list(decision_lines(_replay("full_pressure_async", "0.32.0")))
     assert lines[-2]["type"] == "drain"
     assert lines[-2]["updated_step"] == lines[-3]["step"]
+
+
+def _step(scenario, version, step):
+    return next(line for line in decision_lines(_replay(scenario, version))
+                if line.get("type") == "step" and line["step"] == step)
+
+
+def test_0_33_running_pass_goes_on_after_a_self_preemption():
+    # priority_threshold, step 223: r57 (priority 1, the latest arrival of
+    # its priority) fails to allocate and preempts itself.  0.32.0 stops the
+    # running pass there; 0.33.0 goes on and schedules r59 (priority 0), whose
+    # decode needs no new block (Scheduler.schedule, running loop).
+    before, after = _step("priority_threshold", "0.32.0", 223), _step("priority_threshold", "0.33.0", 223)
+    assert before["preempted"] == after["preempted"] == ["r57"]
+    assert "r59" not in before["sched"] and len(before["sched"]) == 9
+    assert list(after["sched"])[-1] == "r59" and after["sched"]["r59"] == 1 and len(after["sched"]) == 10
+    assert before["free_blocks"] == after["free_blocks"] == 11
+
+
+def test_0_33_leaves_a_mamba_tail_keyed_at_its_length_alone():
+    # hybrid_mamba_pressure, step 2700: resumed r220 hits its own Mamba block
+    # keyed at 448 tokens and caches up to round_down(504, 64) = 448.  0.32.0
+    # keys it again, marking it cached this step, so r221 (same prefix group,
+    # 448 tokens hit) must wait; 0.33.0 returns early and admits r221 with the
+    # 192 tokens up to its align boundary ((662 - 1) // 64) * 64 = 640
+    # (MambaManager._cache_partial_tail_block).
+    before = _step("hybrid_mamba_pressure", "0.32.0", 2700)
+    after = _step("hybrid_mamba_pressure", "0.33.0", 2700)
+    assert before["new"] == {} and "r221" not in before["sched"]
+    assert after["new"] == {"r221": 448} and after["sched"]["r221"] == 192
+    assert before["sched"]["r220"] == after["sched"]["r220"] == 56

@@ -76,7 +76,8 @@ def test_prefix_match_unit_required_and_equal_to_the_probe():
 def test_vllm_version_required_and_supported():
     raw = glm()
     del raw["vllm_version"]
-    refused(raw, "'vllm_version' is not set; grouped prefix caching is modeled for vLLM 0.31.0 and 0.32.0 only")
+    refused(raw, "'vllm_version' is not set; grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0 and 0.33.0 "
+                 "only")
     refused(glm(vllm_version="0.30.0"), "'vllm_version'", "0.30.0")
 
 

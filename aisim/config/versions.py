@@ -8,12 +8,12 @@ The differences between the releases are listed in ``docs/vllm-version-rules.md`
 from __future__ import annotations
 
 # The releases, oldest first.
-SUPPORTED_VLLM_VERSIONS = ("0.31.0", "0.32.0")
-# What a configuration without ``vllm_version`` follows.
-DEFAULT_VLLM_VERSION = "0.32.0"
+SUPPORTED_VLLM_VERSIONS = ("0.31.0", "0.32.0", "0.33.0")
+# What a configuration without ``vllm_version`` follows: the newest release.
+DEFAULT_VLLM_VERSION = "0.33.0"
 # Releases that need the prefill-checkpoint geometry of every prefix-cacheable
-# state group (vLLM 0.32.0 checkpoints Mamba state inside long prefills).
-CHECKPOINT_GEOMETRY_VERSIONS = frozenset({"0.32.0"})
+# state group (vLLM 0.32.0 and later checkpoint Mamba state inside long prefills).
+CHECKPOINT_GEOMETRY_VERSIONS = frozenset({"0.32.0", "0.33.0"})
 
 
 def is_supported(version) -> bool:
@@ -21,6 +21,16 @@ def is_supported(version) -> bool:
     return version in SUPPORTED_VLLM_VERSIONS
 
 
+def version_code(version: str) -> int:
+    """The code the replay core compares releases by: the minor number (31, 32, 33).
+
+    The core's rules are written as ``version >= 32`` and the like.
+    """
+    return int(version.split(".")[1])
+
+
 def supported_text(sep: str = " and ") -> str:
-    """The supported releases as prose, e.g. ``"0.31.0 and 0.32.0"``."""
-    return sep.join(SUPPORTED_VLLM_VERSIONS)
+    """The supported releases as prose, e.g. ``"0.31.0, 0.32.0 and 0.33.0"``."""
+    if len(SUPPORTED_VLLM_VERSIONS) < 3 or sep != " and ":
+        return sep.join(SUPPORTED_VLLM_VERSIONS)
+    return ", ".join(SUPPORTED_VLLM_VERSIONS[:-1]) + " and " + SUPPORTED_VLLM_VERSIONS[-1]
