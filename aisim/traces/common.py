@@ -11,13 +11,13 @@ and no warning is issued.
 from __future__ import annotations
 
 import json
-
 import math
 import os
 
 import pyarrow as pa
 
 from aisim.errors import TraceError
+from aisim.textin import check_decoded, loads_json
 
 # The per-request columns a reader fills (model, session_id and turn too).
 ROW_COLUMNS = ("model", "request_id", "session_id", "turn", "arrival_step", "arrival_s",
@@ -30,9 +30,14 @@ def new_rows() -> dict:
 
 
 def json_object(line: str, where: str) -> dict:
-    """One JSON-lines row as a dict; errors name ``where`` (``file:line``)."""
+    """One JSON-lines row as a dict; errors name ``where`` (``file:line``).
+
+    ``line`` comes from :func:`open_text`: a byte that is not UTF-8 and a key
+    given twice make the row bad, like any other fault.
+    """
+    line = check_decoded(line, where, TraceError)
     try:
-        obj = json.loads(line)
+        obj = loads_json(line, where, TraceError)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
@@ -126,9 +131,14 @@ class BadRows:
 
 
 def open_text(path: str):
-    """Open a text file for streaming, turning OS errors into :class:`TraceError`."""
+    """Open a text file for streaming, turning OS errors into :class:`TraceError`.
+
+    Bytes that are not UTF-8 are kept as surrogates (``surrogateescape``) so
+    that only their line is bad: every reader passes its lines or fields
+    through :func:`aisim.textin.check_decoded` (:func:`json_object` does).
+    """
     try:
-        return open(path, encoding="utf-8", newline="")
+        return open(path, encoding="utf-8", errors="surrogateescape", newline="")
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from None
 
