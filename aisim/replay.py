@@ -15,6 +15,7 @@ from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.core_input import CoreTrace, core_config
 from aisim.errors import ConfigError, ReplayError, TraceError
+from aisim.traces.frame import from_frame
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
@@ -141,14 +142,16 @@ def _closed_loop(trace: pa.Table, think_time_s):
     return nxt, think
 
 
-def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = False,
+def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
     ----------
-    trace : pyarrow.Table
-        A trace table (:mod:`aisim.traces.schema`), in arrival order.
+    trace : pyarrow.Table, pandas.DataFrame or polars.DataFrame
+        A trace table (:mod:`aisim.traces.schema`), in arrival order; or a
+        frame of requests (``prompt_len``, ``max_tokens``, ``arrival_time`` or
+        ``arrival_step``, ...), built into one by :func:`aisim.traces.from_frame`.
     engine : EngineConfig
         The engine to model.
     record_decisions : bool
@@ -166,6 +169,8 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     """
     from aisim._core.engine import Engine
 
+    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names for f in TRACE_SCHEMA)):
+        trace = from_frame(trace)  # a DataFrame or a plain table of requests
     if think_time_s is not None:
         if not closed_loop:
             raise ConfigError("think_time_s applies to closed-loop replays only; set closed_loop=True")
