@@ -216,3 +216,26 @@ def test_scheduler_values_that_are_accepted(value):
     from aisim.pipeline.run import check_scheduler
 
     assert check_scheduler(value) is None
+
+
+def test_a_roofline_tensor_parallelism_the_kv_heads_do_not_split_is_refused():
+    with pytest.raises(ConfigError) as err:
+        engine_config_from_dict({"num_gpu_blocks": 100, "time_model": {"kind": "roofline", "gpu": "H100",
+                                                                        "model": "llama-3.1-8b", "tp": 3}},
+                                source="e.json")
+    assert str(err.value) == ("'time_model' in e.json: tensor parallelism 3 does not divide llama-3.1-8b's 8 KV "
+                              "heads (full layers), nor do the heads divide it")
+
+
+def test_a_sweep_with_an_option_its_format_has_not_is_refused(tmp_path):
+    from aisim.errors import SweepError
+    from aisim.sweep.runner import load_sweep
+
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "s"\ndatabase = "s.duckdb"\nmodel = "m"\nbase = "{EXAMPLES}/engine.json"\n'
+                    f'[trace]\npaths = ["{EXAMPLES}/trace.jsonl"]\nformat = "oracle"\n'
+                    '[trace.options]\nunit_tokens = 16\n[grid]\nmax_num_seqs = [8]\n[slo]\nttft_s = 1.0\n')
+    with pytest.raises(SweepError) as err:
+        load_sweep(path)
+    assert str(err.value) == (f"unknown key 'trace.options.unit_tokens' in {path}: the 'oracle' trace reader "
+                              "takes no option 'unit_tokens'")

@@ -377,14 +377,14 @@ def _time_model(tm: dict, source) -> TimeModel:
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
     if kind == "roofline":
-        from aisim.config.catalog import get_gpu, get_model
+        from aisim.config.catalog import check_tp, get_gpu, get_model
 
         for k in ("gpu", "model"):
             if k not in out:
                 raise ConfigError(f"'time_model.{k}'{_where(source)} is required by the roofline model")
         try:
             get_gpu(out["gpu"])
-            get_model(out["model"])
+            check_tp(get_model(out["model"]), out.get("tp", 1))
         except ConfigError as exc:
             raise ConfigError(f"'time_model'{_where(source)}: {exc}") from None
     if kind == "table":
