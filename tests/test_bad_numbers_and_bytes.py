@@ -269,3 +269,18 @@ def test_the_oracle_reader_skips_and_counts_bad_rows(tmp_path):
     assert table.schema.metadata[b"format"] == b"oracle"
     with pytest.raises(TraceError, match=r"the trace has no requests \(1 bad lines skipped\)"):
         read_trace(_write(tmp_path / "u.jsonl", "{bad\n"), "oracle", skip_bad_rows=True)
+
+
+@pytest.mark.parametrize("fmt,text,fragment", [
+    ("oracle", '{"request_id": "a", "prompt_len": 3000000000, "max_tokens": 1, "arrival_step": 0}\n',
+     ":1: field 'prompt_len' must be below 2147483648, got 3000000000"),
+    ("oracle", '{"request_id": "a", "prompt_len": 3, "max_tokens": 1, "arrival_step": 0, "priority": -2147483649}\n',
+     ":1: field 'priority' must be at least -2147483648, got -2147483649"),
+    ("mooncake", '{"timestamp": 1, "input_length": 5, "output_length": 3000000000}\n',
+     ":1: field 'output_length' must be below 2147483648, got 3000000000"),
+])
+def test_counts_beyond_the_trace_tables_int32_are_named(tmp_path, fmt, text, fragment):
+    path = _write(tmp_path / "t.jsonl", text)
+    with pytest.raises(TraceError) as err:
+        read_trace(path, fmt)
+    assert str(err.value) == f"{path}{fragment}"

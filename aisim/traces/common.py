@@ -45,13 +45,17 @@ def json_object(line: str, where: str) -> dict:
     return obj
 
 
-def int_field(obj: dict, key: str, where: str, low: int = 0, default=None) -> int:
-    """``obj[key]`` as an integer of at least ``low``, or ``default`` when absent.
+# The trace table stores token counts, turns and priorities as int32 (aisim.traces.schema).
+INT32_LIMIT = 2**31
+
+
+def int_field(obj: dict, key: str, where: str, low: int = 0, default=None, high: int = INT32_LIMIT) -> int:
+    """``obj[key]`` as an integer from ``low`` up to below ``high``, or ``default`` when absent.
 
     Raises
     ------
     TraceError
-        Missing (without a default), not an integer, or below ``low``.
+        Missing (without a default), not an integer, below ``low`` or not below ``high``.
     """
     if key not in obj or obj[key] is None:
         if default is not None:
@@ -64,6 +68,8 @@ def int_field(obj: dict, key: str, where: str, low: int = 0, default=None) -> in
         raise TraceError(f"{where}: field '{key}' must be an integer, got {v!r}")
     if v < low:
         raise TraceError(f"{where}: field '{key}' must be at least {low}, got {v}")
+    if v >= high:
+        raise TraceError(f"{where}: field '{key}' must be below {high}, got {v}")
     return v
 
 

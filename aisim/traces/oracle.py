@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from aisim.errors import TraceError
-from aisim.traces.common import BadRows, finish, int_field, json_object, number_field, open_text
+from aisim.traces.common import INT32_LIMIT, BadRows, finish, int_field, json_object, number_field, open_text
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 _KEYS = {"request_id", "prompt_len", "max_tokens", "arrival_step", "arrival_time",
@@ -98,7 +98,7 @@ def _row(line, where, max_model_len, state, seen) -> dict:
     if clock is not None and clock != kind:
         raise TraceError(f"{where}: mixes 'arrival_{kind}' with earlier 'arrival_{clock}' lines")
     if has_step:
-        step, seconds = int_field(obj, "arrival_step", where, 0), None
+        step, seconds = int_field(obj, "arrival_step", where, 0, high=2**63), None
     else:
         step, seconds = None, number_field(obj, "arrival_time", where, low=0)
     prefix_len = int_field(obj, "prefix_len", where, 0, default=0)
@@ -108,12 +108,10 @@ def _row(line, where, max_model_len, state, seen) -> dict:
     if prefix_len > 0:
         if "prefix_group" not in obj:
             raise TraceError(f"{where}: field 'prefix_group' is required with 'prefix_len'")
-        group = int_field(obj, "prefix_group", where, 0)
+        group = int_field(obj, "prefix_group", where, 0, high=2**63)
         segs.append((stream_id("prefix-group", str(group)), 0, prefix_len))
     segs.append((stream_id("prompt", rid), prefix_len, prompt - prefix_len))
-    priority = obj.get("priority", 0)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TraceError(f"{where}: field 'priority' must be an integer, got {priority!r}")
+    priority = int_field(obj, "priority", where, -INT32_LIMIT, default=0)
     state["clock"] = kind
     return {"request_id": rid, "arrival_step": step, "arrival_s": seconds, "prompt_tokens": prompt,
             "output_tokens": max_tokens, "priority": priority, "segments": canonical_segments(segs)}
