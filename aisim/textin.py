@@ -14,11 +14,12 @@ import json
 
 
 class DuplicateKey(ValueError):
-    """A mapping names ``key`` twice."""
+    """A mapping names ``key`` twice; ``line`` is its line when the decoder knows it."""
 
-    def __init__(self, key):
+    def __init__(self, key, line: int | None = None):
         super().__init__(key)
         self.key = key
+        self.line = line
 
 
 def no_duplicates(pairs):

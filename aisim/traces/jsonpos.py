@@ -75,9 +75,7 @@ class _Walker:
             at = i
             key, i = scanstring(self.text, i + 1)
             if key in out:
-                exc = DuplicateKey(key)
-                exc.line = self.line(at)
-                raise exc
+                raise DuplicateKey(key, self.line(at))
             i = self.ws(i)
             if self.peek(i) != ":":
                 self.fail(i, "Expecting ':' delimiter")
