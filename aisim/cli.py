@@ -39,12 +39,14 @@ def main():
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
-    from aisim.errors import AisimError
+    from aisim.errors import AisimError, ConfigError
     from aisim.output import write_result
     from aisim.replay import replay as run_replay
     from aisim.traces import read_trace
 
     try:
+        if think_time is not None and not closed_loop:
+            raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
         engine = load_engine_config(engine_path)
         if vllm_version:
             engine = engine.replace(vllm_version=vllm_version)

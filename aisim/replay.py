@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -13,7 +14,8 @@ from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.core_input import CoreTrace, core_config
-from aisim.errors import ReplayError, TraceError
+from aisim.errors import ConfigError, ReplayError, TraceError
+from aisim.traces.frame import from_frame
 from aisim.traces.schema import TRACE_SCHEMA, output_streams
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
@@ -79,6 +81,14 @@ def _validate(trace: pa.Table, engine: EngineConfig):
     bad = np.flatnonzero((prompt < 1) | (out < 1))
     if bad.size:
         raise TraceError(f"request '{ids[bad[0]]}': prompt_tokens and output_tokens must be at least 1")
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    name = "arrival_s" if timed else "arrival_step"
+    arrival = trace.column(name)
+    values = arrival.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if bad.size:
+        v = arrival[int(bad[0])].as_py()
+        raise TraceError(f"request '{ids[bad[0]]}': {name} must be a finite non-negative number, got {v!r}")
     bad = np.flatnonzero(prompt >= engine.max_model_len)
     if bad.size:
         i = bad[0]
@@ -132,14 +142,16 @@ def _closed_loop(trace: pa.Table, think_time_s):
     return nxt, think
 
 
-def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = False,
+def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
     ----------
-    trace : pyarrow.Table
-        A trace table (:mod:`aisim.traces.schema`), in arrival order.
+    trace : pyarrow.Table, pandas.DataFrame or polars.DataFrame
+        A trace table (:mod:`aisim.traces.schema`), in arrival order; or a
+        frame of requests (``prompt_len``, ``max_tokens``, ``arrival_time`` or
+        ``arrival_step``, ...), built into one by :func:`aisim.traces.from_frame`.
     engine : EngineConfig
         The engine to model.
     record_decisions : bool
@@ -157,8 +169,18 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     """
     from aisim._core.engine import Engine
 
+    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names for f in TRACE_SCHEMA)):
+        trace = from_frame(trace)  # a DataFrame or a plain table of requests
+    if think_time_s is not None:
+        if not closed_loop:
+            raise ConfigError("think_time_s applies to closed-loop replays only; set closed_loop=True")
+        if isinstance(think_time_s, bool) or not isinstance(think_time_s, (int, float)) \
+                or not math.isfinite(think_time_s) or think_time_s < 0:
+            raise ConfigError(f"think_time_s must be a finite non-negative number of seconds, got {think_time_s!r}")
+    timed = isinstance(trace, pa.Table) and (trace.schema.metadata or {}).get(b"clock") == b"time"
+    if closed_loop and not timed:
+        raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
     _validate(trace, engine)
-    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
     ids = trace.column("request_id").to_pylist()
     seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
     arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
@@ -179,8 +201,6 @@ def replay(trace: pa.Table, engine: EngineConfig, *, record_decisions: bool = Fa
     )
     arrays["arrival_time" if timed else "arrival_step"] = arrival
     if closed_loop:
-        if not timed:
-            raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:

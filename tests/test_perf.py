@@ -98,3 +98,17 @@ def test_bad_profiles_are_named(tmp_path):
         run_log(eng, [dict(id="a", prompt=5, max_tokens=1, at=0)])
     with pytest.raises(ConfigError, match="'time_model.gpu' is required"):
         run_log(dict(num_gpu_blocks=200, time_model={"kind": "roofline", "model": "llama-3.1-8b"}), [])
+
+
+@pytest.mark.parametrize("data,fragment", [
+    (b"prefill_tokens,latency_s\n0,0.01\n64,nan\n", ":3: field 'latency_s' must be a finite number, got 'nan'"),
+    (b"prefill_tokens,latency_s\n0,0.01\n6\xff,0.02\n", ":3: not UTF-8 text (byte 0xff at column 2)"),
+])
+def test_profile_tables_refuse_non_finite_numbers_and_bytes_that_are_not_utf8(tmp_path, data, fragment):
+    from aisim.perf.table import table_args
+
+    path = tmp_path / "profile.csv"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as err:
+        table_args(str(path))
+    assert str(err.value) == f"{path}{fragment}"

@@ -113,3 +113,24 @@ def get_gpu(name: str) -> GPUSpec:
         if key.lower() == name.lower():
             return gpu
     raise ConfigError(f"unknown GPU '{name}'; the catalog has: {', '.join(GPUS)}")
+
+
+def check_tp(model: "ModelSpec", tp) -> None:
+    """Refuse a tensor-parallel size ``model``'s KV heads cannot be split over.
+
+    vLLM's ``QKVParallelLinear`` (``vllm/model_executor/layers/linear.py``):
+    with at least as many KV heads as GPUs the heads divide evenly, with fewer
+    each head is replicated and the GPUs divide evenly over the heads.
+
+    Raises
+    ------
+    ConfigError
+        ``tp`` not a positive integer, or not compatible with a layer's KV heads.
+    """
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tensor parallelism must be an integer of at least 1, got {tp!r}")
+    for layer in model.layers:
+        heads = layer.num_kv_heads
+        if heads and (heads % tp if heads >= tp else tp % heads):
+            raise ConfigError(f"tensor parallelism {tp} does not divide {model.name}'s {heads} KV heads "
+                              f"({layer.kind} layers), nor do the heads divide it")

@@ -13,13 +13,14 @@ the file) and every configuration passes the rules of :mod:`aisim.config.rule`.
 from __future__ import annotations
 
 import copy
-import json
+import math
 import os
 from dataclasses import InitVar, asdict, dataclass, field
 
 from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 from aisim.errors import ConfigError
+from aisim.textin import decode_utf8, loads_json, loads_yaml
 
 _D = defaults(ENGINE_KEYS)
 _T = defaults(TIME_MODEL_KEYS)
@@ -294,7 +295,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
             raise ConfigError(f"'{key}'{_where(source)} must be true or false, got {kw[key]!r}")
     if "watermark" in kw:
         w = kw["watermark"]
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < 1.0:  # NaN fails too
             raise ConfigError(f"'watermark'{_where(source)} must be a number in [0, 1), got {w!r}")
         kw["watermark"] = float(w)
     if kw.get("policy", "fcfs") not in ("fcfs", "priority"):
@@ -364,8 +365,10 @@ def _time_model(tm: dict, source) -> TimeModel:
                 raise ConfigError(f"'time_model.tp'{_where(source)} must be a positive integer, got {v!r}")
             out[k] = v
         else:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise ConfigError(f"'time_model.{k}'{_where(source)} must be a non-negative number, got {v!r}")
+            # not (v >= 0) also refuses NaN, which every comparison calls false
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v >= 0:
+                raise ConfigError(f"'time_model.{k}'{_where(source)} must be a finite non-negative number, "
+                                  f"got {v!r}")
             out[k] = float(v)
     kind = out.get("kind", "linear")
     if kind not in ("linear", "roofline", "table"):
@@ -374,14 +377,14 @@ def _time_model(tm: dict, source) -> TimeModel:
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
     if kind == "roofline":
-        from aisim.config.catalog import get_gpu, get_model
+        from aisim.config.catalog import check_tp, get_gpu, get_model
 
         for k in ("gpu", "model"):
             if k not in out:
                 raise ConfigError(f"'time_model.{k}'{_where(source)} is required by the roofline model")
         try:
             get_gpu(out["gpu"])
-            get_model(out["model"])
+            check_tp(get_model(out["model"]), out.get("tp", 1))
         except ConfigError as exc:
             raise ConfigError(f"'time_model'{_where(source)}: {exc}") from None
     if kind == "table":
@@ -445,19 +448,20 @@ def read_config_file(path: str | os.PathLike, named_by: str = "") -> dict:
     except OSError as exc:
         raise ConfigError(f"cannot read engine configuration {path}{by}: {exc.strerror}") from None
     ext = os.path.splitext(path)[1].lower()
+    text = decode_utf8(data, path, ConfigError)
     try:
         if ext == ".toml":
             import tomllib
 
-            raw = tomllib.loads(data.decode("utf-8"))
+            raw = tomllib.loads(text)
         elif ext in (".yaml", ".yml"):
-            import yaml
-
-            raw = yaml.safe_load(data)
+            raw = loads_yaml(text, path, ConfigError)
         else:
-            raw = json.loads(data)
+            raw = loads_json(text, path, ConfigError)
     except ImportError:
         raise ConfigError(f"{path}: reading YAML needs the 'pyyaml' package") from None
+    except ConfigError:
+        raise
     except Exception as exc:  # parse errors of any of the three formats
         raise ConfigError(f"{path}: not valid {ext.lstrip('.') or 'JSON'}: {exc}") from None
     if not isinstance(raw, dict):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from aisim.config.catalog import ModelSpec
+from aisim.config.catalog import ModelSpec, check_tp
 from aisim.config.kvgroups import KIND
 
 GIB = 1 << 30
@@ -51,6 +51,7 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, prefix_caching: bool
         each) with ``type``, ``count``, ``page_size_bytes``, ``num_layers`` and
         kind-specific keys; the engine block size.
     """
+    check_tp(model, tp)
     bs = unified_block_size(model, block_size, prefix_caching, tp)
     attn = [layer for layer in model.layers if layer.num_kv_heads]
     page = bs * max((layer.bytes_per_token(tp) for layer in attn), default=0)

@@ -13,8 +13,14 @@ recorded, when planned from a probe), the vLLM release is one whose rules
 aisim models (:mod:`aisim.config.versions`), ``max_model_len`` is set, state
 groups are in align mode with their prefill-checkpoint geometry (on the
 releases that need it), there is no convolution state group, model-specific
-constraints hold (GLM-5.3-Flash) and one request of ``max_model_len`` fits the pool, as vLLM checks at start-up
-(``vllm/v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``).
+constraints hold (GLM-5.3-Flash) and one request of ``max_model_len`` fits the pool.
+
+Every configuration, grouped or not, must then fit (:func:`check_capacity`):
+the pool and block tables within what the replay core can index and hold, and
+a pool given as ``kv_cache_bytes`` must hold one request of ``max_model_len``,
+as vLLM checks at start-up (``vllm/v1/core/kv_cache_utils.py``
+``check_enough_kv_cache_memory``; an explicit ``num_gpu_blocks`` is vLLM's
+``num_gpu_blocks_override``, applied after that check).
 
 The same functions serve configuration validation, replay, planning and
 sweeps (:mod:`aisim.plan` asks :func:`probe_cold_reason`,
@@ -35,6 +41,16 @@ def _where(source: str | None) -> str:
 
 
 _GROUPED_VERSIONS = f"grouped prefix caching is modeled for vLLM {supported_text()} only"
+
+
+# The replay core's block ids and block-table and hash rows are int32 (ext/types.pxd block_id_t, slot_t;
+# ext/kvcache.pyx kv_init sizes rows as int32).
+INT32_MAX = 2**31 - 1
+# What the core allocates when a replay starts must stay below this: the block pool
+# (ext/blockpool.pyx bp_init, about POOL_BYTES_PER_BLOCK a block with its hash map) and the
+# block-table and hash rows of max_num_seqs + 8 sequences of max_model_len tokens (kv_init).
+CORE_MEMORY_LIMIT_BYTES = 64 * 2**30
+POOL_BYTES_PER_BLOCK = 56
 
 
 def startup_blocks(cfg) -> int:
@@ -120,12 +136,68 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
             problems.append(f"'max_num_batched_tokens' ({cfg.max_num_batched_tokens}) must be a multiple of 4 "
                             "for GLM-5.3-Flash prefix caching")
     if cfg.num_gpu_blocks is not None and not problems:
-        need = startup_blocks(cfg)
-        usable = cfg.num_gpu_blocks - 1
-        if usable < need:
-            problems.append(f"'num_gpu_blocks' ({cfg.num_gpu_blocks}) leaves {usable} usable blocks, but one "
-                            f"request of max_model_len ({cfg.max_model_len}) needs {need}")
+        fit = startup_fit_problem(cfg)
+        if fit is not None:
+            problems.append(fit)
     return problems
+
+
+def startup_fit_problem(cfg) -> str | None:
+    """Why one request of ``max_model_len`` tokens does not fit the pool (None when it fits).
+
+    vLLM refuses to start such an engine (``vllm/v1/core/kv_cache_utils.py``
+    ``check_enough_kv_cache_memory``); block 0 is the null block.
+    """
+    need = startup_blocks(cfg)
+    usable = cfg.num_gpu_blocks - 1
+    if usable >= need:
+        return None
+    return (f"'num_gpu_blocks' ({cfg.num_gpu_blocks}) leaves {usable} usable blocks, but one "
+            f"request of max_model_len ({cfg.max_model_len}) needs {need}")
+
+
+def core_memory_bytes(cfg) -> int:
+    """Bytes the replay core allocates at start for ``cfg``: the pool and the rows of its sequences."""
+    from aisim.config.kvgroups import resolve_groups
+
+    r = resolve_groups(cfg)
+    hash_row = cfg.max_model_len // r["hash_block_size"] + 1
+    table_rows = sum(-(-cfg.max_model_len // g["block_size"]) + g["num_spec"] + 3 for g in r["groups"])
+    return POOL_BYTES_PER_BLOCK * cfg.num_gpu_blocks + (cfg.max_num_seqs + 8) * (8 * hash_row + 4 * table_rows)
+
+
+def check_capacity(cfg, source: str | None = None) -> None:
+    """Refuse a pool the replay core cannot index or hold, or one a request of ``max_model_len`` does not fit.
+
+    Raises
+    ------
+    ConfigError
+        ``num_gpu_blocks`` beyond int32, the core's memory beyond
+        :data:`CORE_MEMORY_LIMIT_BYTES`, or vLLM's start-up check failing
+        for a pool sized by ``kv_cache_bytes``.
+    """
+    if cfg.num_gpu_blocks > INT32_MAX:
+        raise ConfigError(f"'num_gpu_blocks' ({cfg.num_gpu_blocks}){_where(source)} must be at most {INT32_MAX}: "
+                          "the replay core's block ids are 32-bit")
+    if cfg.max_model_len > INT32_MAX:
+        raise ConfigError(f"'max_model_len' ({cfg.max_model_len}){_where(source)} must be at most {INT32_MAX}: "
+                          "the replay core's block-table rows are 32-bit")
+    need = core_memory_bytes(cfg)
+    if need > CORE_MEMORY_LIMIT_BYTES:
+        raise ConfigError(
+            f"'num_gpu_blocks' ({cfg.num_gpu_blocks}), 'max_num_seqs' ({cfg.max_num_seqs}) and 'max_model_len' "
+            f"({cfg.max_model_len}){_where(source)} need {need / 2**30:.1f} GiB of replay-core memory; "
+            f"the limit is {CORE_MEMORY_LIMIT_BYTES // 2**30} GiB"
+        )
+    # vLLM checks the memory it found (check_enough_kv_cache_memory, called by get_kv_cache_configs)
+    # before it applies num_gpu_blocks_override: a pool given as 'kv_cache_bytes' is that memory, a
+    # 'num_gpu_blocks' the override, which vLLM takes as it is (the recorded full_small engine has 200
+    # blocks and max_model_len 4096).
+    if "num_gpu_blocks" not in cfg.declared:
+        fit = startup_fit_problem(cfg)
+        if fit is not None:
+            raise ConfigError(f"'kv_cache_bytes' ({cfg.kv_cache_bytes}){_where(source)} gives {fit}; "
+                              "vLLM refuses to start such an engine")
 
 
 def check_engine(cfg, source: str | None = None) -> None:
@@ -135,13 +207,15 @@ def check_engine(cfg, source: str | None = None) -> None:
     ------
     ConfigError
         The first relation vLLM refuses (:func:`check_relations`), else every
-        problem of the grouped-prefix rule (:func:`grouped_prefix_caching_problems`).
+        problem of the grouped-prefix rule (:func:`grouped_prefix_caching_problems`),
+        else a pool that does not fit (:func:`check_capacity`).
     """
     check_relations(cfg, source)
     problems = grouped_prefix_caching_problems(cfg)
     if problems:
         raise ConfigError(f"grouped prefix caching refused{_where(source)}: " + "; ".join(problems)
                           + ". Set enable_prefix_caching = false for a cold replay.")
+    check_capacity(cfg, source)
 
 
 def check_relations(cfg, source: str | None = None) -> None:

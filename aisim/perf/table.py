@@ -11,6 +11,8 @@ the measured range stop the replay with an error; nothing is extrapolated.
 from __future__ import annotations
 
 import csv
+import io
+import math
 import os
 
 import numpy as np
@@ -28,16 +30,22 @@ def _read_rows(path: str) -> dict:
 
         table = pq.read_table(path)
         return {c: table.column(c).to_pylist() for c in table.column_names}
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        cols = {c: [] for c in reader.fieldnames or []}
-        for lineno, row in enumerate(reader, 2):
-            for c in cols:
-                try:
-                    cols[c].append(float(row[c]))
-                except (TypeError, ValueError):
-                    raise ConfigError(f"{path}:{lineno}: field '{c}' must be a number, got {row[c]!r}") from None
-        return cols
+    from aisim.textin import decode_utf8
+
+    with open(path, "rb") as fh:
+        text = decode_utf8(fh.read(), path, ConfigError)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    cols = {c: [] for c in reader.fieldnames or []}
+    for lineno, row in enumerate(reader, 2):
+        for c in cols:
+            try:
+                v = float(row[c])
+            except (TypeError, ValueError):
+                v = math.nan
+            if not math.isfinite(v):
+                raise ConfigError(f"{path}:{lineno}: field '{c}' must be a finite number, got {row[c]!r}")
+            cols[c].append(v)
+    return cols
 
 
 def table_args(path: str) -> dict:

@@ -71,6 +71,60 @@ def connect(path: str, read_only: bool = False, wait_s: float = 0.0):
             raise PipelineError(f"cannot open database {path}: {exc}") from None
 
 
+# Bytes 8-11 of every DuckDB database file (its main header).
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def check_database(path: str) -> None:
+    """Refuse, before anything is replayed, a database path a run could not land in.
+
+    The file must be absent in a writable directory, or a writable DuckDB
+    database that is empty or holds aisim's tables with the columns of
+    :mod:`aisim.columns`.
+
+    Raises
+    ------
+    PipelineError
+        Naming the path and what is wrong with it.
+    """
+    if path == ":memory:":
+        return
+    if os.path.isdir(path):
+        raise PipelineError(f"database {path} is a directory")
+    if not os.path.exists(path):
+        # landing creates missing directories: the nearest existing one must be writable
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise PipelineError(f"cannot create database {path}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PipelineError(f"cannot create database {path}: the directory {parent} is not writable")
+        return
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise PipelineError(f"database {path} is not writable")
+    with open(path, "rb") as fh:
+        head = fh.read(12)
+    if head[8:12] != _DUCKDB_MAGIC:
+        raise PipelineError(f"{path} is not a DuckDB database")
+    try:
+        con = connect(path, read_only=True)
+    except DatabaseLocked:
+        return  # landing waits for the lock and says so
+    try:
+        tables = {r[0] for r in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall()}
+        if tables and "runs" not in tables:
+            raise PipelineError(f"database {path} is not an aisim run database: it has tables "
+                                f"({', '.join(sorted(tables)[:5])}) but no 'runs' table")
+        for name in TABLES:
+            if name in tables and _columns(con, name) != columns.TABLES[name].names:
+                raise PipelineError(f"database {path} is not an aisim run database of this version: its '{name}' "
+                                    "table has other columns than aisim's")
+    finally:
+        con.close()
+
+
 def run_landed(path: str, run_id: str) -> bool:
     """Whether ``run_id`` is already in the database at ``path`` (False when there is none)."""
     if not os.path.exists(path):

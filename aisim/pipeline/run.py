@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -147,6 +148,7 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
     started = datetime.now(timezone.utc)
     if not isinstance(spec, PipelineSpec):
         spec = load_spec(spec)
+    check_scheduler(scheduler)
     if scheduler not in ("sync", "local") and workers:
         raise PipelineError("--workers sizes a local cluster; an existing scheduler has its own workers")
     if scheduler == "sync" and workers not in (None, 1):
@@ -154,6 +156,7 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
     if workers is not None and workers < 1:
         raise PipelineError(f"--workers must be at least 1, got {workers}")
     db = os.path.abspath(database or spec.database)
+    landing.check_database(db)
     inputs = resolve_inputs(spec)
     run_id = run_key(spec, inputs)
     report = RunReport(run_id=run_id, name=spec.name, database=db)
@@ -171,6 +174,9 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
         report.scheduler, report.workers = info["scheduler"], info["workers"]
         tables = _concat(results)
         _count_rows(report, stats)
+        if report.rows_in_window == 0:
+            raise PipelineError(f"the window {_window_text(spec)} selects none of the {report.rows_read} rows read; "
+                                "nothing is landed")
         run = _run_row(spec, inputs, run_id, report, tables, started)
         progress.landing()
         t2 = time.perf_counter()
@@ -184,6 +190,32 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
     report.shards = _shard_rows(tables)
     report.wall_s = time.perf_counter() - t0
     return report
+
+
+# A Dask scheduler address: [tcp:// or tls://]host:port, the host a name, an IPv4 address or [IPv6].
+_ADDRESS = re.compile(r"^(?:(?:tcp|tls)://)?(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+                      r":(\d{1,5})$")
+
+
+def check_scheduler(scheduler) -> None:
+    """Refuse a scheduler that is neither ``sync``, ``local`` nor a ``[tcp://]host:port`` address.
+
+    Raises
+    ------
+    PipelineError
+        Naming the value.
+    """
+    if scheduler in ("sync", "local"):
+        return
+    m = _ADDRESS.match(scheduler) if isinstance(scheduler, str) else None
+    if m is None or not 1 <= int(m.group(1)) <= 65535:
+        raise PipelineError(f"--scheduler must be 'local', 'sync' or a Dask scheduler address "
+                            f"(tcp://host:port or host:port), got {scheduler!r}")
+
+
+def _window_text(spec) -> str:
+    bounds = {k: v for k, v in spec.window.to_dict().items() if v is not None}
+    return "(" + ", ".join(f"{k} = {v}" for k, v in bounds.items()) + ")" if bounds else "(none)"
 
 
 def _concat(results: list) -> dict:

@@ -45,11 +45,13 @@ import glob
 import hashlib
 import inspect
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError, SpecError
+from aisim.textin import decode_utf8
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -226,9 +228,11 @@ def read_toml(path: str, what: str, error=None) -> dict:
     error = error or SpecError
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read()
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    try:
+        return tomllib.loads(decode_utf8(data, path, error))
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{path}: not valid TOML: {exc}") from None
 
@@ -306,7 +310,7 @@ class _Validator:
         if key not in obj:
             return None
         val = obj[key]
-        ok = isinstance(val, int) if integer else isinstance(val, (int, float))
+        ok = isinstance(val, int) if integer else isinstance(val, (int, float)) and math.isfinite(val)
         if isinstance(val, bool) or not ok or val < 0:
             kind = "a non-negative integer" if integer else "a non-negative number"
             raise self.error(prefix + key, f"must be {kind}, got {val!r}")
@@ -323,8 +327,11 @@ def _replay_options(v: _Validator, raw) -> dict:
     if not isinstance(closed, bool):
         raise v.error("replay.closed_loop", "must be true or false")
     think = raw.get("think_time_s")
-    if think is not None and (isinstance(think, bool) or not isinstance(think, (int, float)) or think < 0):
-        raise v.error("replay.think_time_s", "must be a non-negative number of seconds")
+    if think is not None and (isinstance(think, bool) or not isinstance(think, (int, float))
+                              or not math.isfinite(think) or think < 0):
+        raise v.error("replay.think_time_s", f"must be a finite non-negative number of seconds, got {think!r}")
+    if think is not None and not closed:
+        raise v.error("replay.think_time_s", "applies to closed-loop replays; set 'replay.closed_loop = true'")
     out.update(closed_loop=closed, think_time_s=None if think is None else float(think))
     return out
 
@@ -343,18 +350,32 @@ def _window(v: _Validator, raw) -> Window:
     return w
 
 
-def _reader_options(v: _Validator, fmt, options, prefix):
+def check_reader_options(fmt, options, prefix: str, where: str) -> None:
+    """Refuse an unknown format or a reader option its format's reader does not take.
+
+    Without a format (guessed per file) an option must be one some reader
+    takes; :func:`resolve_inputs` checks it again against each file's format.
+
+    Raises
+    ------
+    SpecError
+        Naming ``{prefix}format`` or ``{prefix}options.KEY`` and ``where`` (`` in FILE``).
+    """
     from aisim.traces import READERS
 
     if fmt is not None and fmt not in READERS:
-        raise v.error(prefix + "format", f"must be one of {', '.join(sorted(READERS))}, got {fmt!r}")
+        raise SpecError(f"'{prefix}format'{where} must be one of {', '.join(sorted(READERS))}, got {fmt!r}")
     if not options:
         return
     readers = [READERS[fmt]] if fmt is not None else list(READERS.values())
     for k in options:
         if not any(_accepts(r, k) for r in readers):
-            raise SpecError(f"unknown key '{prefix}options.{k}'{v.where}: the "
+            raise SpecError(f"unknown key '{prefix}options.{k}'{where}: the "
                             f"{repr(fmt) + ' ' if fmt else ''}trace reader takes no option '{k}'")
+
+
+def _reader_options(v: _Validator, fmt, options, prefix):
+    check_reader_options(fmt, options, prefix, v.where)
 
 
 def _accepts(reader, key) -> bool:
@@ -562,6 +583,10 @@ def resolve_inputs(spec: PipelineSpec) -> list:
             if fmt not in READERS:
                 raise SpecError(f"source '{src.name}': {path}: no reader for format '{fmt}'; "
                                 f"set 'format' to one of {', '.join(sorted(READERS))}")
+            for k, _ in src.options:
+                if src.format is None and not _accepts(READERS[fmt], k):
+                    raise SpecError(f"source '{src.name}': {path} is read as '{fmt}', whose reader takes no "
+                                    f"option '{k}'; set the source's 'format'")
             out.append(InputFile(source=i, path=path, display=os.path.relpath(path, spec.base_dir), format=fmt,
                                  size=os.path.getsize(path), sha256=file_sha256(path)))
     return out

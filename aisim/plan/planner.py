@@ -33,6 +33,7 @@ Probe schema (JSON)::
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from aisim.config.engine import EngineConfig, engine_config_from_dict
@@ -42,6 +43,7 @@ from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_probl
                                unmodeled_version_note)
 from aisim.config.toml_out import dumps
 from aisim.errors import ConfigError
+from aisim.textin import decode_utf8, loads_json
 
 PROBE_KEYS = {
     "schema", "vllm_version", "model", "enable_prefix_caching", "hash_block_size_tokens", "mamba_cache_mode",
@@ -58,23 +60,79 @@ def load_probe(path) -> dict:
     """Read and check a probe file (unknown keys are errors naming the key and file)."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            probe = json.load(fh)
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise ConfigError(f"cannot read probe {path}: {exc.strerror}") from None
+    try:
+        probe = loads_json(decode_utf8(data, path, ConfigError), path, ConfigError)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    check_probe(probe, path)
+    return probe
+
+
+# The type of each probe key; integers with their smallest value (the engine keys' own lower bounds,
+# aisim.config.keys).
+_LOW = {k.name: k.low for k in ENGINE_KEYS}
+_PROBE_INTS = {"block_size": _LOW["block_size"], "max_model_len": _LOW["max_model_len"],
+               "max_num_batched_tokens": _LOW["max_num_batched_tokens"], "max_num_seqs": _LOW["max_num_seqs"],
+               "num_gpu_blocks": _LOW["num_gpu_blocks"], "kv_cache_bytes": _LOW["kv_cache_bytes"],
+               "long_prefill_token_threshold": _LOW["long_prefill_token_threshold"],
+               "hash_block_size_tokens": 1}
+_PROBE_BOOLS = ("enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
+_PROBE_STRINGS = ("vllm_version", "model", "mamba_cache_mode")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_probe(probe, where: str = "the probe") -> None:
+    """Refuse a probe with an unknown or missing key or a value of the wrong type, naming the key.
+
+    Parameters
+    ----------
+    probe : dict
+        A decoded probe.
+    where : str
+        Its file, for messages.
+
+    Raises
+    ------
+    ConfigError
+        The first problem found.
+    """
     if not isinstance(probe, dict):
-        raise ConfigError(f"{path}: a probe is a JSON object")
+        raise ConfigError(f"{where}: a probe is a JSON object")
     for k in probe:
         if k not in PROBE_KEYS:
-            raise ConfigError(f"unknown key '{k}' in probe {path}; known keys: {', '.join(sorted(PROBE_KEYS))}")
+            raise ConfigError(f"unknown key '{k}' in probe {where}; known keys: {', '.join(sorted(PROBE_KEYS))}")
     for k in ("vllm_version", "max_model_len", "kv_cache_groups"):
         if k not in probe:
-            raise ConfigError(f"probe {path} lacks '{k}'")
+            raise ConfigError(f"probe {where} lacks '{k}'")
     if probe.get("num_gpu_blocks") is None and probe.get("kv_cache_bytes") is None:
-        raise ConfigError(f"probe {path} lacks 'num_gpu_blocks' or 'kv_cache_bytes'")
-    return probe
+        raise ConfigError(f"probe {where} lacks 'num_gpu_blocks' or 'kv_cache_bytes'")
+    for k, v in probe.items():
+        if v is None and k not in ("vllm_version", "max_model_len", "kv_cache_groups"):
+            continue  # an optional key left unset
+        if k in _PROBE_INTS and (not _is_int(v) or v < _PROBE_INTS[k]):
+            raise ConfigError(f"'{k}' in probe {where} must be an integer of at least {_PROBE_INTS[k]}, got {v!r}")
+        if k in _PROBE_BOOLS and not isinstance(v, bool):
+            raise ConfigError(f"'{k}' in probe {where} must be true or false, got {v!r}")
+        if k in _PROBE_STRINGS and not isinstance(v, str):
+            raise ConfigError(f"'{k}' in probe {where} must be a string, got {v!r}")
+    groups = probe["kv_cache_groups"]
+    if not isinstance(groups, list) or not groups:
+        raise ConfigError(f"'kv_cache_groups' in probe {where} must be a non-empty list of groups, got {groups!r}")
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            raise ConfigError(f"'kv_cache_groups[{i}]' in probe {where} must be a mapping of keys to values, "
+                              f"got {g!r}")
+        count = g.get("count", 1)
+        if count is not None and (not _is_int(count) or count < 1):
+            raise ConfigError(f"'kv_cache_groups[{i}].count' in probe {where} must be an integer of at least 1, "
+                              f"got {count!r}")
 
 
 def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
@@ -85,6 +143,7 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     (EngineConfig, list of str)
         The plan and its notes; the notes name every reason prefix caching is off.
     """
+    check_probe(probe)
     groups = []
     for g in probe["kv_cache_groups"]:
         groups.append({k: v for k, v in g.items() if k in GROUP_DEFAULTS and v is not None})
@@ -150,11 +209,19 @@ def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len
     max_model_len : int, optional
         Default: the engine default (:data:`aisim.config.keys.ENGINE_KEYS`).
     """
-    from aisim.config.catalog import get_model
+    from aisim.config.catalog import check_tp, get_model
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
     model = get_model(name)
-    max_model_len = max_model_len or _ENGINE_DEFAULTS["max_model_len"]
+    if isinstance(gpu_memory_gib, bool) or not isinstance(gpu_memory_gib, (int, float)) \
+            or not math.isfinite(gpu_memory_gib) or not gpu_memory_gib > 0:
+        raise ConfigError(f"GPU memory must be a finite number of GiB above 0, got {gpu_memory_gib!r}")
+    if max_model_len is None:
+        max_model_len = _ENGINE_DEFAULTS["max_model_len"]
+    elif not _is_int(max_model_len) or max_model_len < _LOW["max_model_len"]:
+        raise ConfigError(f"'max_model_len' must be an integer of at least {_LOW['max_model_len']}, "
+                          f"got {max_model_len!r}")
+    check_tp(model, tp)
     groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
     kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization)
     blocks = num_blocks(groups, kv) if kv > 0 else 0

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -121,7 +122,8 @@ def load_sweep(path) -> SweepSpec:
 
 def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> SweepSpec:
     """Validate a parsed sweep spec."""
-    from aisim.pipeline.spec import read_config_file
+    from aisim.errors import SpecError
+    from aisim.pipeline.spec import check_reader_options, read_config_file
 
     where = f" in {source}" if source else ""
     base_dir = base_dir or os.getcwd()
@@ -143,6 +145,13 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     paths = trace.get("paths")
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
         raise SweepError(f"'trace.paths'{where} must be a non-empty list of paths")
+    options = trace.get("options", {})
+    if not isinstance(options, dict):
+        raise SweepError(f"'trace.options'{where} must be a table of reader options")
+    try:
+        check_reader_options(trace.get("format"), options, "trace.", where)
+    except SpecError as exc:
+        raise SweepError(str(exc)) from None
     grid = raw["grid"]
     if not isinstance(grid, dict) or not grid:
         raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
@@ -159,8 +168,9 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     for k, v in slo.items():
         if k not in SLO_KEYS:
             raise SweepError(f"unknown key 'slo.{k}'{where}; known keys: {', '.join(SLO_KEYS)}")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise SweepError(f"'slo.{k}'{where} must be a positive number of seconds, got {v!r}")
+        # not (v > 0) refuses NaN too; TOML writes nan and inf
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
+            raise SweepError(f"'slo.{k}'{where} must be a finite positive number of seconds, got {v!r}")
     base_path = os.path.abspath(os.path.join(base_dir, raw["base"]))
     base = read_config_file(base_path, f"'base'{where}")
     best = os.path.abspath(os.path.join(base_dir, raw.get("best", f"{raw['name']}-best.toml")))

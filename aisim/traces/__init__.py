@@ -1,7 +1,8 @@
 """Trace readers; every reader returns the Arrow trace table of :mod:`aisim.traces.schema`.
 
 :func:`read_trace` dispatches on a format name; each format lives in its own
-module and registers itself in ``READERS``.
+module and registers itself in ``READERS``.  :func:`from_frame` builds the
+trace table from a pandas or polars DataFrame or an Arrow table of requests.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from aisim.errors import TraceError
 from aisim.traces.agentic import read_agentic
 from aisim.traces.azure import read_azure
+from aisim.traces.frame import from_frame
 from aisim.traces.mooncake import read_mooncake, read_mooncake_delta
 from aisim.traces.oracle import read_oracle_trace
 from aisim.traces.parquet import read_parquet
@@ -76,4 +78,4 @@ def guess_format(path: str) -> str:
     return "oracle"
 
 
-__all__ = ["READERS", "TRACE_SCHEMA", "read_oracle_trace", "read_trace", "stream_id"]
+__all__ = ["READERS", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]

@@ -21,6 +21,7 @@ import re
 from datetime import datetime, timezone
 
 from aisim.errors import TraceError
+from aisim.textin import check_decoded
 from aisim.traces.common import BadRows, file_stem, finish, new_rows, open_text
 from aisim.traces.schema import stream_id, trace_table
 
@@ -87,7 +88,7 @@ def read_azure(path: str | os.PathLike, *, model: str | None = None, skip_bad_ro
             raise TraceError(f"{path}: empty file, expected a header with {', '.join(COLUMNS)}") from None
         except csv.Error as exc:
             raise TraceError(f"{path}:1: not valid CSV ({exc})") from None
-        header = [h.strip().lstrip("\ufeff") for h in header]
+        header = [check_decoded(h, f"{path}:1", TraceError).strip().lstrip("\ufeff") for h in header]
         for col in COLUMNS:
             if col not in header:
                 raise TraceError(f"{path}:1: missing column '{col}' (header: {', '.join(header)})")
@@ -132,6 +133,8 @@ def _row(rec, idx, where):
     for name, i in zip(COLUMNS, idx):
         if i >= len(rec):
             raise TraceError(f"{where}: field '{name}' is missing (the row has {len(rec)} columns)")
+    for name, i in zip(COLUMNS, idx):
+        check_decoded(rec[i], f"{where}: field '{name}'", TraceError)
     ts, ctx, gen = (rec[i].strip() for i in idx)
     try:
         stamp = parse_timestamp(ts)

@@ -11,13 +11,13 @@ and no warning is issued.
 from __future__ import annotations
 
 import json
-
 import math
 import os
 
 import pyarrow as pa
 
 from aisim.errors import TraceError
+from aisim.textin import check_decoded, loads_json
 
 # The per-request columns a reader fills (model, session_id and turn too).
 ROW_COLUMNS = ("model", "request_id", "session_id", "turn", "arrival_step", "arrival_s",
@@ -30,9 +30,14 @@ def new_rows() -> dict:
 
 
 def json_object(line: str, where: str) -> dict:
-    """One JSON-lines row as a dict; errors name ``where`` (``file:line``)."""
+    """One JSON-lines row as a dict; errors name ``where`` (``file:line``).
+
+    ``line`` comes from :func:`open_text`: a byte that is not UTF-8 and a key
+    given twice make the row bad, like any other fault.
+    """
+    line = check_decoded(line, where, TraceError)
     try:
-        obj = json.loads(line)
+        obj = loads_json(line, where, TraceError)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg})") from None
     if not isinstance(obj, dict):
@@ -40,13 +45,17 @@ def json_object(line: str, where: str) -> dict:
     return obj
 
 
-def int_field(obj: dict, key: str, where: str, low: int = 0, default=None) -> int:
-    """``obj[key]`` as an integer of at least ``low``, or ``default`` when absent.
+# The trace table stores token counts, turns and priorities as int32 (aisim.traces.schema).
+INT32_LIMIT = 2**31
+
+
+def int_field(obj: dict, key: str, where: str, low: int = 0, default=None, high: int = INT32_LIMIT) -> int:
+    """``obj[key]`` as an integer from ``low`` up to below ``high``, or ``default`` when absent.
 
     Raises
     ------
     TraceError
-        Missing (without a default), not an integer, or below ``low``.
+        Missing (without a default), not an integer, below ``low`` or not below ``high``.
     """
     if key not in obj or obj[key] is None:
         if default is not None:
@@ -59,6 +68,8 @@ def int_field(obj: dict, key: str, where: str, low: int = 0, default=None) -> in
         raise TraceError(f"{where}: field '{key}' must be an integer, got {v!r}")
     if v < low:
         raise TraceError(f"{where}: field '{key}' must be at least {low}, got {v}")
+    if v >= high:
+        raise TraceError(f"{where}: field '{key}' must be below {high}, got {v}")
     return v
 
 
@@ -126,9 +137,14 @@ class BadRows:
 
 
 def open_text(path: str):
-    """Open a text file for streaming, turning OS errors into :class:`TraceError`."""
+    """Open a text file for streaming, turning OS errors into :class:`TraceError`.
+
+    Bytes that are not UTF-8 are kept as surrogates (``surrogateescape``) so
+    that only their line is bad: every reader passes its lines or fields
+    through :func:`aisim.textin.check_decoded` (:func:`json_object` does).
+    """
     try:
-        return open(path, encoding="utf-8", newline="")
+        return open(path, encoding="utf-8", errors="surrogateescape", newline="")
     except OSError as exc:
         raise TraceError(f"cannot read trace {path}: {exc.strerror}") from None
 

@@ -12,7 +12,9 @@ import bisect
 import json
 from json.decoder import scanstring
 
-_DECODER = json.JSONDecoder()
+from aisim.textin import STRICT_JSON, DuplicateKey
+
+_DECODER = STRICT_JSON
 _WS = " \t\n\r"
 
 
@@ -56,7 +58,11 @@ class _Walker:
         c = self.peek(i)
         if c == "{":
             return self.obj(i)
-        return _DECODER.raw_decode(self.text, i)
+        try:
+            return _DECODER.raw_decode(self.text, i)
+        except DuplicateKey as exc:
+            exc.line = self.line(i)  # the line the value starts on; the key may be further down
+            raise
 
     def obj(self, i: int):
         out = {}
@@ -66,7 +72,10 @@ class _Walker:
         while True:
             if self.peek(i) != '"':
                 self.fail(i, "Expecting property name enclosed in double quotes")
+            at = i
             key, i = scanstring(self.text, i + 1)
+            if key in out:
+                raise DuplicateKey(key, self.line(at))
             i = self.ws(i)
             if self.peek(i) != ":":
                 self.fail(i, "Expecting ':' delimiter")
@@ -110,6 +119,8 @@ def load_with_lines(text: str, nested_key: str = "requests"):
     ------
     json.JSONDecodeError
         Invalid JSON (its ``lineno`` names the line).
+    aisim.textin.DuplicateKey
+        An object names a key twice (its ``line`` attribute is set).
     """
     w = _Walker(text, nested_key)
     i = w.ws(0)

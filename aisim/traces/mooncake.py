@@ -148,9 +148,11 @@ def read_mooncake(path: str | os.PathLike, *, unit_tokens: int = 512, model: str
     return finish(trace_table(rows, "time"), fmt, bad, unit_tokens)
 
 
-def read_mooncake_delta(path: str | os.PathLike, **options):
+def read_mooncake_delta(path: str | os.PathLike, *, unit_tokens: int = 512, model: str | None = None,
+                        namespace: str | None = None, skip_bad_rows: bool = False):
     """Read a ``mooncake-delta`` trace: :func:`read_mooncake` with ``delta=True``."""
-    return read_mooncake(path, delta=True, **options)
+    return read_mooncake(path, unit_tokens=unit_tokens, model=model, delta=True, namespace=namespace,
+                         skip_bad_rows=skip_bad_rows)
 
 
 def _row(obj, where, stem, lineno, prev, delta, unit, unit_place, model) -> dict:

@@ -166,8 +166,8 @@ def _validate(path, batch: pa.Table, clock: str, row0: int, bad: BadRows, seen: 
     nonpos_cum = np.concatenate([[0], np.cumsum(lengths <= 0)])
     nonpos = (nonpos_cum[ends] - nonpos_cum[starts]) > 0
     checks = [
-        ("arrival_s" if clock == "time" else "arrival_step", arr_null | ~(arr >= 0),
-         "must be a non-negative number (the trace's clock is '%s')" % clock),
+        ("arrival_s" if clock == "time" else "arrival_step", arr_null | ~(arr >= 0) | ~np.isfinite(arr),
+         "must be a finite non-negative number (the trace's clock is '%s')" % clock),
         ("prompt_tokens", prompt < 1, "must be at least 1"),
         ("output_tokens", out < 1, "must be at least 1"),
         ("turn", turn < 0, "must be non-negative"),
