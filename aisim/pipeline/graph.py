@@ -26,8 +26,11 @@ raises once its retries are used up.  The other tasks are cancelled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 import uuid
 
@@ -38,6 +41,22 @@ RETRIES = 2
 # taken (another cluster, another run), which would only earn a warning and a different port.
 QUIET_CLUSTER = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 _POLL_S = 0.5  # progress granularity; polling costs the driver CPU that workers could use
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint():
+    # Ctrl-C reaches every process of the terminal's group: worker processes
+    # started while SIGINT is ignored inherit that, so only this process sees
+    # the interrupt (one line, exit 130) and closing the cluster stops them,
+    # instead of each worker printing its own KeyboardInterrupt traceback.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def default_workers() -> int:
@@ -205,8 +224,9 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
     if scheduler in (None, "local"):
         n = workers or default_workers()
         own = True
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
-                               **QUIET_CLUSTER)
+        with _workers_ignore_sigint():
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
+                                   **QUIET_CLUSTER)
         try:
             client = Client(cluster)
         except BaseException:
