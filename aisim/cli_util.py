@@ -37,8 +37,9 @@ class Group(click.Group):
 
     Click's own handling prints ``Aborted!`` and exits 1; every aisim command
     writes its files all or nothing (:mod:`aisim.files`), so an interrupted
-    command has written nothing and one line says so.  Sub-groups made with
-    ``@group.group()`` are of this class too.
+    command has written nothing and one line says so.  A file the system
+    refuses (``OSError``) is one line naming it, exit 2, not a traceback.
+    Sub-groups made with ``@group.group()`` are of this class too.
     """
 
     group_class = type  # sub-groups are Groups as well
@@ -48,6 +49,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as exc:
+            fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc)
 
 
 def parse_pairs(pairs, option: str) -> dict:

@@ -126,6 +126,17 @@ def test_ctrl_c_is_one_line_and_writes_nothing(scenario, monkeypatch):
     assert not out.exists()
 
 
+def test_a_refused_file_is_one_line(scenario, monkeypatch):
+    import aisim.output
+
+    def refused(result, out_dir, decision_log=None):
+        raise PermissionError(13, "Permission denied", str(out_dir))
+
+    monkeypatch.setattr(aisim.output, "write_result", refused)
+    r = _replay(scenario, "--out", scenario / "out")
+    assert r.exit_code == 2 and r.stderr == f"error: {scenario / 'out'}: Permission denied\n" and r.stdout == ""
+
+
 def test_interrupted_trace_write_leaves_nothing(tmp_path, monkeypatch):
     import pyarrow.parquet
 
