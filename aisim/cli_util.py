@@ -195,8 +195,9 @@ def new_table(*columns, **kwargs):
     from rich.table import Table
     from rich.text import Text
 
-    if isinstance(kwargs.get("title"), str):
-        # A title wraps at the table's width; a long path or id in it stays on one line instead.
+    if isinstance(kwargs.get("title"), str) and not console().is_terminal:
+        # A title wraps at the table's width; off a terminal a long path or id in it stays on one
+        # line instead (on a terminal it wraps, or the terminal's width would cut it).
         kwargs["title"] = Text(kwargs["title"], no_wrap=True, overflow="ignore")
     t = Table(**kwargs)
     for col in columns:

@@ -7,7 +7,7 @@ import inspect as pyinspect
 import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, flatten, fmt_num, fmt_pct,
-                            format_option, new_table, out_option, parse_pairs, guess_value, progress_option)
+                            format_option, guess_value, new_table, out_option, parse_pairs, progress_option)
 from aisim.cli_util import trace_format_option as _trace_format_option
 
 
