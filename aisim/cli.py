@@ -5,11 +5,13 @@ from __future__ import annotations
 import click
 
 from aisim import __version__
-from aisim.cli_util import CONTEXT_SETTINGS, console, fail, fmt_num, fmt_seconds
+from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
+                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
+from aisim.traces.cli import trace_format_option
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(version=__version__, prog_name="aisim")
 def main():
     """aisim: what would vLLM do with this workload?
@@ -25,18 +27,19 @@ def main():
               help="Engine configuration (JSON, TOML or YAML; vLLM's key names).")
 @click.option("--trace", "trace_path", required=True, type=click.Path(),
               help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
-@click.option("--trace-format", type=click.Choice(["oracle", "mooncake", "mooncake-delta", "azure", "agentic",
-                                                   "parquet"]), help="Trace format (default: guessed from the file).")
+@trace_format_option
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              help="Write requests.parquet, steps.parquet and summary.json here.")
-@click.option("--decision-log", "decision_log", type=click.Path(dir_okay=False),
+@out_option("--out", "out_dir", kind="dir", help="Write requests.parquet, steps.parquet and summary.json here.")
+@out_option("--decision-log", "decision_log",
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
 @click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
               help="Override the configuration's vllm_version (validated again with the rules).")
-def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version):
+@format_option()
+@progress_option()
+def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version, fmt,
+           progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -44,59 +47,83 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
     from aisim.replay import replay as run_replay
     from aisim.traces import read_trace
 
+    # Phase progress only for large traces: a small one is done before a line could help.
+    phases = Phases(progress)
     try:
         if think_time is not None and not closed_loop:
             raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
-        engine = load_engine_config(engine_path)
-        if vllm_version:
-            engine = engine.replace(vllm_version=vllm_version)
-        fmt = trace_format
-        if fmt is None:
-            from aisim.traces import guess_format
+        with phases:
+            engine = load_engine_config(engine_path)
+            if vllm_version:
+                engine = engine.replace(vllm_version=vllm_version)
+            fmt_in = trace_format
+            if fmt_in is None:
+                from aisim.traces import guess_format
 
-            fmt = guess_format(trace_path)
-        options = {"max_model_len": engine.max_model_len} if fmt == "oracle" else {}
-        trace = read_trace(trace_path, fmt, **options)
-        result = run_replay(trace, engine, record_decisions=decision_log is not None,
-                            closed_loop=closed_loop, think_time_s=think_time)
-        if out_dir or decision_log:
-            if out_dir:
-                write_result(result, out_dir, decision_log)
-            else:
-                from aisim.decisionlog import write_decision_log
+                fmt_in = guess_format(trace_path)
+            options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" else {}
+            phases("reading trace")
+            trace = read_trace(trace_path, fmt_in, **options)
+            if progress is None and trace.num_rows <= PROGRESS_REQUESTS:
+                phases.quiet()
+            phases("replaying", f"{trace.num_rows:,} requests")
+            result = run_replay(trace, engine, record_decisions=decision_log is not None,
+                                closed_loop=closed_loop, think_time_s=think_time)
+            if out_dir or decision_log:
+                phases("writing results", f"{result.summary['steps']:,} steps")
+                if out_dir:
+                    write_result(result, out_dir, decision_log)
+                else:
+                    from aisim.decisionlog import write_decision_log
 
-                write_decision_log(result, decision_log)
+                    write_decision_log(result, decision_log)
     except AisimError as exc:
         fail(exc)
-    _print_summary(result, trace_path, out_dir, decision_log)
+    if fmt == "json":
+        echo_json(_summary_record(result, trace_path))
+    elif fmt == "csv":
+        echo_csv(["key", "value"], flatten(_summary_record(result, trace_path)))
+    else:
+        _print_summary(result, trace_path)
+    # Where the files went: a message, so on stderr unless the output is the table.
+    note = console(stderr=fmt != "table")
+    if out_dir:
+        note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
+    if decision_log:
+        note.print(f"decision log written to {decision_log}")
 
 
-def _print_summary(result, trace_path, out_dir, decision_log):
-    from rich.table import Table
+# Traces longer than this show phase progress on a terminal (without --progress/--no-progress).
+PROGRESS_REQUESTS = 100_000
 
+
+def _summary_record(result, trace_path) -> dict:
+    usage = result.steps.column("kv_usage").to_numpy()
+    return {"trace": trace_path, "vllm_version": result.engine.version, **result.summary,
+            "kv_usage_mean": float(usage.mean()) if len(usage) else None,
+            "kv_usage_max": float(usage.max()) if len(usage) else None}
+
+
+def _print_summary(result, trace_path):
     s = result.summary
-    out = console()
-    t = Table(title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
-    t.add_column("what", style="bold")
-    t.add_column("value", justify="right")
-    t.add_row("requests finished", f"{s['finished']:,} / {s['requests']:,}")
-    t.add_row("engine steps", f"{s['steps']:,} ({s['empty_steps']} empty)")
+    t = new_table("what", ("value", {"justify": "right"}),
+                  title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
+    t.columns[0].style = "bold"
+    t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
+    t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
-    t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'])} output tok/s")
+    t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         q = s[name]
         t.add_row(f"{label} p50 / p90 / p99", " / ".join(fmt_seconds(q[k]) for k in ("p50", "p90", "p99")))
     pc = s["prefix_cache_stats"]
-    t.add_row("prefix cache hit rate", f"{100 * s['prefix_hit_rate']:.1f}% ({pc['hits']:,} of {pc['queries']:,} tokens)")
-    t.add_row("preemptions", f"{s['preemptions']:,}")
+    t.add_row("prefix cache hit rate",
+              f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")
+    t.add_row("preemptions", fmt_num(s["preemptions"]))
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
-        t.add_row("KV-cache usage mean / max", f"{100 * usage.mean():.1f}% / {100 * usage.max():.1f}%")
-    out.print(t)
-    if out_dir:
-        out.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
-    if decision_log:
-        out.print(f"decision log written to {decision_log}")
+        t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
+    console().print(t)
 
 
 # ---------------------------------------------------------------- command modules

@@ -1,5 +1,7 @@
 """What every ``aisim`` command shares: context settings, the failure exit,
-``KEY=VALUE`` parsing, the console and the number formats.
+``KEY=VALUE`` parsing, the output and trace-format options, the console and
+tables, structured output, the number formats, phase progress and the
+interrupt handling.
 
 Commands live beside their features (``aisim/plan/cli.py``,
 ``aisim/sweep/cli.py``, ``aisim/query/cli.py``, ...) and import from here;
@@ -8,18 +10,47 @@ Commands live beside their features (``aisim/plan/cli.py``,
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
 import sys
+import time
 
 import click
 
 # Shared by the group and every command: -h as well as --help, 100 columns of help text.
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
+# Output formats every command that prints results offers (plus "toml" where TOML is an output).
+OUTPUT_FORMATS = ("table", "csv", "json")
+
 
 def fail(exc, code: int = 2):
     """Print ``error: EXC`` on stderr and exit with ``code`` (2: bad input; 130: interrupted)."""
     click.echo(f"error: {exc}", err=True)
     sys.exit(code)
+
+
+class Group(click.Group):
+    """A command group whose commands stop on Ctrl-C with one line, ``error: interrupted``, and exit 130.
+
+    Click's own handling prints ``Aborted!`` and exits 1; every aisim command
+    writes its files all or nothing (:mod:`aisim.files`), so an interrupted
+    command has written nothing and one line says so.  A file the system
+    refuses (``OSError``) is one line naming it, exit 2, not a traceback.
+    Sub-groups made with ``@group.group()`` are of this class too.
+    """
+
+    group_class = type  # sub-groups are Groups as well
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except OSError as exc:
+            fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc)
 
 
 def parse_pairs(pairs, option: str) -> dict:
@@ -59,25 +90,248 @@ def guess_value(text: str):
     return text
 
 
-def console(stderr: bool = False, width: int = 120):
-    """A rich console: colours on a terminal; in logs and pipes wide enough for a table, no colour codes."""
+# ---------------------------------------------------------------- options
+
+def format_option(*extra: str, default: str = "table"):
+    """The ``--format`` option of a command that prints results (parameter ``fmt``).
+
+    Parameters
+    ----------
+    *extra : str
+        Formats beyond table, csv and json (``"toml"`` where TOML is an output).
+    default : str
+        The format without the option.
+    """
+    choices = (*extra, *OUTPUT_FORMATS) if default in extra else (*OUTPUT_FORMATS, *extra)
+    return click.option("--format", "fmt", type=click.Choice(choices), default=default, show_default=True,
+                        help="Output: a table for people, csv or json for programs (json alone on stdout).")
+
+
+class _LazyChoice(click.Choice):
+    # The trace formats are the reader registry's keys; importing the readers
+    # (Arrow) only when the option is used keeps ``aisim --help`` fast.
+    def __init__(self, load):
+        self._load = load
+        self._names = None
+        super().__init__((), case_sensitive=True)
+
+    @property
+    def choices(self):
+        if self._names is None:
+            self._names = tuple(self._load())
+        return self._names
+
+    @choices.setter
+    def choices(self, value):
+        pass
+
+
+def trace_format_option(load_formats):
+    """The ``--trace-format`` option of every command that reads a trace (parameter ``trace_format``).
+
+    Parameters
+    ----------
+    load_formats : callable
+        Returns the format names (the keys of ``aisim.traces.READERS``); called when the option is used.
+    """
+    return click.option("--trace-format", "trace_format", type=_LazyChoice(load_formats), default=None,
+                        help="Trace format (default: guessed from the file name).")
+
+
+def progress_option():
+    """The ``--progress/--no-progress`` option of long single-process commands (parameter ``progress``)."""
+    return click.option("--progress/--no-progress", "progress", default=None,
+                        help="Phase progress on stderr (default: on a terminal only).")
+
+
+def _check_out(kind):
+    def check(ctx, param, value):
+        import os
+
+        if value is None:
+            return value
+        if kind == "dir" and os.path.exists(value) and not os.path.isdir(value):
+            raise click.BadParameter(f"{value} is a file, not a directory", ctx, param)
+        if kind == "file" and os.path.isdir(value):
+            raise click.BadParameter(f"{value} is a directory, not a file", ctx, param)
+        parent = os.path.dirname(os.path.abspath(value))
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            raise click.BadParameter(f"{parent} is a file, so {value} cannot be created", ctx, param)
+        return value
+    return check
+
+
+def out_option(*names: str, kind: str = "file", **kwargs):
+    """An output path option: ``kind`` ``"file"`` or ``"dir"``; missing parent directories are created
+    when written (by :mod:`aisim.files`), a path of the other kind or below a file is a usage error."""
+    return click.option(*names, type=click.Path(), callback=_check_out(kind), **kwargs)
+
+
+# ---------------------------------------------------------------- human output
+
+def console(stderr: bool = False):
+    """A rich console: colours and the terminal's width on a terminal; in logs and pipes no colour codes
+    and no width limit, so tables print every value whole."""
     from rich.console import Console
 
     con = Console(stderr=stderr, highlight=False)
     if not con.is_terminal:
-        con = Console(stderr=stderr, highlight=False, width=max(con.width, width), no_color=True)
+        con = Console(stderr=stderr, highlight=False, width=100_000, no_color=True)
     return con
 
 
+def new_table(*columns, **kwargs):
+    """A rich table whose cells wrap (fold) when the terminal is narrow, never end in an ellipsis.
+
+    Parameters
+    ----------
+    *columns : str or (str, dict)
+        Column headers, or (header, keyword arguments of ``Table.add_column``).
+    **kwargs
+        Keyword arguments of ``rich.table.Table``.
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    if isinstance(kwargs.get("title"), str) and not console().is_terminal:
+        # A title wraps at the table's width; off a terminal a long path or id in it stays on one
+        # line instead (on a terminal it wraps, or the terminal's width would cut it).
+        kwargs["title"] = Text(kwargs["title"], no_wrap=True, overflow="ignore")
+    t = Table(**kwargs)
+    for col in columns:
+        name, kw = (col, {}) if isinstance(col, str) else col
+        t.add_column(name, **{"overflow": "fold", **kw})
+    return t
+
+
+def flatten(d: dict, prefix: str = "") -> list:
+    """``[(dotted.key, value), ...]`` of a nested dict (lists are kept as values)."""
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.extend(flatten(v, key + "."))
+        else:
+            out.append((key, v))
+    return out
+
+
+def echo_json(obj, sort_keys: bool = False) -> None:
+    """``obj`` as JSON on stdout (NaN as null), alone."""
+    def clean(v):
+        if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    click.echo(json.dumps(clean(obj), indent=2, sort_keys=sort_keys, default=str))
+
+
+def echo_csv(columns, rows) -> None:
+    """RFC 4180 CSV on stdout: a header line, then ``rows``; None is an empty field."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow(["" if v is None else json.dumps(v) if isinstance(v, (list, dict)) else v for v in r])
+    click.echo(buf.getvalue(), nl=False)
+
+
+# ---------------------------------------------------------------- numbers
+
 def fmt_num(v, digits: int = 3) -> str:
-    """A count with thousands separators, a float with ``digits`` decimals, ``-`` for None."""
-    if v is None:
+    """A count with thousands separators (``1,234,567``), a float with ``digits`` decimals, ``-`` for None."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return f"{v:,.{digits}f}" if isinstance(v, float) else f"{v:,}"
 
 
-def fmt_seconds(v) -> str:
-    """Seconds as people read latencies: ``12.3 ms`` below a second, ``1.234 s`` above, ``-`` for None."""
-    if v is None:
+def fmt_pct(fraction, digits: int = 1) -> str:
+    """A fraction as a percentage (``0.1234`` -> ``12.3%``), ``-`` for None."""
+    if fraction is None or (isinstance(fraction, float) and math.isnan(fraction)):
         return "-"
-    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.3f} s"
+    return f"{100 * fraction:.{digits}f}%"
+
+
+_UNITS = ((1e-6, "µs"), (1e-3, "ms"), (1.0, "s"))
+
+
+def fmt_seconds(v) -> str:
+    """Seconds as people read latencies, 3 significant digits: ``456 µs``, ``12.3 ms``, ``1.23 s``,
+    ``1,234 s``; ``0 s`` for zero, ``-`` for None."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if v == 0:
+        return "0 s"
+    for i, (scale, unit) in enumerate(_UNITS):
+        x = abs(v) / scale
+        if i < len(_UNITS) - 1 or x < 1000:
+            x = float(f"{x:.3g}")  # rounded first: 999.7 ms is 1.00 s
+        if x < 1000 or i == len(_UNITS) - 1:
+            sign = "-" if v < 0 else ""
+            text = f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+            return f"{sign}{text} {unit}"
+    raise AssertionError  # pragma: no cover
+
+
+# ---------------------------------------------------------------- progress
+
+class Phases:
+    """Progress of a long single-process command, a phase at a time, on stderr.
+
+    ``phase("reading trace")`` ends the previous phase (one line with its
+    time) and starts the next; a terminal shows a spinner while a phase runs.
+    Disabled, it prints nothing.  Use as a context manager.
+
+    Parameters
+    ----------
+    enabled : bool or None
+        True or False as asked (``--progress``/``--no-progress``); None: on when stderr is a terminal.
+    """
+
+    def __init__(self, enabled=None):
+        self.con = console(stderr=True)
+        self.enabled = self.con.is_terminal if enabled is None else enabled
+        self.name = None
+        self.status = None
+
+    def __enter__(self):
+        return self
+
+    def __call__(self, name: str, note: str = "") -> None:
+        """End the running phase (``note``: what it did, e.g. ``1,000 requests``) and start ``name``."""
+        self.end(note)
+        if not self.enabled:
+            return
+        self.name, self.t0 = name, time.perf_counter()
+        if self.con.is_terminal:
+            self.status = self.con.status(f"{name} ...")
+            self.status.start()
+
+    def quiet(self) -> None:
+        """Stop showing anything (the running phase ends without a line)."""
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        self.name, self.enabled = None, False
+
+    def end(self, note: str = "") -> None:
+        """End the running phase, if any, with one line."""
+        if self.name is None:
+            return
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+        self.con.print(f"{self.name}: {note + ', ' if note else ''}{fmt_seconds(time.perf_counter() - self.t0)}")
+        self.name = None
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.end()
+        elif self.status is not None:
+            self.status.stop()
+        return False

@@ -1,6 +1,6 @@
 """Writing files all or nothing: the one place aisim puts results on disk.
 
-Every file aisim writes for a user (replay outputs, decision logs, plans,
+Every file aisim writes for a user (replay outputs, decision logs, Parquet traces, plans,
 the best sweep configuration, reports) goes through here: it is written
 under a temporary name beside its destination and renamed into place only
 when complete, so an interrupted or failed write never leaves a partial
@@ -74,3 +74,27 @@ def atomic_files(out_dir: str, names):
             os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_path(path: str):
+    """Yield a temporary path beside ``path`` for a writer that takes a file name; renamed into place
+    when the block ends without an error, removed otherwise.
+
+    Parameters
+    ----------
+    path : str
+        Destination; its directory is created when missing.
+    """
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".aisim-", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+        yield tmp
+        _ordinary_permissions(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

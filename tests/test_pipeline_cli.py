@@ -96,6 +96,22 @@ def test_check_shows_the_plan(spec, db):
     assert "shard 2: qwen3-next-80b on align" in r.stdout and "trace.jsonl (oracle" in r.stdout
 
 
+def test_check_and_run_formats(spec, db):
+    r = _run("pipeline", "check", spec, "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["name"] == "demo" and doc["landed"] is True
+    assert [(s["shard_id"], s["model"], s["engine"]) for s in doc["shards"]] == [
+        (0, "llama-3.1-8b", "base"), (1, "llama-3.1-8b", "seqs64"), (2, "qwen3-next-80b", "align")]
+    r = _run("pipeline", "check", spec, "--format", "csv")
+    assert r.exit_code == 0 and r.stdout.splitlines()[0] == "shard_id,model,engine,engine_path,input_files"
+    assert r.stdout.splitlines()[3].startswith("2,qwen3-next-80b,align,")
+    r = _run("pipeline", "run", spec, "--scheduler", "sync", "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["name"] == "demo" and doc["landed"] is False  # already landed by the fixture
+
+
 def test_query_formats(db):
     r = _run("query", "shards", "--db", db)
     assert r.exit_code == 0, r.output

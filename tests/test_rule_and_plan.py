@@ -200,6 +200,13 @@ def test_plan_cli_writes_its_reasons(tmp_path):
     r = CliRunner().invoke(main, ["config", "show", str(out), "--format", "json"])
     # Cold: KDA state groups hold one max_model_len block; the scheduler block is lcm(2176, 131072).
     assert r.exit_code == 0 and json.loads(r.output)["derived"]["scheduler_block_size"] == 2228224
+    r = CliRunner().invoke(main, ["config", "show", str(out), "--format", "csv"])
+    assert r.exit_code == 0 and "derived.scheduler_block_size,2228224" in r.stdout.splitlines()
+    r = CliRunner().invoke(main, ["config", "show", str(out), "--format", "table"])
+    assert r.exit_code == 0 and "derived.scheduler_block_size" in r.stdout and "2228224" in r.stdout
+    r = CliRunner().invoke(main, ["plan", "--probe", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["enable_prefix_caching"] is False and "multiple of 4" in r.stderr
 
 
 def test_config_validate_refuses_with_the_sentence(tmp_path):

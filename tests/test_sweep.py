@@ -48,6 +48,17 @@ def test_best_candidate_known_by_construction(tmp_path):
         shards = con.execute("SELECT count(*) FROM shards WHERE run_id = ?", [result.run_id]).fetchone()[0]
     assert rows == [("c000", "ranked", 3), ("c001", "ranked", 4), ("c002", "ranked", 1), ("c003", "ranked", 2)]
     assert shards == 4
+    # The same sweep through the command: its run is landed, so this ranks without replaying.
+    r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["best"] == "c002" and [c["candidate"] for c in doc["ranked"]] == ["c002", "c003", "c000", "c001"]
+    assert doc["ranked"][2]["slo_attainment"] == 5 / 8
+    assert r.stderr.startswith("best configuration (c002) written to ")
+    r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0] == "rank,candidate,knobs,goodput_req_s,slo_attainment,kv_tokens"
+    assert r.stdout.splitlines()[1].startswith('1,c002,"{""max_num_seqs"": 8, ""num_gpu_blocks"": 200}",')
 
 
 def test_refused_candidate_appears_with_its_reason(tmp_path):

@@ -497,7 +497,7 @@ def test_cli_synth_writes_the_seeded_trace(tmp_path):
 
 
 def test_cli_inspect_json_and_table():
-    r = _cli("trace", "inspect", MOONCAKE, "--json")
+    r = _cli("trace", "inspect", MOONCAKE, "--format", "json")
     assert r.exit_code == 0, r.output
     info = json.loads(r.output)
     assert info["requests"] == 3993 and info["block_size"] == 512 and info["format"] == "mooncake"
@@ -508,19 +508,19 @@ def test_cli_inspect_json_and_table():
 
 def test_cli_convert_and_errors(tmp_path):
     out = tmp_path / "w.parquet"
-    r = _cli("trace", "convert", WEKA, "--format", "agentic", "--out", out)
+    r = _cli("trace", "convert", WEKA, "--trace-format", "agentic", "--out", out)
     assert r.exit_code == 0, r.output
     assert read_parquet(out).num_rows == 92
     bad = _write_lines(tmp_path / "b.jsonl", [{"timestamp": 0, "input_length": 5, "output_length": 1},
                                                {"timestamp": 1, "input_length": 0, "output_length": 1}])
-    r = _cli("trace", "convert", bad, "--format", "mooncake", "--out", tmp_path / "b.parquet")
+    r = _cli("trace", "convert", bad, "--trace-format", "mooncake", "--out", tmp_path / "b.parquet")
     assert r.exit_code == 2 and f"error: {bad}:2: field 'input_length'" in r.stderr
-    r = _cli("trace", "convert", bad, "--format", "mooncake", "--out", tmp_path / "b.parquet", "--skip-bad-rows")
+    r = _cli("trace", "convert", bad, "--trace-format", "mooncake", "--out", tmp_path / "b.parquet", "--skip-bad-rows")
     assert r.exit_code == 0 and "(1 bad rows skipped)" in r.output
     r = _cli("trace", "inspect", MOONCAKE, "-o", "unit=5")
     assert r.exit_code == 2 and "has no option 'unit'" in r.stderr
-    r = _cli("trace", "inspect", MOONCAKE, "--format", "nope")
-    assert r.exit_code == 2 and "unknown trace format 'nope'" in r.stderr
+    r = _cli("trace", "inspect", MOONCAKE, "--trace-format", "nope")
+    assert r.exit_code == 2 and "Invalid value for '--trace-format': 'nope' is not one of 'agentic'," in r.stderr
 
 
 def test_every_format_is_registered():

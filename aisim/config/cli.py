@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, fail
+from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, flatten, format_option, new_table
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -34,12 +32,11 @@ def validate(file):
 
 @config.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["toml", "json"]), default="toml", show_default=True)
+@format_option("toml", default="toml")
 def show(file, fmt):
     """Print FILE's resolved configuration, every default filled in."""
     from aisim.config.engine import load_engine_config
     from aisim.config.kvgroups import resolve_groups
-    from aisim.config.toml_out import dumps
     from aisim.errors import AisimError
 
     try:
@@ -51,8 +48,22 @@ def show(file, fmt):
     d["derived"] = {"hash_block_size": kw["hash_block_size"], "scheduler_block_size": kw["sched_block_size"],
                     "fine_grained_hits": kw["fine_grained"],
                     "cache_hit_alignment": kw["hash_block_size"] if kw["fine_grained"] else kw["sched_block_size"]}
+    d["time_model"] = dict(d["time_model"])
+    print_config(d, fmt, title=f"{file} resolved")
+
+
+def print_config(d: dict, fmt: str, title: str | None = None) -> None:
+    """An engine configuration dict on stdout as ``fmt``: toml, json, csv (key,value) or a key/value table."""
+    from aisim.config.toml_out import dumps
+
     if fmt == "json":
-        click.echo(json.dumps(d, indent=2, sort_keys=True))
+        echo_json(d, sort_keys=True)
+    elif fmt == "csv":
+        echo_csv(["key", "value"], flatten(d))
+    elif fmt == "table":
+        t = new_table(("key", {"style": "bold"}), "value", title=title, title_justify="left")
+        for k, v in flatten(d):
+            t.add_row(k, "-" if v is None else str(v))
+        console().print(t)
     else:
-        d["time_model"] = dict(d["time_model"])
         click.echo(dumps(d), nl=False)

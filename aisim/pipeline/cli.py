@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, console, fail
+from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, fmt_num, format_option
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -34,14 +34,15 @@ def pipeline():
               help="Land in this DuckDB file instead of the spec's 'database'.")
 @click.option("--progress", type=click.Choice(["auto", "bars", "lines", "none"]), default="auto",
               show_default=True, help="Progress on stderr: bars on a terminal, lines otherwise.")
-def run_cmd(spec, scheduler, workers, force, database, progress):
+@format_option()
+def run_cmd(spec, scheduler, workers, force, database, progress, fmt):
     """Run the pipeline SPEC (TOML) and land its results in one transaction.
 
     The run key hashes the spec and every input and engine file: running the same spec over the
     same files again lands nothing (use --force to replace the run).
     """
     from aisim.errors import AisimError
-    from aisim.pipeline.progress import LineProgress, Quiet, RichProgress, print_summary
+    from aisim.pipeline.progress import LineProgress, Quiet, RichProgress, print_summary, summary_record
     from aisim.pipeline.run import run_pipeline
 
     err = console(stderr=True)
@@ -54,13 +55,21 @@ def run_cmd(spec, scheduler, workers, force, database, progress):
         fail(exc)
     except KeyboardInterrupt:
         fail("interrupted; nothing was landed", 130)
-    print_summary(report, console())
+    if fmt == "json":
+        echo_json(summary_record(report))
+    elif fmt == "csv":
+        shards = summary_record(report)["shards"]
+        columns = list(shards[0]) if shards else ["shard_id"]
+        echo_csv(columns, [[s.get(c) for c in columns] for s in shards])
+    else:
+        print_summary(report, console())
 
 
 @pipeline.command("check")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--db", "database", type=click.Path(dir_okay=False), help="Look for the run in this database.")
-def check_cmd(spec, database):
+@format_option()
+def check_cmd(spec, database, fmt):
     """Validate SPEC and show its shards, input files and run key, without replaying anything."""
     from aisim.errors import AisimError
     from aisim.pipeline.landing import run_landed
@@ -77,10 +86,21 @@ def check_cmd(spec, database):
         landed = run_landed(db, key)
     except AisimError as exc:
         fail(exc)
+    shards = [{"shard_id": sh["shard_id"], "model": sh["model"], "engine": sh["engine"],
+               "engine_path": sh["engine_path"], "input_files": len(sh["reads"])} for sh in plan["shards"]]
+    if fmt == "json":
+        echo_json({"spec": str(s.path), "name": s.name, "run_key": key, "database": str(db), "landed": bool(landed),
+                   "inputs": [{"path": f.display, "format": f.format, "bytes": f.size,
+                               "source": s.sources[f.source].name} for f in inputs],
+                   "shards": shards})
+        return
+    if fmt == "csv":
+        echo_csv(list(shards[0]) if shards else ["shard_id"], [list(sh.values()) for sh in shards])
+        return
     out.print(f"spec {s.path}: run '{s.name}', key {key}")
     out.print(f"database {db}: {'already has this run' if landed else 'does not have this run yet'}")
     for f in inputs:
-        out.print(f"  input  {f.display} ({f.format}, {f.size:,} bytes, source '{s.sources[f.source].name}')")
+        out.print(f"  input  {f.display} ({f.format}, {fmt_num(f.size)} bytes, source '{s.sources[f.source].name}')")
     for sh in plan["shards"]:
         out.print(f"  shard {sh['shard_id']}: {sh['model']} on {sh['engine']} "
                   f"({sh['engine_path'] or 'inline'}; {len(sh['reads'])} input file(s))")

@@ -26,8 +26,11 @@ raises once its retries are used up.  The other tasks are cancelled.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
+import threading
 import time
 import uuid
 
@@ -38,6 +41,24 @@ RETRIES = 2
 # taken (another cluster, another run), which would only earn a warning and a different port.
 QUIET_CLUSTER = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
 _POLL_S = 0.5  # progress granularity; polling costs the driver CPU that workers could use
+
+
+@contextlib.contextmanager
+def _workers_without_sigint():
+    # Ctrl-C reaches every process of the terminal's group; a worker process
+    # still importing when it arrives prints a KeyboardInterrupt traceback.
+    # Processes started while SIGINT is ignored keep ignoring it (the
+    # disposition survives exec), so only this process sees a Ctrl-C (one
+    # line, exit 130) and closing the cluster stops the workers.  The price: a
+    # Ctrl-C during the cluster's start or stop (seconds) is ignored too.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def default_workers() -> int:
@@ -205,12 +226,14 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
     if scheduler in (None, "local"):
         n = workers or default_workers()
         own = True
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
-                               **QUIET_CLUSTER)
         try:
+            with _workers_without_sigint():
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                       silence_logs=logging.ERROR, **QUIET_CLUSTER)
             client = Client(cluster)
         except BaseException:
-            cluster.close()
+            if cluster is not None:
+                cluster.close()
             raise
         label = "local"
     else:
@@ -259,10 +282,12 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
                 running = _poll_running(client, names, running, on_event)
         return results[:n_shards], results[n_shards:], {"scheduler": label, "workers": used, "startup_s": startup}
     finally:
-        if own:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+        # A second Ctrl-C while the workers stop would only interrupt the stopping.
+        with _workers_without_sigint():
+            if own:
+                client.close()
+            if cluster is not None:
+                cluster.close()
 
 
 def _existing_client(address):

@@ -9,7 +9,7 @@ computes or lands.
 
 from __future__ import annotations
 
-from aisim.cli_util import fmt_seconds
+from aisim.cli_util import fmt_num, fmt_pct, fmt_seconds, new_table
 
 
 class Quiet:
@@ -66,7 +66,7 @@ class RichProgress(Quiet):
         elif event == "done":
             row = payload["shards"].to_pylist()[0]
             self.progress.start_task(bar)
-            self.progress.update(bar, completed=1, status=f"{row['requests']:,} requests in {row['task_s']:.2f} s")
+            self.progress.update(bar, completed=1, status=f"{fmt_num(row['requests'])} requests in {fmt_seconds(row['task_s'])}")
             self.progress.stop_task(bar)
             self.done += 1
             self.progress.update(self.overall, completed=self.done,
@@ -98,10 +98,17 @@ class LineProgress(Quiet):
             self.done += 1
             row = payload["shards"].to_pylist()[0]
             self.console.print(f"[{self.done}/{self.n}] shard {index} {row['model']} / {row['engine']}: "
-                               f"{row['requests']:,} requests in {row['task_s']:.2f} s")
+                               f"{fmt_num(row['requests'])} requests in {fmt_seconds(row['task_s'])}")
 
     def landing(self):
         self.console.print("landing in DuckDB")
+
+
+def summary_record(report) -> dict:
+    """The run report as plain data (``aisim pipeline run --format json``)."""
+    import dataclasses
+
+    return dataclasses.asdict(report)
 
 
 def print_summary(report, console) -> None:
@@ -114,34 +121,32 @@ def print_summary(report, console) -> None:
         return
 
     verb = "replaced" if report.replaced else "landed"
-    t = Table(title=f"run {report.name} ({report.run_id}), #{report.run_seq} in {report.database}",
-              title_justify="left", box=None, pad_edge=False, header_style="bold underline")
-    t.add_column("#", justify="right", no_wrap=True)
-    width = max((len(f"{s['model']} / {s['engine']}") for s in report.shards), default=14)
-    t.add_column("model / engine", min_width=min(width, 48), overflow="fold")
-    for col in ("requests", "TTFT p50", "TTFT p99", "TPOT p50", "tok/s", "hit rate", "preempt", "KV peak"):
-        t.add_column(col, justify="right", no_wrap=True)
+    cols = [("#", {"justify": "right"}), "model / engine"]
+    cols += [(c, {"justify": "right"}) for c in ("requests", "TTFT p50", "TTFT p99", "TPOT p50", "tok/s", "hit rate",
+                                                  "preempt", "KV peak")]
+    t = new_table(*cols, title=f"run {report.name} ({report.run_id}), #{report.run_seq} in {report.database}",
+                  title_justify="left", box=None, pad_edge=False, header_style="bold underline")
     for s in report.shards:
-        hit = s.get("prefix_hit_rate")
-        kv = s.get("kv_usage_max")
         tok = s.get("throughput_tok_s")
         done, n = s.get("finished") or 0, s["requests"]
         t.add_row(str(s["shard_id"]), f"{s['model']} / {s['engine']}",
-                  f"{n:,}" if done == n else f"{done:,}/{n:,}",
+                  fmt_num(n) if done == n else f"{fmt_num(done)}/{fmt_num(n)}",
                   fmt_seconds(s.get("ttft_p50_s")), fmt_seconds(s.get("ttft_p99_s")), fmt_seconds(s.get("tpot_p50_s")),
-                  "-" if tok is None else f"{tok:,.0f}", "-" if hit is None else f"{100 * hit:.1f}%",
-                  f"{s.get('preemptions') or 0:,}", "-" if kv is None else f"{100 * kv:.1f}%")
+                  fmt_num(tok, 0), fmt_pct(s.get("prefix_hit_rate")),
+                  fmt_num(s.get("preemptions") or 0), fmt_pct(s.get("kv_usage_max")))
     console.print(t)
     rows = report.rows_landed
     rate = rows / report.land_s if report.land_s > 0 else 0.0
-    console.print(f"{verb} {rows:,} rows ({report.rows.get('requests', 0):,} requests, "
-                  f"{report.rows.get('steps', 0):,} steps) in {report.land_s:.2f} s ({rate:,.0f} rows/s)")
-    console.print(f"read {report.rows_read:,} trace rows, {report.rows_in_window:,} in the window"
-                  + (f"; the readers skipped {report.rows_bad:,} malformed rows" if report.rows_bad else "")
-                  + (f"; skipped {report.rows_skipped:,} of models without a deployment: "
-                     + ", ".join(f"{m or '(none)'} {n:,}" for m, n in report.skipped_models.items())
+    console.print(f"{verb} {fmt_num(rows)} rows ({fmt_num(report.rows.get('requests', 0))} requests, "
+                  f"{fmt_num(report.rows.get('steps', 0))} steps) in {fmt_seconds(report.land_s)} "
+                  f"({fmt_num(rate, 0)} rows/s)")
+    console.print(f"read {fmt_num(report.rows_read)} trace rows, {fmt_num(report.rows_in_window)} in the window"
+                  + (f"; the readers skipped {fmt_num(report.rows_bad)} malformed rows" if report.rows_bad else "")
+                  + (f"; skipped {fmt_num(report.rows_skipped)} of models without a deployment: "
+                     + ", ".join(f"{m or '(none)'} {fmt_num(n)}" for m, n in report.skipped_models.items())
                      if report.rows_skipped else ""))
-    start = f"cluster start {report.startup_s:.1f} s; " if report.startup_s >= 0.05 else ""
-    console.print(f"wall {report.wall_s:.1f} s ({start}shards {report.compute_s:.1f} s on {report.scheduler}, "
-                  f"{report.workers} worker{'s' if report.workers != 1 else ''}; landing {report.land_s:.2f} s)")
+    start = f"cluster start {fmt_seconds(report.startup_s)}; " if report.startup_s >= 0.05 else ""
+    console.print(f"wall {fmt_seconds(report.wall_s)} ({start}shards {fmt_seconds(report.compute_s)} on "
+                  f"{report.scheduler}, {report.workers} worker{'s' if report.workers != 1 else ''}; "
+                  f"landing {fmt_seconds(report.land_s)})")
     console.print(f"next: aisim query shards --db {report.database}")

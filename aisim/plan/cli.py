@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, fail
+from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 from aisim.config.keys import ENGINE_KEYS, defaults
 
 
@@ -15,8 +15,9 @@ from aisim.config.keys import ENGINE_KEYS, defaults
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
 @click.option("--max-model-len", type=int,
               help=f"Longest sequence (with --model; default {defaults(ENGINE_KEYS)['max_model_len']}).")
-@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the engine configuration (TOML).")
-def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path):
+@out_option("--out", "out_path", help="Write the engine configuration (TOML).")
+@format_option("toml", default="toml")
+def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path, fmt):
     """Plan an engine configuration from a probe or from the model catalog, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import write_atomic_text
@@ -36,9 +37,17 @@ def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path):
             write_atomic_text(out_path, [text])
     except AisimError as exc:
         fail(exc)
+    # The notes and where the plan went are messages: on stdout beside TOML or a table, else on stderr.
+    err = fmt in ("json", "csv")
     for n in notes:
-        click.echo(f"- {n}")
+        click.echo(f"- {n}", err=err)
     if out_path:
-        click.echo(f"plan written to {out_path}")
-    else:
+        click.echo(f"plan written to {out_path}", err=err)
+    elif fmt == "toml":
         click.echo(text, nl=False)
+    else:
+        import tomllib
+
+        from aisim.config.cli import print_config
+
+        print_config(tomllib.loads(text), fmt, title="planned engine configuration")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, console, fail, guess_value, parse_pairs
+from aisim.cli_util import CONTEXT_SETTINGS, console, fail, fmt_num, format_option, guess_value, new_table, parse_pairs
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -14,8 +14,7 @@ from aisim.cli_util import CONTEXT_SETTINGS, console, fail, guess_value, parse_p
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="A query parameter (repeatable); bound by DuckDB, never pasted into the SQL.")
 @click.option("--sql", "sql_text", metavar="SQL", help="Run this SQL instead of a named query.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
-              show_default=True, help="Output format.")
+@format_option()
 @click.option("--list", "list_", is_flag=True, help="List the named queries and their parameters.")
 def query(name, database, params, sql_text, fmt, list_):
     """Run the named query NAME (aisim query --list) or --sql on a pipeline database.
@@ -51,21 +50,17 @@ def query(name, database, params, sql_text, fmt, list_):
     elif fmt == "json":
         click.echo(format_json(columns, rows), nl=False)
     else:
-        out = console(width=200)
+        out = console()
         out.print(table(columns, rows, title=name))
-        out.print(f"{len(rows):,} row{'s' if len(rows) != 1 else ''}")
+        out.print(f"{fmt_num(len(rows))} row{'s' if len(rows) != 1 else ''}")
 
 
 def _list_queries():
-    from rich.table import Table
-
     from aisim import sql
 
-    t = Table(title="named queries (aisim query NAME --db FILE [--param key=value ...])", title_justify="left",
-              show_lines=True)
-    t.add_column("name", style="bold")
-    t.add_column("purpose")
-    t.add_column("parameters")
+    t = new_table(("name", {"style": "bold"}), "purpose", "parameters",
+                  title="named queries (aisim query NAME --db FILE [--param key=value ...])", title_justify="left",
+                  show_lines=True)
     for name, qf in sorted(sql.queries().items()):
         params = "\n".join(f"{p.name} ({p.type}{'' if p.required else ', default ' + repr(p.default)})"
                            for p in qf.params)

@@ -160,13 +160,12 @@ def format_json(columns, rows) -> str:
 
 def table(columns, rows, title=None):
     """A rich Table of the result (numbers right-aligned, NULL shown as NULL)."""
-    from rich.table import Table
+    from aisim.cli_util import new_table
 
-    t = Table(title=title, title_justify="left")
     numeric = [all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows) and
                any(r[i] is not None for r in rows) for i in range(len(columns))]
-    for c, num in zip(columns, numeric):
-        t.add_column(c, justify="right" if num else "left", min_width=len(c))
+    t = new_table(*((c, {"justify": "right" if num else "left", "min_width": len(c)})
+                    for c, num in zip(columns, numeric)), title=title, title_justify="left")
     for r in rows:
         t.add_row(*("[dim]NULL[/dim]" if v is None else _cell(v) for v in r))
     return t

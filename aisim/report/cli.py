@@ -7,7 +7,7 @@ import time
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, fail
+from aisim.cli_util import CONTEXT_SETTINGS, fail, fmt_num, fmt_seconds, out_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -15,8 +15,7 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail
               help="The run database (default: $AISIM_DB).")
 @click.option("--run", "run", metavar="RUN",
               help="Run id, run name (its latest run) or id prefix (default: the latest run).")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
-              help="Write the HTML report here (replaced atomically).")
+@out_option("--out", "out", required=True, help="Write the HTML report here (replaced atomically).")
 @click.option("--max-points", type=click.IntRange(min=100), default=1500, show_default=True,
               help="Points per drawn series at most (display only; numbers use every step).")
 def report(database, run, out, max_points):
@@ -46,5 +45,5 @@ def report(database, run, out, max_points):
     size = os.path.getsize(out)
     r = rd.run
     click.echo(f"report of run {r['name']} ({r['run_id']}, #{r['run_seq']}): {len(rd.shards)} shard"
-               f"{'s' if len(rd.shards) != 1 else ''} written to {out} ({size / 1024:,.0f} KiB) in "
-               f"{time.perf_counter() - t0:.2f} s")
+               f"{'s' if len(rd.shards) != 1 else ''} written to {out} ({fmt_num(size / 1024, 0)} KiB) in "
+               f"{fmt_seconds(time.perf_counter() - t0)}")

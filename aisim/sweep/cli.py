@@ -6,7 +6,7 @@ import json
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, console, fail
+from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, fmt_num, fmt_pct, format_option, new_table
 
 
 def _knobs(knobs: dict) -> str:
@@ -19,10 +19,9 @@ def _knobs(knobs: dict) -> str:
               help="'local' (a LocalCluster), 'sync' (in process) or a Dask scheduler address.")
 @click.option("--workers", type=int, help="Worker processes of the local cluster.")
 @click.option("--force", is_flag=True, help="Replay again even if the database has this sweep's run.")
-def sweep(spec_path, scheduler, workers, force):
+@format_option()
+def sweep(spec_path, scheduler, workers, force, fmt):
     """Replay every candidate of SPEC.toml and rank them by SLO goodput."""
-    from rich.table import Table
-
     from aisim.errors import AisimError
     from aisim.sweep import load_sweep, run_sweep
 
@@ -31,17 +30,29 @@ def sweep(spec_path, scheduler, workers, force):
         result = run_sweep(spec, scheduler=scheduler, workers=workers, force=force)
     except AisimError as exc:
         fail(exc)
+    rows = [{"rank": c.rank, "candidate": c.name, "knobs": c.knobs, "goodput_req_s": c.goodput_req_s,
+             "slo_attainment": c.slo_attainment, "kv_tokens": c.cost_tokens} for c in result.ranked]
+    refused = [{"candidate": c.name, "knobs": c.knobs, "reason": c.reason} for c in result.candidates if c.refused]
+    where = (f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
+             f"{spec.database} (run {result.run_id}, table sweep_candidates)")
+    if fmt == "json":
+        echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,
+                   "best": result.best.name, "best_file": str(spec.best), "ranked": rows, "refused": refused})
+        console(stderr=True).print(where)
+        return
+    if fmt == "csv":
+        echo_csv(list(rows[0]) if rows else ["rank"], [list(r.values()) for r in rows])
+        console(stderr=True).print(where)
+        return
     out = console()
     slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.items())
-    t = Table(title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
-    for col in ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "KV tokens"):
-        t.add_column(col, justify="right" if col not in ("candidate", "knobs") else "left")
-    for c in result.ranked:
-        t.add_row(str(c.rank), c.name, _knobs(c.knobs), f"{c.goodput_req_s:.3f}",
-                  f"{100 * c.slo_attainment:.1f}%", f"{c.cost_tokens:,}")
+    t = new_table(*[(col, {"justify": "left" if col in ("candidate", "knobs") else "right"})
+                    for col in ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "KV tokens")],
+                  title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
+    for r in rows:
+        t.add_row(str(r["rank"]), r["candidate"], _knobs(r["knobs"]), fmt_num(r["goodput_req_s"]),
+                  fmt_pct(r["slo_attainment"]), fmt_num(r["kv_tokens"]))
     out.print(t)
-    for c in result.candidates:
-        if c.refused:
-            out.print(f"refused {c.name} ({_knobs(c.knobs)}): {c.reason}")
-    out.print(f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
-                  f"{spec.database} (run {result.run_id}, table sweep_candidates)")
+    for c in refused:
+        out.print(f"refused {c['candidate']} ({_knobs(c['knobs'])}): {c['reason']}")
+    out.print(where)

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import inspect as pyinspect
-import json
 
 import click
 
-from aisim.cli_util import fail, fmt_num, guess_value, parse_pairs
+from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, flatten, fmt_num, fmt_pct,
+                            format_option, guess_value, new_table, out_option, parse_pairs, progress_option)
+from aisim.cli_util import trace_format_option as _trace_format_option
+
+
+def trace_formats() -> list:
+    """The trace formats aisim reads: the keys of :data:`aisim.traces.READERS`."""
+    from aisim.traces import READERS
+
+    return sorted(READERS)
+
+
+# The --trace-format option of every command that reads a trace (replay, trace inspect, trace convert).
+trace_format_option = _trace_format_option(trace_formats)
 
 
 def _parse_options(pairs, skip_bad_rows) -> dict:
@@ -36,16 +48,13 @@ def _read(path, fmt, options):
     return READERS[fmt](path, **options)
 
 
-_FORMAT_HELP = "Trace format (oracle, mooncake, mooncake-delta, azure, agentic, parquet); guessed when omitted."
-
-
-@click.group("trace")
+@click.group("trace", context_settings=CONTEXT_SETTINGS)
 def trace():
     """Generate, inspect and convert request traces."""
 
 
 @trace.command()
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Parquet file to write.")
+@out_option("--out", "out_path", required=True, help="Parquet file to write.")
 @click.option("--requests", "-n", default=1000, show_default=True, type=int, help="Requests (turns included).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Random seed; same seed, same trace.")
 @click.option("--rate", default=1.0, show_default=True, type=float, help="Arrivals per second (sessions with --turns).")
@@ -63,19 +72,23 @@ def trace():
 @click.option("--think-time", default=0.0, show_default=True, type=float, help="Mean think time between turns (s).")
 @click.option("--model", default=None, help="Model name of every request.")
 @click.option("--unit-tokens", default=16, show_default=True, type=int, help="Block size recorded for inspect.")
+@progress_option()
 def synth(out_path, requests, seed, rate, arrival, cv, prompt, output, followup, prefix_groups, prefix_len,
-          prefix_fraction, turns, think_time, model, unit_tokens):
+          prefix_fraction, turns, think_time, model, unit_tokens, progress):
     """Generate a synthetic trace and write it as Parquet."""
     from aisim.errors import AisimError
     from aisim.traces.parquet import write_trace
     from aisim.traces.synth import synth_trace
 
     try:
-        table = synth_trace(requests, seed=seed, rate=rate, arrival=arrival, cv=cv, prompt=prompt, output=output,
-                            followup=followup, prefix_groups=prefix_groups, prefix_len=prefix_len,
-                            prefix_fraction=prefix_fraction, turns=turns, think_time_s=think_time, model=model,
-                            unit_tokens=unit_tokens)
-        write_trace(table, out_path)
+        with Phases(progress) as phase:
+            phase("generating")
+            table = synth_trace(requests, seed=seed, rate=rate, arrival=arrival, cv=cv, prompt=prompt,
+                                output=output, followup=followup, prefix_groups=prefix_groups,
+                                prefix_len=prefix_len, prefix_fraction=prefix_fraction, turns=turns,
+                                think_time_s=think_time, model=model, unit_tokens=unit_tokens)
+            phase("writing", f"{table.num_rows:,} requests")
+            write_trace(table, out_path)
     except AisimError as exc:
         fail(exc)
     click.echo(f"wrote {table.num_rows:,} requests to {out_path}")
@@ -83,36 +96,44 @@ def synth(out_path, requests, seed, rate, arrival, cv, prompt, output, followup,
 
 @trace.command("inspect")
 @click.argument("path")
-@click.option("--format", "fmt", default=None, help=_FORMAT_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@trace_format_option
+@format_option()
+@click.option("--json", "as_json", is_flag=True, hidden=True, help="Deprecated: --format json.")
 @click.option("--block-size", default=None, type=click.IntRange(min=1),
               help="Block size of the ideal hit ratio (default: the trace's unit size, else 16).")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE",
               help="Reader option, e.g. -o unit_tokens=512 -o model=llama (repeatable).")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip and count bad rows instead of failing.")
-def inspect_cmd(path, fmt, as_json, block_size, options, skip_bad_rows):
+@progress_option()
+def inspect_cmd(path, trace_format, fmt, as_json, block_size, options, skip_bad_rows, progress):
     """Summarise the trace at PATH: requests, lengths, models, sessions, ideal prefix-cache hit ratio."""
     from aisim.errors import AisimError
     from aisim.traces.inspect import inspect_trace
 
     opts = _parse_options(options, skip_bad_rows)
     try:
-        info = inspect_trace(_read(path, fmt, opts), unit_tokens=block_size)
+        with Phases(progress) as phase:
+            phase("reading")
+            table = _read(path, trace_format, opts)
+            phase("summarising", f"{table.num_rows:,} requests")
+            info = inspect_trace(table, unit_tokens=block_size)
     except AisimError as exc:
         fail(exc)
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
+    if as_json or fmt == "json":
+        echo_json(info)
+    elif fmt == "csv":
+        echo_csv(["key", "value"], flatten(info))
     else:
         _print_info(path, info)
 
 
 @trace.command()
 @click.argument("path")
-@click.option("--format", "fmt", default=None, help=_FORMAT_HELP)
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="Parquet file to write.")
+@trace_format_option
+@out_option("--out", "out_path", required=True, help="Parquet file to write.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Reader option (repeatable).")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip and count bad rows instead of failing.")
-def convert(path, fmt, out_path, options, skip_bad_rows):
+def convert(path, trace_format, out_path, options, skip_bad_rows):
     """Read the trace at PATH and write it as an aisim Parquet trace."""
     from aisim.errors import AisimError
     from aisim.traces.common import bad_rows
@@ -120,7 +141,7 @@ def convert(path, fmt, out_path, options, skip_bad_rows):
 
     opts = _parse_options(options, skip_bad_rows)
     try:
-        table = _read(path, fmt, opts)
+        table = _read(path, trace_format, opts)
         write_trace(table, out_path)
     except AisimError as exc:
         fail(exc)
@@ -130,32 +151,25 @@ def convert(path, fmt, out_path, options, skip_bad_rows):
 
 
 def _print_info(path, info):
-    from rich.console import Console
-    from rich.table import Table
-
-    def num(v, digits=1):
-        return fmt_num(v, digits)
-
     fmt = info["format"] or "unknown format"
     if info.get("source_format"):
         fmt += f" from {info['source_format']}"
-    t = Table(title=f"trace {path} ({fmt})", show_header=False)
-    t.add_column("what", style="bold")
-    t.add_column("value", justify="right")
-    t.add_row("requests", num(info["requests"]))
+    t = new_table("what", ("value", {"justify": "right"}), title=f"trace {path} ({fmt})", show_header=False)
+    t.columns[0].style = "bold"
+    t.add_row("requests", fmt_num(info["requests"]))
     unit = "s" if info["clock"] == "time" else "steps"
-    t.add_row("arrivals", f"{num(info['first_arrival'], 3)} .. {num(info['last_arrival'], 3)} {unit}")
+    t.add_row("arrivals", f"{fmt_num(info['first_arrival'])} .. {fmt_num(info['last_arrival'])} {unit}")
     if info["duration_s"] is not None and info["duration_s"] > 0:
-        t.add_row("rate", f"{info['requests'] / info['duration_s']:,.3f} req/s")
-    t.add_row("models", ", ".join(f"{m} ({c:,})" for m, c in info["models"].items()))
-    t.add_row("sessions", num(info["sessions"]))
+        t.add_row("rate", f"{fmt_num(info['requests'] / info['duration_s'])} req/s")
+    t.add_row("models", ", ".join(f"{m} ({fmt_num(c)})" for m, c in info["models"].items()))
+    t.add_row("sessions", fmt_num(info["sessions"]))
     for key, label in (("prompt_tokens", "prompt tokens"), ("output_tokens", "output tokens")):
         s = info[key]
         t.add_row(f"{label} mean / p50 / p90 / p99",
-                  " / ".join(num(s[k], 0) for k in ("mean", "p50", "p90", "p99")))
-        t.add_row(f"{label} total / max", f"{num(s['total'])} / {num(s['max'])}")
+                  " / ".join(fmt_num(s[k], 0) for k in ("mean", "p50", "p90", "p99")))
+        t.add_row(f"{label} total / max", f"{fmt_num(s['total'], 1)} / {fmt_num(s['max'], 1)}")
     t.add_row(f"ideal prefix hit ratio ({info['block_size']}-token blocks)",
-              f"{100 * info['ideal_hit_ratio']:.1f}% ({num(info['ideal_hit_tokens'])} tokens)")
+              f"{fmt_pct(info['ideal_hit_ratio'])} ({fmt_num(info['ideal_hit_tokens'], 1)} tokens)")
     if info["bad_rows"]:
-        t.add_row("bad rows skipped", num(info["bad_rows"]))
-    Console(highlight=False).print(t)
+        t.add_row("bad rows skipped", fmt_num(info["bad_rows"]))
+    console().print(t)

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aisim.errors import TraceError
+from aisim.files import atomic_path
 from aisim.traces.common import BadRows, finish
 from aisim.traces.schema import TRACE_SCHEMA
 
@@ -36,11 +37,13 @@ def write_trace(table: pa.Table, path: str | os.PathLike) -> None:
     table : pyarrow.Table
         A trace table.
     path : path-like
-        The ``.parquet`` file to write.
+        The ``.parquet`` file to write (its directory is created when missing).
     """
     path = os.fspath(path)
     try:
-        pq.write_table(table, path)
+        # All or nothing: an interrupted write leaves no partial Parquet file.
+        with atomic_path(path) as tmp:
+            pq.write_table(table, tmp)
     except OSError as exc:
         raise TraceError(f"cannot write trace {path}: {exc}") from None
 
