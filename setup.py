@@ -30,8 +30,9 @@ COMPILER_DIRECTIVES = {
     # overflowcheck stays off in both builds: block hashes rely on uint64 wraparound.
 }
 
-# Identical float results on every machine: no fused multiply-add contraction.
-CFLAGS = ["-O0", "-g"] if DEBUG else ["-O3"]
+# Identical float results on every machine: no fused multiply-add contraction.  The optimised
+# build carries no debug information (-g0 overrides the -g in Python's own CFLAGS).
+CFLAGS = ["-O0", "-g"] if DEBUG else ["-O3", "-g0"]
 CFLAGS.append("-ffp-contract=off")
 
 
