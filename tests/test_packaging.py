@@ -97,10 +97,17 @@ def _imported_top_level_modules(root):
     return found
 
 
+def _canonical(name):
+    """A distribution's name as PEP 503 compares names."""
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _requirement_names(reqs):
     import re
 
-    return {re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+    return {_canonical(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in reqs}
 
 
 def test_every_imported_library_is_declared():
@@ -116,9 +123,9 @@ def test_every_imported_library_is_declared():
         modules |= _imported_top_level_modules(os.path.join(ROOT, root))
     third_party = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in ("aisim", "__future__"))
     dists = packages_distributions()
-    imported = {d.lower() for m in third_party for d in dists[m]}
+    imported = {_canonical(d) for m in third_party for d in dists[m]}
     assert imported == _requirement_names(project["dependencies"])
-    assert third_party == ["click", "dask", "distributed", "duckdb", "numpy", "pyarrow", "rich", "yaml"]
+    assert third_party == ["click", "dask", "distributed", "duckdb", "numpy", "pyarrow", "rich", "tomli_w", "yaml"]
     test_modules = _imported_top_level_modules(os.path.join(ROOT, "tests"))
     assert {"pytest", "hypothesis"} <= test_modules
     assert _requirement_names(project["optional-dependencies"]["test"]) == {"pytest", "hypothesis"}
