@@ -18,8 +18,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from aisim.errors import TraceError
 from aisim.traces.common import BadRows, finish
@@ -38,6 +36,8 @@ def write_trace(table: pa.Table, path: str | os.PathLike) -> None:
     path : path-like
         The ``.parquet`` file to write.
     """
+    import pyarrow.parquet as pq
+
     path = os.fspath(path)
     try:
         pq.write_table(table, path)
@@ -66,6 +66,8 @@ def read_parquet(path: str | os.PathLike, *, skip_bad_rows: bool = False):
     TraceError
         Not Parquet, a missing or mistyped column, or a bad row (``file:row: field ...``).
     """
+    import pyarrow.parquet as pq
+
     path = os.fspath(path)
     try:
         pf = pq.ParquetFile(path)
@@ -144,6 +146,8 @@ def _cast(path, table: pa.Table) -> pa.Table:
 
 def _validate(path, batch: pa.Table, clock: str, row0: int, bad: BadRows, seen: dict) -> np.ndarray:
     """Check every row of ``batch``; returns the mask of rows to keep (raises unless skipping)."""
+    import pyarrow.compute as pc
+
     n = batch.num_rows
 
     def col(name, fill):
