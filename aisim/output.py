@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pyarrow.parquet as pq
-
 from aisim.decisionlog import write_decision_log
 from aisim.files import atomic_files
 from aisim.replay import ReplayResult
@@ -26,6 +24,8 @@ def write_result(result: ReplayResult, out_dir: str, decision_log: str | None = 
     decision_log : str, optional
         Also write the decision log here (the replay must have recorded it).
     """
+    import pyarrow.parquet as pq  # only when results are written: a replay that prints starts faster
+
     with atomic_files(out_dir, RESULT_FILES) as tmp:
         pq.write_table(result.requests, os.path.join(tmp, "requests.parquet"))
         pq.write_table(result.steps, os.path.join(tmp, "steps.parquet"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sys
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -336,3 +338,18 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
     q = summary["prefix_cache_stats"]
     summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
     return summary
+
+
+class _ReplayModule(types.ModuleType):
+    """This module, callable as :func:`replay`.
+
+    Importing ``aisim.replay`` binds the package attribute ``aisim.replay`` to this module,
+    replacing the package's ``replay`` shortcut; calling the module keeps ``aisim.replay(...)``
+    working whatever was imported before.
+    """
+
+    def __call__(self, trace, engine, **kwargs):
+        return replay(trace, engine, **kwargs)
+
+
+sys.modules[__name__].__class__ = _ReplayModule

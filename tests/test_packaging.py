@@ -1,4 +1,5 @@
-"""Generated files stay out of git; the compiled core is the one built from ext/."""
+"""Generated files stay out of git; the compiled core is the one built from ext/; the source
+release carries what building and the quick start need; every imported library is declared."""
 
 import glob
 import os
@@ -14,7 +15,7 @@ def _git(*args):
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
 
 
-@pytest.mark.skipif(shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")),
+@pytest.mark.skipif(shutil.which("git") is None or not os.path.exists(os.path.join(ROOT, ".git")),
                     reason="not a git checkout")
 def test_generated_c_html_and_shared_objects_are_ignored():
     sources = sorted(glob.glob(os.path.join(ROOT, "ext", "*.pyx")))
@@ -68,3 +69,71 @@ def test_sql_library_ships_in_the_wheel_and_the_sdist(tmp_path):
     top = names[0].split("/")[0]
     assert sorted(n[len(top) + 5:] for n in names if n.startswith(f"{top}/sql/") and n.endswith(".sql")) == files
     assert f"{top}/sql/__init__.py" in names
+    inside = {n[len(top) + 1:] for n in names if n.startswith(f"{top}/")}
+    # The core's sources, never the C generated from them (the install cythonizes again).
+    ext = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "ext", "*.p*"))}
+    assert {".pyx", ".pxd", ".pxi"} == {os.path.splitext(p)[1] for p in ext}
+    assert {n for n in inside if n.startswith("ext/") and not n.endswith("/")} == ext
+    # What the quick start and a bundled replay need.
+    for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "examples/engine.json",
+                 "examples/trace.jsonl", "pipelines/demo.toml", "pipelines/README.md"):
+        assert name in inside, name
+    assert not [n for n in inside if n.endswith((".c", ".so", ".duckdb", ".pyc", "-best.toml"))]
+
+
+def _imported_top_level_modules(root):
+    """Top-level names of every module imported anywhere under ``root`` (also inside functions)."""
+    import ast
+
+    found = set()
+    for path in glob.glob(os.path.join(root, "**", "*.py"), recursive=True):
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                found.add(node.module.split(".")[0])
+    return found
+
+
+def _canonical(name):
+    """A distribution's name as PEP 503 compares names."""
+    import re
+
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_names(reqs):
+    import re
+
+    return {_canonical(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in reqs}
+
+
+def test_every_imported_library_is_declared():
+    """The package's third-party imports are exactly its declared dependencies."""
+    import sys
+    import tomllib
+    from importlib.metadata import packages_distributions
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    modules = set()
+    for root in ("aisim", "sql"):
+        modules |= _imported_top_level_modules(os.path.join(ROOT, root))
+    third_party = sorted(m for m in modules if m not in sys.stdlib_module_names and m not in ("aisim", "__future__"))
+    dists = packages_distributions()
+    imported = {_canonical(d) for m in third_party for d in dists[m]}
+    assert imported == _requirement_names(project["dependencies"])
+    assert third_party == ["click", "dask", "distributed", "duckdb", "numpy", "pyarrow", "rich", "tomli_w", "yaml"]
+    test_modules = _imported_top_level_modules(os.path.join(ROOT, "tests"))
+    assert {"pytest", "hypothesis"} <= test_modules
+    assert _requirement_names(project["optional-dependencies"]["test"]) == {"pytest", "hypothesis"}
+
+
+def test_license_is_an_spdx_expression():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        doc = tomllib.load(fh)
+    assert doc["project"]["license"] == "Apache-2.0"

@@ -1,5 +1,8 @@
 """The public trace builder: DataFrames and Arrow tables of requests become traces, checked by column and row."""
 
+import subprocess
+import sys
+
 import pyarrow as pa
 import pytest
 
@@ -98,3 +101,19 @@ def test_a_pandas_dataframe_replays_like_its_arrow_table():
 def test_a_polars_dataframe_replays_like_its_arrow_table():
     pl = pytest.importorskip("polars")
     assert replay(pl.DataFrame(COLUMNS), ENGINE).summary == replay(pa.table(COLUMNS), ENGINE).summary
+
+
+def test_the_package_shortcut_replays_again_after_the_module_is_imported():
+    # ``import aisim.replay`` rebinds the package attribute to the module; the call must still work.
+    script = (
+        "import pyarrow as pa, aisim\n"
+        "from aisim.config.engine import engine_config_from_dict\n"
+        "engine = engine_config_from_dict({'num_gpu_blocks': 64, 'block_size': 16})\n"
+        "table = pa.table({'prompt_len': [20, 40], 'max_tokens': [3, 2], 'arrival_time': [0.0, 0.0]})\n"
+        "first = aisim.replay(table, engine).summary['finished']\n"
+        "import aisim.replay\n"
+        "second = aisim.replay(table, engine).summary['finished']\n"
+        "print(first, second, aisim.replay.replay is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2", "2", "True"]

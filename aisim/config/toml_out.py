@@ -1,43 +1,40 @@
-"""Writing an engine configuration as TOML (the standard library only reads TOML)."""
+"""Writing TOML: engine configurations shown, planned and chosen by sweeps.
+
+The standard library only reads TOML (``tomllib``); ``tomli_w`` writes it, quoting keys and
+strings (dots, non-ASCII text) and nesting tables as TOML requires.
+"""
 
 from __future__ import annotations
 
-import json
 
-
-def _value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+def _without_none(value):
+    """``value`` with ``None`` left out of every table, at any depth (TOML has no null)."""
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_without_none(v) for v in value]
+    return value
 
 
 def dumps(doc: dict, header_comments=()) -> str:
-    """TOML text of ``doc``: scalars and lists, one level of tables, arrays of tables.
+    """TOML text of ``doc``, keys in their order, after ``header_comments`` as ``#`` lines.
 
-    ``None`` values are left out (TOML has no null).
+    Parameters
+    ----------
+    doc : dict
+        The document: scalars, lists, tables and lists of tables, nested to any depth.
+        ``None`` values are left out.
+    header_comments : iterable of str
+        Comment lines written before the document (a multi-line note becomes several
+        comment lines).
+
+    Returns
+    -------
+    str
+        TOML that ``tomllib.loads`` reads back to ``doc`` without its ``None`` values.
     """
-    lines = [f"# {c}" for c in header_comments]
-    if lines:
-        lines.append("")
-    tables, arrays = {}, {}
-    for k, v in doc.items():
-        if v is None:
-            continue
-        if isinstance(v, dict):
-            tables[k] = v
-        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
-            arrays[k] = v
-        else:
-            lines.append(f"{k} = {_value(v)}")
-    for k, t in tables.items():
-        lines += ["", f"[{k}]"] + [f"{kk} = {_value(vv)}" for kk, vv in t.items() if vv is not None]
-    for k, items in arrays.items():
-        for t in items:
-            lines += ["", f"[[{k}]]"] + [f"{kk} = {_value(vv)}" for kk, vv in t.items() if vv is not None]
-    return "\n".join(lines) + "\n"
+    import tomli_w
+
+    lines = [f"# {line}".rstrip() for c in header_comments for line in str(c).splitlines() or [""]]
+    head = "\n".join(lines) + "\n\n" if lines else ""
+    return head + tomli_w.dumps(_without_none(doc))

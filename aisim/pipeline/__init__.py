@@ -16,7 +16,15 @@ The SQL (schema, views, named queries) lives in :mod:`aisim.sql`.
 """
 
 from aisim.errors import PipelineError, SpecError
-from aisim.pipeline.spec import PipelineSpec, load_spec, spec_from_dict
+
+
+def __getattr__(name):
+    # The spec module is imported when a spec is read, not when ``aisim`` starts.
+    if name in ("PipelineSpec", "load_spec", "spec_from_dict"):
+        from aisim.pipeline import spec
+
+        return getattr(spec, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_pipeline(spec, **kwargs):

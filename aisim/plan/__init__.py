@@ -4,6 +4,14 @@
 ``aisim plan`` command.
 """
 
-from aisim.plan.planner import engine_toml, load_probe, plan_from_model, plan_from_probe
-
 __all__ = ["engine_toml", "load_probe", "plan_from_model", "plan_from_probe"]
+
+
+def __getattr__(name):
+    # The planner (and through the group kinds, the compiled core and numpy) is imported when a
+    # plan is made, not when ``aisim`` starts.
+    if name in __all__:
+        from aisim.plan import planner
+
+        return getattr(planner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

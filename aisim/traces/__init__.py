@@ -10,23 +10,34 @@ from __future__ import annotations
 import os
 
 from aisim.errors import TraceError
-from aisim.traces.agentic import read_agentic
-from aisim.traces.azure import read_azure
-from aisim.traces.frame import from_frame
-from aisim.traces.mooncake import read_mooncake, read_mooncake_delta
-from aisim.traces.oracle import read_oracle_trace
-from aisim.traces.parquet import read_parquet
-from aisim.traces.schema import TRACE_SCHEMA, stream_id
 
-# format name -> reader(path, **options) -> pyarrow.Table
-READERS = {
-    "oracle": read_oracle_trace,
-    "mooncake": read_mooncake,
-    "mooncake-delta": read_mooncake_delta,
-    "azure": read_azure,
-    "agentic": read_agentic,
-    "parquet": read_parquet,
+# format name -> (module, reader(path, **options) -> pyarrow.Table).  ``READERS`` maps each format
+# to its reader; the reader modules (and pyarrow) are imported when it is first used, not when
+# ``aisim`` starts (``__getattr__`` below).
+_READER_PLACES = {
+    "oracle": ("aisim.traces.oracle", "read_oracle_trace"),
+    "mooncake": ("aisim.traces.mooncake", "read_mooncake"),
+    "mooncake-delta": ("aisim.traces.mooncake", "read_mooncake_delta"),
+    "azure": ("aisim.traces.azure", "read_azure"),
+    "agentic": ("aisim.traces.agentic", "read_agentic"),
+    "parquet": ("aisim.traces.parquet", "read_parquet"),
 }
+# Other names this package exports, and the module each lives in.
+_LAZY_NAMES = {"read_oracle_trace": "aisim.traces.oracle", "TRACE_SCHEMA": "aisim.traces.schema",
+               "stream_id": "aisim.traces.schema", "from_frame": "aisim.traces.frame"}
+
+
+def __getattr__(name):
+    from importlib import import_module
+
+    if name == "READERS":
+        value = {fmt: getattr(import_module(mod), fn) for fmt, (mod, fn) in _READER_PLACES.items()}
+    elif name in _LAZY_NAMES:
+        value = getattr(import_module(_LAZY_NAMES[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups (and changes to READERS) find the same object
+    return value
 
 
 def read_trace(path, fmt: str | None = None, **options):
@@ -48,9 +59,10 @@ def read_trace(path, fmt: str | None = None, **options):
     path = os.fspath(path)
     if fmt is None:
         fmt = guess_format(path)
-    if fmt not in READERS:
-        raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(READERS))}")
-    return READERS[fmt](path, **options)
+    readers = __getattr__("READERS") if "READERS" not in globals() else globals()["READERS"]
+    if fmt not in readers:
+        raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(readers))}")
+    return readers[fmt](path, **options)
 
 
 def guess_format(path: str) -> str:

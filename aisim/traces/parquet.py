@@ -18,8 +18,6 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from aisim.errors import TraceError
 from aisim.files import atomic_path
@@ -39,6 +37,8 @@ def write_trace(table: pa.Table, path: str | os.PathLike) -> None:
     path : path-like
         The ``.parquet`` file to write (its directory is created when missing).
     """
+    import pyarrow.parquet as pq
+
     path = os.fspath(path)
     try:
         # All or nothing: an interrupted write leaves no partial Parquet file.
@@ -69,6 +69,8 @@ def read_parquet(path: str | os.PathLike, *, skip_bad_rows: bool = False):
     TraceError
         Not Parquet, a missing or mistyped column, or a bad row (``file:row: field ...``).
     """
+    import pyarrow.parquet as pq
+
     path = os.fspath(path)
     try:
         pf = pq.ParquetFile(path)
@@ -147,6 +149,8 @@ def _cast(path, table: pa.Table) -> pa.Table:
 
 def _validate(path, batch: pa.Table, clock: str, row0: int, bad: BadRows, seen: dict) -> np.ndarray:
     """Check every row of ``batch``; returns the mask of rows to keep (raises unless skipping)."""
+    import pyarrow.compute as pc
+
     n = batch.num_rows
 
     def col(name, fill):
