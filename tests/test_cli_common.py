@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from aisim.cli import main
 from aisim.cli_util import fmt_num, fmt_pct, fmt_seconds
-from aisim.traces import READERS
+from aisim.traces import FORMATS, READERS
 
 from conftest import ORACLE
 
@@ -82,6 +82,8 @@ def test_trace_format_choices_are_the_readers(scenario):
     r = _replay(scenario, "--trace-format", "nope")
     assert r.exit_code == 2
     assert "'nope' is not one of " + ", ".join(f"'{f}'" for f in sorted(READERS)) in r.stderr
+    # The names --help lists without importing a reader are the registry's.
+    assert list(FORMATS) == sorted(READERS)
 
 
 def test_trace_inspect_and_convert_formats(tmp_path):

@@ -22,6 +22,8 @@ _READER_PLACES = {
     "agentic": ("aisim.traces.agentic", "read_agentic"),
     "parquet": ("aisim.traces.parquet", "read_parquet"),
 }
+# The format names aisim reads, known without importing any reader (``--help`` lists them).
+FORMATS = tuple(sorted(_READER_PLACES))
 # Other names this package exports, and the module each lives in.
 _LAZY_NAMES = {"read_oracle_trace": "aisim.traces.oracle", "TRACE_SCHEMA": "aisim.traces.schema",
                "stream_id": "aisim.traces.schema", "from_frame": "aisim.traces.frame"}
@@ -90,4 +92,4 @@ def guess_format(path: str) -> str:
     return "oracle"
 
 
-__all__ = ["READERS", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]
+__all__ = ["FORMATS", "READERS", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]

@@ -12,10 +12,10 @@ from aisim.cli_util import trace_format_option as _trace_format_option
 
 
 def trace_formats() -> list:
-    """The trace formats aisim reads: the keys of :data:`aisim.traces.READERS`."""
-    from aisim.traces import READERS
+    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`, the keys of ``READERS``)."""
+    from aisim.traces import FORMATS
 
-    return sorted(READERS)
+    return list(FORMATS)
 
 
 # The --trace-format option of every command that reads a trace (replay, trace inspect, trace convert).
