@@ -113,7 +113,6 @@ def summary_record(report) -> dict:
 
 def print_summary(report, console) -> None:
     """One screen: the run, its shards' headline numbers, where the rows went."""
-
     if not report.landed:
         console.print(f"run {report.name} ({report.run_id}) is already in {report.database}; nothing to do "
                       "(--force replaces it)")
