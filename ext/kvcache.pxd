@@ -74,6 +74,9 @@ cdef struct KVCacheC:
     tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
     tok_t max_model_len        # longest sequence
     block_id_t watermark_blocks  # blocks kept free when admitting waiting requests
+    # speculative decoding (set after kv_init; 0 without it)
+    bint eagle                 # EAGLE/MTP block drop on every group (0.31/0.32 use_eagle_block_drop)
+    tok_t hash_lookahead       # num_hash_lookahead_tokens: tokens after a block its hash covers (0.33)
     # token identity of every request (owned by the engine)
     const hash_t* seg_stream   # [segments] token stream of each prompt segment
     const tok_t* seg_first     # [segments] its first token offset
@@ -90,6 +93,7 @@ cdef struct KVCacheC:
     flag_t* mask               # [max table_row] scratch: retention mask
     tok_t* tmp_hit_len         # [n_spec] scratch of the hybrid lookup
     flag_t* tmp_looked         # [n_spec]
+    flag_t* tmp_verified       # [n_spec] EAGLE drop applied at the current candidate length
     block_id_t* tmp_blocks     # [n_groups] scratch: blocks of one joint probe
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
@@ -103,7 +107,8 @@ cdef void kv_release_slot(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil
 cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
-                           bint full_sequence_must_fit, bint has_scheduled_reqs) except -1 nogil
+                           bint full_sequence_must_fit, bint has_scheduled_reqs,
+                           tok_t num_lookahead) except -1 nogil
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogil
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil

@@ -71,7 +71,7 @@ def test_bad_rows_name_the_row_and_column_or_are_skipped(change, message):
      "the frame: exactly one of the columns 'arrival_time' and 'arrival_step' is required"),
     ({"prompt_len": [1], "max_tokens": [1], "arrival_time": [0.0], "promt": [1]},
      "the frame: unknown column 'promt'; known columns: prompt_len, max_tokens, arrival_time, arrival_step, "
-     "request_id, prefix_group, prefix_len, session_id, turn, priority, model"),
+     "request_id, prefix_group, prefix_len, session_id, turn, priority, model, accept"),
     ({"prompt_len": ["1"], "max_tokens": [1], "arrival_time": [0.0]},
      "the frame: column 'prompt_len' must hold integers, got string"),
     ({"prompt_len": [1], "max_tokens": [1], "arrival_time": [0.0], "prefix_len": [0]},
