@@ -294,10 +294,16 @@ class Phases:
     """
 
     def __init__(self, enabled=None):
-        self.con = console(stderr=True)
-        self.enabled = self.con.is_terminal if enabled is None else enabled
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._con = None  # made at the first line: a disabled progress costs no console
         self.name = None
         self.status = None
+
+    @property
+    def con(self):
+        if self._con is None:
+            self._con = console(stderr=True)
+        return self._con
 
     def __enter__(self):
         return self

@@ -18,6 +18,7 @@ from aisim.config.kvgroups import request_blocks
 from aisim.config.speculative import scheduler_view
 from aisim.core_input import CoreTrace, core_config
 from aisim.errors import ConfigError, ReplayError, TraceError
+from aisim.stats import percentiles
 from aisim.traces.frame import from_frame
 from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA, output_streams
 
@@ -27,7 +28,22 @@ STEP_KINDS = names_by_code(STEP_KIND_CODES)
 
 
 def _labels(codes, names) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(names, pa.string()))
+    return pa.DictionaryArray.from_arrays(_arrow(codes.astype(np.int8), pa.int8()), pa.array(names, pa.string()))
+
+
+def _arrow(values, typ: pa.DataType):
+    """``values`` as an Arrow array of ``typ``; a numpy array already of that type is wrapped, not copied.
+
+    NaN stays a value, not a null, as with ``pa.array``; wrapping the buffer directly also keeps
+    ``numpy.ma`` (which ``pa.array`` consults) out of a short replay's start-up.  Anything else
+    goes to Arrow's own conversion, with its checks.
+    """
+    if (isinstance(values, np.ndarray) and values.ndim == 1
+            and (pa.types.is_integer(typ) or pa.types.is_floating(typ))
+            and values.dtype == typ.to_pandas_dtype()):
+        data = np.ascontiguousarray(values)
+        return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(data)])
+    return values
 
 
 @dataclass
@@ -93,7 +109,8 @@ def _validate(trace: pa.Table, engine: EngineConfig):
     timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
     name = "arrival_s" if timed else "arrival_step"
     arrival = trace.column(name)
-    values = arrival.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.float64)
+    # A null arrival reads as NaN, refused with the finite check below.
+    values = arrival.to_numpy(zero_copy_only=False).astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         v = arrival[int(bad[0])].as_py()
@@ -331,7 +348,7 @@ def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
 
 def _table(cols: dict, schema: pa.Schema) -> pa.Table:
     """``cols`` as a table of exactly ``schema``: its columns, in its order, of its types (no casts)."""
-    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+    return pa.Table.from_arrays([_arrow(cols[f.name], f.type) for f in schema], schema=schema)
 
 
 def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
@@ -379,7 +396,7 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
     for name in LATENCIES:
         v = rq[name][~np.isnan(rq[name])]
         if v.size:
-            p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
+            p50, p90, p99 = percentiles(v)
             summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
         else:
             summary[name] = dict.fromkeys(LATENCY_STATS)

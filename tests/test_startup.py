@@ -54,3 +54,30 @@ def test_every_command_is_covered():
 @pytest.mark.parametrize("path", _command_paths(), ids=" ".join)
 def test_command_help_imports_no_heavy_library(path):
     assert _heavy_after(*path, "--help") == []
+
+
+_REPLAY_PROBE = """
+import json, sys
+from aisim.cli import main
+try:
+    main(sys.argv[1:], prog_name="aisim")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in %r or m in %r)))
+"""
+
+
+def test_a_short_replay_imports_only_what_it_uses(tmp_path):
+    # A one-request replay's start-up is most of its wall time: no Dask or DuckDB, and neither
+    # numpy.ma (np.percentile's, aisim.stats replaces it) nor pyarrow.compute.
+    trace = tmp_path / "one.jsonl"
+    trace.write_text('{"request_id": "r0", "arrival_step": 0, "prompt_len": 40, "max_tokens": 3}\n')
+    engine = tmp_path / "engine.json"
+    engine.write_text('{"num_gpu_blocks": 64, "max_model_len": 1024}')
+    unwanted = ("dask", "distributed", "duckdb")
+    probe = _REPLAY_PROBE % (unwanted, ("numpy.ma", "pyarrow.compute"))
+    for fmt in ("table", "json"):
+        res = subprocess.run([sys.executable, "-c", probe, "replay", "--engine", str(engine), "--trace", str(trace),
+                              "--format", fmt], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout.strip().splitlines()[-1]) == []

@@ -20,6 +20,7 @@ from collections import Counter
 import numpy as np
 import pyarrow as pa
 
+from aisim.stats import percentiles
 from aisim.traces.common import bad_rows, table_meta
 from aisim.traces.schema import canonical_segments, output_streams
 
@@ -160,7 +161,7 @@ def _insert(root: dict, segs, limit: int) -> None:
 def _stats(v: np.ndarray) -> dict:
     if v.size == 0:
         return {"total": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    p50, p90, p99 = (float(x) for x in np.percentile(v, [50, 90, 99]))
+    p50, p90, p99 = percentiles(v)
     return {"total": int(v.sum()), "mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99,
             "max": int(v.max())}
 
