@@ -326,6 +326,11 @@ cdef class Engine:
         conf.acc_n = <int32_t>table.shape[0]
         conf.acc_table = &table[0]
         conf.acc_seed_mix = <hash_t>spec["acc_seed_mix"]
+        self.time_model.drafter_fraction = spec["drafter_fraction"]
+        self.time_model.drafter_base_s = spec["drafter_base_s"]
+        self.time_model.drafter_per_token_s = spec["drafter_per_token_s"]
+        self.time_model.drafter = (spec["drafter_fraction"] > 0 or spec["drafter_base_s"] > 0
+                                   or spec["drafter_per_token_s"] > 0)
         keep = [table]
         if trace.accept_values is not None and len(trace.accept_values) > 0:
             values = np.ascontiguousarray(trace.accept_values, dtype=np.int64)

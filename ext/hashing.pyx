@@ -52,6 +52,16 @@ cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
     ``num_hash_lookahead_tokens``): they are folded in after the block's own
     tokens, so two requests share the key only if they share those tokens too.
     """
+    if kv.num_hashed[r.slot] >= n_hashes:
+        return  # the common case: nothing new to hash
+    # Two specialisations of one inline loop: the plain one stays as lean as without lookahead.
+    if kv.hash_lookahead > 0:
+        _extend(kv, r, n_hashes, True)
+    else:
+        _extend(kv, r, n_hashes, False)
+
+
+cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead) noexcept nogil:
     cdef slot_t s = r.slot
     cdef hash_t* hashes = kv_hashes(kv, s)
     cdef int32_t j = kv.num_hashed[s]
@@ -80,7 +90,7 @@ cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
             if off == length and seg < r.seg_cnt:
                 seg += 1
                 off = 0
-        if kv.hash_lookahead > 0:
+        if lookahead:
             h = _fold_lookahead(kv, r, h, seg, off)
         hashes[j] = hash_finish(h)
         j += 1

@@ -74,9 +74,6 @@ cdef struct KVCacheC:
     tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
     tok_t max_model_len        # longest sequence
     block_id_t watermark_blocks  # blocks kept free when admitting waiting requests
-    # speculative decoding (set after kv_init; 0 without it)
-    bint eagle                 # EAGLE/MTP block drop on every group (0.31/0.32 use_eagle_block_drop)
-    tok_t hash_lookahead       # num_hash_lookahead_tokens: tokens after a block its hash covers (0.33)
     # token identity of every request (owned by the engine)
     const hash_t* seg_stream   # [segments] token stream of each prompt segment
     const tok_t* seg_first     # [segments] its first token offset
@@ -93,8 +90,11 @@ cdef struct KVCacheC:
     flag_t* mask               # [max table_row] scratch: retention mask
     tok_t* tmp_hit_len         # [n_spec] scratch of the hybrid lookup
     flag_t* tmp_looked         # [n_spec]
-    flag_t* tmp_verified       # [n_spec] EAGLE drop applied at the current candidate length
     block_id_t* tmp_blocks     # [n_groups] scratch: blocks of one joint probe
+    # speculative decoding (set after kv_init; 0 without it; last, so the hot fields keep their places)
+    bint eagle                 # EAGLE/MTP block drop on every group (0.31/0.32 use_eagle_block_drop)
+    tok_t hash_lookahead       # num_hash_lookahead_tokens: tokens after a block its hash covers (0.33)
+    flag_t* tmp_verified       # [n_spec] EAGLE drop applied at the current candidate length
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,

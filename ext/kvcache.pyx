@@ -637,7 +637,11 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
     c = before
     # Only blocks whose hash exists are cached: with lookahead hashes (0.33)
     # a full block waits for the tokens after it (SingleTypeKVCacheManager.cache_blocks).
-    f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
+    # Without them every full block of the n <= num_tokens tokens has its hash.
+    if kv.hash_lookahead > 0:
+        f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
+    else:
+        f = <int32_t>(n // bs)
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
         for i in range(c, f):
@@ -672,6 +676,13 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
     return state_cache_tail(kv, gi, r, n, before)
 
 
+cdef inline int32_t _hash_blocks(const KVCacheC* kv, const ReqC* r, tok_t n) noexcept nogil:
+    # Hash blocks of the first n tokens that have their hash (lookahead hashes wait for later tokens).
+    if kv.hash_lookahead == 0:
+        return <int32_t>(n // kv.hash_block_size)
+    return <int32_t>tmin(n // kv.hash_block_size, kv_n_hashes(kv, r))
+
+
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
     """KVCacheCoordinator.cache_blocks: each group caches up to ``n_tokens``.
 
@@ -680,22 +691,20 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
     """
     cdef int32_t gi
     cdef tok_t n = n_tokens
-    cdef tok_t aligned, ng
+    cdef tok_t aligned = n
+    cdef bint extra = False
     if not kv.caching:
         return 0
-    aligned = n
     if kv.hybrid and not kv.fine:
         aligned = n // kv.sched_block_size * kv.sched_block_size
+        # EAGLE groups match one block past an aligned boundary and drop it, so
+        # that block may be cached too
+        # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
+        extra = kv.eagle and aligned > 0
     if aligned > 0:
-        hash_extend(kv, r, <int32_t>tmin(n // kv.hash_block_size, kv_n_hashes(kv, r)))
+        hash_extend(kv, r, _hash_blocks(kv, r, n if extra else aligned))
     for gi in range(kv.n_groups):
-        ng = aligned
-        if kv.hybrid and kv.eagle and aligned > 0:
-            # EAGLE groups match one block past an aligned boundary and drop it,
-            # so that block may be cached too
-            # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
-            ng = tmin(n, aligned + kv.groups[gi].spec.block_size)
-        _cache_group(kv, gi, r, ng)
+        _cache_group(kv, gi, r, tmin(n, aligned + kv.groups[gi].spec.block_size) if extra else aligned)
     return 0
 
 

@@ -23,7 +23,10 @@ cdef inline hash_t* kv_hashes(const KVCacheC* kv, slot_t s) noexcept nogil:
 cdef inline int32_t kv_n_hashes(const KVCacheC* kv, const ReqC* r) noexcept nogil:
     # len(request.block_hashes): full hash blocks followed by num_hash_lookahead_tokens
     # more tokens (vllm/v1/core/kv_cache_utils.py get_request_block_hasher, 0.33).
-    cdef tok_t n = num_tokens(r) - kv.hash_lookahead
+    cdef tok_t n
+    if kv.hash_lookahead == 0:
+        return <int32_t>(num_tokens(r) // kv.hash_block_size)
+    n = num_tokens(r) - kv.hash_lookahead
     return <int32_t>(n // kv.hash_block_size) if n > 0 else 0
 
 

@@ -23,8 +23,6 @@ cdef struct ReqC:
     hash_t out_stream          # token stream of this request's output tokens
     int32_t next_turn          # closed loop: the request sent when this one finishes (-1 = none)
     sec_t think_s              # closed loop: seconds between the previous turn's finish and this one
-    int32_t acc_off            # speculative decoding: first entry of its trace `accept` list
-    int32_t acc_cnt            # ... and its length (0: the configured acceptance rule)
     # --- scheduler state
     flag_t status              # ReqStatus
     flag_t is_prefill_chunk    # set after scheduling (Scheduler._update_after_schedule)
@@ -34,8 +32,6 @@ cdef struct ReqC:
     tok_t num_in_flight        # scheduled tokens whose output is not processed yet
     tok_t num_stale            # num_stale_output_tokens (preempted while in flight)
     int32_t num_preemptions
-    tok_t num_spec             # len(spec_token_ids): drafts (async: placeholders) for the next step
-    int32_t num_verifications  # steps that verified its drafts so far (padding excluded)
     # --- KV-cache manager state
     slot_t slot                # row of block tables and hashes; -1 when none is held
     tok_t shared_prefix_boundary  # Request.shared_prefix_boundary from the last lookup
@@ -46,5 +42,10 @@ cdef struct ReqC:
     sec_t first_sched_s        # clock of the first step that scheduled it (-1: never)
     sec_t first_token_s        # end of the step that produced its first output (-1: none)
     sec_t finish_s             # end of the step that produced its last output (-1: unfinished)
+    # --- speculative decoding (untouched without it; last, so the hot fields keep their places)
+    tok_t num_spec             # len(spec_token_ids): drafts (async: placeholders) for the next step
+    int32_t acc_off            # first entry of its trace `accept` list in the engine's array
+    int32_t acc_cnt            # ... and its length (0: the configured acceptance rule)
+    int32_t num_verifications  # steps that verified its drafts so far (padding excluded)
     tok_t spec_drafts          # draft tokens scheduled for verification (-1 padding included)
     tok_t spec_accepted        # of those, accepted by the target model

@@ -54,11 +54,6 @@ cdef struct BatchC:
     flag_t* sampled                  # [cap] the model samples one token (not a prefill chunk)
     flag_t* decode                   # [cap] the entry only processes the newest token
     tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
-    tok_t* spec_m                    # [cap] drafts verified with the entry (0: none; padding: k)
-    tok_t* spec_a                    # [cap] of those, accepted (decided when the batch is formed)
-    flag_t* padded                   # [cap] the drafts are vLLM's -1 padding of a one-token admission
-    tok_t spec_tokens                # sum of spec_m (padding included)
-    tok_t spec_accepted              # sum of spec_a
     tok_t total_tokens               # sum of tokens[0 : n]
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]
@@ -75,6 +70,12 @@ cdef struct BatchC:
     int64_t p_queries                # ... and of its re-admissions
     int64_t p_hits
     int64_t p_requests
+    # speculative decoding (last, so the hot fields keep their places)
+    tok_t* spec_m                    # [cap] drafts verified with the entry (0: none; padding: k)
+    tok_t* spec_a                    # [cap] of those, accepted (decided when the batch is formed)
+    flag_t* padded                   # [cap] the drafts are vLLM's -1 padding of a one-token admission
+    tok_t spec_tokens                # sum of spec_m (padding included)
+    tok_t spec_accepted              # sum of spec_a
 
 cdef struct SchedC:
     SchedConfC conf                  # the knobs, fixed for the replay

@@ -25,7 +25,7 @@ from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
 from aisim._core.memory cimport mem_calloc, mem_free
-from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, tok_t
+from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, ckpt_position_v, num_tokens, tmin
 
 
@@ -293,12 +293,14 @@ cdef void _unschedule(BatchC* b, req_t v, tok_t* token_budget, tok_t* input_budg
     b.n = j
 
 
-cdef inline void _emit(BatchC* b, req_t r, tok_t n) noexcept nogil:
+cdef inline void _emit(BatchC* b, req_t r, tok_t n, bint spec) noexcept nogil:
+    # Without speculative decoding the draft arrays stay all zero (batch_init).
     b.req[b.n] = r
     b.tokens[b.n] = n
-    b.spec_m[b.n] = 0
-    b.spec_a[b.n] = 0
-    b.padded[b.n] = 0
+    if spec:
+        b.spec_m[b.n] = 0
+        b.spec_a[b.n] = 0
+        b.padded[b.n] = 0
     b.n += 1
     b.total_tokens += n
 
@@ -348,11 +350,20 @@ cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
 
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     """One call of Scheduler.schedule(); fills ``b`` and advances the requests."""
+    # One inline body, specialised: without speculative decoding its draft
+    # arithmetic folds away.
+    if s.conf.num_spec_tokens > 0:
+        return _schedule(s, b, <spec_on_t*>NULL)
+    return _schedule(s, b, <spec_off_t*>NULL)
+
+
+cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
+    cdef bint spec = spec_mode is spec_on_t
     cdef SchedConfC* c = &s.conf
     cdef tok_t token_budget = c.max_num_scheduled_tokens
     cdef tok_t input_budget = c.max_num_batched_tokens
-    cdef tok_t draft_slots = c.draft_slots
-    cdef tok_t k = c.num_spec_tokens
+    cdef tok_t draft_slots = c.draft_slots if spec else 0
+    cdef tok_t k = c.num_spec_tokens if spec else 0
     cdef tok_t lpt, n, hit, computed_before, req_budget, n_spec
     cdef int32_t req_index = 0, vi, i, n_skipped = 0, n_running_sched
     cdef int32_t eligible = s.n_running + s.n_waiting
@@ -391,7 +402,9 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             req_index += 1
             continue
         # num_tokens_with_spec: the drafts are scheduled with the next token.
-        n = num_tokens(r) + r.num_spec + r.num_placeholders - r.num_computed
+        n = num_tokens(r) + r.num_placeholders - r.num_computed
+        if spec:
+            n += r.num_spec
         if 0 < lpt < n:
             n = lpt
         n = tmin(n, tmin(token_budget, input_budget - draft_slots))
@@ -434,10 +447,12 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             if c.version >= 33:
                 continue
             break
-        _emit(b, ri, n)
+        _emit(b, ri, n, spec)
         token_budget -= n
         input_budget -= n + draft_slots
         req_index += 1
+        if not spec:
+            continue
         # is_prefill_chunk from the request's previous scheduling.
         prefill_scheduled = prefill_scheduled or r.is_prefill_chunk
         if r.num_spec > 0:
@@ -469,7 +484,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             req_budget = tmin(token_budget, input_budget - draft_slots)
             n = num_tokens(r) - hit
             pad = False
-            if k > 0 and n == 1 and not prefill_scheduled and (n_running_sched > 0 or hit > 0):
+            if spec and n == 1 and not prefill_scheduled and (n_running_sched > 0 or hit > 0):
                 # A one-token admission is padded to the uniform 1 + k decode
                 # shape with -1 drafts, when the sampled token still fits; if the
                 # padded request does not fit the budget the pass stops.
@@ -517,7 +532,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
                 b.res_req[b.n_resumed] = ri
                 b.res_computed[b.n_resumed] = hit
                 b.n_resumed += 1
-            _emit(b, ri, n)
+            _emit(b, ri, n, spec)
             if pad:
                 b.spec_m[b.n - 1] = k
                 b.padded[b.n - 1] = 1
@@ -545,7 +560,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         b.sampled[i] = not r.is_prefill_chunk
         b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
         b.ctx[i] = r.num_computed
-        if b.spec_m[i] > 0:
+        if spec and b.spec_m[i] > 0:
             if b.padded[i]:
                 # -1 padding: verified like drafts, never accepted, not a verification.
                 s.padded_requests += 1
@@ -562,8 +577,11 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         if c.async_scheduling and not r.is_prefill_chunk:
             # One sampled token plus the scheduled drafts are in flight; vLLM
             # puts k -1 placeholders in spec_token_ids for the next step.
-            r.num_placeholders += 1 + b.spec_m[i]
-            r.num_spec = k
+            if spec:
+                r.num_placeholders += 1 + b.spec_m[i]
+                r.num_spec = k
+            else:
+                r.num_placeholders += 1
     s.finished_pending = False
     b.free_after_schedule = s.kv.pool.num_free
     return 0
@@ -571,7 +589,64 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 
 # ------------------------------------------------------------------ update_from_output()
 
+cdef bint _spec_output(SchedC* s, ReqC* r, tok_t m, tok_t a, bint stale, bint was_running,
+                       sec_t end_s) except -1 nogil:
+    """A sampled output with speculative decoding on: 1 + a tokens after m drafts.
+
+    The rejected drafts (m may be 0, or vLLM's -1 padding) roll back what
+    schedule() advanced (a stale count predates the preemption's reset and is
+    not applied); the tokens are appended one by one and check_stop drops the
+    rest at ``max_tokens`` or ``max_model_len`` (Scheduler.update_from_output,
+    _update_request_with_output).  Returns whether the request stopped.
+    """
+    cdef const SchedConfC* c = &s.conf
+    cdef tok_t gen = 1 + a, appended = 0
+    cdef bint stopped = False
+    if m > 0:
+        if not stale:
+            if r.num_computed > 0:
+                r.num_computed -= m - a
+            if r.num_placeholders > 0:
+                r.num_placeholders -= m - a
+        # SpecDecodingStats (padding included, as vLLM counts it).
+        s.stat_drafts += 1
+        s.stat_draft_tokens += m
+        s.stat_accepted += a
+    while appended < gen:
+        r.num_output += 1
+        appended += 1
+        if r.num_output == 1:
+            r.first_token_s = end_s
+        if num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens:
+            stopped = True
+            break
+    if c.version >= 33:
+        if stopped and not stale:
+            # num_computed_tokens covers every new token but the last.
+            r.num_computed -= gen - appended
+        if not stale and r.num_placeholders > 0:
+            r.num_placeholders -= gen  # every returned token, trimmed ones too
+        # With speculative decoding every output caches what it made final,
+        # before a finished request is freed.
+        if not stale and was_running:
+            kv_cache_blocks(s.kv, r, r.num_computed - r.num_in_flight)
+    elif c.async_scheduling:
+        # AsyncScheduler._update_request_with_output (0.31, 0.32): the kept tokens.
+        if not stale:
+            r.num_placeholders -= appended
+        if was_running:
+            kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+    return stopped
+
+
 cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
+    """Scheduler.update_from_output for batch ``b`` with the fake model's tokens."""
+    if s.conf.num_spec_tokens > 0:
+        return _update(s, b, <spec_on_t*>NULL)
+    return _update(s, b, <spec_off_t*>NULL)
+
+
+cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
     """Scheduler.update_from_output for batch ``b`` with the fake model's tokens.
 
     A request verified with m drafts gets 1 + a tokens (a decided when the batch
@@ -581,13 +656,13 @@ cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
     by ``b`` are stamped with ``b.end_s``.  A synchronous engine then hands
     every request of the batch k new drafts (``EngineCore.post_step``).
     """
+    cdef bint spec = spec_mode is spec_on_t
     cdef const SchedConfC* c = &s.conf
     cdef int32_t i, j
     cdef req_t ri
     cdef ReqC* r
-    cdef bint stale, was_running, had_placeholders, stopped
+    cdef bint stale, was_running, stopped
     cdef int32_t n_stopped_running = 0
-    cdef tok_t m, gen, appended
     s.n_finished = 0
     for i in range(b.n):
         ri = b.req[i]
@@ -601,48 +676,21 @@ cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
             r.num_stale -= b.tokens[i]
         if not b.sampled[i]:
             continue
-        m = b.spec_m[i]
-        gen = 1
-        if m > 0:
-            gen = 1 + b.spec_a[i]
-            # Rejected drafts roll back what schedule() advanced (a stale count
-            # predates the preemption's reset and is not applied).
-            if not stale:
-                if r.num_computed > 0:
-                    r.num_computed -= m - b.spec_a[i]
-                if r.num_placeholders > 0:
-                    r.num_placeholders -= m - b.spec_a[i]
-            # SpecDecodingStats (padding included, as vLLM counts it).
-            s.stat_drafts += 1
-            s.stat_draft_tokens += m
-            s.stat_accepted += b.spec_a[i]
         was_running = r.status == ST_RUNNING
-        had_placeholders = r.num_placeholders > 0
-        # _update_request_with_output: append, then check_stop (EOS is ignored).
-        stopped = False
-        appended = 0
-        while appended < gen:
+        if spec:
+            stopped = _spec_output(s, r, b.spec_m[i], b.spec_a[i], stale, was_running, b.end_s)
+        else:
+            # _update_request_with_output with one sampled token, then check_stop
+            # (EOS is ignored); AsyncScheduler resolves its placeholder and caches.
             r.num_output += 1
-            appended += 1
             if r.num_output == 1:
                 r.first_token_s = b.end_s
-            if num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens:
-                stopped = True
-                break
-        if c.version >= 33:
-            if stopped and not stale:
-                # num_computed_tokens covers every new token but the last.
-                r.num_computed -= gen - appended
-            if not stale and r.num_placeholders > 0:
-                r.num_placeholders -= gen  # every returned token, trimmed ones too
-            if not stale and was_running and (had_placeholders or c.num_spec_tokens > 0):
-                kv_cache_blocks(s.kv, r, r.num_computed - r.num_in_flight)
-        elif c.async_scheduling:
-            # AsyncScheduler._update_request_with_output (0.31, 0.32).
-            if not stale:
-                r.num_placeholders -= appended
-            if was_running:
-                kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+            if c.async_scheduling:
+                if not stale:
+                    r.num_placeholders -= 1
+                if was_running:
+                    kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+            stopped = num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens
         if stopped:
             # _free_request: blocks back to the pool now.
             r.status = ST_FINISHED
@@ -664,7 +712,7 @@ cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
         s.n_running = j
     if s.n_finished > 0:
         s.finished_pending = True
-    if c.num_spec_tokens > 0 and not c.async_scheduling and b.total_tokens > 0:
+    if spec and not c.async_scheduling and b.total_tokens > 0:
         # update_draft_token_ids: k drafts for every unfinished request of the
         # batch; a prefill chunk's are dropped.
         for i in range(b.n):
