@@ -122,8 +122,13 @@ def _validate(trace: pa.Table, engine: EngineConfig):
             f"request '{ids[i]}': prompt_tokens ({prompt[i]}) must be below max_model_len "
             f"({engine.max_model_len}); vLLM rejects such a prompt"
         )
-    # Every request must fit an empty pool, or the replay could never finish it.
-    longest = np.minimum(prompt.astype(np.int64) + out, engine.max_model_len)
+    # Every request must fit an empty pool, or the replay could never finish it.  With speculative
+    # decoding its last verification reaches k drafts and the drafter's lookahead slots further.
+    extra = 0
+    if engine.speculative is not None:
+        view = scheduler_view(engine)
+        extra = view["num_speculative_tokens"] - 1 + view["num_lookahead_tokens"]
+    longest = np.minimum(prompt.astype(np.int64) + out + extra, engine.max_model_len)
     need = request_blocks(engine, longest)
     bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
     if bad.size:
