@@ -108,3 +108,16 @@ def test_report_shows_the_speculative_panel_for_the_drafting_shard_only(landed, 
     assert "Speculative decoding" not in base.split('id="shard-0"')[1]
     assert "Speculative decoding" in eagle and 'data-key="spec_acceptance_rate"' in eagle
     assert 'id="cmp-spec-tpot"' in html and 'id="spec-tpot-1"' in html
+
+
+def test_config_show_derives_the_scheduler_view():
+    r = CliRunner().invoke(main, ["config", "show", EAGLE, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["speculative"] == {"num_speculative_tokens": 3, "method": "eagle", "drafter_cost": 0.1,
+                                "acceptance": {"permille": [800, 600, 400], "seed": 1}}
+    # 0.33.0 (the default): lookahead hashes instead of the block drop; one 16-token block holds 1 + 3 + 3 slots.
+    assert d["derived"]["speculative"] == {
+        "num_lookahead_tokens": 3, "num_prefill_lookahead_tokens": 1, "draft_slots": 0, "use_eagle": True,
+        "use_eagle_block_drop": False, "num_hash_lookahead_tokens": 1, "spec_decode_step_blocks": 1,
+        "num_speculative_blocks": []}
