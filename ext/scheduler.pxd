@@ -1,7 +1,7 @@
 # vLLM's v1 Scheduler / AsyncScheduler for the default path: schedule() and
 # update_from_output() over C arrays.  cimported by engine, which owns the
 # request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
-# async_scheduler.py and request_queue.py of vLLM 0.31/0.32.
+# async_scheduler.py and request_queue.py of vLLM 0.31, 0.32 and 0.33, drafts included.
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC

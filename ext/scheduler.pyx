@@ -2,11 +2,16 @@
 
 ``sched_schedule`` is ``Scheduler.schedule`` and ``sched_update`` is
 ``Scheduler.update_from_output`` (with ``AsyncScheduler``'s placeholder
-bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0 and 0.32.0:
-no speculative decoding, connectors, encoders, LoRA or structured output.
-The fake model of the recorded oracle runs is built in: a request scheduled to
-the end of its known tokens (not a prefill chunk) samples exactly one token,
-and a request stops only at ``max_tokens`` or ``max_model_len``.
+bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0, 0.32.0 and
+0.33.0 (``conf.version`` selects a release's rules), with speculative
+decoding; no connectors, encoders, LoRA or structured output.  The fake model
+of the recorded oracle runs is built in: a request scheduled to the end of its
+known tokens (not a prefill chunk) samples one token plus the drafts it
+accepts (the acceptance rules below), and a request stops only at
+``max_tokens`` or ``max_model_len``.
+
+Speculative decoding is a compile-time mode of both functions (the fused type
+``spec_mode`` of ``types.pxd``): without it, none of the draft arithmetic runs.
 
 Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
 (a ring buffer) or, under the priority policy, a binary heap ordered by

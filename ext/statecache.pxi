@@ -33,7 +33,7 @@ from aisim._core.kvrows cimport (
 from aisim._core.memory cimport mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, tok_t
-from aisim._core.util cimport cdiv, ckpt_position, ckpt_position_v, tmax, tmin
+from aisim._core.util cimport cdiv, ckpt_position_v, tmax, tmin
 
 
 # ------------------------------------------------------------------ cached this step

@@ -23,11 +23,6 @@ cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
     return r.prompt_len + r.num_output
 
 
-cdef inline tok_t ckpt_position(tok_t n, tok_t unit) noexcept nogil:
-    # get_mamba_prefill_checkpoint_position without EAGLE: leave one token.
-    return tmax((n - 1) // unit * unit, 0)
-
-
 cdef inline tok_t ckpt_position_v(tok_t n, tok_t unit, bint eagle, int version, tok_t lookahead) noexcept nogil:
     # kv_cache_interface.get_mamba_prefill_checkpoint_position of each release.
     # 0.31: leave one token, then one unit less with the EAGLE drop; 0.32: the

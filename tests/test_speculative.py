@@ -358,3 +358,19 @@ def test_relations_with_other_keys():
     with pytest.raises(ConfigError, match="cannot prefix-cache chunked local attention under the EAGLE block drop"):
         engine_config_from_dict(engine(vllm_version="0.32.0", kv_cache_groups=[
             {"type": "chunked_local", "attention_chunk_size": 64}], speculative=spec()))
+
+
+@pytest.mark.parametrize("eagle, hit, blocks", [(False, 64, [0, 0, 3, 4]), (True, 48, [0, 2, 3])])
+def test_sliding_window_hit_under_the_eagle_drop(eagle, hit, blocks):
+    from aisim._core.testing import KVCache
+
+    # One sliding-window group, window 32, blocks of 16: a hit needs ceil(31 / 16) = 2 cached blocks ending
+    # at its end.  r1 extends r0's 64 cached tokens; it may hit floor(79 / 16) = 4 blocks.  Without EAGLE
+    # blocks 2 and 3 make the run: 64 tokens, blocks before the window null.  With the drop the run needs
+    # 3 blocks (1, 2, 3) and the last is dropped: 48 tokens (SlidingWindowManager._contiguous_blocks_for_hit).
+    group = dict(kind=1, block_size=16, window=32, cacheable=True, align_mode=False, num_spec=0, has_ckpt=False,
+                 ckpt_align=0, admission_cap=-1, spec_group=0)
+    kv = KVCache(20, 16, 1024, [[(1, 0, 64)], [(1, 0, 80)]], groups=[group], hash_block_size=16,
+                 sched_block_size=16, eagle=eagle, version=32)
+    assert kv.allocate_slots(0, 64) == [1, 2, 3, 4]
+    assert kv.get_computed_blocks(1) == (hit, blocks)
