@@ -47,7 +47,7 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_free, mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
 
 # The state managers and retention masks (state_lookup, state_blocks_needed,
@@ -621,8 +621,9 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
 
 # ------------------------------------------------------------------ caching
 
-cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogil:
+cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mode) except -1 nogil:
     """SingleTypeKVCacheManager.cache_blocks (+ FullAttention / Mamba extras)."""
+    cdef bint spec = spec_mode is spec_on_t
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -640,7 +641,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
     # Only blocks whose hash exists are cached: with lookahead hashes (0.33)
     # a full block waits for the tokens after it (SingleTypeKVCacheManager.cache_blocks).
     # Without them every full block of the n <= num_tokens tokens has its hash.
-    if kv.hash_lookahead > 0:
+    if spec and kv.hash_lookahead > 0:
         f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
     else:
         f = <int32_t>(n // bs)
@@ -662,8 +663,8 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         # _cache_partial_tail_block: a key at the prompt's last hash boundary
         # (0.32: of prompt - 1 tokens, of the prompt with the EAGLE drop; 0.31:
         # of the prompt; 0.33: at most the hashes the request has).
-        b = ((r.prompt_len - 1) if kv.version >= 32 and not kv.eagle else r.prompt_len) // h
-        if kv.version >= 33:
+        b = ((r.prompt_len - 1) if kv.version >= 32 and not (spec and kv.eagle) else r.prompt_len) // h
+        if spec and kv.version >= 33:
             b = tmin(b, kv_n_hashes(kv, r))
         b *= h
         if b == 0 or b > n or b % bs == 0:
@@ -675,7 +676,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         return 0
     if g.spec.kind != GK_MAMBA:
         return 0
-    return state_cache_tail(kv, gi, r, n, before)
+    return state_cache_tail(kv, gi, r, n, before, mode)
 
 
 cdef inline int32_t _hash_blocks(const KVCacheC* kv, const ReqC* r, tok_t n) noexcept nogil:
@@ -690,23 +691,35 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
 
     Several groups cache only up to scheduler-block-aligned lengths unless
     fine-grained hits are on (HybridKVCacheCoordinator._align_cacheable).
+    Compiled once with and once without the speculative-decoding rules (the
+    EAGLE drop's extra block, lookahead hashes), so that they cost nothing when off.
     """
+    if kv.eagle or kv.hash_lookahead > 0:
+        return _cache_blocks(kv, r, n_tokens, <spec_on_t*>NULL)
+    return _cache_blocks(kv, r, n_tokens, <spec_off_t*>NULL)
+
+
+cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) except -1 nogil:
+    cdef bint spec = spec_mode is spec_on_t
     cdef int32_t gi
     cdef tok_t n = n_tokens
-    cdef tok_t aligned = n
+    cdef tok_t full = n_tokens, ng
     cdef bint extra = False
     if not kv.caching:
         return 0
     if kv.hybrid and not kv.fine:
-        aligned = n // kv.sched_block_size * kv.sched_block_size
-        # EAGLE groups match one block past an aligned boundary and drop it, so
-        # that block may be cached too
+        n = n // kv.sched_block_size * kv.sched_block_size
+        # EAGLE groups match one block past an aligned boundary and drop it,
+        # so that block may be cached too
         # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
-        extra = kv.eagle and aligned > 0
-    if aligned > 0:
-        hash_extend(kv, r, _hash_blocks(kv, r, n if extra else aligned))
+        extra = spec and kv.eagle and n > 0
+    if n > 0:
+        hash_extend(kv, r, _hash_blocks(kv, r, full if extra else n) if spec else <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
-        _cache_group(kv, gi, r, tmin(n, aligned + kv.groups[gi].spec.block_size) if extra else aligned)
+        ng = n
+        if extra:
+            ng = tmin(full, n + kv.groups[gi].spec.block_size)
+        _cache_group(kv, gi, r, ng, mode)
     return 0
 
 

@@ -32,7 +32,7 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, tok_t
+from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, spec_mode, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, ckpt_position_v, tmax, tmin
 
 
@@ -336,8 +336,11 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
     return key
 
 
-cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except? 0 nogil:
+cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mode) except? 0 nogil:
     """MambaManager._cache_partial_tail_block (0.31, 0.32 and 0.33 rules)."""
+    # Compiled per speculative-decoding mode (as the caching functions of kvcache.pyx).
+    cdef bint eagle = spec_mode is spec_on_t and kv.eagle
+    cdef tok_t la = kv.hash_lookahead if spec_mode is spec_on_t else 0
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -352,7 +355,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         pos = g.ckpt_pos[s]
         blk = table[g.ckpt_idx[s]]
         if kv.version >= 32:
-            is_prompt = pos == ckpt_position_v(r.prompt_len, kv.align, kv.eagle, kv.version, kv.hash_lookahead)
+            is_prompt = pos == ckpt_position_v(r.prompt_len, kv.align, eagle, kv.version, la)
             is_retained = False
             if pos % bs == 0:
                 bidx = <int32_t>(pos // bs - 1)
@@ -362,7 +365,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
                 bp_remove_hashes(&kv.pool, blk)
                 return 0
         else:
-            is_prompt = pos == ckpt_position_v(r.prompt_len, h, kv.eagle, kv.version, kv.hash_lookahead)
+            is_prompt = pos == ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
             if (kv.retention == 0 and n < r.prompt_len and not is_prompt
                     and pos != r.shared_prefix_boundary):
                 bp_remove_hashes(&kv.pool, blk)
@@ -373,7 +376,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
     if kv.version >= 32:
         if n <= 0 or n % h != 0:
             return 0
-        latest = ckpt_position_v(r.prompt_len, h, kv.eagle, kv.version, kv.hash_lookahead)
+        latest = ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
         if n != latest:
             return 0
         idx = <int32_t>(cdiv(n, bs) - 1)
@@ -381,7 +384,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         if bs == h or n % bs == 0 or n % h != 0:
             return 0
         latest = r.prompt_len // h * h
-        if kv.eagle:
+        if eagle:
             # EAGLE groups match one hash unit past the candidate and drop it.
             latest = tmax(latest - h, 0)
         if n != latest:
@@ -409,7 +412,8 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
     return key
 
 
-cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t before) except -1 nogil:
+cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t before,
+                          spec_mode* mode) except -1 nogil:
     """MambaManager.cache_blocks after the common part: the partial tail state
     and cached_blocks_this_step (blocks ``before`` .. num_cached were just keyed)."""
     cdef GroupC* g = &kv.groups[gi]
@@ -420,7 +424,7 @@ cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t be
     cdef hash_t key
     after = g.num_cached[s] if g.num_cached[s] > 0 else 0
     if g.spec.align_mode:
-        key = _mamba_partial_tail(kv, gi, r, n)
+        key = _mamba_partial_tail(kv, gi, r, n, mode)
         if key != 0:
             _push_key(g, key)
     for i in range(before, after):
