@@ -120,6 +120,10 @@ def _print_summary(result, trace_path):
     t.add_row("prefix cache hit rate",
               f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")
     t.add_row("preemptions", fmt_num(s["preemptions"]))
+    if "spec" in s:
+        sp = s["spec"]
+        t.add_row("draft acceptance", f"{fmt_pct(sp['acceptance_rate']) if sp['acceptance_rate'] is not None else '-'}"
+                                      f" ({fmt_num(sp['accepted_tokens'])} of {fmt_num(sp['draft_tokens'])} drafts)")
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
         t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")

@@ -253,6 +253,10 @@ REQUESTS = Table("requests", (
     C("preemptions", "INTEGER", "count", "times preempted", core="int32"),
     C("status", "VARCHAR", "", "finished, running, waiting, preempted or pending at the end", arrow=LABEL,
       core="int8"),
+    C("spec_drafts", "INTEGER", "tokens", "speculative decoding: draft tokens scheduled for verification "
+      "(vLLM's -1 padding included; 0 without it)", core="int64"),
+    C("spec_accepted", "INTEGER", "tokens", "of those, accepted by the target model (acceptance rate: "
+      "spec_accepted / spec_drafts)", core="int64"),
 ))
 
 STEPS = Table("steps", (
@@ -285,6 +289,9 @@ STEPS = Table("steps", (
     C("physical_usage", "DOUBLE", "fraction", "(active + cached) / usable blocks"),
     C("kv_cache_active_bytes", "BIGINT", "bytes", "bytes of active blocks"),
     C("kv_cache_cached_bytes", "BIGINT", "bytes", "bytes of cached blocks"),
+    C("spec_tokens", "BIGINT", "tokens", "speculative decoding: draft tokens verified in this step "
+      "(counted in decode_tokens)", core="int64"),
+    C("spec_accepted", "BIGINT", "tokens", "of those, accepted", core="int64"),
 ))
 
 # Landing order (a run's rows are deleted in reverse).

@@ -53,6 +53,10 @@ class CoreConfig:
     step_time : dict or None
         Roofline or table model (:func:`aisim.perf.step_time_args`); None
         for the linear model.
+    speculative : dict or None
+        Speculative decoding as the scheduler derives it and the acceptance
+        rule in the core's terms (:func:`aisim.config.speculative.core_args`);
+        None without speculative decoding.
     """
 
     num_gpu_blocks: int
@@ -85,6 +89,7 @@ class CoreConfig:
     per_token_s: float
     per_req_s: float
     step_time: dict | None
+    speculative: dict | None = None
 
 
 def core_config(engine) -> CoreConfig:
@@ -99,6 +104,7 @@ def core_config(engine) -> CoreConfig:
     CoreConfig
     """
     from aisim.config.kvgroups import resolve_groups
+    from aisim.config.speculative import core_args
     from aisim.perf import step_time_args
 
     g = resolve_groups(engine)
@@ -134,6 +140,7 @@ def core_config(engine) -> CoreConfig:
         per_token_s=float(tm.per_token_s),
         per_req_s=float(tm.per_req_s),
         step_time=step_time_args(tm),
+        speculative=core_args(engine),
     )
 
 
@@ -164,6 +171,11 @@ class CoreTrace:
         Closed loop: the request sent when this one finishes (-1: none).
     think_s : numpy.ndarray of float64 or None
         Closed loop: seconds between the previous turn's finish and this one.
+    accept_off, accept_cnt : numpy.ndarray of int32 or None
+        Speculative decoding: each request's slice of ``accept_values`` (count
+        0: the configured acceptance rule).
+    accept_values : numpy.ndarray of int64 or None
+        The trace's per-request ``accept`` lists, concatenated.
     """
 
     prompt_len: np.ndarray
@@ -181,3 +193,6 @@ class CoreTrace:
     arrival_time: np.ndarray | None = None
     next_turn: np.ndarray | None = None
     think_s: np.ndarray | None = None
+    accept_off: np.ndarray | None = None
+    accept_cnt: np.ndarray | None = None
+    accept_values: np.ndarray | None = None

@@ -5,8 +5,12 @@ The fields are those of the recorded vLLM runs (``tests/data/oracle/README.md``)
 ``resumed``, ``preempted``, ``finished``, ``free_blocks_sched``,
 ``free_blocks``, ``kv_usage``, ``running``, ``waiting``, ``total_tokens`` and,
 with async scheduling, ``updated_step`` plus ``drain`` lines for iterations
-that only processed an output.  A header line opens the log and a summary
-line with ``prefix_cache_stats`` closes it.
+that only processed an output.  With speculative decoding a step also lists
+``spec`` (request -> [drafts verified, drafts accepted], in scheduling order)
+and ``spec_padded`` (requests admitted with vLLM's -1 draft padding).  A
+header line opens the log (with speculative decoding, its ``speculative``
+block holds what the scheduler derived) and a summary line with
+``prefix_cache_stats`` (and ``spec``, ``spec_decoding_stats``) closes it.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ EV_NEW = EVENT_KINDS["new"]
 EV_RESUMED = EVENT_KINDS["resumed"]
 EV_PREEMPTED = EVENT_KINDS["preempted"]
 EV_FINISHED = EVENT_KINDS["finished"]
+EV_SPEC = EVENT_KINDS["spec"]
+EV_SPEC_ACCEPTED = EVENT_KINDS["spec_accepted"]
+EV_SPEC_PADDED = EVENT_KINDS["spec_padded"]
 
 
 def decision_lines(result: ReplayResult):
@@ -51,14 +58,25 @@ def decision_lines(result: ReplayResult):
     header = {"type": "header", "simulator": "aisim", "vllm_version": eng.version}
     header.update(eng.to_dict())
     header["time_model"] = dict(header["time_model"])
+    speculative = result.speculative is not None
+    if speculative:
+        header["speculative"] = dict(result.speculative)
+        if eng.speculative.drafter_cost is not None:
+            header["speculative"]["drafter_cost"] = eng.speculative.drafter_cost
     yield header
     for row in range(len(steps)):
         sel = order[bounds[row]:bounds[row + 1]]
-        arrived, finished, preempted = [], [], []
-        sched, new, resumed = {}, {}, {}
+        arrived, finished, preempted, padded = [], [], [], []
+        sched, new, resumed, spec = {}, {}, {}, {}
         for i in sel:
             k, rid, val = int(ev["kind"][i]), ids[int(ev["req"][i])], int(ev["value"][i])
-            if k == EV_ARRIVED:
+            if k == EV_SPEC:
+                spec[rid] = [val, 0]
+            elif k == EV_SPEC_ACCEPTED:
+                spec[rid][1] = val
+            elif k == EV_SPEC_PADDED:
+                padded.append(rid)
+            elif k == EV_ARRIVED:
                 arrived.append(rid)
             elif k == EV_SCHED:
                 sched[rid] = val
@@ -96,6 +114,9 @@ def decision_lines(result: ReplayResult):
                 "type": "step",
             }
         )
+        if speculative:
+            line["spec"] = spec  # scheduling order
+            line["spec_padded"] = padded
         if result.timed:
             line["clock"] = round(cols["clock_s"][row], 6)
         if eng.async_scheduling:
@@ -118,6 +139,11 @@ def decision_lines(result: ReplayResult):
         "steps": s["steps"],
         "unfinished": s["unfinished"],
     }
+    if speculative:
+        sp = s["spec"]
+        summary["spec"] = {k: sp[k] for k in ("draft_tokens", "accepted_tokens", "verifications",
+                                                "padded_requests", "padded_tokens", "draft_feeds")}
+        summary["spec_decoding_stats"] = dict(s["spec_decoding_stats"])
     if result.timed:
         summary["clock_end"] = round(s["clock_end_s"], 6)
     yield summary
@@ -126,9 +152,9 @@ def decision_lines(result: ReplayResult):
 def log_line_json(line: dict) -> str:
     """One decision-log line as the recorded logs write it.
 
-    Top-level keys are sorted; nested maps (``sched``, ``new``, ``resumed``)
-    keep the order in which the scheduler produced their entries, which is
-    part of what a log records (vLLM's scheduling order).
+    Top-level keys are sorted; nested maps (``sched``, ``new``, ``resumed``,
+    ``spec``) keep the order in which the scheduler produced their entries,
+    which is part of what a log records (vLLM's scheduling order).
     """
     return json.dumps({k: line[k] for k in sorted(line)})
 

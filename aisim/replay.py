@@ -15,11 +15,12 @@ from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
+from aisim.config.speculative import scheduler_view
 from aisim.core_input import CoreTrace, core_config
 from aisim.errors import ConfigError, ReplayError, TraceError
 from aisim.stats import percentiles
 from aisim.traces.frame import from_frame
-from aisim.traces.schema import TRACE_SCHEMA, output_streams
+from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA, output_streams
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
 STATUS_NAMES = names_by_code(REQUEST_STATUS)
@@ -65,6 +66,11 @@ class ReplayResult:
         The configuration replayed.
     events : dict of numpy arrays
         Decision-log events (only when recorded).
+    timed : bool
+        Arrivals by the clock (seconds) rather than by engine step.
+    speculative : dict or None
+        What vLLM's scheduler derives from the speculative-decoding
+        configuration (:func:`aisim.config.speculative.scheduler_view`); None without it.
     """
 
     requests: pa.Table
@@ -73,6 +79,7 @@ class ReplayResult:
     engine: EngineConfig
     events: dict = field(default_factory=dict, repr=False)
     timed: bool = False
+    speculative: dict | None = None
 
 
 def _segments_arrays(trace: pa.Table):
@@ -90,7 +97,7 @@ def _segments_arrays(trace: pa.Table):
 def _validate(trace: pa.Table, engine: EngineConfig):
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
-    missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names]
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names and f.name not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
     ids = trace.column("request_id").to_pylist()
@@ -115,8 +122,13 @@ def _validate(trace: pa.Table, engine: EngineConfig):
             f"request '{ids[i]}': prompt_tokens ({prompt[i]}) must be below max_model_len "
             f"({engine.max_model_len}); vLLM rejects such a prompt"
         )
-    # Every request must fit an empty pool, or the replay could never finish it.
-    longest = np.minimum(prompt.astype(np.int64) + out, engine.max_model_len)
+    # Every request must fit an empty pool, or the replay could never finish it.  With speculative
+    # decoding its last verification reaches k drafts and the drafter's lookahead slots further.
+    extra = 0
+    if engine.speculative is not None:
+        view = scheduler_view(engine)
+        extra = view["num_speculative_tokens"] - 1 + view["num_lookahead_tokens"]
+    longest = np.minimum(prompt.astype(np.int64) + out + extra, engine.max_model_len)
     need = request_blocks(engine, longest)
     bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
     if bad.size:
@@ -134,6 +146,20 @@ def _validate(trace: pa.Table, engine: EngineConfig):
         raise TraceError(
             f"request '{ids[i]}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
         )
+
+
+def _accept_arrays(trace: pa.Table):
+    """Each request's slice of the concatenated ``accept`` lists (count 0: null)."""
+    acc = trace.column("accept").combine_chunks()
+    offsets = acc.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    start = offsets[:-1] - offsets[0]
+    count = np.diff(offsets)
+    count[acc.is_null().to_numpy(zero_copy_only=False)] = 0
+    values = acc.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
+    values = values.to_numpy(zero_copy_only=False).astype(np.int64)
+    if np.any(values < 0):
+        raise TraceError("column 'accept' holds a negative count of accepted drafts")
+    return start.astype(np.int32), count.astype(np.int32), values
 
 
 def _closed_loop(trace: pa.Table, think_time_s):
@@ -188,7 +214,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     """
     from aisim._core.engine import Engine
 
-    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names for f in TRACE_SCHEMA)):
+    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
+                                                for f in TRACE_SCHEMA)):
         trace = from_frame(trace)  # a DataFrame or a plain table of requests
     if think_time_s is not None:
         if not closed_loop:
@@ -221,6 +248,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     arrays["arrival_time" if timed else "arrival_step"] = arrival
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
+    if engine.speculative is not None and "accept" in trace.column_names:
+        arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(trace)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:
         out = Engine(config, core_trace, record_events=record_decisions).run()
@@ -234,7 +263,29 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = out["requests"]["status"]
     summary = summarize(out["steps"], rq, engine, timed)
-    return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed)
+    if engine.speculative is not None:
+        summary.update(_spec_summary(out["steps"], out["requests"], out["spec"]))
+    return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed,
+                        scheduler_view(engine))
+
+
+def _spec_summary(st: dict, rq: dict, counts: dict) -> dict:
+    """Speculative-decoding totals: aisim's verifications and vLLM's ``SpecDecodingStats``."""
+    drafts, accepted = int(st["spec_tokens"].sum()), int(st["spec_accepted"].sum())
+    return {
+        "spec": {
+            "draft_tokens": drafts,
+            "accepted_tokens": accepted,
+            "verifications": counts["verifications"],
+            "padded_requests": counts["padded_requests"],
+            "padded_tokens": counts["padded_tokens"],
+            "draft_feeds": counts["draft_feeds"],
+            "acceptance_rate": accepted / drafts if drafts else None,
+            "accepted_per_verification": accepted / counts["verifications"] if counts["verifications"] else None,
+        },
+        # vLLM's SpecDecodingStats, summed over update_from_output calls (padding included).
+        "spec_decoding_stats": {k: counts[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")},
+    }
 
 
 def _nan_where(mask, values):
@@ -269,6 +320,8 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
         "cached_tokens_all_admissions": r["cached_tokens_all_admissions"].astype(np.int32),
         "preemptions": r["preemptions"],
         "status": _labels(r["status"], STATUS_NAMES),
+        "spec_drafts": r["spec_drafts"].astype(np.int32),
+        "spec_accepted": r["spec_accepted"].astype(np.int32),
     }
     return _table(cols, REQUESTS.replay_schema())
 

@@ -10,8 +10,10 @@ name table covers exactly these codes.
 """
 
 from aisim._core.engine cimport (
-    EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, LINE_DRAIN, LINE_STEP,
+    EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
+    EV_SPEC_PADDED, LINE_DRAIN, LINE_STEP,
 )
+from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA
 from aisim._core.request cimport ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
@@ -42,6 +44,16 @@ EVENT_KINDS = {
     "resumed": EV_RESUMED,
     "preempted": EV_PREEMPTED,
     "finished": EV_FINISHED,
+    "spec": EV_SPEC,
+    "spec_accepted": EV_SPEC_ACCEPTED,
+    "spec_padded": EV_SPEC_PADDED,
+}
+
+# How the fake model decides how many drafts it accepts (AcceptKind).
+ACCEPT_KINDS = {
+    "permille": ACC_PERMILLE,
+    "counts": ACC_COUNTS,
+    "histogram": ACC_HISTOGRAM,
 }
 
 # Step-time models (TimeKind).

@@ -4,7 +4,7 @@
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
-from aisim._core.scheduler cimport BatchC, SchedC
+from aisim._core.scheduler cimport BatchC, SchedC, SchedConfC
 from aisim._core.steptime cimport TimeModelC
 from aisim._core.types cimport block_id_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
@@ -20,6 +20,9 @@ cdef enum EventKind:
     EV_RESUMED = 3             # re-admission after preemption, value = num_computed_tokens
     EV_PREEMPTED = 4           # preempted
     EV_FINISHED = 5            # finished by the processed output
+    EV_SPEC = 6                # drafts verified with the scheduled tokens (or padding), value = drafts
+    EV_SPEC_ACCEPTED = 7       # follows EV_SPEC: value = drafts accepted
+    EV_SPEC_PADDED = 8         # follows EV_SPEC: the drafts are vLLM's -1 padding of an admission
 
 # Step columns: one row per logged engine iteration.  The names and dtypes are
 # engine.pyx STEP_COLUMNS, in this order (a test checks the two agree).
@@ -45,6 +48,8 @@ cdef enum StepCol:
     SC_HITS                    # ... and their hits
     SC_P_QUERIES               # prefix-cache queries of re-admissions after preemption
     SC_P_HITS                  # ... and their hits
+    SC_SPEC_TOKENS             # draft tokens scheduled for verification (-1 padding included)
+    SC_SPEC_ACCEPTED           # ... of those, accepted
     N_STEP_COLS                # number of step columns
 
 # Request columns, read from ReqC after the run; engine.pyx REQUEST_COLUMNS.
@@ -58,6 +63,8 @@ cdef enum ReqCol:
     RC_FIRST_SCHED             # clock of the first step that scheduled it (-1: never)
     RC_FIRST_TOKEN             # end of the step that produced its first output (-1: none)
     RC_FINISH                  # end of the step that produced its last output (-1: unfinished)
+    RC_SPEC_DRAFTS             # draft tokens scheduled for verification
+    RC_SPEC_ACCEPTED           # ... of those, accepted
     N_REQ_COLS                 # number of request columns
 
 cdef struct StepColsC:
@@ -90,12 +97,14 @@ cdef class Engine:
     cdef EventsC events            # the decision-log events
     cdef object _keep              # arrays the C side points into
     cdef object _tm_keep           # step-time model arrays the C side points into
+    cdef object _spec_keep         # acceptance arrays the C side points into
     cdef const step_t* arrival_step  # [n_reqs] arrival by engine iteration (step-clocked traces)
     cdef const sec_t* arrival_time   # [n_reqs] arrival in seconds (time-clocked traces)
     cdef req_t* open_idx           # requests that arrive on their own, in trace order
     cdef req_t n_open              # their number
     cdef req_t _nxt                # next open-loop request to arrive
     cdef HeapC rel                 # closed-loop releases, by (0, time, request index)
+    cdef int _set_speculative(self, dict spec, object trace, SchedConfC* conf) except -1
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil

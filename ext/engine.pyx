@@ -59,6 +59,8 @@ STEP_COLUMNS = (
     ("prefix_hits", "int64"),
     ("preempted_prefix_queries", "int64"),
     ("preempted_prefix_hits", "int64"),
+    ("spec_tokens", "int64"),
+    ("spec_accepted", "int64"),
 )
 
 # The request columns: (name, numpy dtype) in ReqCol order (engine.pxd).
@@ -72,6 +74,8 @@ REQUEST_COLUMNS = (
     ("first_scheduled_s", "float64"),
     ("first_token_s", "float64"),
     ("finish_s", "float64"),
+    ("spec_drafts", "int64"),
+    ("spec_accepted", "int64"),
 )
 
 if len(STEP_COLUMNS) != N_STEP_COLS or len(REQUEST_COLUMNS) != N_REQ_COLS:
@@ -126,6 +130,10 @@ cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
         return r.cached_first
     if k == RC_CACHED_ALL:
         return r.cached_total
+    if k == RC_SPEC_DRAFTS:
+        return r.spec_drafts
+    if k == RC_SPEC_ACCEPTED:
+        return r.spec_accepted
     return r.num_preemptions
 
 
@@ -220,6 +228,7 @@ cdef class Engine:
         cdef const sec_t[::1] th = _c_array(
             trace.think_s if trace.think_s is not None else np.zeros(n), np.float64)
         keep = [g_str, g_first, g_len]
+        memset(&conf, 0, sizeof(SchedConfC))
         self.timed = trace.arrival_time is not None
         if self.timed:
             a_time = _c_array(trace.arrival_time, np.float64)
@@ -281,6 +290,11 @@ cdef class Engine:
                 config.sched_block_size, config.fine_grained, config.enable_prefix_caching,
                 config.retention, config.version, max_model_len, config.watermark_blocks,
                 max_num_seqs + 8)
+        spec = config.speculative
+        if spec is not None:
+            self._set_speculative(spec, trace, &conf)
+        self.kv.eagle = conf.eagle_drop and config.enable_prefix_caching
+        self.kv.hash_lookahead = conf.hash_lookahead
         self.kv.seg_stream = &g_str[0] if g_str.shape[0] > 0 else NULL
         self.kv.seg_first = &g_first[0] if g_first.shape[0] > 0 else NULL
         self.kv.seg_len = &g_len[0] if g_len.shape[0] > 0 else NULL
@@ -295,6 +309,40 @@ cdef class Engine:
             self._set_step_time(config.step_time)
         self.record_events = record_events
         self.ready = True
+
+    cdef int _set_speculative(self, dict spec, object trace, SchedConfC* conf) except -1:
+        """Speculative-decoding settings (aisim.core_input) and the trace's ``accept`` lists."""
+        cdef const int64_t[::1] table = np.ascontiguousarray(spec["acc_table"], dtype=np.int64)
+        cdef const int64_t[::1] values
+        cdef const int32_t[::1] off
+        cdef const int32_t[::1] cnt
+        cdef Py_ssize_t i
+        conf.num_spec_tokens = spec["num_speculative_tokens"]
+        conf.num_lookahead = spec["num_lookahead_tokens"]
+        conf.draft_slots = spec["draft_slots"]
+        conf.eagle_drop = spec["use_eagle_block_drop"]
+        conf.hash_lookahead = spec["num_hash_lookahead_tokens"]
+        conf.acc_kind = spec["acc_kind"]
+        conf.acc_n = <int32_t>table.shape[0]
+        conf.acc_table = &table[0]
+        conf.acc_seed_mix = <hash_t>spec["acc_seed_mix"]
+        self.time_model.drafter_fraction = spec["drafter_fraction"]
+        self.time_model.drafter_base_s = spec["drafter_base_s"]
+        self.time_model.drafter_per_token_s = spec["drafter_per_token_s"]
+        self.time_model.drafter = (spec["drafter_fraction"] > 0 or spec["drafter_base_s"] > 0
+                                   or spec["drafter_per_token_s"] > 0)
+        keep = [table]
+        if trace.accept_values is not None and len(trace.accept_values) > 0:
+            values = np.ascontiguousarray(trace.accept_values, dtype=np.int64)
+            off = np.ascontiguousarray(trace.accept_off, dtype=np.int32)
+            cnt = np.ascontiguousarray(trace.accept_cnt, dtype=np.int32)
+            keep.append(values)
+            conf.acc_list = &values[0]
+            for i in range(self.n_reqs):
+                self.reqs[i].acc_off = off[i]
+                self.reqs[i].acc_cnt = cnt[i]
+        self._spec_keep = keep
+        return 0
 
     def _set_step_time(self, dict m):
         """Load a roofline or table model (plain dict from aisim.perf)."""
@@ -383,9 +431,18 @@ cdef class Engine:
             _put_i64(c, SC_HITS, row, sched_b.hits)
             _put_i64(c, SC_P_QUERIES, row, sched_b.p_queries)
             _put_i64(c, SC_P_HITS, row, sched_b.p_hits)
+            _put_i64(c, SC_SPEC_TOKENS, row, sched_b.spec_tokens)
+            _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
             if self.record_events:
                 for i in range(sched_b.n):
                     _event(&self.events, row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
+                for i in range(sched_b.n):
+                    if sched_b.spec_m[i] == 0:
+                        continue
+                    _event(&self.events, row, EV_SPEC, sched_b.req[i], sched_b.spec_m[i])
+                    _event(&self.events, row, EV_SPEC_ACCEPTED, sched_b.req[i], sched_b.spec_a[i])
+                    if sched_b.padded[i]:
+                        _event(&self.events, row, EV_SPEC_PADDED, sched_b.req[i], sched_b.spec_m[i])
                 for i in range(sched_b.n_new):
                     _event(&self.events, row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
                 for i in range(sched_b.n_resumed):
@@ -544,12 +601,23 @@ cdef class Engine:
             request column (trace order); ``events``: the decision-log events
             (empty unless recorded); ``num_blocks``: pool size.
         """
+        cdef SchedC* s
         if not self.ready:
             raise RuntimeError("Engine.run can be called once")
         self.ready = False
         with nogil:
             self._run()
-        return {"steps": self._steps(), "requests": self._requests(), "events": self._events()}
+        s = &self.sched
+        spec = {
+            "verifications": s.verifications,
+            "padded_requests": s.padded_requests,
+            "padded_tokens": s.padded_tokens,
+            "draft_feeds": s.draft_feeds,
+            "num_drafts": s.stat_drafts,
+            "num_draft_tokens": s.stat_draft_tokens,
+            "num_accepted_tokens": s.stat_accepted,
+        }
+        return {"steps": self._steps(), "requests": self._requests(), "events": self._events(), "spec": spec}
 
     # -------------------------------------------------------------- results
 

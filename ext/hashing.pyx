@@ -15,12 +15,53 @@ from aisim._core.request cimport ReqC
 from aisim._core.types cimport hash_t, int32_t, slot_t, tok_t
 
 
+cdef hash_t _fold_lookahead(const KVCacheC* kv, const ReqC* r, hash_t h, int32_t seg, tok_t off) noexcept nogil:
+    # The next kv.hash_lookahead tokens from the cursor (seg, off), as runs,
+    # without moving the cursor; a marker keeps these keys apart from plain ones.
+    cdef tok_t need = kv.hash_lookahead
+    cdef tok_t take, avail, length, first
+    cdef hash_t stream
+    h = hash_combine(h, <hash_t>0x6c6f6f6b61686561)
+    while need > 0:
+        if seg < r.seg_cnt:
+            stream = kv.seg_stream[r.seg_off + seg]
+            first = kv.seg_first[r.seg_off + seg]
+            length = kv.seg_len[r.seg_off + seg]
+        else:
+            stream = r.out_stream
+            first = 0
+            length = r.num_output
+        avail = length - off
+        take = need if need < avail else avail
+        h = hash_run(h, stream, first + off, take)
+        off += take
+        need -= take
+        if off == length and seg < r.seg_cnt:
+            seg += 1
+            off = 0
+    return h
+
+
 cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
     """Compute the hashes of ``r`` up to hash block ``n_hashes`` (exclusive).
 
     Only full hash blocks are hashed (``Request.update_block_hashes``); the
-    caller keeps ``n_hashes * hash_block_size <= num_tokens``.
+    caller keeps ``n_hashes <= kv_n_hashes``.  With ``kv.hash_lookahead`` = L
+    > 0 a block's hash also covers the L tokens after it (vLLM 0.33's EAGLE
+    lookahead hashes, ``get_request_block_hasher`` with
+    ``num_hash_lookahead_tokens``): they are folded in after the block's own
+    tokens, so two requests share the key only if they share those tokens too.
     """
+    if kv.num_hashed[r.slot] >= n_hashes:
+        return  # the common case: nothing new to hash
+    # Two specialisations of one inline loop: the plain one stays as lean as without lookahead.
+    if kv.hash_lookahead > 0:
+        _extend(kv, r, n_hashes, True)
+    else:
+        _extend(kv, r, n_hashes, False)
+
+
+cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead) noexcept nogil:
     cdef slot_t s = r.slot
     cdef hash_t* hashes = kv_hashes(kv, s)
     cdef int32_t j = kv.num_hashed[s]
@@ -49,6 +90,8 @@ cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
             if off == length and seg < r.seg_cnt:
                 seg += 1
                 off = 0
+        if lookahead:
+            h = _fold_lookahead(kv, r, h, seg, off)
         hashes[j] = hash_finish(h)
         j += 1
     kv.num_hashed[s] = j

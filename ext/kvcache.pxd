@@ -5,7 +5,8 @@
 # scheduler (schedule/update), engine (set-up, telemetry), and for the structs
 # by hashing, kvrows, the state managers (statecache.pxi), constants and testing.  Mirrors
 # vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
-# single_type_kv_cache_manager.py of vLLM 0.31/0.32.
+# single_type_kv_cache_manager.py of vLLM 0.31, 0.32 and 0.33 (EAGLE block drop and
+# lookahead hashes included).
 from aisim._core.blockpool cimport BlockPoolC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, slot_t, tok_t
@@ -91,6 +92,10 @@ cdef struct KVCacheC:
     tok_t* tmp_hit_len         # [n_spec] scratch of the hybrid lookup
     flag_t* tmp_looked         # [n_spec]
     block_id_t* tmp_blocks     # [n_groups] scratch: blocks of one joint probe
+    # speculative decoding (set after kv_init; 0 without it; last, so the hot fields keep their places)
+    bint eagle                 # EAGLE/MTP block drop on every group (0.31/0.32 use_eagle_block_drop)
+    tok_t hash_lookahead       # num_hash_lookahead_tokens: tokens after a block its hash covers (0.33)
+    flag_t* tmp_verified       # [n_spec] EAGLE drop applied at the current candidate length
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
@@ -103,7 +108,8 @@ cdef void kv_release_slot(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil
 cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
-                           bint full_sequence_must_fit, bint has_scheduled_reqs) except -1 nogil
+                           bint full_sequence_must_fit, bint has_scheduled_reqs,
+                           tok_t num_lookahead) except -1 nogil
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogil
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil

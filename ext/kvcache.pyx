@@ -1,7 +1,9 @@
 """vLLM's KV-cache manager and its per-group managers, as C functions.
 
 One coordinator (``KVCacheC``) over one block pool and ``n_groups`` group
-managers (``GroupC``), reproducing vLLM 0.31.0 / 0.32.0:
+managers (``GroupC``), reproducing vLLM 0.31.0, 0.32.0 and 0.33.0 (with
+speculative decoding: the EAGLE last-block drop of 0.31/0.32, ``kv.eagle``,
+and the lookahead hashes of 0.33, ``kv.hash_lookahead``):
 
 * ``kv_get_computed_blocks`` is ``KVCacheManager.get_computed_blocks``: the
   hit is capped at ``num_tokens - 1``; one group uses its own lookup
@@ -45,7 +47,7 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_free, mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
 
 # The state managers and retention masks (state_lookup, state_blocks_needed,
@@ -125,6 +127,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     mem_grow(<void**>&kv.spec_members, 0, n_groups, sizeof(int32_t))
     mem_grow(<void**>&kv.tmp_hit_len, 0, n_groups, sizeof(tok_t))
     mem_grow(<void**>&kv.tmp_looked, 0, n_groups, sizeof(flag_t))
+    mem_grow(<void**>&kv.tmp_verified, 0, n_groups, sizeof(flag_t))
     mem_grow(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
     mem_grow(<void**>&kv.mask, 0, widest, sizeof(flag_t))
     k = 0
@@ -167,6 +170,7 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     mem_free(kv.spec_members)
     mem_free(kv.tmp_hit_len)
     mem_free(kv.tmp_looked)
+    mem_free(kv.tmp_verified)
     mem_free(kv.tmp_blocks)
     mem_free(kv.mask)
     mem_free(kv.hashes)
@@ -229,7 +233,8 @@ cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil:
 
 # ------------------------------------------------------------------ lookups
 
-cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
+cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align,
+                       bint drop) noexcept nogil:
     # FullAttentionManager.find_longest_cache_hit
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
@@ -256,25 +261,32 @@ cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok
                 n += 1
                 hit = (fi + 1) * align
                 break
+    if drop and hit > 0:
+        # EAGLE recomputes the tokens before the generation point: one hash
+        # unit when fine-grained, else one block (drop_eagle_block).
+        hit -= tmin(align, bs)
     hit -= hit % align
     n = <int32_t>tmin(n, cdiv(hit, bs))
     kv_set_hit_n(kv, sg, n)
     return hit
 
 
-cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
+cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align,
+                      bint drop) noexcept nogil:
     # SlidingWindowManager.find_longest_cache_hit: a hit needs the blocks of the
-    # last window - 1 tokens; scanning right to left for such a run.
+    # last window - 1 tokens; scanning right to left for such a run.  With the
+    # EAGLE drop the run needs one more block, dropped afterwards
+    # (_contiguous_blocks_for_hit).
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t need = <int32_t>cdiv(g.spec.window - 1, bs)
+    cdef int32_t need = <int32_t>cdiv(g.spec.window - 1, bs) + <int32_t>drop
     cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, kv_n_hashes(kv, r) // g.ratio)
     cdef int32_t i, c = 0, n = 0
     cdef bint found = False
     kv_fill_null(kv, sg, 0, max_blocks)
     for i in range(max_blocks - 1, -1, -1):
         if kv_probe(kv, sg, kv_view(kv, r, g.ratio, i)):
-            if c == 0 and bs != align and ((i + 1) * bs) % align != 0:
+            if c == 0 and bs != align and (((i if drop else i + 1)) * bs) % align != 0:
                 continue
             kv_put_hit(kv, sg, i)
             c += 1
@@ -287,6 +299,11 @@ cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_
     if not found:
         # A run reaching the start needs no earlier window.
         n = c
+        while bs != align and (n * bs) % align != 0:
+            n -= 1
+    if drop and n > 0:
+        # Pop the EAGLE block, then re-align.
+        n -= 1
         while bs != align and (n * bs) % align != 0:
             n -= 1
     kv_set_hit_n(kv, sg, n)
@@ -314,12 +331,15 @@ cdef tok_t _lookup_chunked(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, 
     return n * bs
 
 
-cdef tok_t _lookup(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align) noexcept nogil:
+cdef tok_t _lookup(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align,
+                  bint drop) noexcept nogil:
+    # ``drop``: the EAGLE last-block drop (Mamba never applies it; chunked
+    # local attention cannot be configured with it).
     cdef int32_t kind = kv.groups[kv.spec_members[kv.spec_first[sg]]].spec.kind
     if kind == GK_FULL:
-        return _lookup_full(kv, r, sg, max_length, align)
+        return _lookup_full(kv, r, sg, max_length, align, drop)
     if kind == GK_SWA:
-        return _lookup_swa(kv, r, sg, max_length, align)
+        return _lookup_swa(kv, r, sg, max_length, align, drop)
     if kind == GK_CHUNKED:
         return _lookup_chunked(kv, r, sg, max_length, align)
     if kind == GK_MAMBA:
@@ -333,9 +353,9 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
 
     Also sets ``r.shared_prefix_boundary`` (KVCacheManager.get_computed_blocks).
     """
-    cdef tok_t max_len, hit, cur, new_len, longest = 0
+    cdef tok_t max_len, hit, cur, new_len, probe, longest = 0
     cdef int32_t i, sg, kind
-    cdef bint simple
+    cdef bint simple, drop
     cdef GroupC* g
     for i in range(kv.n_groups):
         kv.groups[i].hit_n = 0
@@ -346,21 +366,38 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
     max_len = num_tokens(r) - 1
     hash_extend(kv, r, kv_n_hashes(kv, r))
     if not kv.hybrid:
-        return _lookup(kv, r, 0, max_len, kv.groups[0].spec.block_size)
+        return _lookup(kv, r, 0, max_len, kv.groups[0].spec.block_size, kv.eagle)
     # HybridKVCacheCoordinator.find_longest_cache_hit: the fixed point.
     for sg in range(kv.n_spec):
         kv.tmp_looked[sg] = False
+        kv.tmp_verified[sg] = False
     simple = kv.n_spec == 2 and kv.groups[kv.spec_members[kv.spec_first[0]]].spec.kind == GK_FULL
     hit = max_len
     while True:
         cur = hit
         for sg in range(kv.n_spec):
-            kind = kv.groups[kv.spec_members[kv.spec_first[sg]]].spec.kind
+            g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
+            kind = g.spec.kind
             if kind == GK_FULL and kv.tmp_looked[sg]:
                 # Full attention is downward closed: never re-probed.
                 cur = tmin(cur, kv.tmp_hit_len[sg])
                 continue
-            new_len = _lookup(kv, r, sg, cur, kv.align)
+            # EAGLE: each spec-group drops at most once per candidate length; it
+            # is probed one drop unit further (never for Mamba) so that the drop
+            # lands back on the candidate (0.31/0.32; issue #32802).
+            drop = kv.eagle and not kv.tmp_verified[sg]
+            probe = cur
+            if drop and kind != GK_MAMBA:
+                if kv.fine and kind == GK_FULL and g.spec.block_size > kv.hash_block_size:
+                    probe = tmin(cur + kv.hash_block_size, max_len)
+                else:
+                    probe = tmin(cur + g.spec.block_size, max_len)
+            new_len = _lookup(kv, r, sg, probe, kv.align, drop)
+            if drop:
+                kv.tmp_verified[sg] = True
+            elif new_len < cur:
+                for i in range(kv.n_spec):
+                    kv.tmp_verified[i] = False
             kv.tmp_looked[sg] = True
             kv.tmp_hit_len[sg] = new_len
             cur = new_len
@@ -523,11 +560,15 @@ cdef int _allocate_new_blocks(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens,
 
 
 cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
-                           bint full_sequence_must_fit, bint has_scheduled_reqs) except -1 nogil:
+                           bint full_sequence_must_fit, bint has_scheduled_reqs,
+                           tok_t num_lookahead) except -1 nogil:
     """KVCacheManager.allocate_slots; 1 when allocated, 0 when it returns None.
 
     ``num_new_computed`` > 0 adopts the blocks of the last lookup.  On failure
     nothing changes except out-of-window blocks, which vLLM frees first.
+    ``num_lookahead`` slots past the scheduled tokens are reserved for the
+    drafter (speculative decoding; never cached); Mamba in align mode ignores
+    them (``MambaManager.get_num_blocks_to_allocate`` counts the main model's tokens).
     """
     cdef bint use_hits = num_new_computed > 0
     cdef tok_t local = r.num_computed + num_new_computed
@@ -552,7 +593,7 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
         if need + wm > kv.pool.num_free:
             return 0
     main_tokens = total + num_new_tokens
-    need_slot = tmin(main_tokens, kv.max_model_len)
+    need_slot = tmin(main_tokens + num_lookahead, kv.max_model_len)
     # Out-of-window blocks are released before the capacity check.
     for gi in range(kv.n_groups):
         _remove_skipped(kv, gi, r, tmax(0, total - r.num_in_flight))
@@ -580,8 +621,9 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
 
 # ------------------------------------------------------------------ caching
 
-cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogil:
+cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mode) except -1 nogil:
     """SingleTypeKVCacheManager.cache_blocks (+ FullAttention / Mamba extras)."""
+    cdef bint spec = spec_mode is spec_on_t
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -596,7 +638,13 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         return 0
     before = g.num_cached[s] if g.num_cached[s] > 0 else 0
     c = before
-    f = <int32_t>(n // bs)
+    # Only blocks whose hash exists are cached: with lookahead hashes (0.33)
+    # a full block waits for the tokens after it (SingleTypeKVCacheManager.cache_blocks).
+    # Without them every full block of the n <= num_tokens tokens has its hash.
+    if spec and kv.hash_lookahead > 0:
+        f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
+    else:
+        f = <int32_t>(n // bs)
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
         for i in range(c, f):
@@ -613,8 +661,12 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         if bs == h:
             return 0
         # _cache_partial_tail_block: a key at the prompt's last hash boundary
-        # (0.32: of prompt - 1 tokens; 0.31: of the prompt).
-        b = ((r.prompt_len - 1) if kv.version >= 32 else r.prompt_len) // h * h
+        # (0.32: of prompt - 1 tokens, of the prompt with the EAGLE drop; 0.31:
+        # of the prompt; 0.33: at most the hashes the request has).
+        b = ((r.prompt_len - 1) if kv.version >= 32 and not (spec and kv.eagle) else r.prompt_len) // h
+        if spec and kv.version >= 33:
+            b = tmin(b, kv_n_hashes(kv, r))
+        b *= h
         if b == 0 or b > n or b % bs == 0:
             return 0
         idx = <int32_t>(b // bs)
@@ -624,7 +676,14 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except -1 nogi
         return 0
     if g.spec.kind != GK_MAMBA:
         return 0
-    return state_cache_tail(kv, gi, r, n, before)
+    return state_cache_tail(kv, gi, r, n, before, mode)
+
+
+cdef inline int32_t _hash_blocks(const KVCacheC* kv, const ReqC* r, tok_t n) noexcept nogil:
+    # Hash blocks of the first n tokens that have their hash (lookahead hashes wait for later tokens).
+    if kv.hash_lookahead == 0:
+        return <int32_t>(n // kv.hash_block_size)
+    return <int32_t>tmin(n // kv.hash_block_size, kv_n_hashes(kv, r))
 
 
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
@@ -632,17 +691,35 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens) except -1 nogil:
 
     Several groups cache only up to scheduler-block-aligned lengths unless
     fine-grained hits are on (HybridKVCacheCoordinator._align_cacheable).
+    Compiled once with and once without the speculative-decoding rules (the
+    EAGLE drop's extra block, lookahead hashes), so that they cost nothing when off.
     """
+    if kv.eagle or kv.hash_lookahead > 0:
+        return _cache_blocks(kv, r, n_tokens, <spec_on_t*>NULL)
+    return _cache_blocks(kv, r, n_tokens, <spec_off_t*>NULL)
+
+
+cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) except -1 nogil:
+    cdef bint spec = spec_mode is spec_on_t
     cdef int32_t gi
     cdef tok_t n = n_tokens
+    cdef tok_t full = n_tokens, ng
+    cdef bint extra = False
     if not kv.caching:
         return 0
     if kv.hybrid and not kv.fine:
         n = n // kv.sched_block_size * kv.sched_block_size
+        # EAGLE groups match one block past an aligned boundary and drop it,
+        # so that block may be cached too
+        # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
+        extra = spec and kv.eagle and n > 0
     if n > 0:
-        hash_extend(kv, r, <int32_t>(n // kv.hash_block_size))
+        hash_extend(kv, r, _hash_blocks(kv, r, full if extra else n) if spec else <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
-        _cache_group(kv, gi, r, n)
+        ng = n
+        if extra:
+            ng = tmin(full, n + kv.groups[gi].spec.block_size)
+        _cache_group(kv, gi, r, ng, mode)
     return 0
 
 

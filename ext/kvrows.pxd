@@ -8,7 +8,7 @@ from aisim._core.hashing cimport group_key
 from aisim._core.kvcache cimport GroupC, KVCacheC
 from aisim._core.memory cimport mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t
+from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, tok_t
 from aisim._core.util cimport num_tokens
 
 
@@ -21,8 +21,13 @@ cdef inline hash_t* kv_hashes(const KVCacheC* kv, slot_t s) noexcept nogil:
 
 
 cdef inline int32_t kv_n_hashes(const KVCacheC* kv, const ReqC* r) noexcept nogil:
-    # len(request.block_hashes)
-    return <int32_t>(num_tokens(r) // kv.hash_block_size)
+    # len(request.block_hashes): full hash blocks followed by num_hash_lookahead_tokens
+    # more tokens (vllm/v1/core/kv_cache_utils.py get_request_block_hasher, 0.33).
+    cdef tok_t n
+    if kv.hash_lookahead == 0:
+        return <int32_t>(num_tokens(r) // kv.hash_block_size)
+    n = num_tokens(r) - kv.hash_lookahead
+    return <int32_t>(n // kv.hash_block_size) if n > 0 else 0
 
 
 cdef inline hash_t kv_view(const KVCacheC* kv, const ReqC* r, int32_t ratio, int32_t i) noexcept nogil:

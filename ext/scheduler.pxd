@@ -1,11 +1,17 @@
 # vLLM's v1 Scheduler / AsyncScheduler for the default path: schedule() and
 # update_from_output() over C arrays.  cimported by engine, which owns the
 # request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
-# async_scheduler.py and request_queue.py of vLLM 0.31/0.32.
+# async_scheduler.py and request_queue.py of vLLM 0.31, 0.32 and 0.33, drafts included.
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+
+# How the fake model decides how many drafts it accepts (aisim.config.speculative).
+cdef enum AcceptKind:
+    ACC_PERMILLE = 0     # the seeded hash rule: per-position acceptance in permille
+    ACC_COUNTS = 1       # a list of counts, cycled over a request's verifications
+    ACC_HISTOGRAM = 2    # a seeded draw from P(exactly j accepted), as 53-bit thresholds
 
 cdef struct SchedConfC:
     tok_t max_num_batched_tokens     # input_budget per step
@@ -25,6 +31,17 @@ cdef struct SchedConfC:
     bint mamba_partial               # mamba_partial_cache_hit (fine-grained hits)
     bint mamba_has_ckpt              # every Mamba group has prefill checkpoint blocks
     tok_t mamba_ckpt_align           # prefill_checkpoint_alignment of the first Mamba group (0 = None)
+    # speculative decoding (vllm/config/speculative.py, VllmConfig.num_lookahead_tokens)
+    tok_t num_spec_tokens            # drafts per step, k (0 = off)
+    tok_t num_lookahead              # num_lookahead_tokens: KV slots reserved past the scheduled tokens
+    tok_t draft_slots                # max_num_new_slots_for_drafting: input budget per scheduled request
+    bint eagle_drop                  # use_eagle_block_drop (0.31/0.32 EAGLE/MTP)
+    tok_t hash_lookahead             # num_hash_lookahead_tokens (0.33 EAGLE/MTP)
+    int32_t acc_kind                 # AcceptKind
+    int32_t acc_n                    # entries of acc_table
+    const int64_t* acc_table         # [acc_n] permille per position, counts, or histogram thresholds
+    hash_t acc_seed_mix              # sm(seed) of the hash and histogram rules
+    const int64_t* acc_list          # every request's trace `accept` list, concatenated
 
 cdef struct BatchC:
     # One SchedulerOutput, plus what the decision log and telemetry need.
@@ -53,6 +70,12 @@ cdef struct BatchC:
     int64_t p_queries                # ... and of its re-admissions
     int64_t p_hits
     int64_t p_requests
+    # speculative decoding (last, so the hot fields keep their places)
+    tok_t* spec_m                    # [cap] drafts verified with the entry (0: none; padding: k)
+    tok_t* spec_a                    # [cap] of those, accepted (decided when the batch is formed)
+    flag_t* padded                   # [cap] the drafts are vLLM's -1 padding of a one-token admission
+    tok_t spec_tokens                # sum of spec_m (padding included)
+    tok_t spec_accepted              # sum of spec_a
 
 cdef struct SchedC:
     SchedConfC conf                  # the knobs, fixed for the replay
@@ -70,6 +93,14 @@ cdef struct SchedC:
     req_t* finished                  # [n_reqs] requests finished by the last update
     int32_t n_finished
     int32_t cap                      # capacity of the per-step arrays of a BatchC
+    # speculative-decoding totals
+    int64_t verifications            # entries that verified real drafts
+    int64_t padded_requests          # entries admitted with the -1 padding
+    int64_t padded_tokens            # their padding tokens
+    int64_t draft_feeds              # sync: requests handed k drafts after a step (update_draft_token_ids)
+    int64_t stat_drafts              # SpecDecodingStats.num_drafts (update_from_output)
+    int64_t stat_draft_tokens        # SpecDecodingStats.num_draft_tokens
+    int64_t stat_accepted            # SpecDecodingStats.num_accepted_tokens
 
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
 cdef void sched_release(SchedC* s) noexcept nogil

@@ -2,11 +2,16 @@
 
 ``sched_schedule`` is ``Scheduler.schedule`` and ``sched_update`` is
 ``Scheduler.update_from_output`` (with ``AsyncScheduler``'s placeholder
-bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0 and 0.32.0:
-no speculative decoding, connectors, encoders, LoRA or structured output.
-The fake model of the recorded oracle runs is built in: a request scheduled to
-the end of its known tokens (not a prefill chunk) samples exactly one token,
-and a request stops only at ``max_tokens`` or ``max_model_len``.
+bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0, 0.32.0 and
+0.33.0 (``conf.version`` selects a release's rules), with speculative
+decoding; no connectors, encoders, LoRA or structured output.  The fake model
+of the recorded oracle runs is built in: a request scheduled to the end of its
+known tokens (not a prefill chunk) samples one token plus the drafts it
+accepts (the acceptance rules below), and a request stops only at
+``max_tokens`` or ``max_model_len``.
+
+Speculative decoding is a compile-time mode of both functions (the fused type
+``spec_mode`` of ``types.pxd``): without it, none of the draft arithmetic runs.
 
 Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
 (a ring buffer) or, under the priority policy, a binary heap ordered by
@@ -25,8 +30,8 @@ from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
 from aisim._core.memory cimport mem_calloc, mem_free
-from aisim._core.types cimport flag_t, req_t, sec_t, tok_t
-from aisim._core.util cimport cdiv, ckpt_position, num_tokens, tmin
+from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
+from aisim._core.util cimport cdiv, ckpt_position_v, num_tokens, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
@@ -49,12 +54,17 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
     cdef tok_t stops[4]
     if start >= prefill_end:
         return n
+    # With the EAGLE drop, full attention prunes the last matching block, so
+    # the last cacheable state backs off one block too.
     if c.version >= 32:
-        last = ckpt_position(ntok, bs)
-        cp = ckpt_position(prefill_end, h if c.mamba_partial else s.kv.sched_block_size)
+        last = ckpt_position_v(ntok, bs, c.eagle_drop, c.version, c.hash_lookahead)
+        cp = ckpt_position_v(prefill_end, h if c.mamba_partial else s.kv.sched_block_size,
+                             c.eagle_drop, c.version, c.hash_lookahead)
     else:
         last = ntok - ntok % bs
-        cp = ckpt_position(prefill_end, h)
+        if c.eagle_drop:
+            last = last - bs if last > bs else 0
+        cp = ckpt_position_v(prefill_end, h, c.eagle_drop, c.version, 0)
     end = start + n
     internal = False
     if c.mamba_has_ckpt and end >= prefill_end and c.mamba_ckpt_align > 0:
@@ -72,7 +82,12 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
             end = aligned
     tail = 0
     if c.mamba_partial and not internal:
-        tail = ckpt_position(r.prompt_len, h) if c.version >= 32 else r.prompt_len // h * h
+        if c.version >= 32:
+            tail = ckpt_position_v(r.prompt_len, h, c.eagle_drop, c.version, c.hash_lookahead)
+        else:
+            tail = r.prompt_len // h * h
+            if tail and c.eagle_drop:
+                tail = tail - h if tail > h else 0
     junction = r.shared_prefix_boundary
     stops[0] = (start // bs + 1) * bs if (start % bs != 0 and not internal) else 0
     stops[1] = last
@@ -125,6 +140,9 @@ cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil:
     b.sampled = <flag_t*>mem_calloc(cap, sizeof(flag_t))
     b.decode = <flag_t*>mem_calloc(cap, sizeof(flag_t))
     b.ctx = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.spec_m = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.spec_a = <tok_t*>mem_calloc(cap, sizeof(tok_t))
+    b.padded = <flag_t*>mem_calloc(cap, sizeof(flag_t))
     b.new_req = <req_t*>mem_calloc(cap, sizeof(req_t))
     b.new_computed = <tok_t*>mem_calloc(cap, sizeof(tok_t))
     b.res_req = <req_t*>mem_calloc(cap, sizeof(req_t))
@@ -139,6 +157,9 @@ cdef void batch_release(BatchC* b) noexcept nogil:
     mem_free(b.sampled)
     mem_free(b.decode)
     mem_free(b.ctx)
+    mem_free(b.spec_m)
+    mem_free(b.spec_a)
+    mem_free(b.padded)
     mem_free(b.new_req)
     mem_free(b.new_computed)
     mem_free(b.res_req)
@@ -234,6 +255,7 @@ cdef void _preempt(SchedC* s, BatchC* b, req_t v) noexcept nogil:
     kv_free(s.kv, r)
     r.status = ST_PREEMPTED
     r.num_computed = 0
+    r.num_spec = 0  # spec_token_ids cleared
     r.num_stale = r.num_in_flight
     r.num_placeholders = 0
     r.num_preemptions += 1
@@ -257,39 +279,102 @@ cdef int32_t _priority_victim(const SchedC* s) noexcept nogil:
     return best
 
 
-cdef void _unschedule(BatchC* b, req_t v, tok_t* token_budget, tok_t* input_budget) noexcept nogil:
-    # A priority victim scheduled earlier in this step gives its tokens back.
+cdef void _unschedule(BatchC* b, req_t v, tok_t* token_budget, tok_t* input_budget,
+                      tok_t draft_slots) noexcept nogil:
+    # A priority victim scheduled earlier in this step gives its tokens back
+    # (and its drafts: scheduled_spec_decode_tokens.pop).
     cdef int32_t i, j = 0
     for i in range(b.n):
         if b.req[i] == v:
             token_budget[0] += b.tokens[i]
-            input_budget[0] += b.tokens[i]
+            input_budget[0] += b.tokens[i] + draft_slots
             b.total_tokens -= b.tokens[i]
         else:
             b.req[j] = b.req[i]
             b.tokens[j] = b.tokens[i]
+            b.spec_m[j] = b.spec_m[i]
+            b.padded[j] = b.padded[i]
             j += 1
     b.n = j
 
 
-cdef inline void _emit(BatchC* b, req_t r, tok_t n) noexcept nogil:
+cdef inline void _emit(BatchC* b, req_t r, tok_t n, bint spec) noexcept nogil:
+    # Without speculative decoding the draft arrays stay all zero (batch_init).
     b.req[b.n] = r
     b.tokens[b.n] = n
+    if spec:
+        b.spec_m[b.n] = 0
+        b.spec_a[b.n] = 0
+        b.padded[b.n] = 0
     b.n += 1
     b.total_tokens += n
 
 
+# ------------------------------------------------------------------ acceptance
+# The fake model of the recordings (tests/data/oracle/README.md, "Speculative
+# decoding"): request i verified for the n-th time with m drafts accepts
+# min(m, A(i, n)); A is the request's trace list, the configured counts, a
+# histogram draw or the seeded per-position hash rule.
+
+cdef inline hash_t _sm(hash_t x) noexcept nogil:
+    # One splitmix64 output (all arithmetic mod 2**64).
+    cdef hash_t z = x + <hash_t>0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * <hash_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <hash_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
+    """Drafts the model accepts of ``m`` at request ``i``'s next verification."""
+    cdef const SchedConfC* c = &s.conf
+    cdef const ReqC* r = &s.reqs[i]
+    cdef int64_t n = r.num_verifications
+    cdef hash_t h, v
+    cdef tok_t a = 0, j
+    cdef int32_t p
+    if r.acc_cnt > 0:
+        a = c.acc_list[r.acc_off + n % r.acc_cnt]
+    elif c.acc_kind == ACC_COUNTS:
+        a = c.acc_table[n % c.acc_n]
+    else:
+        h = _sm(_sm(c.acc_seed_mix ^ <hash_t>i) ^ <hash_t>n)
+        if c.acc_kind == ACC_HISTOGRAM:
+            # A uniform 53-bit draw against the cumulative thresholds.
+            v = h >> 11
+            while a < c.acc_n - 1 and <int64_t>v >= c.acc_table[a]:
+                a += 1
+        else:
+            # Leading positions j < m with sm(h ^ j) % 1000 < permille[min(j, len - 1)].
+            for j in range(m):
+                p = <int32_t>(j if j < c.acc_n else c.acc_n - 1)
+                if <int64_t>(_sm(h ^ <hash_t>j) % 1000) >= c.acc_table[p]:
+                    break
+                a += 1
+    return a if a < m else m
+
+
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     """One call of Scheduler.schedule(); fills ``b`` and advances the requests."""
+    # One inline body, specialised: without speculative decoding its draft
+    # arithmetic folds away.
+    if s.conf.num_spec_tokens > 0:
+        return _schedule(s, b, <spec_on_t*>NULL)
+    return _schedule(s, b, <spec_off_t*>NULL)
+
+
+cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
+    cdef bint spec = spec_mode is spec_on_t
     cdef SchedConfC* c = &s.conf
     cdef tok_t token_budget = c.max_num_scheduled_tokens
     cdef tok_t input_budget = c.max_num_batched_tokens
-    cdef tok_t lpt, n, hit, computed_before
-    cdef int32_t req_index = 0, vi, i, n_skipped = 0
+    cdef tok_t draft_slots = c.draft_slots if spec else 0
+    cdef tok_t k = c.num_spec_tokens if spec else 0
+    cdef tok_t lpt, n, hit, computed_before, req_budget, n_spec
+    cdef int32_t req_index = 0, vi, i, n_skipped = 0, n_running_sched
     cdef int32_t eligible = s.n_running + s.n_waiting
     cdef req_t ri, v
     cdef ReqC* r
-    cdef bint ok
+    cdef bint ok, prefill_scheduled = False, pad
 
     b.n = 0
     b.total_tokens = 0
@@ -298,6 +383,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     b.n_preempted = 0
     b.queries = b.hits = b.requests = 0
     b.p_queries = b.p_hits = b.p_requests = 0
+    b.spec_tokens = b.spec_accepted = 0
     kv_new_step_starts(s.kv)
 
     # Long-prefill threshold, once per step, only with more than one eligible
@@ -311,17 +397,22 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     while req_index < s.n_running and token_budget > 0:
         ri = s.running[req_index]
         r = &s.reqs[ri]
-        if input_budget <= 0:
+        # Every scheduled request takes draft_slots of the input budget too.
+        if input_budget <= draft_slots:
             break
-        # Async guard: never schedule past max_tokens while outputs are pending.
+        # Async guard: never schedule past max_tokens while outputs are pending
+        # (placeholders count the drafts, so this holds even if all are rejected).
         if r.num_placeholders > 0 and (
                 r.num_computed + 2 - r.num_placeholders >= r.prompt_len + r.max_tokens):
             req_index += 1
             continue
+        # num_tokens_with_spec: the drafts are scheduled with the next token.
         n = num_tokens(r) + r.num_placeholders - r.num_computed
+        if spec:
+            n += r.num_spec
         if 0 < lpt < n:
             n = lpt
-        n = tmin(n, tmin(token_budget, input_budget))
+        n = tmin(n, tmin(token_budget, input_budget - draft_slots))
         # Leave room for the sampled token (num_sampled_tokens_per_step = 1).
         n = tmin(n, c.max_model_len - r.num_computed - 1)
         if c.mamba_split:
@@ -330,7 +421,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             req_index += 1
             continue
         while True:
-            ok = kv_allocate_slots(s.kv, r, n, 0, False, True) == 1
+            ok = kv_allocate_slots(s.kv, r, n, 0, False, True, c.num_lookahead) == 1
             if ok:
                 break
             # Preempt: FCFS takes the tail of running; priority the max of
@@ -343,7 +434,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
                 s.n_running -= 1
                 if vi < req_index:
                     req_index -= 1
-                _unschedule(b, v, &token_budget, &input_budget)
+                _unschedule(b, v, &token_budget, &input_budget, draft_slots)
             else:
                 s.n_running -= 1
                 v = s.running[s.n_running]
@@ -361,15 +452,27 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             if c.version >= 33:
                 continue
             break
-        _emit(b, ri, n)
+        _emit(b, ri, n, spec)
         token_budget -= n
-        input_budget -= n
+        input_budget -= n + draft_slots
         req_index += 1
+        if not spec:
+            continue
+        # is_prefill_chunk from the request's previous scheduling.
+        prefill_scheduled = prefill_scheduled or r.is_prefill_chunk
+        if r.num_spec > 0:
+            # The drafts that fit into n after the known tokens (and placeholders);
+            # spec_token_ids is cleared either way.
+            n_spec = n + r.num_computed - num_tokens(r) - r.num_placeholders
+            if n_spec > 0:
+                b.spec_m[b.n - 1] = tmin(n_spec, r.num_spec)
+            r.num_spec = 0
+    n_running_sched = b.n
 
     # ---- pass 2: waiting requests, only if nothing was preempted
     if b.n_preempted == 0:
         while token_budget > 0:
-            if s.n_waiting == 0 or input_budget <= 0:
+            if s.n_waiting == 0 or input_budget <= draft_slots:
                 break
             if s.n_running >= c.max_num_active_reqs:
                 break
@@ -383,17 +486,33 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
             kv_acquire_slot(s.kv, r)
             # New or preempted request: local prefix-cache lookup.
             hit = kv_get_computed_blocks(s.kv, r)
+            req_budget = tmin(token_budget, input_budget - draft_slots)
             n = num_tokens(r) - hit
+            pad = False
+            if spec and n == 1 and not prefill_scheduled and (n_running_sched > 0 or hit > 0):
+                # A one-token admission is padded to the uniform 1 + k decode
+                # shape with -1 drafts, when the sampled token still fits; if the
+                # padded request does not fit the budget the pass stops.
+                if hit + 1 + k + 1 <= c.max_model_len:
+                    if 1 + k > req_budget:
+                        break
+                    n = 1 + k
+                    pad = True
             if 0 < lpt < n:
                 n = lpt
-            if not c.chunked_prefill and n > tmin(token_budget, input_budget):
+            if not c.chunked_prefill and n > req_budget:
                 break
-            n = tmin(n, tmin(token_budget, input_budget))
+            n = tmin(n, req_budget)
             if c.mamba_split:
                 n = _mamba_block_aligned_split(s, r, n, hit)
                 if n == 0:
                     break
-            if kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0) == 0:
+                if pad and n != 1 + k:
+                    # Alignment clipped the padding rows: drop the padding.
+                    n = 1
+                    pad = False
+            if kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0,
+                                 c.num_lookahead) == 0:
                 break
             # record_prefix_cache_stats, once per successful admission.
             if s.kv.caching:
@@ -418,9 +537,12 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
                 b.res_req[b.n_resumed] = ri
                 b.res_computed[b.n_resumed] = hit
                 b.n_resumed += 1
-            _emit(b, ri, n)
+            _emit(b, ri, n, spec)
+            if pad:
+                b.spec_m[b.n - 1] = k
+                b.padded[b.n - 1] = 1
             token_budget -= n
-            input_budget -= n
+            input_budget -= n + draft_slots
             r.status = ST_RUNNING
             r.num_computed = hit
             if r.first_sched_s < 0:
@@ -443,8 +565,28 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
         b.sampled[i] = not r.is_prefill_chunk
         b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
         b.ctx[i] = r.num_computed
+        if spec and b.spec_m[i] > 0:
+            if b.padded[i]:
+                # -1 padding: verified like drafts, never accepted, not a verification.
+                s.padded_requests += 1
+                s.padded_tokens += b.spec_m[i]
+            else:
+                # The model runs the batch: how many drafts it accepts is fixed now.
+                b.spec_a[i] = _accepted(s, b.req[i], b.spec_m[i])
+                r.num_verifications += 1
+                r.spec_accepted += b.spec_a[i]
+                b.spec_accepted += b.spec_a[i]
+                s.verifications += 1
+            r.spec_drafts += b.spec_m[i]
+            b.spec_tokens += b.spec_m[i]
         if c.async_scheduling and not r.is_prefill_chunk:
-            r.num_placeholders += 1
+            # One sampled token plus the scheduled drafts are in flight; vLLM
+            # puts k -1 placeholders in spec_token_ids for the next step.
+            if spec:
+                r.num_placeholders += 1 + b.spec_m[i]
+                r.num_spec = k
+            else:
+                r.num_placeholders += 1
     s.finished_pending = False
     b.free_after_schedule = s.kv.pool.num_free
     return 0
@@ -452,15 +594,79 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 
 # ------------------------------------------------------------------ update_from_output()
 
+cdef bint _spec_output(SchedC* s, ReqC* r, tok_t m, tok_t a, bint stale, bint was_running,
+                       sec_t end_s) except -1 nogil:
+    """A sampled output with speculative decoding on: 1 + a tokens after m drafts.
+
+    The rejected drafts (m may be 0, or vLLM's -1 padding) roll back what
+    schedule() advanced (a stale count predates the preemption's reset and is
+    not applied); the tokens are appended one by one and check_stop drops the
+    rest at ``max_tokens`` or ``max_model_len`` (Scheduler.update_from_output,
+    _update_request_with_output).  Returns whether the request stopped.
+    """
+    cdef const SchedConfC* c = &s.conf
+    cdef tok_t gen = 1 + a, appended = 0
+    cdef bint stopped = False
+    if m > 0:
+        if not stale:
+            if r.num_computed > 0:
+                r.num_computed -= m - a
+            if r.num_placeholders > 0:
+                r.num_placeholders -= m - a
+        # SpecDecodingStats (padding included, as vLLM counts it).
+        s.stat_drafts += 1
+        s.stat_draft_tokens += m
+        s.stat_accepted += a
+    while appended < gen:
+        r.num_output += 1
+        appended += 1
+        if r.num_output == 1:
+            r.first_token_s = end_s
+        if num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens:
+            stopped = True
+            break
+    if c.version >= 33:
+        if stopped and not stale:
+            # num_computed_tokens covers every new token but the last.
+            r.num_computed -= gen - appended
+        if not stale and r.num_placeholders > 0:
+            r.num_placeholders -= gen  # every returned token, trimmed ones too
+        # With speculative decoding every output caches what it made final,
+        # before a finished request is freed.
+        if not stale and was_running:
+            kv_cache_blocks(s.kv, r, r.num_computed - r.num_in_flight)
+    elif c.async_scheduling:
+        # AsyncScheduler._update_request_with_output (0.31, 0.32): the kept tokens.
+        if not stale:
+            r.num_placeholders -= appended
+        if was_running:
+            kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+    return stopped
+
+
 cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
+    """Scheduler.update_from_output for batch ``b`` with the fake model's tokens."""
+    if s.conf.num_spec_tokens > 0:
+        return _update(s, b, <spec_on_t*>NULL)
+    return _update(s, b, <spec_off_t*>NULL)
+
+
+cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
     """Scheduler.update_from_output for batch ``b`` with the fake model's tokens.
 
-    Tokens produced by ``b`` are stamped with ``b.end_s``.
+    A request verified with m drafts gets 1 + a tokens (a decided when the batch
+    was formed); the rejected drafts roll ``num_computed_tokens`` (and async
+    placeholders) back.  Tokens are appended one by one and the request stops
+    at ``max_tokens`` or ``max_model_len``, dropping the rest.  Tokens produced
+    by ``b`` are stamped with ``b.end_s``.  A synchronous engine then hands
+    every request of the batch k new drafts (``EngineCore.post_step``).
     """
+    cdef bint spec = spec_mode is spec_on_t
+    cdef const SchedConfC* c = &s.conf
     cdef int32_t i, j
     cdef req_t ri
     cdef ReqC* r
-    cdef bint stale, was_running
+    cdef bint stale, was_running, stopped
     cdef int32_t n_stopped_running = 0
     s.n_finished = 0
     for i in range(b.n):
@@ -476,16 +682,21 @@ cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
         if not b.sampled[i]:
             continue
         was_running = r.status == ST_RUNNING
-        # Append the sampled token, then check_stop (EOS is ignored).
-        r.num_output += 1
-        if r.num_output == 1:
-            r.first_token_s = b.end_s
-        if s.conf.async_scheduling:
-            if not stale:
-                r.num_placeholders -= 1
-            if was_running:
-                kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
-        if num_tokens(r) >= s.conf.max_model_len or r.num_output >= r.max_tokens:
+        if spec:
+            stopped = _spec_output(s, r, b.spec_m[i], b.spec_a[i], stale, was_running, b.end_s)
+        else:
+            # _update_request_with_output with one sampled token, then check_stop
+            # (EOS is ignored); AsyncScheduler resolves its placeholder and caches.
+            r.num_output += 1
+            if r.num_output == 1:
+                r.first_token_s = b.end_s
+            if c.async_scheduling:
+                if not stale:
+                    r.num_placeholders -= 1
+                if was_running:
+                    kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+            stopped = num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens
+        if stopped:
             # _free_request: blocks back to the pool now.
             r.status = ST_FINISHED
             r.finish_s = b.end_s
@@ -506,4 +717,16 @@ cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil:
         s.n_running = j
     if s.n_finished > 0:
         s.finished_pending = True
+    if spec and not c.async_scheduling and b.total_tokens > 0:
+        # update_draft_token_ids: k drafts for every unfinished request of the
+        # batch; a prefill chunk's are dropped.
+        for i in range(b.n):
+            r = &s.reqs[b.req[i]]
+            if r.status == ST_FINISHED:
+                continue
+            if r.is_prefill_chunk:
+                r.num_spec = 0
+            else:
+                r.num_spec = c.num_spec_tokens
+                s.draft_feeds += 1
     return 0

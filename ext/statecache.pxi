@@ -32,8 +32,8 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, tok_t
-from aisim._core.util cimport cdiv, ckpt_position, tmax, tmin
+from aisim._core.types cimport block_id_t, hash_t, int32_t, slot_t, spec_mode, spec_on_t, tok_t
+from aisim._core.util cimport cdiv, ckpt_position_v, tmax, tmin
 
 
 # ------------------------------------------------------------------ cached this step
@@ -145,7 +145,8 @@ cdef tok_t state_blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, int32_t n_hits
         new_blocks = tmax(new_blocks, 0) + 1
     # 0.32 checks the checkpoint at cache_hit_alignment_tokens, 0.31 at
     # the hash block size (MambaManager.get_num_blocks_to_allocate).
-    pos = ckpt_position(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size)
+    pos = ckpt_position_v(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size,
+                          kv.eagle, kv.version, kv.hash_lookahead)
     if not _needs_internal_checkpoint(kv, g, s, total_computed, main_tokens, pos, prefill_end):
         pos = 0
     ckpt = pos > 0
@@ -242,22 +243,36 @@ cdef bint retention_mask(KVCacheC* kv, GroupC* g, ReqC* r, int32_t start, int32_
     """
     cdef tok_t bs = g.spec.block_size
     cdef tok_t align = kv.align   # cache_hit_alignment_tokens
-    cdef tok_t seg, aligned, b
-    cdef int32_t need, per, i, j, e, first, k
-    cdef tok_t bounds[2]
+    cdef tok_t seg, aligned, b, B, lo, hi
+    cdef int32_t need, per, i, j, e, first, k, shift
+    cdef tok_t bounds[3]
     cdef int32_t n_bounds = 0
     if g.spec.kind != GK_SWA and g.spec.kind != GK_MAMBA:
         return False
     if with_boundaries:
-        bounds[0] = r.prompt_len - 1
-        n_bounds = 1
+        if kv.eagle:
+            # replay_boundaries with EAGLE groups: the block below a resend's
+            # and a longer sibling's aligned hit, which they match and drop back from.
+            B = kv.sched_block_size
+            lo = tmax((r.prompt_len - 1) // B * B - B, 0)
+            hi = tmax(r.prompt_len // B * B - B, 0)
+            bounds[0] = lo
+            n_bounds = 1
+            if hi != lo:
+                bounds[1] = hi
+                n_bounds = 2
+        else:
+            bounds[0] = r.prompt_len - 1
+            n_bounds = 1
         if r.shared_prefix_boundary:
-            bounds[1] = r.shared_prefix_boundary
-            n_bounds = 2
+            bounds[n_bounds] = r.shared_prefix_boundary
+            n_bounds += 1
     if g.spec.kind == GK_SWA:
         if align % bs != 0:
             return False
-        need = <int32_t>cdiv(g.spec.window - 1, bs)
+        # The EAGLE peek: one more block, and the run's right edge one block later.
+        shift = <int32_t>kv.eagle
+        need = <int32_t>cdiv(g.spec.window - 1, bs) + shift
         for i in range(end - start):
             kv.mask[i] = 0
         if kv.retention < 0:
@@ -271,12 +286,12 @@ cdef bint retention_mask(KVCacheC* kv, GroupC* g, ReqC* r, int32_t start, int32_
             if need >= per:
                 return False
             for i in range(start, end):
-                if i % per >= per - need:
+                if i >= shift and (i - shift) % per >= per - need:
                     kv.mask[i - start] = 1
         if kv.retention >= 0:
             for k in range(n_bounds):
                 aligned = bounds[k] // align * align
-                e = <int32_t>(aligned // bs)
+                e = <int32_t>(aligned // bs) + shift
                 for j in range(<int32_t>tmax(start, e - need), <int32_t>tmin(end, e)):
                     kv.mask[j - start] = 1
         return True
@@ -321,8 +336,11 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
     return key
 
 
-cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) except? 0 nogil:
+cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mode) except? 0 nogil:
     """MambaManager._cache_partial_tail_block (0.31, 0.32 and 0.33 rules)."""
+    # Compiled per speculative-decoding mode (as the caching functions of kvcache.pyx).
+    cdef bint eagle = spec_mode is spec_on_t and kv.eagle
+    cdef tok_t la = kv.hash_lookahead if spec_mode is spec_on_t else 0
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -337,7 +355,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         pos = g.ckpt_pos[s]
         blk = table[g.ckpt_idx[s]]
         if kv.version >= 32:
-            is_prompt = pos == ckpt_position(r.prompt_len, kv.align)
+            is_prompt = pos == ckpt_position_v(r.prompt_len, kv.align, eagle, kv.version, la)
             is_retained = False
             if pos % bs == 0:
                 bidx = <int32_t>(pos // bs - 1)
@@ -347,7 +365,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
                 bp_remove_hashes(&kv.pool, blk)
                 return 0
         else:
-            is_prompt = pos == ckpt_position(r.prompt_len, h)
+            is_prompt = pos == ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
             if (kv.retention == 0 and n < r.prompt_len and not is_prompt
                     and pos != r.shared_prefix_boundary):
                 bp_remove_hashes(&kv.pool, blk)
@@ -358,7 +376,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
     if kv.version >= 32:
         if n <= 0 or n % h != 0:
             return 0
-        latest = ckpt_position(r.prompt_len, h)
+        latest = ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
         if n != latest:
             return 0
         idx = <int32_t>(cdiv(n, bs) - 1)
@@ -366,6 +384,9 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
         if bs == h or n % bs == 0 or n % h != 0:
             return 0
         latest = r.prompt_len // h * h
+        if eagle:
+            # EAGLE groups match one hash unit past the candidate and drop it.
+            latest = tmax(latest - h, 0)
         if n != latest:
             return 0
         idx = <int32_t>(n // bs)
@@ -391,7 +412,8 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n) exce
     return key
 
 
-cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t before) except -1 nogil:
+cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t before,
+                          spec_mode* mode) except -1 nogil:
     """MambaManager.cache_blocks after the common part: the partial tail state
     and cached_blocks_this_step (blocks ``before`` .. num_cached were just keyed)."""
     cdef GroupC* g = &kv.groups[gi]
@@ -402,7 +424,7 @@ cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t be
     cdef hash_t key
     after = g.num_cached[s] if g.num_cached[s] > 0 else 0
     if g.spec.align_mode:
-        key = _mamba_partial_tail(kv, gi, r, n)
+        key = _mamba_partial_tail(kv, gi, r, n, mode)
         if key != 0:
             _push_key(g, key)
     for i in range(before, after):

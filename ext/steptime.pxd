@@ -10,7 +10,7 @@ cdef enum TimeKind:
 
 cdef enum TableAxis:
     AX_BATCH = 0       # scheduled requests
-    AX_PREFILL = 1     # scheduled tokens that are not single-token decodes
+    AX_PREFILL = 1     # scheduled tokens that are not single-token decodes (verified drafts included)
     AX_KV = 2          # KV tokens read: the scheduled requests' contexts
 
 cdef struct TimeModelC:
@@ -38,6 +38,11 @@ cdef struct TimeModelC:
     double* xs                      # [n_x] increasing
     double* ys                      # [n_y] increasing
     double* latency                 # [n_x * n_y] seconds, x-major
+    # speculative decoding: the drafter's own time, added to every step that samples a token
+    bint drafter                    # a drafter cost is configured
+    double drafter_fraction         # of the target step's time
+    sec_t drafter_base_s            # or a linear model of its own: seconds per step
+    sec_t drafter_per_token_s       # ... plus seconds per scheduled token
     # the first step priced outside the table (reported by the engine)
     bint out_of_range               # a step fell outside the table's measured range
     double bad_x                    # its value on axis 0

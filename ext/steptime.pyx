@@ -13,6 +13,13 @@
   measured forward passes over batch size, prefill tokens and KV tokens read.
   A step outside the measured range is never extrapolated: the model flags it
   and the engine stops with an error naming the values.
+
+With speculative decoding the verified drafts are scheduled tokens: the
+linear and roofline models charge them like any token, and the table model
+counts them on its prefill axis (a verification is a multi-token query, not a
+single-token decode).  The drafter's own time is added to every step that
+samples a token: a fraction of the target step's time, or ``base_s +
+per_token_s * scheduled tokens``.
 """
 
 from aisim._core.scheduler cimport BatchC
@@ -77,7 +84,25 @@ cdef sec_t _table(TimeModelC* tm, double batch, double prefill, double kv) noexc
     return a + ty * (b - a)
 
 
+cdef sec_t _drafter(const TimeModelC* tm, const BatchC* b, sec_t target) noexcept nogil:
+    # Drafting follows a step that samples a token (a step of prefill chunks only drafts nothing).
+    cdef int32_t i
+    for i in range(b.n):
+        if b.sampled[i]:
+            return (tm.drafter_fraction * target + tm.drafter_base_s
+                    + tm.drafter_per_token_s * <sec_t>b.total_tokens)
+    return 0.0
+
+
 cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
+    """Seconds batch ``b`` takes: the target's forward pass, plus the drafter's when configured."""
+    cdef sec_t t = _target_time(tm, b)
+    if tm.drafter:
+        t += _drafter(tm, b, t)
+    return t
+
+
+cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
     """Seconds the forward pass of batch ``b`` takes."""
     cdef int32_t i, t
     cdef double prefill = 0.0, kv = 0.0, flops, bytes_, ctx, pairs
@@ -89,6 +114,8 @@ cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
         for i in range(b.n):
             if not b.decode[i]:
                 prefill += b.tokens[i]
+            else:
+                prefill += b.spec_m[i]  # verified drafts: a multi-token query
             kv += b.ctx[i]
         return _table(tm, b.n, prefill, kv)
     # Roofline

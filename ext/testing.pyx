@@ -15,12 +15,13 @@ from aisim._core.blockpool cimport (
     bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
-    EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, LINE_DRAIN, LINE_STEP,
-    N_REQ_COLS, N_STEP_COLS, RC_ARRIVAL, RC_CACHED, RC_CACHED_ALL, RC_FINISH, RC_FIRST_SCHED,
-    RC_FIRST_TOKEN, RC_OUTPUT, RC_PREEMPTIONS, RC_STATUS, SC_CACHED_BLOCKS, SC_CLOCK, SC_DECODE,
+    EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
+    EV_SPEC_PADDED, LINE_DRAIN, LINE_STEP, N_REQ_COLS, N_STEP_COLS, RC_ARRIVAL, RC_CACHED,
+    RC_CACHED_ALL, RC_FINISH, RC_FIRST_SCHED, RC_FIRST_TOKEN, RC_OUTPUT, RC_PREEMPTIONS,
+    RC_SPEC_ACCEPTED, RC_SPEC_DRAFTS, RC_STATUS, SC_CACHED_BLOCKS, SC_CLOCK, SC_DECODE,
     SC_DURATION, SC_FREE_BLOCKS, SC_FREE_SCHED, SC_HITS, SC_KIND, SC_NUM_FINISHED, SC_NUM_NEW,
     SC_NUM_PREEMPTED, SC_NUM_REQS, SC_NUM_RESUMED, SC_P_HITS, SC_P_QUERIES, SC_PREFILL,
-    SC_QUERIES, SC_RUNNING, SC_STEP, SC_UPDATED_STEP, SC_WAITING,
+    SC_QUERIES, SC_RUNNING, SC_SPEC_ACCEPTED, SC_SPEC_TOKENS, SC_STEP, SC_UPDATED_STEP, SC_WAITING,
 )
 from aisim._core.hashing cimport group_key, hash_extend
 from aisim._core.kvcache cimport (
@@ -33,6 +34,7 @@ from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
+from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
 from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 from aisim._core.util cimport num_tokens
@@ -51,10 +53,12 @@ def enum_codes():
         "GK_FULL": GK_FULL, "GK_SWA": GK_SWA, "GK_CHUNKED": GK_CHUNKED, "GK_MAMBA": GK_MAMBA,
         "GK_RING": GK_RING,
         "EV_ARRIVED": EV_ARRIVED, "EV_SCHED": EV_SCHED, "EV_NEW": EV_NEW, "EV_RESUMED": EV_RESUMED,
-        "EV_PREEMPTED": EV_PREEMPTED, "EV_FINISHED": EV_FINISHED,
+        "EV_PREEMPTED": EV_PREEMPTED, "EV_FINISHED": EV_FINISHED, "EV_SPEC": EV_SPEC,
+        "EV_SPEC_ACCEPTED": EV_SPEC_ACCEPTED, "EV_SPEC_PADDED": EV_SPEC_PADDED,
         "TM_LINEAR": TM_LINEAR, "TM_ROOFLINE": TM_ROOFLINE, "TM_TABLE": TM_TABLE,
         "AX_BATCH": AX_BATCH, "AX_PREFILL": AX_PREFILL, "AX_KV": AX_KV,
         "LINE_STEP": LINE_STEP, "LINE_DRAIN": LINE_DRAIN,
+        "ACC_PERMILLE": ACC_PERMILLE, "ACC_COUNTS": ACC_COUNTS, "ACC_HISTOGRAM": ACC_HISTOGRAM,
         "SC_STEP": SC_STEP, "SC_KIND": SC_KIND, "SC_UPDATED_STEP": SC_UPDATED_STEP,
         "SC_CLOCK": SC_CLOCK, "SC_DURATION": SC_DURATION, "SC_NUM_REQS": SC_NUM_REQS,
         "SC_PREFILL": SC_PREFILL, "SC_DECODE": SC_DECODE, "SC_NUM_NEW": SC_NUM_NEW,
@@ -62,10 +66,12 @@ def enum_codes():
         "SC_NUM_FINISHED": SC_NUM_FINISHED, "SC_RUNNING": SC_RUNNING, "SC_WAITING": SC_WAITING,
         "SC_FREE_SCHED": SC_FREE_SCHED, "SC_FREE_BLOCKS": SC_FREE_BLOCKS,
         "SC_CACHED_BLOCKS": SC_CACHED_BLOCKS, "SC_QUERIES": SC_QUERIES, "SC_HITS": SC_HITS,
-        "SC_P_QUERIES": SC_P_QUERIES, "SC_P_HITS": SC_P_HITS, "N_STEP_COLS": N_STEP_COLS,
+        "SC_P_QUERIES": SC_P_QUERIES, "SC_P_HITS": SC_P_HITS, "SC_SPEC_TOKENS": SC_SPEC_TOKENS,
+        "SC_SPEC_ACCEPTED": SC_SPEC_ACCEPTED, "N_STEP_COLS": N_STEP_COLS,
         "RC_STATUS": RC_STATUS, "RC_OUTPUT": RC_OUTPUT, "RC_CACHED": RC_CACHED,
         "RC_CACHED_ALL": RC_CACHED_ALL, "RC_PREEMPTIONS": RC_PREEMPTIONS, "RC_ARRIVAL": RC_ARRIVAL,
         "RC_FIRST_SCHED": RC_FIRST_SCHED, "RC_FIRST_TOKEN": RC_FIRST_TOKEN, "RC_FINISH": RC_FINISH,
+        "RC_SPEC_DRAFTS": RC_SPEC_DRAFTS, "RC_SPEC_ACCEPTED": RC_SPEC_ACCEPTED,
         "N_REQ_COLS": N_REQ_COLS,
     }
 
@@ -198,7 +204,7 @@ cdef class KVCache:
     def __cinit__(self, int num_blocks, int block_size, long max_model_len, requests,
                   bint enable_caching=True, int watermark_blocks=0, groups=None,
                   long hash_block_size=0, long sched_block_size=0, bint fine=False,
-                  long retention=-1, int version=32):
+                  long retention=-1, int version=32, bint eagle=False, long hash_lookahead=0):
         cdef Py_ssize_t i, n = len(requests)
         cdef GroupSpecC specs[MAX_GROUPS]
         if block_size < 1 or max_model_len < 1 or num_blocks < 2:
@@ -225,6 +231,8 @@ cdef class KVCache:
         cdef const tok_t[::1] g_len = self._segments[2]
         kv_init(&self.c, num_blocks, <int32_t>len(groups), specs, hash_block_size, sched_block_size,
                 fine, enable_caching, retention, version, max_model_len, watermark_blocks, 4)
+        self.c.eagle = eagle
+        self.c.hash_lookahead = hash_lookahead
         self.c.seg_stream = &g_str[0]
         self.c.seg_first = &g_first[0]
         self.c.seg_len = &g_len[0]
@@ -318,14 +326,15 @@ cdef class KVCache:
         return self._req(r).shared_prefix_boundary
 
     def allocate_slots(self, int r, long num_new_tokens, long num_new_computed=0,
-                       bint full_sequence_must_fit=False, bint has_scheduled_reqs=True):
+                       bint full_sequence_must_fit=False, bint has_scheduled_reqs=True,
+                       long num_lookahead_tokens=0):
         """vLLM's allocate_slots: the newly allocated block ids (per group with
         several groups), or None when it fails."""
         cdef ReqC* q = self._req(r)
         before = self.blocks(r)
         hits = self.get_hits()
         if not kv_allocate_slots(&self.c, q, num_new_tokens, num_new_computed,
-                                 full_sequence_must_fit, has_scheduled_reqs):
+                                 full_sequence_must_fit, has_scheduled_reqs, num_lookahead_tokens):
             return None
         after = self.blocks(r)
         if self.c.n_groups == 1:

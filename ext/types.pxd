@@ -10,3 +10,14 @@ ctypedef int32_t slot_t       # index of a per-request row of block tables and h
 ctypedef int64_t step_t       # an engine-iteration index
 ctypedef double sec_t         # simulated seconds
 ctypedef int8_t flag_t        # a small enum or boolean stored in an array
+
+# Compile-time switch of the scheduler: a function taking a ``spec_mode*`` is
+# compiled once per member, and ``spec_mode is spec_on_t`` is a constant of
+# each copy, so speculative decoding costs nothing when it is off.
+ctypedef struct spec_on_t:
+    char on
+ctypedef struct spec_off_t:
+    char off
+ctypedef fused spec_mode:
+    spec_on_t
+    spec_off_t

@@ -23,6 +23,19 @@ cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
     return r.prompt_len + r.num_output
 
 
-cdef inline tok_t ckpt_position(tok_t n, tok_t unit) noexcept nogil:
-    # get_mamba_prefill_checkpoint_position without EAGLE: leave one token.
-    return tmax((n - 1) // unit * unit, 0)
+cdef inline tok_t ckpt_position_v(tok_t n, tok_t unit, bint eagle, int version, tok_t lookahead) noexcept nogil:
+    # kv_cache_interface.get_mamba_prefill_checkpoint_position of each release.
+    # 0.31: leave one token, then one unit less with the EAGLE drop; 0.32: the
+    # EAGLE drop already leaves tokens to recompute (from n, one unit less);
+    # 0.33: without the drop, leave max(1, num_hash_lookahead_tokens) tokens.
+    cdef tok_t limit
+    if version < 32:
+        limit = n - 1
+    elif eagle:
+        limit = n
+    else:
+        limit = n - (lookahead if lookahead > 1 else 1)
+    limit = limit // unit * unit
+    if eagle:
+        limit -= unit
+    return tmax(limit, 0)

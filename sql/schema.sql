@@ -122,7 +122,9 @@ CREATE TABLE IF NOT EXISTS requests (
     cached_tokens                 INTEGER,           -- prefix-cache hit tokens at first admission
     cached_tokens_all_admissions  INTEGER,           -- summed over every admission (after preemptions too)
     preemptions                   INTEGER,           -- times preempted
-    status                        VARCHAR            -- finished, running, waiting, preempted or pending at the end
+    status                        VARCHAR,           -- finished, running, waiting, preempted or pending at the end
+    spec_drafts                   INTEGER,           -- speculative decoding: draft tokens scheduled for verification (vLLM's -1 padding included; 0 without it)
+    spec_accepted                 INTEGER            -- of those, accepted by the target model (acceptance rate: spec_accepted / spec_drafts)
 );
 
 CREATE TABLE IF NOT EXISTS steps (
@@ -154,5 +156,7 @@ CREATE TABLE IF NOT EXISTS steps (
     kv_usage                  DOUBLE,            -- vLLM's kv_usage: active / usable blocks
     physical_usage            DOUBLE,            -- (active + cached) / usable blocks
     kv_cache_active_bytes     BIGINT,            -- bytes of active blocks
-    kv_cache_cached_bytes     BIGINT             -- bytes of cached blocks
+    kv_cache_cached_bytes     BIGINT,            -- bytes of cached blocks
+    spec_tokens               BIGINT,            -- speculative decoding: draft tokens verified in this step (counted in decode_tokens)
+    spec_accepted             BIGINT             -- of those, accepted
 );

@@ -35,13 +35,13 @@ def oracle_engine_dict(scenario_dir, version):
 
 
 def make_trace(requests, clock="step"):
-    """``requests``: dicts with id, prompt, max_tokens, at, and optional segments/priority.
+    """``requests``: dicts with id, prompt, max_tokens, at, and optional segments/priority/accept.
 
     ``segments`` defaults to one private stream; give ``[("name", first, length), ...]``
     to share tokens by stream name.
     """
     rows = {k: [] for k in ("request_id", "arrival_step", "arrival_s", "prompt_tokens",
-                            "output_tokens", "priority", "segments")}
+                            "output_tokens", "priority", "segments", "accept")}
     for r in requests:
         segs = r.get("segments") or [("private-" + r["id"], 0, r["prompt"])]
         rows["request_id"].append(r["id"])
@@ -51,6 +51,7 @@ def make_trace(requests, clock="step"):
         rows["output_tokens"].append(r["max_tokens"])
         rows["priority"].append(r.get("priority", 0))
         rows["segments"].append(canonical_segments([(stream_id("t", s), f, n) for s, f, n in segs]))
+        rows["accept"].append(r.get("accept"))
     return trace_table(rows, clock)
 
 

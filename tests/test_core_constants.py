@@ -21,7 +21,9 @@ ENUMS = enum_codes()
           "ring": "RING"}),
         (constants.EVENT_KINDS, "EV_",
          {"arrived": "ARRIVED", "sched": "SCHED", "new": "NEW", "resumed": "RESUMED",
-          "preempted": "PREEMPTED", "finished": "FINISHED"}),
+          "preempted": "PREEMPTED", "finished": "FINISHED", "spec": "SPEC", "spec_accepted": "SPEC_ACCEPTED",
+          "spec_padded": "SPEC_PADDED"}),
+        (constants.ACCEPT_KINDS, "ACC_", {"permille": "PERMILLE", "counts": "COUNTS", "histogram": "HISTOGRAM"}),
         (constants.TIME_MODEL_KINDS, "TM_", {"linear": "LINEAR", "roofline": "ROOFLINE", "table": "TABLE"}),
         (constants.TABLE_AXES, "AX_", {"batch_size": "BATCH", "prefill_tokens": "PREFILL", "kv_tokens": "KV"}),
         (constants.STEP_KINDS, "LINE_", {"step": "STEP", "drain": "DRAIN"}),
@@ -53,8 +55,9 @@ def test_python_name_tables_cover_exactly_the_core_codes():
                            "kda": 3, "conv": 3, "ring": 4}
     assert AXES == constants.TABLE_AXES
     events = [decisionlog.EV_ARRIVED, decisionlog.EV_SCHED, decisionlog.EV_NEW, decisionlog.EV_RESUMED,
-              decisionlog.EV_PREEMPTED, decisionlog.EV_FINISHED]
-    assert events == [0, 1, 2, 3, 4, 5]
+              decisionlog.EV_PREEMPTED, decisionlog.EV_FINISHED, decisionlog.EV_SPEC,
+              decisionlog.EV_SPEC_ACCEPTED, decisionlog.EV_SPEC_PADDED]
+    assert events == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert sorted(events) == sorted(constants.EVENT_KINDS.values())
 
 
@@ -70,16 +73,17 @@ def test_time_model_kind_codes_reach_the_core():
 STEP_ENUMS = ["SC_STEP", "SC_KIND", "SC_UPDATED_STEP", "SC_CLOCK", "SC_DURATION", "SC_NUM_REQS",
               "SC_PREFILL", "SC_DECODE", "SC_NUM_NEW", "SC_NUM_RESUMED", "SC_NUM_PREEMPTED",
               "SC_NUM_FINISHED", "SC_RUNNING", "SC_WAITING", "SC_FREE_SCHED", "SC_FREE_BLOCKS",
-              "SC_CACHED_BLOCKS", "SC_QUERIES", "SC_HITS", "SC_P_QUERIES", "SC_P_HITS"]
+              "SC_CACHED_BLOCKS", "SC_QUERIES", "SC_HITS", "SC_P_QUERIES", "SC_P_HITS", "SC_SPEC_TOKENS",
+              "SC_SPEC_ACCEPTED"]
 REQ_ENUMS = ["RC_STATUS", "RC_OUTPUT", "RC_CACHED", "RC_CACHED_ALL", "RC_PREEMPTIONS", "RC_ARRIVAL",
-             "RC_FIRST_SCHED", "RC_FIRST_TOKEN", "RC_FINISH"]
+             "RC_FIRST_SCHED", "RC_FIRST_TOKEN", "RC_FINISH", "RC_SPEC_DRAFTS", "RC_SPEC_ACCEPTED"]
 
 
 def test_column_tables_follow_the_column_enums():
     assert [ENUMS[e] for e in STEP_ENUMS] == list(range(len(engine.STEP_COLUMNS)))
-    assert ENUMS["N_STEP_COLS"] == len(engine.STEP_COLUMNS) == 21
+    assert ENUMS["N_STEP_COLS"] == len(engine.STEP_COLUMNS) == 23
     assert [ENUMS[e] for e in REQ_ENUMS] == list(range(len(engine.REQUEST_COLUMNS)))
-    assert ENUMS["N_REQ_COLS"] == len(engine.REQUEST_COLUMNS) == 9
+    assert ENUMS["N_REQ_COLS"] == len(engine.REQUEST_COLUMNS) == 11
     assert engine.STEP_COLUMNS[:3] == (("step", "int64"), ("kind", "int32"), ("updated_step", "int64"))
     assert engine.REQUEST_COLUMNS[3] == ("cached_tokens_all_admissions", "int64")
     for name, dtype in engine.STEP_COLUMNS + engine.REQUEST_COLUMNS:

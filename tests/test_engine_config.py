@@ -154,7 +154,7 @@ def test_group_kinds_are_one_table():
     assert list(GROUP_DEFAULTS) == [k.name for k in GROUP_KEYS]
     assert expand_groups([{"type": "ring"}])[0] == {
         "type": "ring", "block_size": None, "count": 1, "sliding_window": None, "attention_chunk_size": None,
-        "prefix_cacheable": None, "num_speculative_blocks": 0, "prefill_checkpoint_blocks": 0,
+        "prefix_cacheable": None, "num_speculative_blocks": None, "prefill_checkpoint_blocks": 0,
         "prefill_checkpoint_alignment": None, "page_size_bytes": None, "num_layers": 1}
 
 

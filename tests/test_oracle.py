@@ -17,34 +17,51 @@ from aisim.decisionlog import decision_lines, log_line_json
 from aisim.replay import replay
 from aisim.traces import read_oracle_trace
 
-from conftest import ORACLE
+from conftest import ORACLE, SPEC_ORACLE
 from helpers import oracle_engine_dict
 
 SCENARIOS = ["full_small", "full_nocache", "full_nochunk", "full_pressure", "full_pressure_async",
              "priority_threshold", "timed", "bench_full",
              # grouped (hybrid) KV caches
              "hybrid_swa", "hybrid_mamba", "hybrid_mamba_fine", "hybrid_mamba_pressure"]
+# Speculative decoding (EAGLE rules: 0.31/0.32 block drop, 0.33 lookahead hashes).
+SPEC_SCENARIOS = ["spec_full_k3", "spec_priority_k2", "spec_mtp_k1_async", "spec_mamba_k2"]
 # Recorded logs of releases aisim does not model yet stay unused until it does.
 VERSIONS = list(SUPPORTED_VLLM_VERSIONS)
 
 
+def _dir(scenario):
+    return os.path.join(SPEC_ORACLE if scenario in SPEC_SCENARIOS else ORACLE, scenario)
+
+
 def _replay(scenario, version):
-    engine = engine_config_from_dict(oracle_engine_dict(os.path.join(ORACLE, scenario), version))
-    trace = read_oracle_trace(os.path.join(ORACLE, scenario, "trace.jsonl"), engine.max_model_len)
+    engine = engine_config_from_dict(oracle_engine_dict(_dir(scenario), version))
+    trace = read_oracle_trace(os.path.join(_dir(scenario), "trace.jsonl"), engine.max_model_len)
     return replay(trace, engine, record_decisions=True)
 
 
+def _recorded(scenario, version):
+    with open(os.path.join(_dir(scenario), f"vllm-{version}.jsonl")) as fh:
+        return [json.loads(line) for line in fh]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", SCENARIOS + SPEC_SCENARIOS)
 def test_scenario_matches_recorded_log(scenario, version):
-    with open(os.path.join(ORACLE, scenario, f"vllm-{version}.jsonl")) as fh:
-        expected = [json.loads(line) for line in fh][1:]
-    got = list(decision_lines(_replay(scenario, version)))[1:]
+    recorded = _recorded(scenario, version)
+    expected = recorded[1:]
+    got_all = list(decision_lines(_replay(scenario, version)))
+    got = got_all[1:]
     assert len(got) == len(expected)
     for i, (g, e) in enumerate(zip(got[:-1], expected[:-1])):
         assert log_line_json(g) == log_line_json(e), f"{scenario} vLLM {version}: line {i + 2} differs"
     summary, exp_summary = got[-1], expected[-1]
     assert log_line_json({k: summary.get(k) for k in exp_summary}) == log_line_json(exp_summary)
+    if "speculative" in recorded[0]:
+        # What the scheduler derived, key for key and in the recorded order.
+        assert json.dumps(got_all[0]["speculative"]) == json.dumps(recorded[0]["speculative"])
+    else:
+        assert got_all[0]["speculative"] is None and "spec" not in got[0] and "spec" not in summary
 
 
 def test_async_log_has_drain_line():

@@ -112,3 +112,16 @@ def test_profile_tables_refuse_non_finite_numbers_and_bytes_that_are_not_utf8(tm
     with pytest.raises(ConfigError) as err:
         table_args(str(path))
     assert str(err.value) == f"{path}{fragment}"
+
+
+def test_table_counts_verified_drafts_as_prefill_tokens(tmp_path):
+    # Same grid.  With k = 3 drafts, step 1 verifies 1 + 3 tokens: the 3 drafts are a multi-token query
+    # (prefill axis 3), the context read is 500 + 4 = 504: x = 0.003, y = 0.252.
+    path = _profile(tmp_path, [(0, 0, 0.010), (0, 2000, 0.014), (1000, 0, 0.050), (1000, 2000, 0.070)])
+    eng = dict(num_gpu_blocks=200, max_model_len=2000, max_num_batched_tokens=2048,
+               time_model={"kind": "table", "path": path},
+               speculative={"num_speculative_tokens": 3, "acceptance": {"counts": [0]}})
+    _, _, res = run_log(eng, [dict(id="a", prompt=500, max_tokens=2, at=0)])
+    lo = 0.010 + 0.003 * (0.050 - 0.010)
+    hi = 0.014 + 0.003 * (0.070 - 0.014)
+    assert _durations(res)[1] == pytest.approx(lo + 0.252 * (hi - lo))

@@ -71,7 +71,7 @@ def test_bad_rows_name_the_row_and_column_or_are_skipped(change, message):
      "the frame: exactly one of the columns 'arrival_time' and 'arrival_step' is required"),
     ({"prompt_len": [1], "max_tokens": [1], "arrival_time": [0.0], "promt": [1]},
      "the frame: unknown column 'promt'; known columns: prompt_len, max_tokens, arrival_time, arrival_step, "
-     "request_id, prefix_group, prefix_len, session_id, turn, priority, model"),
+     "request_id, prefix_group, prefix_len, session_id, turn, priority, model, accept"),
     ({"prompt_len": ["1"], "max_tokens": [1], "arrival_time": [0.0]},
      "the frame: column 'prompt_len' must hold integers, got string"),
     ({"prompt_len": [1], "max_tokens": [1], "arrival_time": [0.0], "prefix_len": [0]},
@@ -117,3 +117,19 @@ def test_the_package_shortcut_replays_again_after_the_module_is_imported():
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2", "2", "True"]
+
+
+def test_a_frame_carries_accept_lists_to_speculative_decoding():
+    eng = engine_config_from_dict({"num_gpu_blocks": 64, "max_num_batched_tokens": 64, "max_num_seqs": 4,
+                                   "max_model_len": 256,
+                                   "speculative": {"num_speculative_tokens": 2, "acceptance": {"counts": [0]}}})
+    table = pa.table({"prompt_len": [16, 16], "max_tokens": [7, 7], "arrival_step": [0, 0],
+                      "accept": pa.array([[2], None], pa.list_(pa.int64()))})
+    assert from_frame(table).column("accept").to_pylist() == [[2], None]
+    out = replay(table, eng).requests.to_pylist()
+    # row0 accepts both drafts every step (3 tokens a step), row1 none (1): after the prefill's output,
+    # 7 = 1 + 3 * 2 takes row0 2 verifications (4 drafts) and row1 6 (12 drafts).
+    assert [(r["spec_drafts"], r["spec_accepted"]) for r in out] == [(4, 4), (12, 0)]
+    with pytest.raises(TraceError, match=r"row 0: field 'accept' must be null or a non-empty list"):
+        from_frame(pa.table({"prompt_len": [1], "max_tokens": [1], "arrival_step": [0],
+                             "accept": pa.array([[]], pa.list_(pa.int64()))}))

@@ -525,3 +525,36 @@ def test_cli_convert_and_errors(tmp_path):
 
 def test_every_format_is_registered():
     assert {"oracle", "mooncake", "mooncake-delta", "azure", "agentic", "parquet"} <= set(READERS)
+
+
+def test_oracle_accept_lists_are_read_and_checked(tmp_path):
+    from aisim.traces import read_oracle_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"request_id": "a", "prompt_len": 4, "max_tokens": 2, "arrival_step": 0, "accept": [3, 0]}\n'
+                    '{"request_id": "b", "prompt_len": 4, "max_tokens": 2, "arrival_step": 1}\n')
+    t = read_oracle_trace(path)
+    assert t.column("accept").to_pylist() == [[3, 0], None]
+    path.write_text('{"request_id": "a", "prompt_len": 4, "max_tokens": 2, "arrival_step": 0, "accept": [1, -1]}\n')
+    with pytest.raises(TraceError) as exc:
+        read_oracle_trace(path)
+    assert str(exc.value) == (f"{path}:1: field 'accept' must be a non-empty list of non-negative integers, "
+                              "got [1, -1]")
+
+
+def test_parquet_keeps_accept_lists_and_reads_files_without_them(tmp_path):
+    from aisim.traces import read_oracle_trace
+
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"request_id": "a", "prompt_len": 4, "max_tokens": 2, "arrival_step": 0, "accept": [2]}\n'
+                   '{"request_id": "b", "prompt_len": 4, "max_tokens": 2, "arrival_step": 1}\n')
+    t = read_oracle_trace(src)
+    write_trace(t, tmp_path / "t.parquet")
+    assert read_parquet(tmp_path / "t.parquet").column("accept").to_pylist() == [[2], None]
+    # An older trace file without the column: every request uses the configured rule.
+    write_trace(t.drop(["accept"]), tmp_path / "old.parquet")
+    assert read_parquet(tmp_path / "old.parquet").column("accept").to_pylist() == [None, None]
+    bad = t.set_column(t.schema.get_field_index("accept"), "accept", pa.array([[-1], None], pa.list_(pa.int32())))
+    write_trace(bad, tmp_path / "bad.parquet")
+    with pytest.raises(TraceError, match=r"bad.parquet:1: field 'accept' must be null or a non-empty list"):
+        read_parquet(tmp_path / "bad.parquet")

@@ -48,6 +48,14 @@ def show(file, fmt):
     d["derived"] = {"hash_block_size": kw["hash_block_size"], "scheduler_block_size": kw["sched_block_size"],
                     "fine_grained_hits": kw["fine_grained"],
                     "cache_hit_alignment": kw["hash_block_size"] if kw["fine_grained"] else kw["sched_block_size"]}
+    if cfg.speculative is not None:
+        from aisim.config.speculative import scheduler_view
+
+        view = scheduler_view(cfg)
+        # What the scheduler derives from the speculative configuration (absent values: not in this release).
+        d["derived"]["speculative"] = {k: v for k, v in view.items()
+                                       if k not in ("method", "num_speculative_tokens", "acceptance", "async_scheduling")
+                                       and v is not None}
     d["time_model"] = dict(d["time_model"])
     print_config(d, fmt, title=f"{file} resolved")
 

@@ -106,6 +106,9 @@ class EngineConfig:
         The vLLM release whose rules are followed (:mod:`aisim.config.versions`).
     time_model : TimeModel
         Step time in seconds.
+    speculative : aisim.config.speculative.SpeculativeConfig or None
+        Speculative decoding (``num_speculative_tokens``, ``method``,
+        ``acceptance``, ``drafter_cost``); None: off.
     model : str or None
         Model name (catalog entries have model-specific rules).
     kv_cache_bytes : int or None
@@ -142,6 +145,7 @@ class EngineConfig:
     cache_extra: dict = field(default_factory=dict)
     vllm_version: str | None = _D["vllm_version"]
     time_model: TimeModel = field(default_factory=TimeModel)
+    speculative: object = _D["speculative"]
     model: str | None = _D["model"]
     kv_cache_bytes: int | None = _D["kv_cache_bytes"]
     plan_notes: tuple = _D["plan_notes"]
@@ -309,6 +313,10 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     if not isinstance(tm, dict):
         raise ConfigError(f"'time_model'{_where(source)} must be a mapping")
     kw["time_model"] = _time_model(tm, source)
+    if kw.get("speculative") is not None:
+        from aisim.config.speculative import parse_speculative
+
+        kw["speculative"] = parse_speculative(kw["speculative"], source)
     if kw.get("kv_cache_groups") is not None:
         kw["kv_cache_groups"] = _groups(kw["kv_cache_groups"], kw, source)
     notes = kw.get("plan_notes", ())

@@ -86,6 +86,7 @@ ENGINE_KEYS = (
     ConfigKey("vllm_version", None, "the vLLM release whose rules are followed (differences: "
               "`docs/vllm-version-rules.md`)", shown="{default} (one of {supported})"),
     ConfigKey("time_model", None, "step time in seconds (keys below)", shown="`linear`"),
+    ConfigKey("speculative", None, "speculative decoding (keys below)", shown="off"),
     ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash)"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
               "`num_gpu_blocks`", low=1),
@@ -110,6 +111,40 @@ TIME_MODEL_KEYS = (
               "never extrapolated"),
 )
 
+# Keys of ``speculative``: vLLM's SpeculativeConfig as far as the scheduler sees it, plus what the
+# replay needs that vLLM learns from its models (how many drafts are accepted, what drafting costs).
+SPECULATIVE_KEYS = (
+    ConfigKey("num_speculative_tokens", None, "draft tokens proposed per request and step (k)", low=1,
+              shown="required"),
+    ConfigKey("method", "eagle", "`eagle` or `mtp` (k lookahead slots, EAGLE prefix-cache rules), "
+              "`draft_model` (k lookahead slots, one draft slot of input budget per request), `ngram` "
+              "(neither)"),
+    ConfigKey("acceptance", None, "how many drafts the target model accepts (keys below)",
+              shown="`permille` 700, `seed` 0"),
+    ConfigKey("drafter_cost", None, "the drafter's time per step: a number is a fraction of the target "
+              "step's time; a mapping `{base_s, per_token_s}` is a linear model over the step's scheduled "
+              "tokens", shown="0"),
+)
+
+# Keys of ``speculative.acceptance``.  A request's trace field ``accept`` (a list) comes first; then
+# ``counts``; then ``histogram`` or the hash rule (``permille``).  Request i (its index in the trace)
+# verified for the n-th time with m drafts accepts min(m, A(i, n)).
+ACCEPTANCE_KEYS = (
+    ConfigKey("counts", None, "accepted drafts of a request's n-th verification: `counts[n mod len]`"),
+    ConfigKey("permille", 700, "the hash rule: acceptance rate of each draft position given the ones "
+              "before it, in 1/1000 (an integer for every position, or one per position, the last "
+              "repeated)", shown="700"),
+    ConfigKey("histogram", None, "`[p0, p1, ..., pk]`: probability of accepting exactly j drafts, drawn "
+              "per verification from a generator seeded by `seed`, the request and n"),
+    ConfigKey("seed", 0, "seed of the hash rule and of the histogram draws", low=0),
+)
+
+# Keys of ``speculative.drafter_cost`` given as a mapping.
+DRAFTER_COST_KEYS = (
+    ConfigKey("base_s", 0.0, "seconds of drafting per step that proposes drafts"),
+    ConfigKey("per_token_s", 0.0, "seconds per token the step scheduled"),
+)
+
 # Per-group keys of ``kv_cache_groups``; order is the order error messages list them in.
 GROUP_KEYS = (
     ConfigKey("type", None, "the group's kind (table below)", shown="required"),
@@ -119,7 +154,8 @@ GROUP_KEYS = (
     ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1),
     ConfigKey("prefix_cacheable", None, "whether the group's blocks can be prefix-cached",
               shown="the kind's default"),
-    ConfigKey("num_speculative_blocks", 0, "state groups: draft blocks", low=0),
+    ConfigKey("num_speculative_blocks", None, "state groups: draft blocks", low=0,
+              shown="`speculative.num_speculative_tokens`, else 0"),
     ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0),
     ConfigKey("prefill_checkpoint_alignment", None, "state groups: prefill-checkpoint alignment in tokens", low=1),
     ConfigKey("page_size_bytes", None, "one layer's page (vLLM `KVCacheSpec.page_size_bytes`)", low=1),

@@ -162,7 +162,7 @@ def resolve_groups(cfg) -> dict:
             "window": window,
             "cacheable": bool(c and caching),
             "align_mode": bool(state and align_mode),
-            "num_spec": int(g["num_speculative_blocks"]) if state else 0,
+            "num_spec": _num_speculative_blocks(cfg, g) if state else 0,
             "has_ckpt": bool(state and align_mode and g["prefill_checkpoint_blocks"] > 0),
             "ckpt_align": int(g["prefill_checkpoint_alignment"] or 0) if state else 0,
             "admission_cap": cap,
@@ -201,6 +201,16 @@ def resolve_groups(cfg) -> dict:
         "mamba_has_ckpt": bool(state_groups) and all(sp["has_ckpt"] for _, sp in state_groups),
         "mamba_ckpt_align": state_groups[0][1]["ckpt_align"] if state_groups else 0,
     }
+
+
+def _num_speculative_blocks(cfg, group) -> int:
+    """A state group's draft blocks: as configured, else k with speculative decoding
+    (vLLM's ``MambaSpec.num_speculative_blocks`` is ``num_speculative_tokens``)."""
+    n = group.get("num_speculative_blocks")
+    if n is not None:
+        return int(n)
+    sp = getattr(cfg, "speculative", None)
+    return sp.num_speculative_tokens if sp is not None else 0
 
 
 def group_block_sizes(cfg) -> list[int]:

@@ -7,7 +7,8 @@ versions and group kinds cannot drift from the code.
 
 from __future__ import annotations
 
-from aisim.config.keys import ENGINE_KEYS, GROUP_KEYS, TIME_MODEL_KEYS
+from aisim.config.keys import (ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS, SPECULATIVE_KEYS,
+                               TIME_MODEL_KEYS)
 from aisim.config.kvgroups import KINDS
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 
@@ -27,6 +28,9 @@ def render_tables() -> str:
     fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
     lines = _table(ENGINE_KEYS, fmt)
     lines += ["", "`time_model` keys:", ""] + _table(TIME_MODEL_KEYS)
+    lines += ["", "`speculative` keys:", ""] + _table(SPECULATIVE_KEYS)
+    lines += ["", "`speculative.acceptance` keys:", ""] + _table(ACCEPTANCE_KEYS)
+    lines += ["", "`speculative.drafter_cost` keys (given as a mapping):", ""] + _table(DRAFTER_COST_KEYS)
     lines += ["", "`kv_cache_groups` keys (one table per group):", ""] + _table(GROUP_KEYS)
     lines += ["", "Group kinds:", "", "| type | holds | requires | `prefix_cacheable` default |", "|---|---|---|---|"]
     for k in KINDS:

@@ -247,6 +247,8 @@ def check_relations(cfg, source: str | None = None) -> None:
     if cfg.mamba_cache_mode not in (None, "none", "align"):
         raise ConfigError(f"'mamba_cache_mode'{_where(source)} must be 'align' or 'none', got {cfg.mamba_cache_mode!r}")
     groups = expand_groups(cfg.groups)
+    if cfg.speculative is not None:
+        _check_speculative(cfg, groups, source)
     unit = cfg.prefix_match_unit
     if unit is not None and len(groups) == 1 and unit != cfg.block_size and cfg.enable_prefix_caching:
         # vllm resolve_kv_cache_block_sizes: one group hashes at its block size.
@@ -266,6 +268,31 @@ def check_relations(cfg, source: str | None = None) -> None:
 
 # ---------------------------------------------------------------- plans
 # What a plan may conclude from its evidence, before the configuration is built.
+
+
+def _check_speculative(cfg, groups, source) -> None:
+    """vLLM's constraints between speculative decoding and the other keys."""
+    from aisim.config.versions import version_code
+
+    sp = cfg.speculative
+    k = sp.num_speculative_tokens
+    lpt = cfg.long_prefill_token_threshold
+    if 0 < lpt <= k:
+        # Scheduler.schedule asserts that a padded one-token admission keeps its 1 + k rows.
+        raise ConfigError(f"'long_prefill_token_threshold' ({lpt}){_where(source)} must exceed "
+                          f"'speculative.num_speculative_tokens' ({k}) or be 0")
+    if cfg.max_num_batched_tokens <= (1 if sp.method == "draft_model" else 0):
+        raise ConfigError(f"'max_num_batched_tokens'{_where(source)} leaves no input budget beside the draft slots")
+    for i, g in enumerate(groups):
+        if g["type"] in STATE_KINDS and g.get("num_speculative_blocks") not in (None, k):
+            raise ConfigError(f"'kv_cache_groups[{i}].num_speculative_blocks' ({g['num_speculative_blocks']})"
+                              f"{_where(source)} must equal 'speculative.num_speculative_tokens' ({k}): vLLM "
+                              "gives a state group one draft block per speculative token")
+    eagle_drop = sp.use_eagle and (version_code(cfg.version) < 33 or not cfg.enable_prefix_caching)
+    if eagle_drop and cfg.enable_prefix_caching and any(g["type"] == "chunked_local" for g in groups):
+        # ChunkedLocalAttentionManager.find_longest_cache_hit asserts that no EAGLE drop reaches it.
+        raise ConfigError(f"'speculative.method' ({sp.method}){_where(source)}: vLLM {cfg.version} cannot "
+                          "prefix-cache chunked local attention under the EAGLE block drop")
 
 
 def unmodeled_version_note(version) -> str | None:

@@ -3,7 +3,7 @@
 :func:`render` turns a :class:`~aisim.report.data.RunData` into HTML: the run's
 header, a summary table (one row per shard), comparison bars across shards,
 and one section per (model, engine) shard with its headline numbers and
-charts.  CSS and the small script (hover values, legend toggles) are inline;
+charts (with speculative decoding, the panel of :mod:`aisim.report.spec`).  CSS and the small script (hover values, legend toggles) are inline;
 the page loads nothing (its Content-Security-Policy forbids every fetch).
 
 Numbers are computed on the full data: the summary table shows the landed
@@ -21,6 +21,7 @@ import numpy as np
 
 from aisim.report import downsample as ds
 from aisim.report.data import RunData, ShardData
+from aisim.report.spec import spec_comparison, spec_panel
 from aisim.report.svg import (Ref, Series, bar_chart, fmt_bytes, fmt_count, fmt_duration, fmt_pct, line_chart)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -157,7 +158,7 @@ def _comparison(rd: RunData) -> str:
                                           title="KV-cache peak usage by shard", chart_id="cmp-kv", fmt="pct")),
     ]
     figs = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in charts)
-    return f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>'
+    return f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>' + spec_comparison(rd)
 
 
 # ---------------------------------------------------------------------------- one shard
@@ -411,7 +412,7 @@ def _shard_section(sd: ShardData, mp: int) -> str:
         return head + ('<p class="empty">This shard replayed no requests (the model had no rows in this run\'s '
                        "inputs).</p></section>")
     figs, cdfs = _charts(sd, mp)
-    return (head + _stats(sd) + f'<div class="grid">{"".join(figs)}</div>'
+    return (head + _stats(sd) + f'<div class="grid">{"".join(figs)}</div>' + spec_panel(sd, mp) +
             f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div></section>')
 
 

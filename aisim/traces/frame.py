@@ -15,7 +15,9 @@ Columns:
   ``row<i>``), ``prefix_group`` with ``prefix_len`` (the first ``prefix_len``
   prompt tokens are the group's shared tokens, as in the oracle format),
   ``session_id`` (with optional ``turn``; default: the session's rows in
-  arrival order count 0, 1, ...), ``priority`` (integer) and ``model``.
+  arrival order count 0, 1, ...), ``priority`` (integer), ``model`` and
+  ``accept`` (speculative decoding: a list of drafts accepted at the
+  request's 1st, 2nd, ... verification, cycled; null for the configured rule).
 
 Other columns are an error, so a misspelt column is not silently ignored.
 """
@@ -31,7 +33,7 @@ from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 REQUIRED = ("prompt_len", "max_tokens")
 ARRIVALS = ("arrival_time", "arrival_step")
-OPTIONAL = ("request_id", "prefix_group", "prefix_len", "session_id", "turn", "priority", "model")
+OPTIONAL = ("request_id", "prefix_group", "prefix_len", "session_id", "turn", "priority", "model", "accept")
 _INT32_LIMIT = 2**31
 
 
@@ -151,6 +153,17 @@ def from_frame(frame, *, name: str = "the frame", skip_bad_rows: bool = False) -
         ids = [f"row{i}" for i in range(n)]
     sessions = labels("session_id")
     models = labels("model")
+    accept = [None] * n
+    if "accept" in cols:
+        col = table.column("accept")
+        if not ((pa.types.is_list(col.type) or pa.types.is_large_list(col.type))
+                and (pa.types.is_integer(col.type.value_type) or pa.types.is_null(col.type.value_type))) \
+                and not pa.types.is_null(col.type):
+            raise TraceError(f"{name}: column 'accept' must hold lists of integers, got {col.type}")
+        accept = col.to_pylist()
+        fault(np.array([a is not None and (not a or any(x is None or x < 0 or x >= _INT32_LIMIT for x in a))
+                        for a in accept], dtype=bool),
+              "accept", "must be null or a non-empty list of non-negative integers")
     seen = {}
     for i, rid in enumerate(ids):
         if rid is None:
@@ -160,7 +173,7 @@ def from_frame(frame, *, name: str = "the frame", skip_bad_rows: bool = False) -
         else:
             seen[rid] = i
     rows = {k: [] for k in ("model", "request_id", "session_id", "turn", "arrival_step", "arrival_s",
-                            "prompt_tokens", "output_tokens", "priority", "segments")}
+                            "prompt_tokens", "output_tokens", "priority", "segments", "accept")}
     for i in range(n):
         if problem[i] is not None:
             bad.record(TraceError(problem[i]))
@@ -178,6 +191,7 @@ def from_frame(frame, *, name: str = "the frame", skip_bad_rows: bool = False) -
         rows["output_tokens"].append(int(output[i]))
         rows["priority"].append(int(priority[i]))
         rows["segments"].append(canonical_segments(segs))
+        rows["accept"].append(accept[i])
     if not rows["request_id"]:
         raise TraceError(f"{name}: the trace has no requests" + (f" ({bad.count} bad rows skipped)"
                                                                   if bad.count else ""))

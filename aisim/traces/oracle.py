@@ -3,7 +3,8 @@
 One JSON object per line: ``request_id``, ``prompt_len``, ``max_tokens``,
 ``arrival_step`` (engine iteration) or ``arrival_time`` (seconds), optional
 ``prefix_group``/``prefix_len`` (the first ``prefix_len`` prompt tokens are
-the shared stream of that group) and ``priority``.  Every prefix group and
+the shared stream of that group), ``priority`` and ``accept`` (speculative
+decoding: drafts accepted at the request's 1st, 2nd, ... verification, cycled).  Every prefix group and
 every request owns a token stream; the token at position ``p`` of the prompt
 is ``(group stream, p)`` below ``prefix_len`` and ``(request stream, p)`` from
 there on.
@@ -18,7 +19,7 @@ from aisim.traces.common import INT32_LIMIT, BadRows, finish, int_field, json_ob
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 _KEYS = {"request_id", "prompt_len", "max_tokens", "arrival_step", "arrival_time",
-         "prefix_group", "prefix_len", "priority"}
+         "prefix_group", "prefix_len", "priority", "accept"}
 
 
 def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None, *, skip_bad_rows: bool = False):
@@ -49,7 +50,7 @@ def read_oracle_trace(path: str | os.PathLike, max_model_len: int | None = None,
     """
     path = os.fspath(path)
     rows = {k: [] for k in ("request_id", "arrival_step", "arrival_s", "prompt_tokens",
-                            "output_tokens", "priority", "segments")}
+                            "output_tokens", "priority", "segments", "accept")}
     state = {"clock": None}
     seen = {}
     bad = BadRows(skip_bad_rows)
@@ -112,6 +113,13 @@ def _row(line, where, max_model_len, state, seen) -> dict:
         segs.append((stream_id("prefix-group", str(group)), 0, prefix_len))
     segs.append((stream_id("prompt", rid), prefix_len, prompt - prefix_len))
     priority = int_field(obj, "priority", where, -INT32_LIMIT, default=0)
+    accept = obj.get("accept")
+    if accept is not None:
+        if not isinstance(accept, list) or not accept or not all(
+                isinstance(a, int) and not isinstance(a, bool) and 0 <= a < INT32_LIMIT for a in accept):
+            raise TraceError(f"{where}: field 'accept' must be a non-empty list of non-negative integers, "
+                             f"got {accept!r}")
     state["clock"] = kind
     return {"request_id": rid, "arrival_step": step, "arrival_s": seconds, "prompt_tokens": prompt,
-            "output_tokens": max_tokens, "priority": priority, "segments": canonical_segments(segs)}
+            "output_tokens": max_tokens, "priority": priority, "segments": canonical_segments(segs),
+            "accept": accept}

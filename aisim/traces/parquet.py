@@ -22,7 +22,7 @@ import pyarrow as pa
 from aisim.errors import TraceError
 from aisim.files import atomic_path
 from aisim.traces.common import BadRows, finish
-from aisim.traces.schema import TRACE_SCHEMA
+from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA
 
 BATCH_ROWS = 65536
 
@@ -89,7 +89,8 @@ def read_parquet(path: str | os.PathLike, *, skip_bad_rows: bool = False):
     seen = {}
     batches = []
     row0 = 0
-    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=[f.name for f in TRACE_SCHEMA]):
+    present = [f.name for f in TRACE_SCHEMA if schema.get_field_index(f.name) >= 0]
+    for batch in pf.iter_batches(batch_size=BATCH_ROWS, columns=present):
         batch = _cast(path, pa.Table.from_batches([batch]))
         if clock is None:
             clock = "time" if batch.column("arrival_s").null_count < batch.num_rows else "step"
@@ -114,6 +115,8 @@ def _check_columns(path, schema):
     for field in TRACE_SCHEMA:
         idx = schema.get_field_index(field.name)
         if idx < 0:
+            if field.name in OPTIONAL_COLUMNS:
+                continue
             raise TraceError(f"{path}: missing column '{field.name}' ({field.type})")
         got = schema.field(idx).type
         if got == field.type:
@@ -122,6 +125,8 @@ def _check_columns(path, schema):
              (pa.types.is_floating(got) and pa.types.is_floating(field.type)) or \
              (pa.types.is_string(field.type) and (pa.types.is_large_string(got) or pa.types.is_null(got))) or \
              (field.name == "segments" and _segments_like(got)) or \
+             (field.name == "accept" and (pa.types.is_list(got) or pa.types.is_large_list(got))
+              and pa.types.is_integer(got.value_type)) or \
              (pa.types.is_null(got) and field.name in ("model", "session_id", "arrival_step", "arrival_s"))
         if not ok:
             raise TraceError(f"{path}: column '{field.name}' must be {field.type}, got {got}")
@@ -139,6 +144,9 @@ def _cast(path, table: pa.Table) -> pa.Table:
         return table
     cols = []
     for field in TRACE_SCHEMA:
+        if field.name not in table.column_names:  # an optional column the file leaves out
+            cols.append(pa.nulls(table.num_rows, field.type))
+            continue
         col = table.column(field.name)
         try:
             cols.append(col.cast(field.type, safe=True))
@@ -172,6 +180,12 @@ def _validate(path, batch: pa.Table, clock: str, row0: int, bad: BadRows, seen: 
     covered = cum[ends] - cum[starts]
     nonpos_cum = np.concatenate([[0], np.cumsum(lengths <= 0)])
     nonpos = (nonpos_cum[ends] - nonpos_cum[starts]) > 0
+    acc = batch.column("accept").combine_chunks()
+    acc_vals = acc.values.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    acc_off = acc.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    neg = np.concatenate([[0], np.cumsum(acc_vals < 0)])
+    acc_bad = ((neg[acc_off[1:]] - neg[acc_off[:-1]]) > 0) | (
+        (acc_off[1:] == acc_off[:-1]) & ~acc.is_null().to_numpy(zero_copy_only=False))
     checks = [
         ("arrival_s" if clock == "time" else "arrival_step", arr_null | ~(arr >= 0) | ~np.isfinite(arr),
          "must be a finite non-negative number (the trace's clock is '%s')" % clock),
@@ -180,6 +194,7 @@ def _validate(path, batch: pa.Table, clock: str, row0: int, bad: BadRows, seen: 
         ("turn", turn < 0, "must be non-negative"),
         ("segments", seg_null | nonpos, "must be a list of segments of positive length"),
         ("segments", covered != prompt, "must cover exactly prompt_tokens tokens"),
+        ("accept", acc_bad, "must be null or a non-empty list of non-negative integers"),
     ]
     first_bad = np.full(n, -1, dtype=np.int64)
     for k, (_, mask, _) in enumerate(checks):

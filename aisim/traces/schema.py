@@ -15,6 +15,8 @@ column              type                        meaning
 ``output_tokens``   int32                       tokens to generate (``max_tokens``)
 ``priority``        int32                       lower runs first (priority policy)
 ``segments``        list<struct>                the prompt's token identity, see below
+``accept``          list<int32> (nullable)      speculative decoding: drafts accepted at the
+                                                request's 1st, 2nd, ... verification (cycled)
 ==================  ==========================  ==========================================
 
 Token identity is what prefix caching sees.  A prompt is a list of segments
@@ -46,8 +48,12 @@ TRACE_SCHEMA = pa.schema(
         ("output_tokens", pa.int32()),
         ("priority", pa.int32()),
         ("segments", pa.list_(SEGMENT_TYPE)),
+        ("accept", pa.list_(pa.int32())),
     ]
 )
+
+# Columns a trace file may leave out (all null then): older aisim Parquet traces have none of them.
+OPTIONAL_COLUMNS = ("accept",)
 
 
 def stream_id(kind: str, name: str) -> int:
@@ -114,14 +120,15 @@ def canonical_segments(segments):
 def trace_table(rows: dict, clock: str) -> pa.Table:
     """Build a trace table from column lists, sorted stably by arrival.
 
-    ``rows`` holds one list per column; ``model``, ``session_id`` and ``turn``
-    may be left out (null, null, 0).  ``clock`` is ``"step"`` or ``"time"``.
+    ``rows`` holds one list per column; ``model``, ``session_id``, ``turn`` and
+    ``accept`` may be left out (null, null, 0, null).  ``clock`` is ``"step"`` or ``"time"``.
     """
     n = len(rows["request_id"])
     rows = dict(rows)
     rows.setdefault("model", [None] * n)
     rows.setdefault("session_id", [None] * n)
     rows.setdefault("turn", [0] * n)
+    rows.setdefault("accept", [None] * n)
     key = rows["arrival_step"] if clock == "step" else rows["arrival_s"]
     order = np.argsort(np.asarray(key, dtype=np.float64), kind="stable")
     cols = {k: [v[i] for i in order] for k, v in rows.items()}
@@ -140,6 +147,7 @@ def trace_table(rows: dict, clock: str) -> pa.Table:
                 [[{"stream": s, "first": f, "length": n} for s, f, n in segs] for segs in cols["segments"]],
                 pa.list_(SEGMENT_TYPE),
             ),
+            "accept": pa.array(cols["accept"], pa.list_(pa.int32())),
         },
         schema=TRACE_SCHEMA,
     )
