@@ -15,31 +15,39 @@ from aisim._core.request cimport ReqC
 from aisim._core.types cimport hash_t, int32_t, slot_t, tok_t
 
 
-cdef hash_t _fold_lookahead(const KVCacheC* kv, const ReqC* r, hash_t h, int32_t seg, tok_t off) noexcept nogil:
-    # The next kv.hash_lookahead tokens from the cursor (seg, off), as runs,
-    # without moving the cursor; a marker keeps these keys apart from plain ones.
-    cdef tok_t need = kv.hash_lookahead
+cdef inline hash_t _hash_tokens(const KVCacheC* kv, const ReqC* r, hash_t h, tok_t need,
+                                int32_t* seg, tok_t* off) noexcept nogil:
+    # Mix the next ``need`` tokens from the cursor (seg, off) into ``h`` as runs and move the cursor
+    # past them: prompt segments first, then the output stream (one stream per request, offset =
+    # output index).
     cdef tok_t take, avail, length, first
     cdef hash_t stream
-    h = hash_combine(h, <hash_t>0x6c6f6f6b61686561)
     while need > 0:
-        if seg < r.seg_cnt:
-            stream = kv.seg_stream[r.seg_off + seg]
-            first = kv.seg_first[r.seg_off + seg]
-            length = kv.seg_len[r.seg_off + seg]
+        if seg[0] < r.seg_cnt:
+            stream = kv.seg_stream[r.seg_off + seg[0]]
+            first = kv.seg_first[r.seg_off + seg[0]]
+            length = kv.seg_len[r.seg_off + seg[0]]
         else:
             stream = r.out_stream
             first = 0
             length = r.num_output
-        avail = length - off
+        avail = length - off[0]
         take = need if need < avail else avail
-        h = hash_run(h, stream, first + off, take)
-        off += take
+        h = hash_run(h, stream, first + off[0], take)
+        off[0] += take
         need -= take
-        if off == length and seg < r.seg_cnt:
-            seg += 1
-            off = 0
+        if off[0] == length and seg[0] < r.seg_cnt:
+            seg[0] += 1
+            off[0] = 0
     return h
+
+
+cdef inline hash_t _fold_lookahead(const KVCacheC* kv, const ReqC* r, hash_t h, int32_t seg,
+                                   tok_t off) noexcept nogil:
+    # The next kv.hash_lookahead tokens from the cursor (seg, off), as runs, without moving the
+    # request's cursor (a copy moves); a marker keeps these keys apart from plain ones.
+    h = hash_combine(h, <hash_t>0x6c6f6f6b61686561)
+    return _hash_tokens(kv, r, h, kv.hash_lookahead, &seg, &off)
 
 
 cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
@@ -67,29 +75,10 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef int32_t j = kv.num_hashed[s]
     cdef int32_t seg = kv.cur_seg[s]
     cdef tok_t off = kv.cur_off[s]
-    cdef tok_t need, take, avail, length, first
-    cdef hash_t stream, h
+    cdef hash_t h
     while j < n_hashes:
         h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
-        need = kv.hash_block_size
-        while need > 0:
-            if seg < r.seg_cnt:
-                stream = kv.seg_stream[r.seg_off + seg]
-                first = kv.seg_first[r.seg_off + seg]
-                length = kv.seg_len[r.seg_off + seg]
-            else:
-                # Output tokens: one stream per request, offset = output index.
-                stream = r.out_stream
-                first = 0
-                length = r.num_output
-            avail = length - off
-            take = need if need < avail else avail
-            h = hash_run(h, stream, first + off, take)
-            off += take
-            need -= take
-            if off == length and seg < r.seg_cnt:
-                seg += 1
-                off = 0
+        h = _hash_tokens(kv, r, h, kv.hash_block_size, &seg, &off)
         if lookahead:
             h = _fold_lookahead(kv, r, h, seg, off)
         hashes[j] = hash_finish(h)
