@@ -17,7 +17,8 @@ import math
 import os
 from dataclasses import InitVar, asdict, dataclass, field
 
-from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults
+from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults, refuse_unknown
+from aisim.config.keys import where as _where
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 from aisim.errors import ConfigError
 from aisim.textin import decode_utf8, loads_json, loads_yaml
@@ -251,10 +252,6 @@ _KNOWN = frozenset(k.name for k in ENGINE_KEYS)
 _TIME_KEYS = {k.name for k in TIME_MODEL_KEYS}
 
 
-def _where(source: str | None) -> str:
-    return f" in {source}" if source else ""
-
-
 def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfig:
     """Validate ``raw`` strictly and build an :class:`EngineConfig`.
 
@@ -280,9 +277,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"engine configuration{_where(source)} must be a mapping of keys to values")
-    for key in raw:
-        if key not in _KNOWN:
-            raise ConfigError(f"unknown key '{key}'{_where(source)}; known keys: {', '.join(sorted(_KNOWN))}")
+    refuse_unknown(raw, sorted(_KNOWN), "", _where(source))
     if raw.get("num_gpu_blocks") is None and raw.get("kv_cache_bytes") is None:
         raise ConfigError(f"missing capacity{_where(source)}: set 'num_gpu_blocks' or 'kv_cache_bytes'")
     kw = dict(raw)
@@ -361,9 +356,8 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
 
 def _time_model(tm: dict, source) -> TimeModel:
     out = {}
+    refuse_unknown(tm, sorted(_TIME_KEYS), "time_model.", _where(source))
     for k, v in tm.items():
-        if k not in _TIME_KEYS:
-            raise ConfigError(f"unknown key 'time_model.{k}'{_where(source)}; known keys: {', '.join(sorted(_TIME_KEYS))}")
         if k in ("kind", "gpu", "model", "path"):
             if not isinstance(v, str):
                 raise ConfigError(f"'time_model.{k}'{_where(source)} must be a string, got {v!r}")
@@ -414,10 +408,7 @@ def _groups(groups, kw, source):
         where = f"'kv_cache_groups[{i}]'{_where(source)}"
         if not isinstance(g, dict):
             raise ConfigError(f"{where} must be a mapping")
-        for k in g:
-            if k not in GROUP_DEFAULTS:
-                raise ConfigError(f"unknown key 'kv_cache_groups[{i}].{k}'{_where(source)}; "
-                                  f"known keys: {', '.join(GROUP_DEFAULTS)}")
+        refuse_unknown(g, list(GROUP_DEFAULTS), f"kv_cache_groups[{i}].", _where(source))
         kind = g.get("type")
         if kind not in KIND:
             raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "

@@ -166,3 +166,22 @@ GROUP_KEYS = (
 def defaults(keys) -> dict:
     """``name -> default`` of a catalogue."""
     return {k.name: k.default for k in keys}
+
+
+def where(source: str | None) -> str:
+    """`` in FILE`` for an error message about a configuration read from ``source``, else ``""``."""
+    return f" in {source}" if source else ""
+
+
+def refuse_unknown(raw: dict, known, prefix: str, at: str = "") -> None:
+    """Raise :class:`~aisim.errors.ConfigError` naming the first key of ``raw`` not in ``known``.
+
+    ``prefix`` is the section's dotted path (``"speculative."``), ``at`` the file (:func:`where`);
+    the message lists ``known`` in the order given.
+    """
+    from aisim.errors import ConfigError
+
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key '{prefix}{key}'{at}; known keys: {', '.join(known)}")
+

@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aisim.config.keys import ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, SPECULATIVE_KEYS, defaults
+from aisim.config.keys import ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, SPECULATIVE_KEYS, defaults, refuse_unknown
+from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
 
 METHODS = ("eagle", "mtp", "draft_model", "ngram")
@@ -86,10 +87,6 @@ class SpeculativeConfig:
         return "permille", (tuple(p) if isinstance(p, (list, tuple)) else (p,)), seed
 
 
-def _where(source):
-    return f" in {source}" if source else ""
-
-
 def _int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -111,10 +108,7 @@ def parse_speculative(raw, source=None) -> SpeculativeConfig:
     w = _where(source)
     if not isinstance(raw, dict):
         raise ConfigError(f"'speculative'{w} must be a mapping")
-    known = [k.name for k in SPECULATIVE_KEYS]
-    for k in raw:
-        if k not in known:
-            raise ConfigError(f"unknown key 'speculative.{k}'{w}; known keys: {', '.join(known)}")
+    refuse_unknown(raw, [k.name for k in SPECULATIVE_KEYS], "speculative.", w)
     k = raw.get("num_speculative_tokens")
     if k is None:
         raise ConfigError(f"'speculative.num_speculative_tokens'{w} is required")
@@ -133,10 +127,7 @@ def _acceptance(a, k, w) -> dict:
         return {}
     if not isinstance(a, dict):
         raise ConfigError(f"'speculative.acceptance'{w} must be a mapping")
-    known = [x.name for x in ACCEPTANCE_KEYS]
-    for key in a:
-        if key not in known:
-            raise ConfigError(f"unknown key 'speculative.acceptance.{key}'{w}; known keys: {', '.join(known)}")
+    refuse_unknown(a, [x.name for x in ACCEPTANCE_KEYS], "speculative.acceptance.", w)
     given = [key for key in ("counts", "permille", "histogram") if a.get(key) is not None]
     if len(given) > 1:
         raise ConfigError(f"'speculative.acceptance'{w} takes one of counts, permille and histogram, "
@@ -175,10 +166,7 @@ def _drafter_cost(c, w):
         return None
     if isinstance(c, dict):
         known = [x.name for x in DRAFTER_COST_KEYS]
-        for key in c:
-            if key not in known:
-                raise ConfigError(f"unknown key 'speculative.drafter_cost.{key}'{w}; "
-                                  f"known keys: {', '.join(known)}")
+        refuse_unknown(c, known, "speculative.drafter_cost.", w)
         out = {}
         for key in known:
             v = c.get(key, _C[key])
