@@ -33,12 +33,8 @@ from __future__ import annotations
 from aisim.config.kvgroups import KIND, STATE_KINDS, expand_groups, request_blocks
 from aisim.config.versions import (CHECKPOINT_GEOMETRY_VERSIONS, DEFAULT_VLLM_VERSION, is_supported,
                                    supported_text)
+from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
-
-
-def _where(source: str | None) -> str:
-    return f" in {source}" if source else ""
-
 
 _GROUPED_VERSIONS = f"grouped prefix caching is modeled for vLLM {supported_text()} only"
 
