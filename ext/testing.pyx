@@ -34,6 +34,9 @@ from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
+from aisim._core.steptime cimport (
+    RT_COMM_PER_TOKEN_S, RT_COMM_S, RT_FLOPS_PER_REQ, RT_LEN, RT_MOE_EXPERT_BYTES, RT_MOE_EXPERTS, RT_MOE_LOG_MISS,
+)
 from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 from aisim._core.util cimport num_tokens
 
@@ -67,6 +70,9 @@ def enum_codes():
         "RC_CACHED_ALL": RC_CACHED_ALL, "RC_PREEMPTIONS": RC_PREEMPTIONS, "RC_ARRIVAL": RC_ARRIVAL,
         "RC_FIRST_SCHED": RC_FIRST_SCHED, "RC_FIRST_TOKEN": RC_FIRST_TOKEN, "RC_FINISH": RC_FINISH,
         "N_REQ_COLS": N_REQ_COLS,
+        "RT_FLOPS_PER_REQ": RT_FLOPS_PER_REQ, "RT_MOE_EXPERTS": RT_MOE_EXPERTS, "RT_MOE_LOG_MISS": RT_MOE_LOG_MISS,
+        "RT_MOE_EXPERT_BYTES": RT_MOE_EXPERT_BYTES, "RT_COMM_S": RT_COMM_S, "RT_COMM_PER_TOKEN_S": RT_COMM_PER_TOKEN_S,
+        "RT_LEN": RT_LEN,
     }
 
 
