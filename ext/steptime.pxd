@@ -54,4 +54,6 @@ cdef enum RooflineTail:
     RT_MOE_EXPERT_BYTES = 3    # bytes of one routed expert over every MoE layer, per GPU
     RT_COMM_S = 4              # tensor-parallel all-reduces: their fixed seconds per step
     RT_COMM_PER_TOKEN_S = 5    # ... and their seconds per scheduled token
-    RT_LEN = 6                 # length of the tail
+    RT_ATTN_RATE = 6           # FLOP/s of attention (its kernels reach another share of peak than matmuls)
+    RT_REQ_S = 7               # fixed seconds per scheduled request (the engine's per-request work)
+    RT_LEN = 8                 # length of the tail

@@ -3,12 +3,13 @@
 * linear: ``base_s + per_token_s * tokens + per_req_s * requests``, left to
   right (the oracle recorder's formula);
 * roofline: a step is bound by compute or by memory traffic.  Compute is
-  ``flops_per_token * tokens + flops_per_req * requests + sum_terms attn_flops
-  * pairs`` (causal (new token, key) pairs, keys capped by a sliding window)
-  over the effective FLOP rate; memory is the weights read once, the routed
-  experts the batch touches, every scheduled request's KV read (its context,
-  capped by a window, per term) and its recurrent state, over the effective
-  bandwidth; the step costs ``overhead_s + max(compute, memory)`` plus its
+  ``flops_per_token * tokens + flops_per_req * requests`` over the effective
+  matmul rate plus ``sum_terms attn_flops * pairs`` (causal (new token, key)
+  pairs, keys capped by a sliding window) over the attention rate; memory is
+  the weights read once, the routed experts the batch touches, every scheduled
+  request's KV read (its context, capped by a window, per term) and its
+  recurrent state, over the effective bandwidth; the step costs ``overhead_s
+  + per-request seconds * requests + max(compute, memory)`` plus its
   tensor-parallel all-reduces.  Prefill is thus compute-bound and decode
   memory-bound;
 * table: linear (one axis) or bilinear (two axes) interpolation in a grid of
@@ -99,7 +100,7 @@ cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
     if b.n == 0:
         return tm.overhead_s
     cdef const double* tail = tm.kv_bytes + tm.n_terms
-    cdef double tokens = <double>b.total_tokens
+    cdef double tokens = <double>b.total_tokens, attn = 0.0
     flops = tm.flops_per_token * tokens + tail[<int>RT_FLOPS_PER_REQ] * <double>b.n
     bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
     if tail[<int>RT_MOE_EXPERTS] > 0.0 and tokens > 0.0:
@@ -113,11 +114,11 @@ cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
             if tm.window[t] > 0 and ctx > tm.window[t]:
                 ctx = <double>tm.window[t]
             pairs = _pairs(<double>b.tokens[i], <double>b.ctx[i], <double>tm.window[t])
-            flops += tm.attn_flops[t] * pairs
+            attn += tm.attn_flops[t] * pairs
             bytes_ += tm.kv_bytes[t] * ctx   # every context token's K and V, read once
-    flops = flops / tm.flops_rate
+    flops = flops / tm.flops_rate + attn / tail[<int>RT_ATTN_RATE]
     bytes_ = bytes_ / tm.bytes_rate
-    return (tm.overhead_s + (flops if flops > bytes_ else bytes_)
+    return (tm.overhead_s + tail[<int>RT_REQ_S] * <double>b.n + (flops if flops > bytes_ else bytes_)
             + tail[<int>RT_COMM_S] + tail[<int>RT_COMM_PER_TOKEN_S] * tokens)
 
 

@@ -35,7 +35,8 @@ from aisim._core.request cimport (
 )
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
 from aisim._core.steptime cimport (
-    RT_COMM_PER_TOKEN_S, RT_COMM_S, RT_FLOPS_PER_REQ, RT_LEN, RT_MOE_EXPERT_BYTES, RT_MOE_EXPERTS, RT_MOE_LOG_MISS,
+    RT_ATTN_RATE, RT_COMM_PER_TOKEN_S, RT_COMM_S, RT_FLOPS_PER_REQ, RT_LEN, RT_MOE_EXPERT_BYTES, RT_MOE_EXPERTS,
+    RT_MOE_LOG_MISS, RT_REQ_S,
 )
 from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 from aisim._core.util cimport num_tokens
@@ -72,7 +73,7 @@ def enum_codes():
         "N_REQ_COLS": N_REQ_COLS,
         "RT_FLOPS_PER_REQ": RT_FLOPS_PER_REQ, "RT_MOE_EXPERTS": RT_MOE_EXPERTS, "RT_MOE_LOG_MISS": RT_MOE_LOG_MISS,
         "RT_MOE_EXPERT_BYTES": RT_MOE_EXPERT_BYTES, "RT_COMM_S": RT_COMM_S, "RT_COMM_PER_TOKEN_S": RT_COMM_PER_TOKEN_S,
-        "RT_LEN": RT_LEN,
+        "RT_ATTN_RATE": RT_ATTN_RATE, "RT_REQ_S": RT_REQ_S, "RT_LEN": RT_LEN,
     }
 
 

@@ -32,28 +32,43 @@ LLAMA_KV = 2 * 8 * 128 * 2 * 32            # K and V bytes of one token: 8 heads
 
 
 def _roofline(model, gpu="H100", **tm):
-    return {"kind": "roofline", "gpu": gpu, "model": model, "compute_efficiency": 0.5, "bandwidth_efficiency": 0.8,
-            "overhead_s": 0.002, **tm}
+    return {"kind": "roofline", "gpu": gpu, "model": model, "compute_efficiency": 0.5, "attention_efficiency": 0.25,
+            "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0, **tm}
+
+
+# An H100's achievable BF16 matmul rate (794.5 TFLOP/s measured, of 989 on the datasheet): matrix products at
+# half of it, attention at a quarter; 3.35 TB/s of HBM at 80 %.
+MATMUL, ATTN, HBM = 794.5e12 * 0.5, 794.5e12 * 0.25, 3.35e12 * 0.8
 
 
 def test_roofline_dense_prefill_is_compute_bound_and_decode_memory_bound():
-    # llama-3.1-8b on one H100 (989 TFLOP/s x 0.5, 3.35 TB/s x 0.8), overhead 2 ms.
+    # llama-3.1-8b on one H100, overhead 2 ms.
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("llama-3.1-8b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
     d = _durations(res)
-    flops_rate, bytes_rate = 989e12 * 0.5, 3.35e12 * 0.8
     weights = (LLAMA_DENSE + LLAMA_HEAD) * 2          # layers and LM head, bf16, read once a step
     # Step 0: 1,000 prompt tokens at positions 1..1000 attend to 1 + 2 + ... + 1000 keys; one LM head row.
-    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD + LLAMA_PAIR * 500_500) / flops_rate
-    memory = (weights + LLAMA_KV * 1000) / bytes_rate
+    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 500_500 / ATTN
+    memory = (weights + LLAMA_KV * 1000) / HBM
     assert compute > memory
     assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
     # Step 1: one decode token, context 1,001.
-    compute = (2 * LLAMA_DENSE + 2 * LLAMA_HEAD + LLAMA_PAIR * 1001) / flops_rate
-    memory = (weights + LLAMA_KV * 1001) / bytes_rate
+    compute = (2 * LLAMA_DENSE + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 1001 / ATTN
+    memory = (weights + LLAMA_KV * 1001) / HBM
     assert memory > compute
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+
+
+def test_roofline_per_request_overhead():
+    # 0.1 ms of the engine's own work per scheduled request: two decoding requests add 0.2 ms a step.
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("llama-3.1-8b", overhead_per_req_s=1e-4))
+    _, _, res = run_log(eng, [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=100, max_tokens=3,
+                                                                                 at=0)])
+    d = _durations(res)
+    memory = ((LLAMA_DENSE + LLAMA_HEAD) * 2 + 2 * LLAMA_KV * 101) / HBM
+    assert d[1] == pytest.approx(0.002 + 2e-4 + memory, rel=1e-12)
 
 
 def test_roofline_tensor_parallel_all_reduces():
@@ -63,13 +78,12 @@ def test_roofline_tensor_parallel_all_reduces():
                time_model=_roofline("llama-3.1-8b", tp=2))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
     d = _durations(res)
-    flops_rate, bytes_rate = 989e12 * 0.5, 3.35e12 * 0.8
     weights = (LLAMA_DENSE + LLAMA_HEAD) * 2 / 2
     kv = LLAMA_KV / 2                                 # 4 of the 8 KV heads on each GPU
     comm_s, comm_per_token = 64 * 8e-6, 64 * 4096 * 2 / 450e9
-    compute = (2 * LLAMA_DENSE * 1000 / 2 + 2 * LLAMA_HEAD / 2 + LLAMA_PAIR / 2 * 500_500) / flops_rate
+    compute = (2 * LLAMA_DENSE * 1000 / 2 + 2 * LLAMA_HEAD / 2) / MATMUL + LLAMA_PAIR / 2 * 500_500 / ATTN
     assert d[0] == pytest.approx(0.002 + compute + comm_s + comm_per_token * 1000, rel=1e-12)
-    memory = (weights + kv * 1001) / bytes_rate
+    memory = (weights + kv * 1001) / HBM
     assert d[1] == pytest.approx(0.002 + memory + comm_s + comm_per_token, rel=1e-12)
 
 
@@ -86,19 +100,17 @@ def test_roofline_moe_reads_the_experts_the_batch_touches():
                time_model=_roofline("qwen3-30b-a3b"))
     _, _, res = run_log(eng, [dict(id=f"r{i}", prompt=100, max_tokens=2, at=0) for i in range(3)])
     d = _durations(res)
-    flops_rate, bytes_rate = 989e12 * 0.5, 3.35e12 * 0.8
-
     def touched(tokens):  # expected distinct experts of one layer: 128 (1 - (1 - 8/128)^tokens)
         return 128 * (1 - (1 - 8 / 128) ** tokens)
 
     # Step 0: three 100-token prompts, 300 tokens touch nearly all 128 experts of each layer.
-    compute = (2 * (dense + router + 48 * 8 * expert) * 300 + 3 * 2 * head + 3 * pair * 5050) / flops_rate
-    memory = ((dense + router + head) * 2 + touched(300) * 48 * expert * 2 + 3 * kv * 100) / bytes_rate
+    compute = (2 * (dense + router + 48 * 8 * expert) * 300 + 3 * 2 * head) / MATMUL + 3 * pair * 5050 / ATTN
+    memory = ((dense + router + head) * 2 + touched(300) * 48 * expert * 2 + 3 * kv * 100) / HBM
     assert touched(300) == pytest.approx(127.9999995, rel=1e-9)
     assert d[0] == pytest.approx(0.002 + max(compute, memory), rel=1e-12)
     # Step 1: three decode tokens read 128 (1 - (15/16)^3) = 22.53125 experts a layer.
-    memory = ((dense + router + head) * 2 + touched(3) * 48 * expert * 2 + 3 * kv * 101) / bytes_rate
-    compute = (2 * (dense + router + 48 * 8 * expert) * 3 + 3 * 2 * head + 3 * pair * 101) / flops_rate
+    memory = ((dense + router + head) * 2 + touched(3) * 48 * expert * 2 + 3 * kv * 101) / HBM
+    compute = (2 * (dense + router + 48 * 8 * expert) * 3 + 3 * 2 * head) / MATMUL + 3 * pair * 101 / ATTN
     assert touched(3) == pytest.approx(22.53125, rel=1e-12) and memory > compute
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
 
@@ -113,13 +125,12 @@ def test_roofline_window_caps_attention_pairs_and_reads():
                time_model=_roofline("gemma-3-27b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=4000, max_tokens=2, at=0)])
     d = _durations(res)
-    flops_rate, bytes_rate = 989e12 * 0.5, 3.35e12 * 0.8
     # Prefill: positions 1..4000; a windowed layer sees 1, 2, .., 1024, then 1024 for the 2,976 others.
     windowed = (1 + 1024) * 1024 // 2 + 1024 * (4000 - 1024)        # 3,572,224 pairs
     full = 4000 * 4001 // 2                                           # 8,002,000 pairs
-    compute = (2 * dense * 4000 + 2 * head + pair * (52 * windowed + 10 * full)) / flops_rate
+    compute = (2 * dense * 4000 + 2 * head) / MATMUL + pair * (52 * windowed + 10 * full) / ATTN
     assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
-    memory = ((dense + head) * 2 + kv * (52 * 1024 + 10 * 4001)) / bytes_rate
+    memory = ((dense + head) * 2 + kv * (52 * 1024 + 10 * 4001)) / HBM
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
 
 
@@ -131,12 +142,12 @@ def test_roofline_terms_of_mla_and_fp8():
     # absorbed attention multiplies QK over 576 and PV over 512 for each of the 16 heads a GPU holds.
     t = roofline_terms(get_model("deepseek-r1"), get_gpu("H200"), 8, "fp8")
     assert t["kv_bytes"] == [61 * 576 * 2] and t["attn_flops"] == [2 * (576 + 512) * 16 * 61]
-    assert t["peak_flops"] == 1979e12 and t["moe_experts"] == 256
+    assert t["peak_flops"] == 1979e12 and t["matmul_flops"] == 1453.4e12 and t["moe_experts"] == 256
     # 58 MoE layers of 256 experts of 3 x 7168 x 2048, FP8, an eighth on each GPU.
     assert t["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 * 1 / 8
     # FP8 weights on an A100 (no FP8 tensor cores) multiply at the BF16 rate but read one byte each.
     a100 = roofline_terms(get_model("llama-3.1-8b"), get_gpu("A100-80GB"), 1, "fp8")
-    assert a100["peak_flops"] == 312e12 and a100["weight_bytes"] == LLAMA_DENSE + LLAMA_HEAD
+    assert a100["matmul_flops"] == 271.2e12 and a100["weight_bytes"] == LLAMA_DENSE + LLAMA_HEAD
 
 
 def _profile(tmp_path, rows, header="prefill_tokens,kv_tokens,latency_s"):

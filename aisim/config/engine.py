@@ -52,15 +52,17 @@ class TimeModel:
     tp: int = _T["tp"]
     dtype: str | None = _T["dtype"]
     overhead_s: float = _T["overhead_s"]
+    overhead_per_req_s: float = _T["overhead_per_req_s"]
     compute_efficiency: float = _T["compute_efficiency"]
+    attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
     path: str | None = _T["path"]
 
     def relevant(self) -> dict:
         """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
         keep = {"linear": ("kind", "base_s", "per_token_s", "per_req_s"),
-                "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "compute_efficiency",
-                             "bandwidth_efficiency"),
+                "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
+                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
                 "table": ("kind", "path")}[self.kind]
         return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 
@@ -391,7 +393,7 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     kind = out.setdefault("kind", "roofline" if "gpu" in out else "linear")
     if kind not in ("linear", "roofline", "table"):
         raise ConfigError(f"'time_model.kind'{_where(source)} must be linear, roofline or table, got {kind!r}")
-    for k in ("compute_efficiency", "bandwidth_efficiency"):
+    for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
     if "dtype" in out and out["dtype"] not in ("bf16", "fp8"):

@@ -6,6 +6,13 @@ GPU-to-GPU interconnect bandwidth used by tensor-parallel all-reduces.  Intercon
 figures are the vendors' bidirectional totals per GPU; a ring all-reduce sends and
 receives at once, so each direction gets half (:attr:`GPUSpec.link_bytes_per_s_each_way`).
 
+Datasheet peaks are not what matrix multiplications reach: each GPU also carries its
+*maximum achievable matmul FLOP/s* (MAMF), the best of a search over GEMM shapes measured and
+published in Stas Bekman's "Machine Learning Engineering" (github.com/stas00/ml-engineering,
+``compute/accelerator/README.md``, table "Maximum Achievable Matmul FLOPS comparison table"). The
+roofline's compute efficiency is a share of that; where no measurement is published (L40S; FP8
+on MI300X) the datasheet peak stands in.
+
 The all-reduce *latency* is no datasheet number: it is the fixed cost of one small
 all-reduce inside vLLM's decode step (custom all-reduce kernels over NVLink/NVSwitch or
 Infinity Fabric; NCCL over PCIe), an assumption of aisim stated here once.
@@ -44,6 +51,9 @@ class GPUSpec:
         GPU-to-GPU bandwidth per GPU, both directions together (datasheet figure).
     link_latency_s : float
         Fixed seconds of one all-reduce (an assumption, see the module docstring).
+    bf16_mamf, fp8_mamf : float or None
+        Maximum achievable matmul FLOP/s measured with BF16 and FP8 inputs (see the module
+        docstring); None where none is published.
     aliases : tuple of str
         Other names accepted on look-up.
     """
@@ -55,6 +65,8 @@ class GPUSpec:
     memory_gib: float
     link_bytes_per_s: float
     link_latency_s: float
+    bf16_mamf: float | None = None
+    fp8_mamf: float | None = None
     aliases: tuple = ()
 
     @property
@@ -68,6 +80,12 @@ class GPUSpec:
             return self.fp8_flops
         return self.bf16_flops
 
+    def achievable_flops(self, dtype: str) -> float:
+        """Matmul FLOP/s reachable with ``dtype`` weights: the measured MAMF, else the datasheet peak."""
+        if dtype == "fp8" and self.fp8_flops is not None:
+            return self.fp8_mamf or self.fp8_flops
+        return self.bf16_mamf or self.bf16_flops
+
     @property
     def link_bytes_per_s_each_way(self) -> float:
         """Interconnect bandwidth in one direction: half the bidirectional datasheet figure."""
@@ -75,16 +93,20 @@ class GPUSpec:
 
 
 GPUS = {
-    # NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf):
+    # MAMF (BF16 / FP8, TFLOPS): A100 SXM 271.2, A100 PCIe 252.9, H100 SXM 794.5 / 1,402.6 ("H200 is the
+# same" for BF16; H200 FP8 1,453.4), B200 SXM 1,745.0 / 3,432.5, MI300X 668.4 / not measured.
+# NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf):
     # BF16 312 TFLOPS (624 with sparsity), no FP8; 40GB HBM2 1,555 GB/s; 80GB HBM2e 2,039 GB/s (SXM),
     # 1,935 GB/s (PCIe); NVLink 600 GB/s; PCIe Gen4 64 GB/s.
     "A100-40GB": GPUSpec("A100-40GB", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=1.555e12, memory_gib=40,
-                         link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, aliases=("A100-40GB-SXM",)),
+                         link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=271.2e12,
+                         aliases=("A100-40GB-SXM",)),
     "A100-80GB": GPUSpec("A100-80GB", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=2.039e12, memory_gib=80,
-                         link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, aliases=("A100", "A100-80GB-SXM")),
+                         link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=271.2e12,
+                         aliases=("A100", "A100-80GB-SXM")),
     # The PCIe card without an NVLink bridge: GPUs talk over PCIe Gen4 x16.
     "A100-80GB-PCIe": GPUSpec("A100-80GB-PCIe", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=1.935e12,
-                              memory_gib=80, link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S),
+                              memory_gib=80, link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S, bf16_mamf=252.9e12),
     # NVIDIA L40S datasheet (resources.nvidia.com/en-us-l40s/l40s-datasheet-28413): BF16 362.05 TFLOPS
     # (733 with sparsity), FP8 733 TFLOPS (1,466 with sparsity); 48GB GDDR6 864 GB/s; PCIe Gen4 x16 64 GB/s,
     # no NVLink.
@@ -93,19 +115,21 @@ GPUS = {
     # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): BF16 1,979 TFLOPS and FP8 3,958 TFLOPS with
     # sparsity (989 and 1,979 dense); 80GB HBM3 3.35 TB/s; NVLink 900 GB/s.
     "H100": GPUSpec("H100", bf16_flops=989e12, fp8_flops=1979e12, hbm_bytes_per_s=3.35e12, memory_gib=80,
-                    link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, aliases=("H100-SXM", "H100-80GB")),
+                    link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=794.5e12, fp8_mamf=1402.6e12,
+                    aliases=("H100-SXM", "H100-80GB")),
     # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): the H100's tensor cores (989 / 1,979 TFLOPS dense
     # BF16 / FP8); 141GB HBM3e 4.8 TB/s; NVLink 900 GB/s.
     "H200": GPUSpec("H200", bf16_flops=989e12, fp8_flops=1979e12, hbm_bytes_per_s=4.8e12, memory_gib=141,
-                    link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, aliases=("H200-SXM",)),
+                    link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=794.5e12, fp8_mamf=1453.4e12,
+                    aliases=("H200-SXM",)),
     # NVIDIA DGX B200 datasheet: 8 GPUs with 1,440 GB HBM3e at 64 TB/s (180 GB, 8 TB/s each), FP8 72 PFLOPS
     # with sparsity (4.5 PFLOPS dense per GPU; BF16 half of it), NVLink 5 1.8 TB/s per GPU.
     "B200": GPUSpec("B200", bf16_flops=2250e12, fp8_flops=4500e12, hbm_bytes_per_s=8.0e12, memory_gib=180,
-                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S),
+                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=1745.0e12, fp8_mamf=3432.5e12),
     # AMD Instinct MI300X data sheet: BF16 1,307.4 TFLOPS and FP8 2,614.9 TFLOPS dense (twice with sparsity);
     # 192GB HBM3 5.3 TB/s; Infinity Fabric 128 GB/s per link, 7 links to the other GPUs of a platform.
     "MI300X": GPUSpec("MI300X", bf16_flops=1307.4e12, fp8_flops=2614.9e12, hbm_bytes_per_s=5.3e12, memory_gib=192,
-                      link_bytes_per_s=7 * 128e9, link_latency_s=_SWITCHED_LATENCY_S),
+                      link_bytes_per_s=7 * 128e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=668.4e12),
 }
 
 

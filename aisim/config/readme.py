@@ -29,13 +29,19 @@ def render_tables() -> str:
     fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
     lines = _table(ENGINE_KEYS, fmt)
     lines += ["", "`time_model` keys:", ""] + _table(TIME_MODEL_KEYS)
-    lines += ["", "GPUs of the roofline (vendor datasheets; dense tensor FLOP/s; interconnect both directions "
-              "together):", "", "| `gpu` | BF16 TFLOP/s | FP8 TFLOP/s | memory TB/s | memory GB | interconnect GB/s |",
+    lines += ["", "GPUs of the roofline (vendor datasheets: dense tensor FLOP/s, interconnect both directions "
+              "together; in brackets the measured achievable matmul FLOP/s the efficiencies apply to, "
+              "`aisim/config/gpus.py`):", "",
+              "| `gpu` | BF16 TFLOP/s | FP8 TFLOP/s | memory TB/s | memory GB | interconnect GB/s |",
               "|---|---|---|---|---|---|"]
+
+    def rate(peak, mamf):
+        return f"{peak / 1e12:g}" + (f" ({mamf / 1e12:g})" if mamf else "")
+
     for g in GPUS.values():
         names = ", ".join(f"`{n}`" for n in (g.name, *g.aliases))
-        fp8 = f"{g.fp8_flops / 1e12:g}" if g.fp8_flops else "— (FP8 weights at the BF16 rate)"
-        lines.append(f"| {names} | {g.bf16_flops / 1e12:g} | {fp8} | {g.hbm_bytes_per_s / 1e12:g} | "
+        fp8 = rate(g.fp8_flops, g.fp8_mamf) if g.fp8_flops else "— (FP8 weights at the BF16 rate)"
+        lines.append(f"| {names} | {rate(g.bf16_flops, g.bf16_mamf)} | {fp8} | {g.hbm_bytes_per_s / 1e12:g} | "
                      f"{g.memory_gib:g} | {g.link_bytes_per_s / 1e9:g} |")
     lines += ["", "Models of the catalog (`model`, `time_model.model`, `aisim plan --model`; or the path of a Hugging "
               "Face `config.json`):", "", "| model | layers | parameters | per token (without embeddings) | weights |", "|---|---|---|---|---|"]

@@ -3,7 +3,7 @@
 One engine step on one GPU of a tensor-parallel group of ``tp`` (every rank does the
 same work on its share) costs
 
-    overhead_s + max(compute_s, memory_s) + allreduce_s
+    overhead_s + overhead_per_req_s x requests + max(compute_s, memory_s) + allreduce_s
 
 * **compute**: ``2 x`` the parameters a token multiplies (its share of the split layers,
   the layers every rank holds whole, the ``k`` routed experts it picks) per scheduled
@@ -12,9 +12,10 @@ same work on its share) costs
   head per (new token, key) pair over the layer's share of heads, the pairs of ``n`` new
   tokens ending at context ``c`` being ``sum min(position, window)`` over their
   positions (causal attention, a sliding window caps the keys; MLA multiplies over its
-  latent); linear-attention state updates per token.  Over ``peak FLOP/s x
-  compute_efficiency``, the peak of the weights' dtype (FP8 weights on a GPU without FP8
-  tensor cores run at the BF16 rate).
+  latent); linear-attention state updates per token.  Matrix products run at the GPU's
+  achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
+  ``attention_efficiency``; the rate of the weights' dtype (FP8 weights on a GPU without
+  FP8 tensor cores run at the BF16 rate).
 * **memory**: the weights read once per step (split layers / ``tp``, whole layers, the
   LM head / ``tp``; the embedding is only gathered); of the routed experts only those the
   batch touches: with ``T`` scheduled tokens each picking ``k`` of ``E`` experts
@@ -62,7 +63,8 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         ``flops_per_token``, ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per
         request), ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer
         kind), ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``,
-        ``comm_per_token_s``, ``peak_flops``, ``peak_bytes``.
+        ``comm_per_token_s``, ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
+        ``peak_bytes``.
     """
     wb = DTYPE_BYTES[dtype]
     attn_flops, kv_bytes, window = [], [], []
@@ -104,7 +106,8 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
         "moe_experts": experts, "moe_log_miss": miss, "moe_expert_bytes": expert_bytes,
         "comm_s": comm_s, "comm_per_token_s": comm_per_token_s,
-        "peak_flops": gpu.flops_for(dtype), "peak_bytes": gpu.hbm_bytes_per_s,
+        "peak_flops": gpu.flops_for(dtype), "matmul_flops": gpu.achievable_flops(dtype),
+        "peak_bytes": gpu.hbm_bytes_per_s,
     }
 
 
@@ -118,6 +121,8 @@ def roofline_args(tm) -> dict:
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
     t = roofline_terms(model, gpu, tm.tp, resolved_dtype(tm, model))
+    t["attn_rate"] = t["matmul_flops"] * tm.attention_efficiency
+    t["req_s"] = tm.overhead_per_req_s
     tail = [0.0] * len(ROOFLINE_TAIL)
     for name, code in ROOFLINE_TAIL.items():
         tail[code] = t[name]
@@ -129,7 +134,7 @@ def roofline_args(tm) -> dict:
         "window": t["window"],
         "state_bytes": t["state_bytes"],
         "weight_bytes": t["weight_bytes"],
-        "flops_rate": t["peak_flops"] * tm.compute_efficiency,
+        "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "overhead_s": tm.overhead_s,
     }
