@@ -85,7 +85,8 @@ ENGINE_KEYS = (
               "`prefix_match_unit`", shown="empty"),
     ConfigKey("vllm_version", None, "the vLLM release whose rules are followed (differences: "
               "`docs/vllm-version-rules.md`)", shown="{default} (one of {supported})"),
-    ConfigKey("time_model", None, "step time in seconds (keys below)", shown="`linear`"),
+    ConfigKey("time_model", None, "step time in seconds (keys below)",
+              shown="the roofline once `gpu` is named, else `linear` (10 ms a step)"),
     ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash); the "
               "roofline's model unless `time_model.model` is set"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
