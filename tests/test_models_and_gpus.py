@@ -103,6 +103,7 @@ def test_hybrid_layer_patterns():
     ({"num_hidden_layers": 0}, "field 'num_hidden_layers' must be an integer of at least 1, got 0"),
     ({"hidden_size": "4096"}, "field 'hidden_size' must be an integer of at least 1, got '4096'"),
     ({"vocab_size": None}, "field 'vocab_size' is missing"),
+    ({"intermediate_size": None}, "field 'intermediate_size' is missing"),
     ({"quantization_config": {"quant_method": "awq"}},
      "field 'quantization_config.quant_method' must be fp8 (the only quantization modelled), got 'awq'"),
     ({"layer_types": ["full_attention"] * 31 + ["chunked_attention"]},
@@ -113,7 +114,7 @@ def test_bad_configs_are_refused_naming_the_field(tmp_path, change, fragment):
         cfg = json.load(fh)
     cfg.update(change)
     if change.get("vocab_size", 0) is None:
-        del cfg["vocab_size"]
+        del cfg["vocab_size"]          # absent; intermediate_size stays, as null
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError) as err:

@@ -56,9 +56,9 @@ class _Fields:
         return ConfigError(f"{self.source}: field '{self.prefix}{key}' {what}")
 
     def int(self, key: str, default=None, low: int = 1):
-        v = self.cfg.get(key, default)
-        if v is None:
-            if default is None and key not in self.cfg:
+        v = self.cfg.get(key)
+        if v is None:  # absent or null: the default, if the field has one
+            if default is None:
                 raise self.error(key, "is missing")
             return default
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
