@@ -104,6 +104,18 @@ def _summary_record(result, trace_path) -> dict:
             "kv_usage_max": float(usage.max()) if len(usage) else None}
 
 
+def _time_model_line(engine, label: str) -> str:
+    """How the step times were made, in one line of the printed summary."""
+    tm = engine.time_model
+    if label == "linear-default":
+        return f"bare linear default: {fmt_seconds(tm.base_s)} a step, no GPU's (set time_model.gpu)"
+    if tm.kind == "roofline":
+        return f"roofline: {tm.model} on {tm.tp} x {tm.gpu}" + (f" ({tm.dtype})" if tm.dtype else "")
+    if tm.kind == "table":
+        return f"profile table {tm.path}"
+    return f"linear: {tm.base_s:g} s + {tm.per_token_s:g} s/token + {tm.per_req_s:g} s/request"
+
+
 def _print_summary(result, trace_path):
     s = result.summary
     t = new_table("what", ("value", {"justify": "right"}),
@@ -112,6 +124,7 @@ def _print_summary(result, trace_path):
     t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
+    t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
     t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         q = s[name]

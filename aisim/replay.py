@@ -356,6 +356,19 @@ def _table(cols: dict, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays([_arrow(cols[f.name], f.type) for f in schema], schema=schema)
 
 
+def time_model_label(engine: EngineConfig) -> str:
+    """How the replay's step times were made: ``roofline``, ``table``, ``linear`` or ``linear-default``.
+
+    ``linear-default`` is the bare default, a constant :data:`aisim.config.keys.TIME_MODEL_KEYS`
+    ``base_s`` per step whatever ran: latencies then count steps, not seconds of any GPU.
+    """
+    tm = engine.time_model
+    raw = engine.raw.get("time_model") or {}
+    if tm.kind == "linear" and not set(raw) - {"kind"}:
+        return "linear-default"
+    return tm.kind
+
+
 def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
     """Totals, prefix-cache statistics and latency percentiles of one replay.
 
@@ -396,6 +409,7 @@ def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
         "throughput_req_s": n_done / span if span > 0 else None,
         "throughput_tok_s": out_tok / span if span > 0 else None,
         "timed": timed,
+        "time_model": time_model_label(engine),
     }
     # The statistics the summaries table flattens (aisim.columns.LATENCY_STATS; a test checks the keys).
     for name in LATENCIES:

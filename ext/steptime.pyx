@@ -3,12 +3,15 @@
 * linear: ``base_s + per_token_s * tokens + per_req_s * requests``, left to
   right (the oracle recorder's formula);
 * roofline: a step is bound by compute or by memory traffic.  Compute is
-  ``flops_per_token * tokens + sum_terms attn_flops * sum_i n_i * ctx_i``
-  (ctx capped by a sliding window) over the effective FLOP rate; memory is the
-  weights read once plus every scheduled request's KV read (its context,
-  capped by a window, per term) plus its recurrent state, over the effective
-  bandwidth; the step costs ``overhead_s + max(compute, memory)``.  Prefill is
-  thus compute-bound and decode memory-bound;
+  ``flops_per_token * tokens + flops_per_req * requests`` over the effective
+  matmul rate plus ``sum_terms attn_flops * pairs`` (causal (new token, key)
+  pairs, keys capped by a sliding window) over the attention rate; memory is
+  the weights read once, the routed experts the batch touches, every scheduled
+  request's KV read (its context, capped by a window, per term) and its
+  recurrent state, over the effective bandwidth; the step costs ``overhead_s
+  + per-request seconds * requests + max(compute, memory)`` plus its
+  tensor-parallel all-reduces.  Prefill is thus compute-bound and decode
+  memory-bound;
 * table: linear (one axis) or bilinear (two axes) interpolation in a grid of
   measured forward passes over batch size, prefill tokens and KV tokens read.
   A step outside the measured range is never extrapolated: the model flags it
@@ -24,6 +27,7 @@ per_token_s * scheduled tokens``.
 
 from aisim._core.scheduler cimport BatchC
 from aisim._core.types cimport int32_t, sec_t, tok_t
+from libc.math cimport exp
 
 
 cdef inline double _feature(const TimeModelC* tm, int32_t axis, double batch, double prefill,
@@ -118,19 +122,42 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
                 prefill += b.spec_m[i]  # verified drafts: a multi-token query
             kv += b.ctx[i]
         return _table(tm, b.n, prefill, kv)
-    # Roofline
-    flops = tm.flops_per_token * <double>b.total_tokens
+    # Roofline: compute and memory traffic over their effective rates, whichever takes longer,
+    # then the tensor-parallel all-reduces, which wait for both.
+    if b.n == 0:
+        return tm.overhead_s
+    cdef const double* tail = tm.kv_bytes + tm.n_terms
+    cdef double tokens = <double>b.total_tokens, attn = 0.0
+    flops = tm.flops_per_token * tokens + tail[<int>RT_FLOPS_PER_REQ] * <double>b.n
     bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
+    if tail[<int>RT_MOE_EXPERTS] > 0.0 and tokens > 0.0:
+        # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
+        # E (1 - (1 - k/E)^T) distinct ones on average.
+        bytes_ += (tail[<int>RT_MOE_EXPERT_BYTES] * tail[<int>RT_MOE_EXPERTS]
+                   * (1.0 - exp(tokens * tail[<int>RT_MOE_LOG_MISS])))
     for i in range(b.n):
         for t in range(tm.n_terms):
             ctx = <double>b.ctx[i]
             if tm.window[t] > 0 and ctx > tm.window[t]:
                 ctx = <double>tm.window[t]
-            # n new tokens each attend to (on average) the context they extend.
-            pairs = <double>b.tokens[i] * ctx
-            flops += tm.attn_flops[t] * pairs
-            bytes_ += tm.kv_bytes[t] * ctx
-    if b.n == 0:
-        return tm.overhead_s
-    return tm.overhead_s + (flops / tm.flops_rate if flops / tm.flops_rate > bytes_ / tm.bytes_rate
-                            else bytes_ / tm.bytes_rate)
+            pairs = _pairs(<double>b.tokens[i], <double>b.ctx[i], <double>tm.window[t])
+            attn += tm.attn_flops[t] * pairs
+            bytes_ += tm.kv_bytes[t] * ctx   # every context token's K and V, read once
+    flops = flops / tm.flops_rate + attn / tail[<int>RT_ATTN_RATE]
+    bytes_ = bytes_ / tm.bytes_rate
+    return (tm.overhead_s + tail[<int>RT_REQ_S] * <double>b.n + (flops if flops > bytes_ else bytes_)
+            + tail[<int>RT_COMM_S] + tail[<int>RT_COMM_PER_TOKEN_S] * tokens)
+
+
+cdef inline double _pairs(double n, double c, double w) noexcept nogil:
+    """(new token, key) pairs of ``n`` new tokens ending at context ``c`` under causal attention.
+
+    The new tokens sit at positions ``c - n + 1 .. c`` (counting from 1) and each attends to
+    ``min(position, w)`` keys; ``w = 0``: no window.  The sum in closed form.
+    """
+    cdef double a = c - n + 1.0
+    if w <= 0.0 or c <= w:
+        return (a + c) * n * 0.5
+    if a >= w:
+        return w * n
+    return (a + w) * (w - a + 1.0) * 0.5 + w * (c - w)

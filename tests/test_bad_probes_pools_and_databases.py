@@ -73,8 +73,7 @@ def test_plan_from_probe_checks_a_dictionary_too():
 
 @pytest.mark.parametrize("args,fragment", [
     (["--tp", "0"], "error: tensor parallelism must be an integer of at least 1, got 0"),
-    (["--tp", "3"], "error: tensor parallelism 3 does not divide llama-3.1-8b's 8 KV heads (full layers), "
-                    "nor do the heads divide it"),
+    (["--tp", "3"], "error: tensor parallelism 3 does not divide llama-3.1-8b's 32 attention heads"),
     (["--max-model-len", "0"], "error: 'max_model_len' must be an integer of at least 1, got 0"),
 ])
 def test_plan_refuses_bad_model_options(tmp_path, args, fragment):
@@ -221,9 +220,10 @@ def test_scheduler_values_that_are_accepted(value):
 def test_a_roofline_tensor_parallelism_the_kv_heads_do_not_split_is_refused():
     with pytest.raises(ConfigError) as err:
         engine_config_from_dict({"num_gpu_blocks": 100, "time_model": {"kind": "roofline", "gpu": "H100",
-                                                                        "model": "llama-3.1-8b", "tp": 3}},
+                                                                        "model": "qwen2.5-7b", "tp": 7}},
                                 source="e.json")
-    assert str(err.value) == ("'time_model' in e.json: tensor parallelism 3 does not divide llama-3.1-8b's 8 KV "
+    # 7 divides the 28 attention heads; the 4 KV heads neither split over 7 GPUs nor divide them.
+    assert str(err.value) == ("'time_model' in e.json: tensor parallelism 7 does not divide qwen2.5-7b's 4 KV "
                               "heads (full layers), nor do the heads divide it")
 
 

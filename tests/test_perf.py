@@ -21,38 +21,133 @@ def test_linear_model():
     assert d[1] == pytest.approx(0.005 + 2e-5 * 1 + 1e-4)
 
 
-def test_roofline_prefill_is_compute_bound_and_decode_memory_bound():
-    # llama-3.1-8b on one H100 (989 TFLOP/s x 0.6, 3.35 TB/s x 0.8), overhead 2 ms.
+# Hand counts of llama-3.1-8b (config.json: hidden 4096, 32 layers, 32 heads, 8 KV heads of 128,
+# MLP 14336, vocabulary 128256, untied): per layer q and o 4096 x 4096 each, k and v 4096 x 1024 each,
+# MLP 3 x 4096 x 14336.
+LLAMA_LAYER = 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336      # 218,103,808
+LLAMA_DENSE = 32 * LLAMA_LAYER                                           # 6,979,321,856
+LLAMA_HEAD = 128256 * 4096                                               # 525,336,576
+LLAMA_PAIR = 2 * (128 + 128) * 32 * 32     # FLOPs per (new token, key) pair: QK and PV, 32 heads, 32 layers
+LLAMA_KV = 2 * 8 * 128 * 2 * 32            # K and V bytes of one token: 8 heads x 128, bf16, 32 layers
+
+
+def _roofline(model, gpu="H100", **tm):
+    return {"kind": "roofline", "gpu": gpu, "model": model, "compute_efficiency": 0.5, "attention_efficiency": 0.25,
+            "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0, **tm}
+
+
+# An H100's achievable BF16 matmul rate (794.5 TFLOP/s measured, of 989 on the datasheet): matrix products at
+# half of it, attention at a quarter; 3.35 TB/s of HBM at 80 %.
+MATMUL, ATTN, HBM = 794.5e12 * 0.5, 794.5e12 * 0.25, 3.35e12 * 0.8
+
+
+def test_roofline_dense_prefill_is_compute_bound_and_decode_memory_bound():
+    # llama-3.1-8b on one H100, overhead 2 ms.
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
-               time_model={"kind": "roofline", "gpu": "H100", "model": "llama-3.1-8b"})
+               time_model=_roofline("llama-3.1-8b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
     d = _durations(res)
-    flops_rate, bytes_rate = 989e12 * 0.6, 3.35e12 * 0.8
-    weights = 8.03e9 * 2                          # bf16 weights, read once a step
-    attn = 4 * 32 * 128 * 32                      # FLOPs per (new, context) token pair, 32 layers
-    kv_per_token = 2 * 8 * 128 * 2 * 32           # K and V, 8 KV heads x 128, bf16, 32 layers
-    # Step 0: 1,000 prompt tokens, context 1,000.
-    compute = (2 * 8.03e9 * 1000 + attn * 1000 * 1000) / flops_rate
-    memory = (weights + kv_per_token * 1000) / bytes_rate
+    weights = (LLAMA_DENSE + LLAMA_HEAD) * 2          # layers and LM head, bf16, read once a step
+    # Step 0: 1,000 prompt tokens at positions 1..1000 attend to 1 + 2 + ... + 1000 keys; one LM head row.
+    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 500_500 / ATTN
+    memory = (weights + LLAMA_KV * 1000) / HBM
     assert compute > memory
     assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
     # Step 1: one decode token, context 1,001.
-    compute = (2 * 8.03e9 + attn * 1001) / flops_rate
-    memory = (weights + kv_per_token * 1001) / bytes_rate
+    compute = (2 * LLAMA_DENSE + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 1001 / ATTN
+    memory = (weights + LLAMA_KV * 1001) / HBM
     assert memory > compute
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
 
 
-def test_roofline_window_caps_attention_reads():
-    # gemma-3-27b: 52 sliding-window layers read at most 1,024 tokens.
+def test_roofline_per_request_overhead():
+    # 0.1 ms of the engine's own work per scheduled request: two decoding requests add 0.2 ms a step.
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("llama-3.1-8b", overhead_per_req_s=1e-4))
+    _, _, res = run_log(eng, [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=100, max_tokens=3,
+                                                                                 at=0)])
+    d = _durations(res)
+    memory = ((LLAMA_DENSE + LLAMA_HEAD) * 2 + 2 * LLAMA_KV * 101) / HBM
+    assert d[1] == pytest.approx(0.002 + 2e-4 + memory, rel=1e-12)
+
+
+def test_roofline_tensor_parallel_all_reduces():
+    # llama-3.1-8b on 2 x H100: every split layer and the LM head halve; 2 all-reduces in each of 32 layers,
+    # each 8 us plus tokens x 4096 x 2 B x 2 (2 - 1) / 2 over 450 GB/s (half of NVLink's 900 GB/s).
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("llama-3.1-8b", tp=2))
+    _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
+    d = _durations(res)
+    weights = (LLAMA_DENSE + LLAMA_HEAD) * 2 / 2
+    kv = LLAMA_KV / 2                                 # 4 of the 8 KV heads on each GPU
+    comm_s, comm_per_token = 64 * 8e-6, 64 * 4096 * 2 / 450e9
+    compute = (2 * LLAMA_DENSE * 1000 / 2 + 2 * LLAMA_HEAD / 2) / MATMUL + LLAMA_PAIR / 2 * 500_500 / ATTN
+    assert d[0] == pytest.approx(0.002 + compute + comm_s + comm_per_token * 1000, rel=1e-12)
+    memory = (weights + kv * 1001) / HBM
+    assert d[1] == pytest.approx(0.002 + memory + comm_s + comm_per_token, rel=1e-12)
+
+
+def test_roofline_moe_reads_the_experts_the_batch_touches():
+    # qwen3-30b-a3b on one H100: 48 layers, each 128 experts of 3 x 2048 x 768 parameters, 8 picked per
+    # token; attention q, o 2048 x 4096, k, v 2048 x 512; a 2048 x 128 router held whole; vocabulary 151936.
+    expert = 3 * 2048 * 768
+    dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
+    router = 48 * 2048 * 128
+    head = 151936 * 2048
+    pair = 2 * 256 * 32 * 48                       # 32 heads of 128, 48 layers
+    kv = 2 * 4 * 128 * 2 * 48
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("qwen3-30b-a3b"))
+    _, _, res = run_log(eng, [dict(id=f"r{i}", prompt=100, max_tokens=2, at=0) for i in range(3)])
+    d = _durations(res)
+    def touched(tokens):  # expected distinct experts of one layer: 128 (1 - (1 - 8/128)^tokens)
+        return 128 * (1 - (1 - 8 / 128) ** tokens)
+
+    # Step 0: three 100-token prompts, 300 tokens touch nearly all 128 experts of each layer.
+    compute = (2 * (dense + router + 48 * 8 * expert) * 300 + 3 * 2 * head) / MATMUL + 3 * pair * 5050 / ATTN
+    memory = ((dense + router + head) * 2 + touched(300) * 48 * expert * 2 + 3 * kv * 100) / HBM
+    assert touched(300) == pytest.approx(127.9999995, rel=1e-9)
+    assert d[0] == pytest.approx(0.002 + max(compute, memory), rel=1e-12)
+    # Step 1: three decode tokens read 128 (1 - (15/16)^3) = 22.53125 experts a layer.
+    memory = ((dense + router + head) * 2 + touched(3) * 48 * expert * 2 + 3 * kv * 101) / HBM
+    compute = (2 * (dense + router + 48 * 8 * expert) * 3 + 3 * 2 * head) / MATMUL + 3 * pair * 101 / ATTN
+    assert touched(3) == pytest.approx(22.53125, rel=1e-12) and memory > compute
+    assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+
+
+def test_roofline_window_caps_attention_pairs_and_reads():
+    # gemma-3-27b: 52 layers see the last 1,024 tokens, 10 see everything; 32 heads and 16 KV heads of 128;
+    # hidden 5376, MLP 21504, tied vocabulary of 262208.
+    layer = 2 * 5376 * 4096 + 2 * 5376 * 2048 + 3 * 5376 * 21504   # q, o, k, v and the MLP: 412,876,800
+    dense, head = 62 * layer, 262208 * 5376
+    pair, kv = 2 * 256 * 32, 2 * 16 * 128 * 2
     eng = dict(num_gpu_blocks=4000, max_model_len=8192, max_num_batched_tokens=8192,
-               time_model={"kind": "roofline", "gpu": "H100", "model": "gemma-3-27b"})
+               time_model=_roofline("gemma-3-27b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=4000, max_tokens=2, at=0)])
     d = _durations(res)
-    bytes_rate = 3.35e12 * 0.8
-    per_layer = 2 * 16 * 128 * 2
-    memory = (27.4e9 * 2 + per_layer * 52 * 1024 + per_layer * 10 * 4001) / bytes_rate
+    # Prefill: positions 1..4000; a windowed layer sees 1, 2, .., 1024, then 1024 for the 2,976 others.
+    windowed = (1 + 1024) * 1024 // 2 + 1024 * (4000 - 1024)        # 3,572,224 pairs
+    full = 4000 * 4001 // 2                                           # 8,002,000 pairs
+    compute = (2 * dense * 4000 + 2 * head) / MATMUL + pair * (52 * windowed + 10 * full) / ATTN
+    assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
+    memory = ((dense + head) * 2 + kv * (52 * 1024 + 10 * 4001)) / HBM
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+
+
+def test_roofline_terms_of_mla_and_fp8():
+    from aisim.config.catalog import get_gpu, get_model
+    from aisim.perf.roofline import roofline_terms
+
+    # deepseek-r1 on 8 x H200: MLA keeps one 512 + 64 latent per token and layer on every GPU (bf16);
+    # absorbed attention multiplies QK over 576 and PV over 512 for each of the 16 heads a GPU holds.
+    t = roofline_terms(get_model("deepseek-r1"), get_gpu("H200"), 8, "fp8")
+    assert t["kv_bytes"] == [61 * 576 * 2] and t["attn_flops"] == [2 * (576 + 512) * 16 * 61]
+    assert t["peak_flops"] == 1979e12 and t["matmul_flops"] == 1453.4e12 and t["moe_experts"] == 256
+    # 58 MoE layers of 256 experts of 3 x 7168 x 2048, FP8, an eighth on each GPU.
+    assert t["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 * 1 / 8
+    # FP8 weights on an A100 (no FP8 tensor cores) multiply at the BF16 rate but read one byte each.
+    a100 = roofline_terms(get_model("llama-3.1-8b"), get_gpu("A100-80GB"), 1, "fp8")
+    assert a100["matmul_flops"] == 271.2e12 and a100["weight_bytes"] == LLAMA_DENSE + LLAMA_HEAD
 
 
 def _profile(tmp_path, rows, header="prefill_tokens,kv_tokens,latency_s"):

@@ -1,134 +1,155 @@
-"""A small built-in catalog of model geometries and GPUs.
+"""The built-in model catalog, and model look-up by catalog name or ``config.json`` path.
 
-Each model lists its decoder layers by kind with what vLLM needs to size the
-KV cache: attention layers (KV heads, head size, KV dtype bytes, an optional
-sliding window), state layers (Mamba / GDN / KDA: bytes of one layer's
-recurrent state, prefill-checkpoint alignment) and ring layers.  The numbers
-are public architecture parameters rounded to what the KV-cache layout needs;
-GLM-5.3-Flash follows the seed's description (hash block 2,176: one
-full-attention group, one ring group, four KDA groups).
+Each catalog model is written as the fields of its Hugging Face ``config.json`` that
+aisim reads, and parsed by the same code as a ``config.json`` given as a path
+(:func:`aisim.config.hfconfig.parse_hf_config`), so the catalog and a file cannot
+disagree about what a field means.  GLM-5.3-Flash follows the seed's description
+instead (hash block 2,176: one full-attention group, one ring group, four KDA groups).
+GPUs live in :mod:`aisim.config.gpus`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
 
+from aisim.config.gpus import GPUS, GPUSpec, get_gpu  # noqa: F401  (look-ups go through this module)
+from aisim.config.modelspec import LayerKind, ModelSpec
 from aisim.errors import ConfigError
 
-
-@dataclass(frozen=True)
-class LayerKind:
-    """``count`` decoder layers of one KV-cache spec."""
-
-    kind: str                       # full, sliding_window, mamba, gdn, kda, ring
-    count: int
-    num_kv_heads: int = 0           # attention layers
-    head_size: int = 0
-    kv_dtype_bytes: int = 2
-    sliding_window: int | None = None
-    state_bytes: int = 0            # state layers: one layer's state (conv + SSM), bytes
-    prefill_checkpoint_alignment: int | None = None  # state layers with prefill checkpoints
-
-    def bytes_per_token(self, tp: int = 1) -> int:
-        """K + V bytes of one token in one layer, per GPU under tensor parallelism ``tp``."""
-        heads = max(1, self.num_kv_heads // tp)
-        return 2 * heads * self.head_size * self.kv_dtype_bytes
+__all__ = ["GPUS", "GPUSpec", "LayerKind", "MODELS", "ModelSpec", "check_tp", "get_gpu", "get_model"]
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model's parameters and decoder layers (in layer order, by kind)."""
-
-    name: str
-    params: float                   # total parameters
-    weight_bytes: float             # bytes per parameter as served
-    layers: tuple = field(default_factory=tuple)
-    hidden_size: int = 4096
-    num_heads: int = 32
-    active_params: float | None = None  # MoE: parameters touched per token
-
-    @property
-    def num_layers(self) -> int:
-        return sum(layer.count for layer in self.layers)
+def _qwen3(hidden, inter, layers, heads, kv, tied=False):
+    return {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
+            "vocab_size": 151936, "tie_word_embeddings": tied}
 
 
-MODELS = {
-    "llama-3.1-8b": ModelSpec(
-        "llama-3.1-8b", params=8.03e9, weight_bytes=2, hidden_size=4096, num_heads=32,
-        layers=(LayerKind("full", 32, num_kv_heads=8, head_size=128),),
-    ),
-    "gemma-3-27b": ModelSpec(
-        # Five sliding-window layers (window 1,024) per full-attention layer.
-        "gemma-3-27b", params=27.4e9, weight_bytes=2, hidden_size=5376, num_heads=32,
-        layers=(LayerKind("sliding_window", 52, num_kv_heads=16, head_size=128, sliding_window=1024),
-                LayerKind("full", 10, num_kv_heads=16, head_size=128)),
-    ),
-    "qwen3-next-80b-a3b": ModelSpec(
-        # Three Gated DeltaNet layers per full-attention layer.
-        "qwen3-next-80b-a3b", params=80e9, active_params=3e9, weight_bytes=2, hidden_size=2048, num_heads=16,
-        layers=(LayerKind("gdn", 36, state_bytes=1_097_728, prefill_checkpoint_alignment=64),
-                LayerKind("full", 12, num_kv_heads=2, head_size=256)),
-    ),
-    "glm-5.3-flash": ModelSpec(
-        # The seed's geometry: 2 KV heads x 256 dims in fp8 (1,024 B per token
-        # and layer), KDA states of 2,170,880 B -> 2,176-token blocks.
-        "GLM-5.3-Flash", params=30e9, active_params=3e9, weight_bytes=1, hidden_size=4096, num_heads=32,
+# name -> (display name, config.json fields).  Values: each model's config.json on Hugging Face.
+_CONFIGS = {
+    "llama-3.1-8b": ("llama-3.1-8b", {  # meta-llama/Llama-3.1-8B
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "tie_word_embeddings": False}),
+    "llama-3.1-70b": ("llama-3.1-70b", {  # meta-llama/Llama-3.1-70B
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
+        "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 128256, "tie_word_embeddings": False}),
+    "mistral-7b-v0.1": ("mistral-7b-v0.1", {  # mistralai/Mistral-7B-Instruct-v0.1: a 4,096-token window everywhere
+        "architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096,
+        "vocab_size": 32000, "tie_word_embeddings": False}),
+    "qwen2.5-7b": ("qwen2.5-7b", {  # Qwen/Qwen2.5-7B-Instruct
+        "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
+        "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+        "tie_word_embeddings": False, "use_sliding_window": False}),
+    "qwen3-0.6b": ("qwen3-0.6b", _qwen3(1024, 3072, 28, 16, 8, tied=True)),   # Qwen/Qwen3-0.6B
+    "qwen3-8b": ("qwen3-8b", _qwen3(4096, 12288, 36, 32, 8)),                  # Qwen/Qwen3-8B
+    "qwen3-14b": ("qwen3-14b", _qwen3(5120, 17408, 40, 40, 8)),                # Qwen/Qwen3-14B
+    "qwen3-32b": ("qwen3-32b", _qwen3(5120, 25600, 64, 64, 8)),                # Qwen/Qwen3-32B
+    "qwen3-30b-a3b": ("qwen3-30b-a3b", {  # Qwen/Qwen3-30B-A3B
+        "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
+        "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False}),
+    "qwen3-235b-a22b": ("qwen3-235b-a22b", {  # Qwen/Qwen3-235B-A22B-Instruct-2507
+        "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+        "num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
+        "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False}),
+    "glm-4.5-air": ("glm-4.5-air", {  # zai-org/GLM-4.5-Air
+        "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 10944,
+        "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+        "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408,
+        "first_k_dense_replace": 1, "vocab_size": 151552, "tie_word_embeddings": False}),
+    "glm-4.6": ("glm-4.6", {  # zai-org/GLM-4.6
+        "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 5120, "intermediate_size": 12288,
+        "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+        "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
+        "first_k_dense_replace": 3, "vocab_size": 151552, "tie_word_embeddings": False}),
+    "deepseek-r1": ("deepseek-r1", {  # deepseek-ai/DeepSeek-R1 (DeepSeek-V3 architecture, FP8 weights)
+        "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
+        "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
+        "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+        "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280, "tie_word_embeddings": False,
+        "quantization_config": {"quant_method": "fp8"}}),
+    "gemma-3-27b": ("gemma-3-27b", {  # google/gemma-3-27b-it: five 1,024-token window layers per global one
+        "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
+            "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62, "num_attention_heads": 32,
+            "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024, "sliding_window_pattern": 6,
+            "vocab_size": 262208}}),
+    "qwen3-next-80b-a3b": ("qwen3-next-80b-a3b", {  # Qwen/Qwen3-Next-80B-A3B-Instruct: 3 Gated DeltaNet layers per full one
+        "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 2048, "intermediate_size": 5120,
+        "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "full_attention_interval": 4, "linear_num_key_heads": 16, "linear_key_head_dim": 128,
+        "linear_num_value_heads": 32, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+        "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "vocab_size": 151936, "tie_word_embeddings": False}),
+}
+
+
+def _catalog() -> dict:
+    from aisim.config.hfconfig import parse_hf_config
+
+    models = {key: parse_hf_config(cfg, f"the catalog entry {name}", name=name) for key, (name, cfg) in _CONFIGS.items()}
+    # The seed's geometry: 2 KV heads x 256 dims in fp8 (1,024 B per token and layer), KDA states of
+    # 2,170,880 B -> 2,176-token blocks.  No parameter split: the roofline reads its active parameters.
+    models["glm-5.3-flash"] = ModelSpec(
+        "GLM-5.3-Flash", params=30e9, active_params=3e9, weight_bytes=1, hidden_size=4096, num_heads=32, dtype="fp8",
         layers=(LayerKind("full", 12, num_kv_heads=2, head_size=256, kv_dtype_bytes=1),
                 LayerKind("ring", 12, num_kv_heads=2, head_size=256, kv_dtype_bytes=1),
-                LayerKind("kda", 48, state_bytes=2_170_880, prefill_checkpoint_alignment=16)),
-    ),
-}
+                LayerKind("kda", 48, state_bytes=2_170_880, prefill_checkpoint_alignment=16)))
+    return models
 
 
-@dataclass(frozen=True)
-class GPUSpec:
-    """Peak dense BF16 FLOP/s, HBM bandwidth and memory of one GPU."""
-
-    name: str
-    flops: float
-    hbm_bytes_per_s: float
-    memory_gib: float
+MODELS = _catalog()
 
 
-GPUS = {
-    "A100": GPUSpec("A100", flops=312e12, hbm_bytes_per_s=2.039e12, memory_gib=80),
-    "L40S": GPUSpec("L40S", flops=362e12, hbm_bytes_per_s=0.864e12, memory_gib=48),
-    "H100": GPUSpec("H100", flops=989e12, hbm_bytes_per_s=3.35e12, memory_gib=80),
-    "H200": GPUSpec("H200", flops=989e12, hbm_bytes_per_s=4.8e12, memory_gib=141),
-    "B200": GPUSpec("B200", flops=2250e12, hbm_bytes_per_s=8.0e12, memory_gib=180),
-}
+def is_config_path(name: str) -> bool:
+    """Whether ``name`` names a ``config.json`` file rather than a catalog model."""
+    return name.lower().endswith(".json") or os.sep in name or (os.altsep is not None and os.altsep in name)
 
 
 def get_model(name: str) -> ModelSpec:
-    """The catalog entry of ``name`` (case-insensitive)."""
-    key = name.lower()
-    if key not in MODELS:
-        raise ConfigError(f"unknown model '{name}'; the catalog has: {', '.join(m.name for m in MODELS.values())}")
-    return MODELS[key]
-
-
-def get_gpu(name: str) -> GPUSpec:
-    """The catalog entry of GPU ``name`` (case-insensitive)."""
-    for key, gpu in GPUS.items():
-        if key.lower() == name.lower():
-            return gpu
-    raise ConfigError(f"unknown GPU '{name}'; the catalog has: {', '.join(GPUS)}")
-
-
-def check_tp(model: "ModelSpec", tp) -> None:
-    """Refuse a tensor-parallel size ``model``'s KV heads cannot be split over.
-
-    vLLM's ``QKVParallelLinear`` (``vllm/model_executor/layers/linear.py``):
-    with at least as many KV heads as GPUs the heads divide evenly, with fewer
-    each head is replicated and the GPUs divide evenly over the heads.
+    """The model ``name``: a catalog entry (case-insensitive) or the path of a ``config.json``.
 
     Raises
     ------
     ConfigError
-        ``tp`` not a positive integer, or not compatible with a layer's KV heads.
+        An unknown catalog name, or a ``config.json`` aisim cannot read or does not model.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"a model is a catalog name or a config.json path, got {name!r}")
+    if is_config_path(name):
+        from aisim.config.hfconfig import load_hf_config
+
+        return load_hf_config(name)
+    key = name.lower()
+    if key not in MODELS:
+        raise ConfigError(f"unknown model '{name}'; the catalog has: {', '.join(m.name for m in MODELS.values())} "
+                          "(or give the path of a Hugging Face config.json)")
+    return MODELS[key]
+
+
+def check_tp(model: ModelSpec, tp) -> None:
+    """Refuse a tensor-parallel size the model's attention heads cannot be split over.
+
+    vLLM's ``ModelConfig.verify_with_parallel_config`` (``vllm/config/model.py``) requires the
+    attention heads to divide evenly; ``QKVParallelLinear``
+    (``vllm/model_executor/layers/linear.py``) splits KV heads evenly when there are at least as
+    many as GPUs, and otherwise replicates each head, the GPUs dividing evenly over the heads.
+
+    Raises
+    ------
+    ConfigError
+        ``tp`` not a positive integer, or not compatible with the model's heads.
     """
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ConfigError(f"tensor parallelism must be an integer of at least 1, got {tp!r}")
+    if model.num_heads % tp:
+        raise ConfigError(f"tensor parallelism {tp} does not divide {model.name}'s {model.num_heads} attention heads")
     for layer in model.layers:
         heads = layer.num_kv_heads
         if heads and (heads % tp if heads >= tp else tp % heads):

@@ -36,11 +36,12 @@ class TimeModel:
     """How long an engine step takes (:mod:`aisim.perf`).
 
     ``kind = "linear"``: ``base_s + per_token_s * tokens + per_req_s * requests``.
-    ``kind = "roofline"``: from catalog ``gpu`` and ``model`` specs at tensor
-    parallelism ``tp``, with compute and bandwidth efficiencies and a fixed
-    ``overhead_s``.  ``kind = "table"``: a profile of measured forward passes
-    at ``path`` (CSV or Parquet; relative to the configuration file).
-    Defaults: :data:`aisim.config.keys.TIME_MODEL_KEYS`.
+    ``kind = "roofline"`` (the default once a ``gpu`` is named): ``model`` (a catalog
+    model or a ``config.json`` path; default: the engine's ``model``) on ``tp`` GPUs
+    ``gpu`` with ``dtype`` weights, compute and bandwidth efficiencies and a fixed
+    ``overhead_s`` (:mod:`aisim.perf.roofline`).  ``kind = "table"``: a profile of
+    measured forward passes at ``path`` (CSV or Parquet; relative to the
+    configuration file).  Defaults: :data:`aisim.config.keys.TIME_MODEL_KEYS`.
     """
 
     kind: str = _T["kind"]
@@ -50,10 +51,21 @@ class TimeModel:
     gpu: str | None = _T["gpu"]
     model: str | None = _T["model"]
     tp: int = _T["tp"]
+    dtype: str | None = _T["dtype"]
     overhead_s: float = _T["overhead_s"]
+    overhead_per_req_s: float = _T["overhead_per_req_s"]
     compute_efficiency: float = _T["compute_efficiency"]
+    attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
     path: str | None = _T["path"]
+
+    def relevant(self) -> dict:
+        """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
+        keep = {"linear": ("kind", "base_s", "per_token_s", "per_req_s"),
+                "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
+                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
+                "table": ("kind", "path")}[self.kind]
+        return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)
@@ -307,7 +319,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     tm = kw.get("time_model", {})
     if not isinstance(tm, dict):
         raise ConfigError(f"'time_model'{_where(source)} must be a mapping")
-    kw["time_model"] = _time_model(tm, source)
+    kw["time_model"] = _time_model(tm, source, kw.get("model"))
     if kw.get("speculative") is not None:
         from aisim.config.speculative import parse_speculative
 
@@ -354,11 +366,18 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     return cfg
 
 
-def _time_model(tm: dict, source) -> TimeModel:
+def _relative(path: str, source) -> str:
+    """``path`` relative to the directory of the configuration file ``source``, when it is a file."""
+    if source and not os.path.isabs(path) and os.path.exists(os.path.dirname(os.path.abspath(source))):
+        return os.path.join(os.path.dirname(os.path.abspath(source)), path)
+    return path
+
+
+def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     out = {}
     refuse_unknown(tm, sorted(_TIME_KEYS), "time_model.", _where(source))
     for k, v in tm.items():
-        if k in ("kind", "gpu", "model", "path"):
+        if k in ("kind", "gpu", "model", "path", "dtype"):
             if not isinstance(v, str):
                 raise ConfigError(f"'time_model.{k}'{_where(source)} must be a string, got {v!r}")
             out[k] = v
@@ -372,18 +391,26 @@ def _time_model(tm: dict, source) -> TimeModel:
                 raise ConfigError(f"'time_model.{k}'{_where(source)} must be a finite non-negative number, "
                                   f"got {v!r}")
             out[k] = float(v)
-    kind = out.get("kind", "linear")
+    # A named GPU makes the roofline the default: an engine that says what it runs on gets its step times.
+    kind = out.setdefault("kind", "roofline" if "gpu" in out else "linear")
     if kind not in ("linear", "roofline", "table"):
         raise ConfigError(f"'time_model.kind'{_where(source)} must be linear, roofline or table, got {kind!r}")
-    for k in ("compute_efficiency", "bandwidth_efficiency"):
+    for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
+    if "dtype" in out and out["dtype"] not in ("bf16", "fp8"):
+        raise ConfigError(f"'time_model.dtype'{_where(source)} must be bf16 or fp8, got {out['dtype']!r}")
     if kind == "roofline":
-        from aisim.config.catalog import check_tp, get_gpu, get_model
+        from aisim.config.catalog import check_tp, get_gpu, get_model, is_config_path
 
+        if "model" not in out and isinstance(engine_model, str):
+            out["model"] = engine_model
         for k in ("gpu", "model"):
             if k not in out:
-                raise ConfigError(f"'time_model.{k}'{_where(source)} is required by the roofline model")
+                raise ConfigError(f"'time_model.{k}'{_where(source)} is required by the roofline model"
+                                  + (" (or the engine's 'model')" if k == "model" else ""))
+        if is_config_path(out["model"]):
+            out["model"] = _relative(out["model"], source)
         try:
             get_gpu(out["gpu"])
             check_tp(get_model(out["model"]), out.get("tp", 1))
@@ -392,8 +419,7 @@ def _time_model(tm: dict, source) -> TimeModel:
     if kind == "table":
         if "path" not in out:
             raise ConfigError(f"'time_model.path'{_where(source)} is required by the table model")
-        if source and not os.path.isabs(out["path"]) and os.path.exists(os.path.dirname(os.path.abspath(source))):
-            out["path"] = os.path.join(os.path.dirname(os.path.abspath(source)), out["path"])
+        out["path"] = _relative(out["path"], source)
     return TimeModel(**out)
 
 

@@ -77,15 +77,19 @@ def kv_cache_groups(model: ModelSpec, block_size: int = 16, prefix_caching: bool
     return groups, bs
 
 
-def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1) -> float:
-    return model.params * model.weight_bytes / tp
+def weights_bytes_per_gpu(model: ModelSpec, tp: int = 1, dtype: str | None = None) -> float:
+    """Bytes of one GPU's share of the weights, as the checkpoint stores them or as ``dtype``."""
+    from aisim.config.modelspec import DTYPE_BYTES
+
+    per_param = DTYPE_BYTES[dtype] if dtype else model.weight_bytes
+    return model.params * per_param / tp
 
 
 def kv_cache_bytes(model: ModelSpec, gpu_memory_gib: float, tp: int = 1, gpu_memory_utilization: float = 0.9,
-                   activation_gib: float = 1.0) -> int:
+                   activation_gib: float = 1.0, dtype: str | None = None) -> int:
     """KV-cache bytes per GPU: the usable memory minus weights and activations."""
     budget = gpu_memory_gib * GIB * gpu_memory_utilization
-    return int(budget - weights_bytes_per_gpu(model, tp) - activation_gib * GIB)
+    return int(budget - weights_bytes_per_gpu(model, tp, dtype) - activation_gib * GIB)
 
 
 def num_blocks(groups, kv_bytes: int) -> int:

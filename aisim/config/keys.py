@@ -85,27 +85,40 @@ ENGINE_KEYS = (
               "`prefix_match_unit`", shown="empty"),
     ConfigKey("vllm_version", None, "the vLLM release whose rules are followed (differences: "
               "`docs/vllm-version-rules.md`)", shown="{default} (one of {supported})"),
-    ConfigKey("time_model", None, "step time in seconds (keys below)", shown="`linear`"),
+    ConfigKey("time_model", None, "step time in seconds (keys below)",
+              shown="the roofline once `gpu` is named, else `linear` (10 ms a step)"),
     ConfigKey("speculative", None, "speculative decoding (keys below)", shown="off"),
-    ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash)"),
+    ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash); the "
+              "roofline's model unless `time_model.model` is set"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
               "`num_gpu_blocks`", low=1),
     ConfigKey("plan_notes", (), "why a plan chose what it chose (written by `aisim plan`)", shown="[]"),
 )
 
+# The roofline's efficiencies and overheads are fitted to published vLLM serving measurements:
+# `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy` and `kvcached` (vLLM 0.19.0;
+# A100 80GB PCIe TP 1 and 2, H100), TPOT and throughput; the source `gpustack` (vLLM 0.10-0.13) is held
+# out.  The points, their sources and the errors: benchmarks/data/README.md.
 TIME_MODEL_KEYS = (
     ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
-              "`roofline`: from catalog `gpu` and `model` at tensor parallelism `tp`; `table`: a profile "
-              "at `path`"),
+              "`roofline`: from `model` on `tp` GPUs `gpu` (compute- or memory-bound, plus all-reduces); "
+              "`table`: a profile at `path`", shown="`roofline` when `gpu` is set, else `linear`"),
     ConfigKey("base_s", 0.01, "linear: seconds per step"),
     ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token"),
     ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request"),
-    ConfigKey("gpu", None, "roofline: catalog GPU (required)"),
-    ConfigKey("model", None, "roofline: catalog model (required)"),
+    ConfigKey("gpu", None, "roofline: a GPU of the catalog (table below)"),
+    ConfigKey("model", None, "roofline: a catalog model or the path of a Hugging Face `config.json` (relative to "
+              "the configuration file)", shown="the engine's `model`"),
     ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
-    ConfigKey("overhead_s", 0.002, "roofline: fixed seconds per step"),
-    ConfigKey("compute_efficiency", 0.6, "roofline: share of peak FLOP/s reached, in (0, 1]"),
-    ConfigKey("bandwidth_efficiency", 0.8, "roofline: share of peak memory bandwidth reached, in (0, 1]"),
+    ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
+              shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
+    ConfigKey("overhead_s", 0.00175, "roofline: fixed seconds per step (fitted)"),
+    ConfigKey("overhead_per_req_s", 0.0, "roofline: fixed seconds per scheduled request of a step (fitted: 0.1 us, "
+              "written as 0)"),
+    ConfigKey("compute_efficiency", 0.44, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
+              "the model's matrix products reach, in (0, 1] (fitted)"),
+    ConfigKey("attention_efficiency", 0.57, "roofline: the same share for attention, in (0, 1] (fitted)"),
+    ConfigKey("bandwidth_efficiency", 0.77, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)"),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),

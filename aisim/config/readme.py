@@ -1,4 +1,4 @@
-"""The README's engine-configuration tables, rendered from the key and kind catalogues.
+"""The README's engine-configuration tables, rendered from the key, kind, GPU and model catalogues.
 
 ``python -m aisim.config.readme`` prints them; a test checks that README.md
 contains exactly this text, so the documented keys, defaults, supported
@@ -7,6 +7,8 @@ versions and group kinds cannot drift from the code.
 
 from __future__ import annotations
 
+from aisim.config.catalog import MODELS
+from aisim.config.gpus import GPUS
 from aisim.config.keys import (ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS, SPECULATIVE_KEYS,
                                TIME_MODEL_KEYS)
 from aisim.config.kvgroups import KINDS
@@ -31,6 +33,29 @@ def render_tables() -> str:
     lines += ["", "`speculative` keys:", ""] + _table(SPECULATIVE_KEYS)
     lines += ["", "`speculative.acceptance` keys:", ""] + _table(ACCEPTANCE_KEYS)
     lines += ["", "`speculative.drafter_cost` keys (given as a mapping):", ""] + _table(DRAFTER_COST_KEYS)
+    lines += ["", "GPUs of the roofline (vendor datasheets: dense tensor FLOP/s, interconnect both directions "
+              "together; in brackets the measured achievable matmul FLOP/s the efficiencies apply to, "
+              "`aisim/config/gpus.py`):", "",
+              "| `gpu` | BF16 TFLOP/s | FP8 TFLOP/s | memory TB/s | memory GB | interconnect GB/s |",
+              "|---|---|---|---|---|---|"]
+
+    def rate(peak, mamf):
+        return f"{peak / 1e12:g}" + (f" ({mamf / 1e12:g})" if mamf else "")
+
+    for g in GPUS.values():
+        names = ", ".join(f"`{n}`" for n in (g.name, *g.aliases))
+        fp8 = rate(g.fp8_flops, g.fp8_mamf) if g.fp8_flops else "— (FP8 weights at the BF16 rate)"
+        lines.append(f"| {names} | {rate(g.bf16_flops, g.bf16_mamf)} | {fp8} | {g.hbm_bytes_per_s / 1e12:g} | "
+                     f"{g.memory_gib:g} | {g.link_bytes_per_s / 1e9:g} |")
+    lines += ["", "Models of the catalog (`model`, `time_model.model`, `aisim plan --model`; or the path of a Hugging "
+              "Face `config.json`):", "", "| model | layers | parameters | per token (without embeddings) | weights |", "|---|---|---|---|---|"]
+    for m in MODELS.values():
+        kinds = " + ".join(f"{layer.count} {layer.kind}" + (f" ({layer.sliding_window})" if layer.sliding_window
+                                                             else " (MLA)" if layer.latent_dim else "")
+                           for layer in m.layers)
+        active = f"{(m.active_params or m.params) / 1e9:.1f} B" + (
+            f" ({m.experts_per_token} of {m.num_experts} experts)" if m.num_experts else "")
+        lines.append(f"| `{m.name}` | {kinds} | {m.params / 1e9:.1f} B | {active} | {m.dtype} |")
     lines += ["", "`kv_cache_groups` keys (one table per group):", ""] + _table(GROUP_KEYS)
     lines += ["", "Group kinds:", "", "| type | holds | requires | `prefix_cacheable` default |", "|---|---|---|---|"]
     for k in KINDS:

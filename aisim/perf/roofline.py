@@ -1,44 +1,140 @@
 """Roofline coefficients from GPU and model specs.
 
-A step's compute is ``2 * active_params`` FLOPs per scheduled token plus
-attention: ``4 * heads * head_size`` FLOPs per layer for every pair of a new
-token and a context token (a sliding window caps the context).  Its memory
-traffic is the weights, read once, plus every scheduled request's KV cache
-(K and V of each context token in each attention layer; a window caps it) and
-its recurrent state (a constant per request).  Tensor parallelism divides
-weights, KV heads and states across GPUs.
+One engine step on one GPU of a tensor-parallel group of ``tp`` (every rank does the
+same work on its share) costs
+
+    overhead_s + overhead_per_req_s x requests + max(compute_s, memory_s) + allreduce_s
+
+* **compute**: ``2 x`` the parameters a token multiplies (its share of the split layers,
+  the layers every rank holds whole, the ``k`` routed experts it picks) per scheduled
+  token; the LM head's ``2 x hidden x vocab / tp`` per scheduled request (vLLM computes
+  logits at one position of each); attention, per layer kind, ``2 (qk + v)`` FLOPs per
+  head per (new token, key) pair over the layer's share of heads, the pairs of ``n`` new
+  tokens ending at context ``c`` being ``sum min(position, window)`` over their
+  positions (causal attention, a sliding window caps the keys; MLA multiplies over its
+  latent); linear-attention state updates per token.  Matrix products run at the GPU's
+  achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
+  ``attention_efficiency``; the rate of the weights' dtype (FP8 weights on a GPU without
+  FP8 tensor cores run at the BF16 rate).
+* **memory**: the weights read once per step (split layers / ``tp``, whole layers, the
+  LM head / ``tp``; the embedding is only gathered); of the routed experts only those the
+  batch touches: with ``T`` scheduled tokens each picking ``k`` of ``E`` experts
+  uniformly, a layer reads ``E (1 - (1 - k/E)^T)`` distinct experts on average; each
+  scheduled request's KV cache (``min(context, window)`` tokens per attention layer; MLA's
+  latent whole on every GPU, GQA's share of heads); each recurrent state read and
+  written.  Over ``peak bandwidth x bandwidth_efficiency``.
+* **all-reduce** (``tp > 1``): two per layer (after attention and after the MLP), each a
+  ring over ``T x hidden x 2 bytes x 2 (tp - 1) / tp`` at the GPU's one-way interconnect
+  bandwidth, plus a fixed latency (:mod:`aisim.config.gpus`).
+
+The step-level terms travel to the core after the per-term KV coefficients
+(``RooflineTail`` in ``ext/steptime.pxd``).
 """
 
 from __future__ import annotations
 
-from aisim._core.constants import TIME_MODEL_KINDS
+import math
+
+from aisim._core.constants import ROOFLINE_TAIL, TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
+from aisim.config.modelspec import DTYPE_BYTES
+
+# Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
+ALLREDUCE_BYTES = 2
+# All-reduces per decoder layer under tensor parallelism (attention output, MLP output).
+ALLREDUCES_PER_LAYER = 2
+
+
+def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
+    """The roofline's coefficients before efficiencies and overhead, for inspection and tests.
+
+    Parameters
+    ----------
+    model : aisim.config.modelspec.ModelSpec
+    gpu : aisim.config.gpus.GPUSpec
+    tp : int
+        Tensor-parallel size.
+    dtype : {"bf16", "fp8"}
+        Weights as served.
+
+    Returns
+    -------
+    dict
+        ``flops_per_token``, ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per
+        request), ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer
+        kind), ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``,
+        ``comm_per_token_s``, ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
+        ``peak_bytes``.
+    """
+    wb = DTYPE_BYTES[dtype]
+    attn_flops, kv_bytes, window = [], [], []
+    state = state_flops = 0.0
+    for layer in model.layers:
+        if layer.num_kv_heads:
+            heads = (layer.num_heads or model.num_heads) / tp
+            qk, v = layer.qk_dim or layer.head_size, layer.v_dim or layer.head_size
+            attn_flops.append(2.0 * (qk + v) * heads * layer.count)
+            kv_bytes.append(float(layer.bytes_per_token(tp) * layer.count))
+            window.append(int(layer.sliding_window or 0))
+        if layer.state_bytes:
+            state += 2.0 * layer.state_bytes * layer.count / tp   # read, then written back
+            state_flops += layer.state_flops * layer.count / tp
+    if model.detailed:
+        head = float(model.vocab_size * model.hidden_size)
+        flops_per_token = 2.0 * (model.dense_params / tp + model.replicated_params
+                                 + model.moe_layers * model.experts_per_token * model.expert_params / tp) + state_flops
+        flops_per_req = 2.0 * head / tp
+        weights = (model.dense_params / tp + model.replicated_params + head / tp) * wb
+    else:  # no parameter split known: every active parameter is read and multiplied
+        active = model.active_params or model.params
+        flops_per_token, flops_per_req = 2.0 * active / tp + state_flops, 0.0
+        weights = active * wb / tp
+    experts, miss, expert_bytes = 0.0, 0.0, 0.0
+    if model.moe_layers:
+        experts = float(model.num_experts)
+        k = model.experts_per_token
+        miss = math.log1p(-k / experts) if k < experts else -math.inf
+        expert_bytes = model.moe_layers * model.expert_params * wb / tp
+    comm_s = comm_per_token_s = 0.0
+    if tp > 1:
+        n = ALLREDUCES_PER_LAYER * model.num_layers
+        comm_s = n * gpu.link_latency_s
+        comm_per_token_s = (n * model.hidden_size * ALLREDUCE_BYTES * 2.0 * (tp - 1) / tp
+                            / gpu.link_bytes_per_s_each_way)
+    return {
+        "flops_per_token": flops_per_token, "flops_per_req": flops_per_req, "weight_bytes": weights,
+        "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
+        "moe_experts": experts, "moe_log_miss": miss, "moe_expert_bytes": expert_bytes,
+        "comm_s": comm_s, "comm_per_token_s": comm_per_token_s,
+        "peak_flops": gpu.flops_for(dtype), "matmul_flops": gpu.achievable_flops(dtype),
+        "peak_bytes": gpu.hbm_bytes_per_s,
+    }
+
+
+def resolved_dtype(tm, model) -> str:
+    """The weights' dtype of time model ``tm``: its ``dtype``, else the checkpoint's."""
+    return tm.dtype or model.dtype
 
 
 def roofline_args(tm) -> dict:
     """Core arguments of the roofline model of ``tm`` (an engine's TimeModel)."""
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
-    tp = tm.tp
-    attn_flops, kv_bytes, window = [], [], []
-    state = 0.0
-    for layer in model.layers:
-        if layer.num_kv_heads:
-            attn_flops.append(4.0 * model.num_heads * layer.head_size * layer.count / tp)
-            kv_bytes.append(float(layer.bytes_per_token(tp) * layer.count))
-            window.append(int(layer.sliding_window or 0))
-        if layer.state_bytes:
-            state += layer.state_bytes * layer.count / tp
-    active = model.active_params or model.params
+    t = roofline_terms(model, gpu, tm.tp, resolved_dtype(tm, model))
+    t["attn_rate"] = t["matmul_flops"] * tm.attention_efficiency
+    t["req_s"] = tm.overhead_per_req_s
+    tail = [0.0] * len(ROOFLINE_TAIL)
+    for name, code in ROOFLINE_TAIL.items():
+        tail[code] = t[name]
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
-        "flops_per_token": 2.0 * active / tp,
-        "attn_flops": attn_flops,
-        "kv_bytes": kv_bytes,
-        "window": window,
-        "state_bytes": state,
-        "weight_bytes": active * model.weight_bytes / tp,
-        "flops_rate": gpu.flops * tm.compute_efficiency,
-        "bytes_rate": gpu.hbm_bytes_per_s * tm.bandwidth_efficiency,
+        "flops_per_token": t["flops_per_token"],
+        "attn_flops": t["attn_flops"],
+        "kv_bytes": t["kv_bytes"] + tail,
+        "window": t["window"],
+        "state_bytes": t["state_bytes"],
+        "weight_bytes": t["weight_bytes"],
+        "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
+        "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "overhead_s": tm.overhead_s,
     }

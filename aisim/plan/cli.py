@@ -10,15 +10,18 @@ from aisim.config.keys import ENGINE_KEYS, defaults
 
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--probe", "probe_path", type=click.Path(dir_okay=False), help="Probe JSON of a running vLLM engine.")
-@click.option("--model", help="Catalog model, to plan without a probe.")
-@click.option("--gpu-memory-gib", type=float, help="Memory of one GPU (with --model).")
+@click.option("--model", help="Catalog model or path of a Hugging Face config.json, to plan without a probe.")
+@click.option("--gpu", help="Catalog GPU (with --model): roofline step times and vllm serve's batch limits on it.")
+@click.option("--gpu-memory-gib", type=float, help="Memory of one GPU (with --model; default: the --gpu's).")
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
+@click.option("--dtype", type=click.Choice(["bf16", "fp8"]),
+              help="Weights as served (with --model; default: the checkpoint's).")
 @click.option("--max-model-len", type=int,
               help=f"Longest sequence (with --model; default {defaults(ENGINE_KEYS)['max_model_len']}).")
 @out_option("--out", "out_path", help="Write the engine configuration (TOML).")
 @format_option("toml", default="toml")
-def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path, fmt):
-    """Plan an engine configuration from a probe or from the model catalog, and explain it."""
+def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_path, fmt):
+    """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import write_atomic_text
     from aisim.plan import engine_toml, load_probe, plan_from_model, plan_from_probe
@@ -29,18 +32,20 @@ def plan(probe_path, model, gpu_memory_gib, tp, max_model_len, out_path, fmt):
         if probe_path:
             cfg, notes = plan_from_probe(load_probe(probe_path))
         else:
-            if gpu_memory_gib is None:
-                raise click.UsageError("--model needs --gpu-memory-gib")
-            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len)
+            if gpu_memory_gib is None and gpu is None:
+                raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
+            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
         text = engine_toml(cfg, notes)
         if out_path:
             write_atomic_text(out_path, [text])
     except AisimError as exc:
         fail(exc)
-    # The notes and where the plan went are messages: on stdout beside TOML or a table, else on stderr.
-    err = fmt in ("json", "csv")
-    for n in notes:
-        click.echo(f"- {n}", err=err)
+    # The notes and where the plan went are messages: on stdout beside a table, else on stderr.  TOML on
+    # stdout stays valid TOML: its notes are its comment lines.
+    err = fmt != "table"
+    if fmt != "toml" or out_path:
+        for n in notes:
+            click.echo(f"- {n}", err=err)
     if out_path:
         click.echo(f"plan written to {out_path}", err=err)
     elif fmt == "toml":

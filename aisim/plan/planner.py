@@ -194,25 +194,61 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     return engine_config_from_dict(cold, source="the probe"), notes
 
 
-def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len: int | None = None,
-                    gpu_memory_utilization: float = 0.9) -> tuple[EngineConfig, list[str]]:
-    """Plan from the catalog: geometry, pool size from GPU memory, and prefix caching.
+def serve_batch_defaults(gpu) -> dict:
+    """``max_num_batched_tokens`` and ``max_num_seqs`` that ``vllm serve`` picks on ``gpu``.
+
+    vLLM's ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``) for the OpenAI API
+    server: 16,384 tokens and 1,024 sequences from 160 GiB of device memory on, 8,192 and 1,024
+    from 70 GiB on unless the GPU is an A100, else 2,048 and 256.
+    """
+    if gpu.memory_gib >= 160:
+        return {"max_num_batched_tokens": 16384, "max_num_seqs": 1024}
+    if gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
+        return {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+    return {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+
+
+def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1, max_model_len: int | None = None,
+                    gpu_memory_utilization: float = 0.9, gpu: str | None = None,
+                    dtype: str | None = None) -> tuple[EngineConfig, list[str]]:
+    """Plan from a model (catalog or ``config.json``): geometry, pool, scheduler limits, step times.
 
     Parameters
     ----------
     name : str
-        Catalog model name.
-    gpu_memory_gib : float
-        Memory of one GPU.
+        Catalog model name or the path of a Hugging Face ``config.json``.
+    gpu_memory_gib : float, optional
+        Memory of one GPU; default: the memory of ``gpu``.
     tp : int
-        Tensor-parallel size (KV heads and weights are split across GPUs).
+        Tensor-parallel size (heads and weights are split across GPUs).
     max_model_len : int, optional
         Default: the engine default (:data:`aisim.config.keys.ENGINE_KEYS`).
+    gpu_memory_utilization : float
+        Share of the GPU's memory vLLM may use (its default, 0.9).
+    gpu : str, optional
+        Catalog GPU: the plan gets the roofline step time of the model on ``tp`` of them and
+        ``vllm serve``'s batch limits for that GPU (:func:`serve_batch_defaults`).
+    dtype : {"bf16", "fp8"}, optional
+        Weights as served; default: the checkpoint's.
+
+    Returns
+    -------
+    (EngineConfig, list of str)
+        The plan and its notes.
     """
-    from aisim.config.catalog import check_tp, get_model
+    import os
+
+    from aisim.config.catalog import check_tp, get_gpu, get_model, is_config_path
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
     model = get_model(name)
+    spec = get_gpu(gpu) if gpu is not None else None
+    if dtype is not None and dtype not in ("bf16", "fp8"):
+        raise ConfigError(f"dtype must be bf16 or fp8, got {dtype!r}")
+    if gpu_memory_gib is None:
+        if spec is None:
+            raise ConfigError("a plan from a model needs a GPU or its memory (--gpu or --gpu-memory-gib)")
+        gpu_memory_gib = spec.memory_gib
     if isinstance(gpu_memory_gib, bool) or not isinstance(gpu_memory_gib, (int, float)) \
             or not math.isfinite(gpu_memory_gib) or not gpu_memory_gib > 0:
         raise ConfigError(f"GPU memory must be a finite number of GiB above 0, got {gpu_memory_gib!r}")
@@ -223,16 +259,26 @@ def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len
                           f"got {max_model_len!r}")
     check_tp(model, tp)
     groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
-    kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization)
+    kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization, dtype=dtype)
     blocks = num_blocks(groups, kv) if kv > 0 else 0
+    where = f"{gpu_memory_gib:g} GiB" if spec is None else f"{spec.name} ({gpu_memory_gib:g} GiB)"
     if blocks < 2:
-        raise ConfigError(f"{model.name} does not fit {gpu_memory_gib} GiB x TP {tp}: its weights leave "
+        raise ConfigError(f"{model.name} does not fit {where} x TP {tp}: its weights leave "
                           f"{max(kv, 0) / (1 << 30):.1f} GiB for the KV cache")
     grouped = sum(g["count"] for g in groups) > 1
-    notes = [f"{model.name} on {gpu_memory_gib:g} GiB x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache, "
+    notes = [f"{model.name} on {where} x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache, "
              f"{blocks} blocks of {bs} tokens"]
-    raw = {"model": model.name, "max_model_len": max_model_len, "block_size": bs, "num_gpu_blocks": blocks,
+    model_name = os.path.abspath(name) if is_config_path(name) else model.name
+    raw = {"model": model_name, "max_model_len": max_model_len, "block_size": bs, "num_gpu_blocks": blocks,
            "kv_cache_groups": groups}
+    if spec is not None:
+        raw.update(serve_batch_defaults(spec))
+        raw["time_model"] = {"kind": "roofline", "gpu": spec.name, "tp": tp}
+        if dtype is not None:
+            raw["time_model"]["dtype"] = dtype
+        notes.append(f"step times: roofline of {model.name} on {tp} x {spec.name} "
+                     f"({dtype or model.dtype} weights); batch limits of vllm serve on {spec.name}: "
+                     f"{raw['max_num_batched_tokens']} tokens, {raw['max_num_seqs']} sequences")
     cold = catalog_cold_reason(grouped)
     if cold is not None:
         notes.insert(0, f"prefix caching off (cold replay): {cold}")
@@ -240,7 +286,7 @@ def plan_from_model(name: str, gpu_memory_gib: float, tp: int = 1, max_model_len
     else:
         notes.insert(0, "prefix caching on (one KV-cache group)")
     raw["plan_notes"] = notes
-    return engine_config_from_dict(raw, source=f"the catalog entry {model.name}"), notes
+    return engine_config_from_dict(raw, source=f"the model {model.name}"), notes
 
 
 def engine_toml(cfg: EngineConfig, notes) -> str:
@@ -254,6 +300,6 @@ def engine_toml(cfg: EngineConfig, notes) -> str:
         doc.pop("vllm_version")
     if not any(g["type"] in STATE_KINDS for g in d["resolved_groups"]):
         doc.pop("mamba_cache_mode")
-    doc["time_model"] = dict(d["time_model"])
+    doc["time_model"] = cfg.time_model.relevant()
     doc["kv_cache_groups"] = [dict(g) for g in d["kv_cache_groups"]]
     return dumps(doc, header_comments=["Engine configuration planned by aisim."] + list(notes))

@@ -1,0 +1,317 @@
+"""Models from a Hugging Face ``config.json``: the fields a roofline and a KV-cache plan need.
+
+:func:`parse_hf_config` turns the dictionary of a ``config.json`` (or a catalog entry,
+which is written the same way) into a :class:`~aisim.config.modelspec.ModelSpec`;
+:func:`load_hf_config` reads the file strictly.  Architectures, by ``architectures[0]``:
+
+* dense: ``LlamaForCausalLM``, ``MistralForCausalLM`` (a ``sliding_window`` makes every
+  layer windowed), ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM`` (windowed from
+  ``max_window_layers`` on when ``use_sliding_window``);
+* MoE: ``MixtralForCausalLM``, ``Qwen2MoeForCausalLM``, ``Qwen3MoeForCausalLM``
+  (``decoder_sparse_step``, ``mlp_only_layers``, a shared expert), ``Glm4MoeForCausalLM``
+  and ``DeepseekV2ForCausalLM`` / ``DeepseekV3ForCausalLM`` (``first_k_dense_replace``,
+  ``moe_layer_freq``, shared experts; DeepSeek with MLA: ``kv_lora_rank``,
+  ``qk_rope_head_dim``, ``qk_nope_head_dim``, ``v_head_dim``, ``q_lora_rank``);
+* sliding-window hybrids: ``Gemma2ForCausalLM`` (every other layer), ``Gemma3ForCausalLM``
+  and ``Gemma3ForConditionalGeneration`` (its ``text_config``; one global layer every
+  ``sliding_window_pattern``);
+* linear-attention hybrids: ``Qwen3NextForCausalLM`` (Gated DeltaNet layers, one full
+  attention layer every ``full_attention_interval``; ``linear_*`` fields give the state).
+
+A ``layer_types`` list, when present, names each layer's mixer and wins over the rules
+above.  Parameter counts follow vLLM's layers: gated MLPs of three matrices, one router
+per MoE layer and MLA's ``q_a``/``kv_a`` projections held whole by every tensor-parallel
+rank (``ReplicatedLinear``), everything else split.  Norms and biases are left out.
+Weights are BF16 unless ``quantization_config.quant_method`` is ``fp8``.  Anything else
+is refused with an error naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from aisim.config.modelspec import DTYPE_BYTES, LayerKind, ModelSpec
+from aisim.errors import ConfigError
+
+DENSE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+QWEN_MOE = ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM")
+GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
+ARCHITECTURES = DENSE + QWEN_MOE + ("MixtralForCausalLM",) + DEEPSEEK + GEMMA + ("Qwen3NextForCausalLM",)
+
+# layer_types spellings of each mixer.
+_FULL = ("full_attention", "attention", "global_attention")
+_WINDOW = ("sliding_attention", "sliding_window", "local_attention")
+_LINEAR = ("linear_attention",)
+
+
+class _Fields:
+    """Typed reads of one config dictionary, every error naming the file and the field."""
+
+    def __init__(self, cfg: dict, source: str, prefix: str = ""):
+        self.cfg, self.source, self.prefix = cfg, source, prefix
+
+    def error(self, key: str, what: str) -> ConfigError:
+        return ConfigError(f"{self.source}: field '{self.prefix}{key}' {what}")
+
+    def int(self, key: str, default=None, low: int = 1):
+        v = self.cfg.get(key)
+        if v is None:  # absent or null: the default, if the field has one
+            if default is None:
+                raise self.error(key, "is missing")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise self.error(key, f"must be an integer of at least {low}, got {v!r}")
+        return v
+
+    def opt_int(self, key: str, low: int = 1):
+        v = self.cfg.get(key)
+        return None if v is None else self.int(key, low=low)
+
+    def bool(self, key: str, default: bool) -> bool:
+        v = self.cfg.get(key, default)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise self.error(key, f"must be true or false, got {v!r}")
+        return v
+
+    def int_list(self, key: str) -> list:
+        v = self.cfg.get(key) or []
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            raise self.error(key, f"must be a list of layer indices, got {v!r}")
+        return v
+
+
+def _weights_dtype(cfg: dict, f: _Fields) -> str:
+    q = cfg.get("quantization_config")
+    if q is None:
+        return "bf16"
+    if not isinstance(q, dict):
+        raise f.error("quantization_config", "must be a mapping")
+    method = q.get("quant_method")
+    if method != "fp8":
+        raise f.error("quantization_config.quant_method", f"must be fp8 (the only quantization modelled), "
+                                                          f"got {method!r}")
+    return "fp8"
+
+
+def _mixers(cfg: dict, f: _Fields, arch: str, n: int) -> list:
+    """Each layer's mixer: ``("full", None)``, ``("sliding_window", w)`` or ``("gdn", None)``."""
+    types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n:
+            raise f.error("layer_types", f"must list one mixer for each of the {n} layers")
+        out = []
+        for t in types:
+            if t in _FULL:
+                out.append(("full", None))
+            elif t in _WINDOW:
+                out.append(("sliding_window", f.int("sliding_window")))
+            elif t in _LINEAR and arch == "Qwen3NextForCausalLM":
+                out.append(("gdn", None))
+            else:
+                raise f.error("layer_types", f"names a layer mixer aisim does not model: {t!r}")
+        return out
+    if arch == "MistralForCausalLM" and window is not None:
+        return [("sliding_window", f.int("sliding_window"))] * n
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and f.bool("use_sliding_window", False):
+        start = f.int("max_window_layers", default=n, low=0)
+        return [("full", None) if i < start else ("sliding_window", f.int("sliding_window")) for i in range(n)]
+    if arch == "Gemma2ForCausalLM":
+        return [("sliding_window", f.int("sliding_window")) if i % 2 == 0 else ("full", None) for i in range(n)]
+    if arch in ("Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"):
+        pattern = f.int("sliding_window_pattern", default=6)
+        return [("full", None) if (i + 1) % pattern == 0 else ("sliding_window", f.int("sliding_window"))
+                for i in range(n)]
+    if arch == "Qwen3NextForCausalLM":
+        interval = f.int("full_attention_interval", default=4)
+        return [("full", None) if (i + 1) % interval == 0 else ("gdn", None) for i in range(n)]
+    return [("full", None)] * n
+
+
+def _moe_layers(cfg: dict, f: _Fields, arch: str, n: int) -> list:
+    """Whether each layer's MLP has routed experts (vLLM's rule for the architecture)."""
+    if arch == "MixtralForCausalLM":
+        return [True] * n
+    if arch in QWEN_MOE or arch == "Qwen3NextForCausalLM":
+        step = f.int("decoder_sparse_step", default=1)
+        dense = set(f.int_list("mlp_only_layers"))
+        return [i not in dense and (i + 1) % step == 0 for i in range(n)]
+    if arch in DEEPSEEK:
+        if cfg.get("n_routed_experts") is None:
+            return [False] * n
+        first = f.int("first_k_dense_replace", default=0, low=0)
+        freq = f.int("moe_layer_freq", default=1)
+        return [i >= first and i % freq == 0 for i in range(n)]
+    return [False] * n
+
+
+def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from the dictionary of a Hugging Face ``config.json``.
+
+    Parameters
+    ----------
+    raw : dict
+        The decoded ``config.json`` (or a catalog entry written the same way).
+    source : str
+        Where it came from, named in every error.
+    name : str, optional
+        The model's name (default: ``_name_or_path`` or ``source``).
+
+    Returns
+    -------
+    ModelSpec
+
+    Raises
+    ------
+    ConfigError
+        An architecture aisim does not model, or a missing or malformed field; the
+        message names the file and the field.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: a model configuration is a JSON object")
+    top = _Fields(raw, source)
+    archs = raw.get("architectures")
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str):
+        raise top.error("architectures", f"must list the model's architecture, e.g. [\"LlamaForCausalLM\"]; "
+                                         f"got {archs!r}")
+    arch = archs[0]
+    if arch not in ARCHITECTURES:
+        raise top.error("architectures", f"names {arch!r}, which aisim does not model; supported: "
+                                         f"{', '.join(ARCHITECTURES)}")
+    cfg, f = raw, top
+    if arch == "Gemma3ForConditionalGeneration":
+        cfg = raw.get("text_config")
+        if not isinstance(cfg, dict):
+            raise top.error("text_config", "must be the language model's configuration (a mapping)")
+        f = _Fields(cfg, source, "text_config.")
+    dtype = _weights_dtype(raw, top)
+    hidden = f.int("hidden_size")
+    n = f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    kv_heads = f.int("num_key_value_heads", default=heads)
+    head_dim = f.int("head_dim") if cfg.get("head_dim") is not None else hidden // heads
+    vocab = f.int("vocab_size")
+    tied = f.bool("tie_word_embeddings", arch in GEMMA) if arch != "Gemma3ForConditionalGeneration" \
+        else top.bool("tie_word_embeddings", True)
+    mixers = _mixers(cfg, f, arch, n)
+    moe = _moe_layers(cfg, f, arch, n)
+    mla = arch in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+
+    # Attention and linear-attention mixers: parameters split by TP, held whole, per layer.
+    attn_split = attn_whole = 0.0
+    if mla:
+        lora = f.int("kv_lora_rank")
+        rope = f.int("qk_rope_head_dim")
+        nope = f.int("qk_nope_head_dim")
+        v_head = f.int("v_head_dim")
+        q_lora = f.opt_int("q_lora_rank")
+        attn_whole = hidden * (lora + rope) + (hidden * q_lora if q_lora else 0)
+        attn_split = ((q_lora if q_lora else hidden) * heads * (nope + rope) + lora * heads * (nope + v_head)
+                      + heads * v_head * hidden)
+        attn_kind = LayerKind("full", 0, num_kv_heads=1, head_size=lora + rope, num_heads=heads,
+                              qk_dim=lora + rope, v_dim=lora, latent_dim=lora + rope)
+    else:
+        gate = 2 if arch == "Qwen3NextForCausalLM" else 1  # Qwen3-Next gates the attention output
+        attn_split = hidden * heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+        attn_kind = LayerKind("full", 0, num_kv_heads=kv_heads, head_size=head_dim, num_heads=heads)
+    gdn_split, gdn_kind = 0.0, None
+    if any(kind == "gdn" for kind, _ in mixers):
+        k_heads, k_dim = f.int("linear_num_key_heads"), f.int("linear_key_head_dim")
+        v_heads, v_dim = f.int("linear_num_value_heads"), f.int("linear_value_head_dim")
+        kernel = f.int("linear_conv_kernel_dim")
+        key_dim, value_dim = k_heads * k_dim, v_heads * v_dim
+        conv_dim = 2 * key_dim + value_dim
+        gdn_split = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * v_heads + conv_dim * kernel + value_dim * hidden
+        # vLLM's GDN state: the convolution's last kernel-1 inputs and one dk x dv matrix per value head.
+        state = 2 * (conv_dim * (kernel - 1) + v_heads * k_dim * v_dim)
+        gdn_kind = LayerKind("gdn", 0, state_bytes=state, prefill_checkpoint_alignment=64,
+                             num_heads=v_heads, state_flops=4.0 * v_heads * k_dim * v_dim)
+
+    # MLPs.
+    dense_mlp = 3.0 * hidden * f.int("intermediate_size") if not all(moe) else 0.0
+    experts = top_k = 0
+    expert = shared = router = 0.0
+    if any(moe):
+        if arch == "MixtralForCausalLM":
+            experts, expert = f.int("num_local_experts"), 3.0 * hidden * f.int("intermediate_size")
+        elif arch in DEEPSEEK:
+            experts = f.int("n_routed_experts")
+            expert = 3.0 * hidden * f.int("moe_intermediate_size")
+            shared = f.int("n_shared_experts", default=0, low=0) * expert
+        else:
+            experts = f.int("num_experts")
+            expert = 3.0 * hidden * f.int("moe_intermediate_size")
+            s = f.int("shared_expert_intermediate_size", default=0, low=0)
+            shared = 3.0 * hidden * s + (hidden if s else 0)  # the shared expert and its sigmoid gate
+        top_k = f.int("num_experts_per_tok")
+        if top_k > experts:
+            raise f.error("num_experts_per_tok", f"must not exceed the {experts} experts, got {top_k}")
+        router = float(hidden * experts)
+
+    dense = whole = 0.0
+    total = float(vocab * hidden * (1 if tied else 2))
+    for (kind, _), routed in zip(mixers, moe):
+        if kind == "gdn":
+            dense += gdn_split
+            total += gdn_split
+        else:
+            dense += attn_split
+            whole += attn_whole
+            total += attn_split + attn_whole
+        if routed:
+            dense += shared
+            whole += router
+            total += experts * expert + shared + router
+        else:
+            dense += dense_mlp
+            total += dense_mlp
+    moe_layers = sum(moe)
+
+    kinds, order = {}, []
+    for kind, window in mixers:
+        key = (kind, window)
+        if key not in kinds:
+            order.append(key)
+            kinds[key] = 0
+        kinds[key] += 1
+    layers = []
+    for kind, window in order:
+        base = gdn_kind if kind == "gdn" else attn_kind
+        layers.append(LayerKind(kind, kinds[(kind, window)], num_kv_heads=base.num_kv_heads,
+                                head_size=base.head_size, sliding_window=window, state_bytes=base.state_bytes,
+                                prefill_checkpoint_alignment=base.prefill_checkpoint_alignment,
+                                num_heads=base.num_heads, qk_dim=base.qk_dim, v_dim=base.v_dim,
+                                latent_dim=base.latent_dim, state_flops=base.state_flops))
+    active = dense + whole + moe_layers * top_k * expert
+    label = name or (raw.get("_name_or_path") if isinstance(raw.get("_name_or_path"), str) else None) or source
+    return ModelSpec(label, params=total, weight_bytes=DTYPE_BYTES[dtype], layers=tuple(layers), hidden_size=hidden,
+                     num_heads=heads, active_params=active, vocab_size=vocab, tie_word_embeddings=tied,
+                     dense_params=dense, replicated_params=whole, moe_layers=moe_layers, num_experts=experts,
+                     experts_per_token=top_k, expert_params=expert, dtype=dtype)
+
+
+def load_hf_config(path: str | os.PathLike) -> ModelSpec:
+    """Read a Hugging Face ``config.json`` strictly (:func:`parse_hf_config`).
+
+    Raises
+    ------
+    ConfigError
+        The file cannot be read, is not JSON, or :func:`parse_hf_config` refuses it.
+    """
+    from aisim.textin import decode_utf8, loads_json
+
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read model configuration {path}: {exc.strerror}") from None
+    try:
+        raw = loads_json(decode_utf8(data, path, ConfigError), path, ConfigError)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: not valid JSON: {exc}") from None
+    return parse_hf_config(raw, path, name=path)

@@ -1,0 +1,281 @@
+"""How close aisim's roofline step times come to published vLLM serving measurements.
+
+Every point of ``benchmarks/data/published_vllm.csv`` (sources and what each table said:
+``benchmarks/data/README.md``) is a workload of fixed input and output lengths on a named
+GPU, model and tensor-parallel size.  Each is replayed through aisim:
+
+* ``burst``: every request at once (``vllm bench serve`` at request rate ``inf``);
+* ``concurrency``: a closed loop of ``concurrency`` requests in flight
+  (``--max-concurrency``): a request is sent when another finishes;
+* ``rate``: Poisson arrivals at ``rate_rps``, seeded.
+
+The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's batch
+limits for the GPU, the KV cache left by the weights at the point's
+``gpu_memory_utilization``), with the roofline's efficiencies and overhead.  The script
+prints predicted against published TTFT, TPOT and output throughput (the statistic each
+source published: mean, median or p99) and the median absolute error per metric, for the
+sources the defaults were fitted on and for the held-out ones.
+
+    python benchmarks/timing_accuracy.py            # with the defaults of aisim/config/keys.py
+    python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
+
+``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
+efficiencies, the overhead per step and per scheduled request) by Nelder-Mead on the mean
+absolute log error of the three metrics over the fitting sources' points (absolute, not
+squared, so that a few points the model cannot reach do not steer the fit), and prints the
+values to write into ``TIME_MODEL_KEYS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import pyarrow as pa
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "published_vllm.csv")
+
+# Which sources the defaults are fitted on; every other source is held out.
+FIT_SOURCES = ("cssnoeasy", "kvcached")
+METRICS = ("ttft", "tpot", "throughput")
+
+
+def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
+    """The published points, numbers parsed, each marked ``fit`` or ``held-out`` by its source."""
+    ints = ("tp", "concurrency", "seed", "num_prompts", "input_len", "output_len", "requested_output_len",
+            "max_model_len")  # cached_prefix_by_run stays text: tokens per run, ';'-separated
+    floats = ("rate_rps", "gpu_memory_utilization", "ttft_ms", "tpot_ms", "throughput_tok_s")
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        for k in ints:
+            r[k] = int(r[k]) if r[k] else None
+        for k in floats:
+            r[k] = float(r[k]) if r[k] else None
+        r["split"] = "fit" if r["source"] in fit_sources else "held-out"
+    return rows
+
+
+def engine_for(point: dict, efficiencies: dict):
+    """The engine ``aisim plan`` writes for the point's model, GPU and tensor parallelism."""
+    from aisim.plan import plan_from_model
+
+    need = point["input_len"] + point["output_len"] + 16
+    max_len = point["max_model_len"] or max(need, 8192)
+    cfg, _ = plan_from_model(point["model"], tp=point["tp"], max_model_len=max_len, gpu=point["gpu"],
+                             gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
+                             dtype=point["dtype"] or None)
+    tm = dict(cfg.raw["time_model"], **efficiencies)
+    return cfg.replace(time_model=tm, plan_notes=[])
+
+
+# Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.
+WARM_UP_S = 1000.0
+
+
+def trace_for(point: dict, cached: int = 0) -> tuple[pa.Table, dict]:
+    """The point's requests as a trace table, and the replay's keyword arguments.
+
+    ``cached``: tokens of each prompt already in the prefix cache when the run starts
+    (``vllm bench serve``'s random prompts repeat when a seed is reused): one warm-up
+    request per prompt computes them first, and the measured requests (ids ``r...``)
+    start ``WARM_UP_S`` later.
+    """
+    from aisim.traces import from_frame
+
+    n = point["num_prompts"]
+    t0 = WARM_UP_S if cached else 0.0
+    cols = {"request_id": [f"r{i}" for i in range(n)], "prompt_len": [point["input_len"]] * n,
+            "max_tokens": [point["output_len"]] * n, "prefix_group": list(range(n)),
+            "prefix_len": [min(cached, point["input_len"])] * n}
+    kw = {}
+    if point["workload"] == "burst":
+        cols["arrival_time"] = [t0] * n
+    elif point["workload"] == "concurrency":
+        # A closed loop of C in flight: request i follows request i - C (requests are all alike).
+        c = point["concurrency"]
+        cols["arrival_time"] = [t0] * n
+        cols["session_id"] = [f"s{i % c}" for i in range(n)]
+        kw = {"closed_loop": True, "think_time_s": 0.0}
+    elif point["workload"] == "rate":
+        rng = np.random.default_rng(point["seed"] or 0)
+        gaps = rng.exponential(1.0 / point["rate_rps"], n)
+        gaps[0] = 0.0
+        cols["arrival_time"] = (t0 + np.cumsum(gaps)).tolist()
+    else:
+        raise ValueError(f"{point['point']}: unknown workload {point['workload']!r}")
+    if cached:
+        cols["request_id"] += [f"w{i}" for i in range(n)]
+        cols["prompt_len"] += [cached] * n
+        cols["max_tokens"] += [1] * n
+        cols["prefix_group"] += list(range(n))
+        cols["prefix_len"] += [cached] * n
+        cols["arrival_time"] += [0.0] * n
+        if "session_id" in cols:
+            cols["session_id"] += [None] * n
+    return from_frame(pa.table(cols)), kw
+
+
+STAT = {"mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
+
+
+def _stat(values: np.ndarray, stat: str) -> float:
+    values = values[~np.isnan(values)]
+    if stat == "mean":
+        return float(values.mean())
+    return float(np.percentile(values, {"median": 50, "p50": 50, "p90": 90, "p99": 99}[stat]))
+
+
+def predict(point: dict, efficiencies: dict) -> dict:
+    """Predicted TTFT and TPOT (ms, the published statistic) and output throughput (tok/s).
+
+    A point published as the mean of several runs with different prefix-cache states
+    (``cached_prefix_by_run``) is predicted as the mean of their replays.
+    """
+    from aisim.replay import replay
+
+    runs = [int(c) for c in point["cached_prefix_by_run"].split(";")] if point["cached_prefix_by_run"] else [0]
+    out = {m: 0.0 for m in METRICS}
+    engine = engine_for(point, efficiencies)
+    for cached in runs:
+        trace, kw = trace_for(point, cached)
+        rq = replay(trace, engine, **kw).requests
+        ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
+        mine = np.array([i.startswith("r") for i in ids])
+        col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
+               for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
+        out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
+        out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
+        span = float(col["finish_s"].max() - col["arrival_s"].min())
+        out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
+    return out
+
+
+def published(point: dict) -> dict:
+    return {"ttft": point["ttft_ms"], "tpot": point["tpot_ms"], "throughput": point["throughput_tok_s"]}
+
+
+def errors(points, preds) -> list[dict]:
+    out = []
+    for p, q in zip(points, preds):
+        pub = published(p)
+        out.append({m: 100.0 * abs(q[m] - pub[m]) / pub[m] for m in METRICS if pub[m]})
+    return out
+
+
+FREE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s", "overhead_per_req_s")
+
+
+def _unpack(x) -> dict:
+    eff = {k: float(np.clip(v, 0.2, 1.0)) for k, v in zip(FREE[:3], x[:3])}
+    eff["overhead_s"] = float(math.exp(np.clip(x[3], math.log(1e-5), math.log(0.1))))
+    eff["overhead_per_req_s"] = float(math.exp(np.clip(x[4], math.log(1e-7), math.log(0.01))))
+    return eff
+
+
+# The metrics the fit follows: TTFT also holds the API server's and the client's time (receiving,
+# tokenizing, streaming), which the engine's step times do not model (benchmarks/data/README.md).
+FIT_METRICS = ("tpot", "throughput")
+
+
+def loss(points, eff: dict) -> float:
+    """Mean absolute log error of :data:`FIT_METRICS` over ``points``."""
+    total, count = 0.0, 0
+    for p in points:
+        q, pub = predict(p, eff), published(p)
+        for m in FIT_METRICS:
+            if pub[m] and q[m]:
+                total += abs(math.log(q[m] / pub[m]))
+                count += 1
+    return total / count
+
+
+def fit(points, start: dict, iters: int = 80) -> dict:
+    """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``."""
+    x0 = np.array([start[k] for k in FREE[:3]]
+                  + [math.log(max(start["overhead_s"], 1e-5)), math.log(max(start["overhead_per_req_s"], 1e-7))])
+    steps = np.array([0.15, 0.15, 0.15, 0.8, 0.8])
+    simplex = [x0] + [x0 + np.eye(len(x0))[i] * steps[i] for i in range(len(x0))]
+    values = [loss(points, _unpack(x)) for x in simplex]
+    for it in range(iters):
+        order = np.argsort(values)
+        simplex = [simplex[i] for i in order]
+        values = [values[i] for i in order]
+        best = _unpack(simplex[0])
+        print(f"  fit {it:3d}: loss {values[0]:.5f} at " + ", ".join(f"{k} {v:.4g}" for k, v in best.items()),
+              file=sys.stderr, flush=True)
+        centre = np.mean(simplex[:-1], axis=0)
+        worst = simplex[-1]
+        xr = centre + (centre - worst)
+        fr = loss(points, _unpack(xr))
+        if fr < values[0]:
+            xe = centre + 2 * (centre - worst)
+            fe = loss(points, _unpack(xe))
+            simplex[-1], values[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (worst - centre)
+            fc = loss(points, _unpack(xc))
+            if fc < values[-1]:
+                simplex[-1], values[-1] = xc, fc
+            else:
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                values = [values[0]] + [loss(points, _unpack(x)) for x in simplex[1:]]
+    return _unpack(simplex[int(np.argmin(values))])
+
+
+def _fmt(v: float) -> str:
+    return f"{v:,.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def report(points, preds, errs) -> None:
+    head = f"{'point':44s} {'split':8s} {'TTFT ms pub/aisim':>24s} {'TPOT ms pub/aisim':>20s} {'tok/s pub/aisim':>20s}"
+    print(head)
+    for p, q, e in zip(points, preds, errs):
+        pub = published(p)
+        cells = [f"{_fmt(pub[m])}/{_fmt(q[m])} {e[m]:4.0f}%" for m in METRICS]
+        print(f"{p['point'][:44]:44s} {p['split']:8s} {cells[0]:>24s} {cells[1]:>20s} {cells[2]:>20s}")
+    print()
+    for split in ("fit", "held-out"):
+        rows = [e for p, e in zip(points, errs) if p["split"] == split]
+        if not rows:
+            continue
+        med = {m: float(np.median([e[m] for e in rows])) for m in METRICS}
+        print(f"median absolute error, {split} ({len(rows)} points): TTFT {med['ttft']:.1f}%, "
+              f"TPOT {med['tpot']:.1f}%, throughput {med['throughput']:.1f}%")
+
+
+def main(argv=None) -> int:
+    from aisim.config.keys import TIME_MODEL_KEYS, defaults
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="refit the efficiencies and overhead on the fitting sources")
+    ap.add_argument("--iters", type=int, default=80, help="Nelder-Mead iterations of --fit")
+    ap.add_argument("--only", help="points whose id contains this text")
+    ap.add_argument("--fit-sources", help="comma-separated sources to fit on instead of the recorded split")
+    args = ap.parse_args(argv)
+    d = defaults(TIME_MODEL_KEYS)
+    eff = {k: d[k] for k in FREE}
+    sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES
+    points = [p for p in load_points(fit_sources=sources) if not args.only or args.only in p["point"]]
+    if args.fit:
+        eff = fit([p for p in points if p["split"] == "fit"], eff, args.iters)
+        print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in eff.items()))
+    t0 = time.perf_counter()
+    preds = [predict(p, eff) for p in points]
+    errs = errors(points, preds)
+    print("time model: " + ", ".join(f"{k} {v:.4g}" for k, v in eff.items())
+          + f"; fitted on {', '.join(sources)}; {len(points)} points replayed in {time.perf_counter() - t0:.1f} s\n")
+    report(points, preds, errs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
