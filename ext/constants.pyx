@@ -17,10 +17,6 @@ from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA
 from aisim._core.request cimport ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
-from aisim._core.steptime cimport (
-    RT_ATTN_RATE, RT_COMM_PER_TOKEN_S, RT_COMM_S, RT_FLOPS_PER_REQ, RT_LEN, RT_MOE_EXPERT_BYTES, RT_MOE_EXPERTS,
-    RT_MOE_LOG_MISS, RT_REQ_S,
-)
 
 # vllm/v1/request.py RequestStatus, as far as the core models it (ReqStatus).
 REQUEST_STATUS = {
@@ -72,18 +68,6 @@ TABLE_AXES = {
     "batch_size": AX_BATCH,
     "prefill_tokens": AX_PREFILL,
     "kv_tokens": AX_KV,
-}
-
-# The roofline's step-level terms after the per-term KV coefficients (RooflineTail), in order.
-ROOFLINE_TAIL = {
-    "flops_per_req": RT_FLOPS_PER_REQ,
-    "moe_experts": RT_MOE_EXPERTS,
-    "moe_log_miss": RT_MOE_LOG_MISS,
-    "moe_expert_bytes": RT_MOE_EXPERT_BYTES,
-    "comm_s": RT_COMM_S,
-    "comm_per_token_s": RT_COMM_PER_TOKEN_S,
-    "attn_rate": RT_ATTN_RATE,
-    "req_s": RT_REQ_S,
 }
 
 # Kinds of a step line (LineKind).

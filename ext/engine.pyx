@@ -366,6 +366,14 @@ cdef class Engine:
             tm.flops_rate = m["flops_rate"]
             tm.bytes_rate = m["bytes_rate"]
             tm.overhead_s = m["overhead_s"]
+            tm.req_s = m["req_s"]
+            tm.flops_per_req = m["flops_per_req"]
+            tm.attn_rate = m["attn_rate"]
+            tm.moe_experts = m["moe_experts"]
+            tm.moe_log_miss = m["moe_log_miss"]
+            tm.moe_expert_bytes = m["moe_expert_bytes"]
+            tm.comm_s = m["comm_s"]
+            tm.comm_per_token_s = m["comm_per_token_s"]
         elif m["kind"] == TM_TABLE:
             xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
             ys = np.ascontiguousarray(m["ys"], dtype=np.float64)

@@ -23,13 +23,21 @@ cdef struct TimeModelC:
     double flops_per_token          # 2 * active parameters (matmuls of one token)
     int32_t n_terms                 # attention / KV terms, one per layer kind
     double* attn_flops              # [n_terms] FLOPs per (new token, context token) pair
-    double* kv_bytes                # [n_terms + RT_LEN] KV bytes read per context token, then RooflineTail
+    double* kv_bytes                # [n_terms] KV bytes read per context token
     tok_t* window                   # [n_terms] context cap (sliding window); 0 = none
     double state_bytes              # bytes read per scheduled request (recurrent state)
     double weight_bytes             # weights read once per step
     double flops_rate               # peak FLOP/s x compute efficiency
     double bytes_rate               # HBM bytes/s x bandwidth efficiency
     sec_t overhead_s                # fixed cost of a step
+    sec_t req_s                     # fixed seconds per scheduled request (the engine's per-request work)
+    double flops_per_req            # FLOPs per scheduled request: the LM head on its last position
+    double attn_rate                # FLOP/s of attention (its kernels reach another share of peak than matmuls)
+    double moe_experts              # routed experts per MoE layer, E (0: no routed experts)
+    double moe_log_miss             # log(1 - k / E): log of one token's chance to skip a given expert
+    double moe_expert_bytes         # bytes of one routed expert over every MoE layer, per GPU
+    sec_t comm_s                    # tensor-parallel all-reduces: their fixed seconds per step
+    sec_t comm_per_token_s          # ... and their seconds per scheduled token
     # table
     int32_t n_axes                  # 1 (linear) or 2 (bilinear)
     int32_t axis[2]                 # TableAxis of each axis
@@ -49,16 +57,3 @@ cdef struct TimeModelC:
     double bad_y                    # its value on axis 1
 
 cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil
-
-cdef enum RooflineTail:
-    # The step-level roofline terms, stored in order after the per-term coefficients of
-    # `kv_bytes` (the engine loads that array whole; aisim.perf.roofline writes the tail).
-    RT_FLOPS_PER_REQ = 0       # FLOPs per scheduled request: the LM head on its last position
-    RT_MOE_EXPERTS = 1         # routed experts per MoE layer, E (0: no routed experts)
-    RT_MOE_LOG_MISS = 2        # log(1 - k / E): log of one token's chance to skip a given expert
-    RT_MOE_EXPERT_BYTES = 3    # bytes of one routed expert over every MoE layer, per GPU
-    RT_COMM_S = 4              # tensor-parallel all-reduces: their fixed seconds per step
-    RT_COMM_PER_TOKEN_S = 5    # ... and their seconds per scheduled token
-    RT_ATTN_RATE = 6           # FLOP/s of attention (its kernels reach another share of peak than matmuls)
-    RT_REQ_S = 7               # fixed seconds per scheduled request (the engine's per-request work)
-    RT_LEN = 8                 # length of the tail

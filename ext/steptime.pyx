@@ -126,15 +126,14 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
     # then the tensor-parallel all-reduces, which wait for both.
     if b.n == 0:
         return tm.overhead_s
-    cdef const double* tail = tm.kv_bytes + tm.n_terms
     cdef double tokens = <double>b.total_tokens, attn = 0.0
-    flops = tm.flops_per_token * tokens + tail[<int>RT_FLOPS_PER_REQ] * <double>b.n
+    flops = tm.flops_per_token * tokens + tm.flops_per_req * <double>b.n
     bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
-    if tail[<int>RT_MOE_EXPERTS] > 0.0 and tokens > 0.0:
+    if tm.moe_experts > 0.0 and tokens > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
         # E (1 - (1 - k/E)^T) distinct ones on average.
-        bytes_ += (tail[<int>RT_MOE_EXPERT_BYTES] * tail[<int>RT_MOE_EXPERTS]
-                   * (1.0 - exp(tokens * tail[<int>RT_MOE_LOG_MISS])))
+        bytes_ += (tm.moe_expert_bytes * tm.moe_experts
+                   * (1.0 - exp(tokens * tm.moe_log_miss)))
     for i in range(b.n):
         for t in range(tm.n_terms):
             ctx = <double>b.ctx[i]
@@ -143,10 +142,10 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
             pairs = _pairs(<double>b.tokens[i], <double>b.ctx[i], <double>tm.window[t])
             attn += tm.attn_flops[t] * pairs
             bytes_ += tm.kv_bytes[t] * ctx   # every context token's K and V, read once
-    flops = flops / tm.flops_rate + attn / tail[<int>RT_ATTN_RATE]
+    flops = flops / tm.flops_rate + attn / tm.attn_rate
     bytes_ = bytes_ / tm.bytes_rate
-    return (tm.overhead_s + tail[<int>RT_REQ_S] * <double>b.n + (flops if flops > bytes_ else bytes_)
-            + tail[<int>RT_COMM_S] + tail[<int>RT_COMM_PER_TOKEN_S] * tokens)
+    return (tm.overhead_s + tm.req_s * <double>b.n + (flops if flops > bytes_ else bytes_)
+            + tm.comm_s + tm.comm_per_token_s * tokens)
 
 
 cdef inline double _pairs(double n, double c, double w) noexcept nogil:

@@ -36,10 +36,6 @@ from aisim._core.request cimport (
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
-from aisim._core.steptime cimport (
-    RT_ATTN_RATE, RT_COMM_PER_TOKEN_S, RT_COMM_S, RT_FLOPS_PER_REQ, RT_LEN, RT_MOE_EXPERT_BYTES, RT_MOE_EXPERTS,
-    RT_MOE_LOG_MISS, RT_REQ_S,
-)
 from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
 from aisim._core.util cimport num_tokens
 
@@ -77,9 +73,6 @@ def enum_codes():
         "RC_FIRST_SCHED": RC_FIRST_SCHED, "RC_FIRST_TOKEN": RC_FIRST_TOKEN, "RC_FINISH": RC_FINISH,
         "RC_SPEC_DRAFTS": RC_SPEC_DRAFTS, "RC_SPEC_ACCEPTED": RC_SPEC_ACCEPTED,
         "N_REQ_COLS": N_REQ_COLS,
-        "RT_FLOPS_PER_REQ": RT_FLOPS_PER_REQ, "RT_MOE_EXPERTS": RT_MOE_EXPERTS, "RT_MOE_LOG_MISS": RT_MOE_LOG_MISS,
-        "RT_MOE_EXPERT_BYTES": RT_MOE_EXPERT_BYTES, "RT_COMM_S": RT_COMM_S, "RT_COMM_PER_TOKEN_S": RT_COMM_PER_TOKEN_S,
-        "RT_ATTN_RATE": RT_ATTN_RATE, "RT_REQ_S": RT_REQ_S, "RT_LEN": RT_LEN,
     }
 
 

@@ -27,10 +27,6 @@ ENUMS = enum_codes()
         (constants.TIME_MODEL_KINDS, "TM_", {"linear": "LINEAR", "roofline": "ROOFLINE", "table": "TABLE"}),
         (constants.TABLE_AXES, "AX_", {"batch_size": "BATCH", "prefill_tokens": "PREFILL", "kv_tokens": "KV"}),
         (constants.STEP_KINDS, "LINE_", {"step": "STEP", "drain": "DRAIN"}),
-        (dict(constants.ROOFLINE_TAIL, length=ENUMS["RT_LEN"]), "RT_",
-         {"flops_per_req": "FLOPS_PER_REQ", "moe_experts": "MOE_EXPERTS", "moe_log_miss": "MOE_LOG_MISS",
-          "moe_expert_bytes": "MOE_EXPERT_BYTES", "comm_s": "COMM_S", "comm_per_token_s": "COMM_PER_TOKEN_S",
-          "attn_rate": "ATTN_RATE", "req_s": "REQ_S", "length": "LEN"}),
     ],
 )
 def test_exported_codes_are_the_cdef_enum_values(table, prefix, names):

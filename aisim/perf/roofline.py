@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from aisim._core.constants import ROOFLINE_TAIL, TIME_MODEL_KINDS
+from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
 
@@ -123,18 +123,17 @@ def roofline_args(tm) -> dict:
     t = roofline_terms(model, gpu, tm.tp, resolved_dtype(tm, model))
     t["attn_rate"] = t["matmul_flops"] * tm.attention_efficiency
     t["req_s"] = tm.overhead_per_req_s
-    tail = [0.0] * len(ROOFLINE_TAIL)
-    for name, code in ROOFLINE_TAIL.items():
-        tail[code] = t[name]
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
         "flops_per_token": t["flops_per_token"],
         "attn_flops": t["attn_flops"],
-        "kv_bytes": t["kv_bytes"] + tail,
+        "kv_bytes": t["kv_bytes"],
         "window": t["window"],
         "state_bytes": t["state_bytes"],
         "weight_bytes": t["weight_bytes"],
         "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "overhead_s": tm.overhead_s,
+        **{k: t[k] for k in ("req_s", "flops_per_req", "attn_rate", "moe_experts", "moe_log_miss",
+                             "moe_expert_bytes", "comm_s", "comm_per_token_s")},
     }
