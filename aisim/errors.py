@@ -2,7 +2,8 @@
 
 Each is an :class:`AisimError` whose message names the file, line, key or
 shard at fault; the command line prints it on one line and exits with
-status 2.  Anything else escaping a command is a bug.
+status 2 (:class:`LandingInterrupted`, a Ctrl-C, exits with 130).  Anything
+else escaping a command is a bug.
 """
 
 
@@ -49,6 +50,17 @@ class ShardFailed(PipelineError):
 
 class DatabaseLocked(PipelineError):
     """Another process holds the DuckDB file."""
+
+
+class LandingFailed(PipelineError):
+    """A run's landing failed; nothing landed, its results stay staged (the message says how to land them)."""
+
+
+class LandingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a landing; nothing landed, the results stay staged (the message says how to land them).
+
+    A ``KeyboardInterrupt``, so that whatever stops on Ctrl-C stops on it too.
+    """
 
 
 # ---------------------------------------------------------------- results

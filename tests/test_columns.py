@@ -145,11 +145,15 @@ def test_core_outputs_have_the_catalogue_dtypes(monkeypatch):
     assert seen == REQUESTS.core_columns()
 
 
-def test_landing_refuses_results_missing_a_column(demo):
+def test_landing_refuses_results_missing_a_column(demo, tmp_path):
     from aisim.pipeline import landing
     from aisim.errors import PipelineError
 
+    import pyarrow.parquet as pq
+
     con, tables = demo
     short = tables["steps"].drop_columns(["kv_usage"])
-    with pytest.raises(PipelineError, match="lack column"):
-        landing.insert_arrow(con, "steps", short)
+    path = str(tmp_path / "short.parquet")
+    pq.write_table(short, path)
+    with pytest.raises(PipelineError, match=r"cannot land steps: the results lack column\(s\) kv_usage"):
+        landing.insert_parquet(con, "steps", [path])

@@ -125,7 +125,8 @@ def test_every_imported_library_is_declared():
     dists = packages_distributions()
     imported = {_canonical(d) for m in third_party for d in dists[m]}
     assert imported == _requirement_names(project["dependencies"])
-    assert third_party == ["click", "dask", "distributed", "duckdb", "numpy", "pyarrow", "rich", "tomli_w", "yaml"]
+    assert third_party == ["click", "dask", "distributed", "duckdb", "fsspec", "numpy", "pyarrow", "rich", "tomli_w",
+                           "yaml"]
     test_modules = _imported_top_level_modules(os.path.join(ROOT, "tests"))
     assert {"pytest", "hypothesis"} <= test_modules
     assert _requirement_names(project["optional-dependencies"]["test"]) == {"pytest", "hypothesis"}

@@ -14,7 +14,7 @@ import pytest
 from aisim.config.engine import load_engine_config
 from aisim.pipeline import landing
 from aisim.errors import DatabaseLocked, PipelineError, ShardFailed
-from aisim.pipeline.run import run_pipeline
+from aisim.pipeline.run import land_run, run_pipeline
 from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
 from aisim.replay import replay
 from aisim.traces import READERS, read_trace
@@ -175,19 +175,31 @@ def test_bad_trace_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("exc", [RuntimeError("disk on fire"), KeyboardInterrupt()])
 def test_failure_inside_the_landing_transaction_rolls_back(demo_db, tmp_path, monkeypatch, exc):
-    db, _ = demo_db
+    db, first = demo_db
     before = dump(db, bookkeeping=True)
-    real = landing.insert_arrow
+    real = landing.insert_parquet
 
-    def failing(con, table, data):
+    def failing(con, table, paths):
         if table == "steps":
             raise exc
-        return real(con, table, data)
+        return real(con, table, paths)
 
-    monkeypatch.setattr(landing, "insert_arrow", failing)
-    with pytest.raises(type(exc)):
+    monkeypatch.setattr(landing, "insert_parquet", failing)
+    with pytest.raises(type(exc)) as err:
         run_pipeline(demo_spec(db), scheduler="sync", force=True)
+    if isinstance(exc, KeyboardInterrupt):
+        staged = f"{db}.staging{os.sep}{first.run_id}"
+        assert str(err.value) == (f"interrupted while landing; nothing was landed, and the results stay staged in "
+                                  f"{staged}: aisim pipeline land {first.run_id} --db {db}")
     assert dump(db, bookkeeping=True) == before
+    # The staged run stays; landing it later needs no replay.
+    assert os.path.exists(f"{db}.staging/{first.run_id}/run.json")
+    monkeypatch.setattr(landing, "insert_parquet", real)
+    later = land_run(first.run_id, database=str(db), force=True)
+    assert later.landed and later.replaced and later.rows == first.rows
+    assert dump(db) == _strip_bookkeeping(before)
+    assert not os.path.exists(f"{db}.staging")
+    monkeypatch.setattr(landing, "insert_parquet", failing)
     fresh = tmp_path / "fresh.duckdb"
     with pytest.raises(type(exc)):
         run_pipeline(demo_spec(fresh), scheduler="sync")
@@ -206,12 +218,17 @@ def test_locked_database_is_a_clear_error(demo_db):
             run_pipeline(demo_spec(db), scheduler="sync", force=True, wait_s=0.3)
         assert f"database {db} is in use by process {holder.pid}" in str(err.value)
         assert "one writer at a time" in str(err.value)
+        run_id = err.value.args[0].rsplit(" ", 3)[-3]
+        assert str(err.value).endswith(f"; the results stay staged in {db}.staging{os.sep}{run_id}: "
+                                       f"aisim pipeline land {run_id} --db {db}")
     finally:
         holder.stdin.close()
         holder.wait(timeout=30)
         holder.stdout.close()
-    # Released: the same run goes through now.
-    assert run_pipeline(demo_spec(db), scheduler="sync", force=True).landed
+    # Released: the staged run lands without a replay.
+    report = land_run(run_id, database=str(db), force=True)
+    assert report.landed and report.replaced and report.rows["requests"] == 4300
+    assert not os.path.exists(f"{db}.staging")
 
 
 def test_model_column_map_and_skipped_rows(tmp_path, monkeypatch):
@@ -332,16 +349,26 @@ def test_run_key_in_database_matches_spec(demo_db):
 
 
 @pytest.mark.parametrize("sizes", [[], [0], [5], [3, 4, 5, 6, 7, 8], [10, 10, 10], [1] * 25, [23, 1, 9]])
-def test_row_groups_regroup_in_order(monkeypatch, sizes):
-    monkeypatch.setattr(landing, "ROW_GROUP", 10)
+def test_staged_files_hold_whole_pieces_in_order(tmp_path, monkeypatch, sizes):
+    """Rows arrive in pieces of any size and are staged as files of FILE_ROWS rows, in order."""
+    import pyarrow.parquet as pq
+
+    from aisim.pipeline import shards as fn
+    from aisim.pipeline.staging import Staging
+
+    monkeypatch.setattr(fn, "FILE_ROWS", 10)
+    schema = pa.schema([("x", pa.int64())])
     start = np.cumsum([0] + sizes)
-    batches = [pa.record_batch({"x": pa.array(np.arange(a, b), pa.int64())}) for a, b in zip(start, start[1:])]
-    table = pa.Table.from_batches(batches, schema=pa.schema([("x", pa.int64())]))
-    out = list(landing._row_groups(table))
-    assert [b.num_rows for b in out[:-1]] == [10] * (len(out) - 1) if out else True
-    assert all(0 < b.num_rows <= 10 for b in out)
-    got = np.concatenate([b.column(0).to_numpy() for b in out]) if out else np.zeros(0)
-    np.testing.assert_array_equal(got, np.arange(sum(sizes)))
+    pieces = [pa.table({"x": pa.array(np.arange(a, b), pa.int64())}) for a, b in zip(start, start[1:])]
+    stage = Staging(str(tmp_path / "stage"))
+    names, total = fn._write_pieces(stage, "run", "shards/00000/x", schema, pieces)
+    got = [pq.read_table(stage.run_path("run", n)).column("x").to_numpy() for n in names]
+    assert total == sum(sizes)
+    assert names == [f"shards/00000/x-{i:05d}.parquet" for i in range(len(names))]
+    assert [len(g) for g in got[:-1]] == [10] * (len(got) - 1) and 0 <= len(got[-1]) <= 10
+    assert len(names) == max(1, -(-sum(sizes) // 10))
+    np.testing.assert_array_equal(np.concatenate(got), np.arange(sum(sizes)))
+    assert not [p for p in os.listdir(stage.run_path("run", "shards/00000")) if "partial" in p]
 
 
 def test_bad_input_is_a_failure_result_not_an_exception(tmp_path):

@@ -1,6 +1,7 @@
 """The SQL library (sql/, installed as aisim.sql): every file against an in-memory DuckDB, empty and with landed runs."""
 
 import re
+import tempfile
 
 import duckdb
 import pyarrow as pa
@@ -11,9 +12,10 @@ from aisim.pipeline import graph, landing
 from aisim.errors import QueryError
 from aisim.query import bind
 from aisim.query.runner import bind_sql, pick_run
-from aisim.pipeline.run import _concat, build_plan
+from aisim.pipeline.run import build_plan
+from aisim.pipeline.staging import Staging
 from aisim.pipeline.shards import SHARD_SCHEMA, SUMMARY_SCHEMA
-from aisim.pipeline.spec import canonical_json, resolve_inputs, run_key
+from aisim.pipeline.spec import resolve_inputs, run_key
 
 from test_pipeline_common import demo_spec
 
@@ -25,19 +27,39 @@ def _columns(con, table):
                                       "ORDER BY ordinal_position", [table]).fetchall()]
 
 
+def land_staged_results(con, key, name, results):
+    """Stage-free landing for the tests: write the manifest of ``results`` and land it on ``con``.
+
+    Returns the landed tables as Arrow, read back from the staged files.
+    """
+    import pyarrow.parquet as pq
+
+    from aisim.pipeline.run import manifest
+
+    stage = results[0]["stage"] if results and "stage" in results[0] else None
+    run = {"run_id": key, "name": name, "description": "", "spec_path": None, "spec": "{}", "inputs": "[]",
+           "aisim_version": "test", "shards": len(results),
+           "requests": sum(r["rows"]["requests"] for r in results), "steps": sum(r["rows"]["steps"] for r in results),
+           "rows_read": 0, "rows_in_window": 0, "rows_skipped": 0, "rows_bad": 0, "skipped_models": "{}"}
+    m = manifest(run, results, ":memory:")
+    tables = {t: pa.concat_tables([pq.read_table(stage.run_path(key, f)) for f in files])
+              for t, files in m["files"].items()}
+    out = landing.land_into(con, m, stage)
+    assert out["landed"]
+    return tables
+
+
 def land_demo(con, name="demo", window=None):
     """Replay the demo (synchronous scheduler) and land it on ``con`` with land_into."""
-    spec = demo_spec(":memory:", name=name, **({"window": window} if window else {}))
-    inputs = resolve_inputs(spec)
-    key = run_key(spec, inputs)
-    results, stats, _ = graph.execute(build_plan(spec, inputs, key), scheduler="sync")
-    tables = _concat(results)
-    run = {"run_id": key, "name": name, "description": "", "spec_path": None,
-           "spec": canonical_json(spec.canonical()), "inputs": "[]", "aisim_version": "test",
-           "shards": 3, "requests": tables["requests"].num_rows, "steps": tables["steps"].num_rows,
-           "rows_read": 0, "rows_in_window": 0, "rows_skipped": 0, "rows_bad": 0, "skipped_models": "{}"}
-    out = landing.land_into(con, run, tables)
-    assert out["landed"]
+    with tempfile.TemporaryDirectory(prefix="aisim-stage-") as tmp:
+        spec = demo_spec(":memory:", name=name, **({"window": window} if window else {}))
+        inputs = resolve_inputs(spec)
+        key = run_key(spec, inputs)
+        stage = Staging(tmp)
+        results, stats, _ = graph.execute(build_plan(spec, inputs, key, stage), scheduler="sync")
+        for r in results:
+            r["stage"] = stage
+        tables = land_staged_results(con, key, name, results)
     return key, tables
 
 
@@ -292,19 +314,19 @@ def test_library_loads_as_package_data():
         sorted(f"{n}.sql" for n in sql.queries())
 
 
-def test_empty_shards_land(empty):
+def test_empty_shards_land(empty, tmp_path):
     """A model without rows lands a shard with zero requests and the views cope."""
     from aisim.pipeline.shards import run_shard
 
     spec = demo_spec(":memory:")
-    plan = build_plan(spec, resolve_inputs(spec), "e" * 16)
+    stage = Staging(str(tmp_path / "stage"))
+    plan = build_plan(spec, resolve_inputs(spec), "e" * 16, stage)
     desc = {k: v for k, v in plan["shards"][2].items() if k != "reads"}
     out = run_shard(desc, [None])
-    assert out["requests"].num_rows == 0 and out["summaries"].column("requests").to_pylist() == [0]
-    run = {"run_id": "e" * 16, "name": "empty", "description": "", "spec_path": None, "spec": "{}", "inputs": "[]",
-           "aisim_version": "test", "shards": 1, "requests": 0, "steps": 0, "rows_read": 0, "rows_in_window": 0,
-           "rows_skipped": 0, "rows_bad": 0, "skipped_models": "{}"}
-    landing.land_into(empty, run, {k: out[k] for k in ("shards", "summaries", "requests", "steps")})
+    assert out["rows"]["requests"] == 0 and out["summary"]["requests"] == 0
+    assert out["files"]["requests"] == ["shards/00002/requests-00000.parquet"]
+    out["stage"] = stage
+    tables = land_staged_results(empty, "e" * 16, "empty", [out])
+    assert tables["requests"].num_rows == 0
     assert empty.execute("SELECT requests, requests_with_hit FROM prefix_reuse").fetchall() == [(0, 0)]
     assert empty.execute("SELECT count(*) FROM latency_percentiles").fetchone()[0] == 0
-    assert isinstance(out["shards"], pa.Table)

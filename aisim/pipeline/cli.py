@@ -1,4 +1,4 @@
-"""``aisim pipeline``: run and check batch specs.
+"""``aisim pipeline``: run and check batch specs, land staged runs.
 
 Heavy modules (Dask, DuckDB, Arrow, the replay core) are imported inside the
 commands so that ``aisim --help`` stays fast.  Errors go to stderr with exit
@@ -32,29 +32,52 @@ def pipeline():
 @click.option("--force", is_flag=True, help="Replace the run's rows if the database already has this run.")
 @click.option("--db", "database", type=click.Path(dir_okay=False),
               help="Land in this DuckDB file instead of the spec's 'database'.")
+@click.option("--staging", metavar="PATH|URL",
+              help="Stage the results here (a directory or an fsspec URL such as s3://bucket/prefix) instead of "
+                   "the spec's landing.staging (default: DATABASE.staging beside the database).")
+@click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="How long landing waits for another process's database lock (default: the spec's "
+                   "landing.lock_timeout_s, 60 s).")
 @click.option("--progress", type=click.Choice(["auto", "bars", "lines", "none"]), default="auto",
               show_default=True, help="Progress on stderr: bars on a terminal, lines otherwise.")
 @format_option()
-def run_cmd(spec, scheduler, workers, force, database, progress, fmt):
+def run_cmd(spec, scheduler, workers, force, database, staging, lock_timeout, progress, fmt):
     """Run the pipeline SPEC (TOML) and land its results in one transaction.
 
     The run key hashes the spec and every input and engine file: running the same spec over the
-    same files again lands nothing (use --force to replace the run).
+    same files again lands nothing (use --force to replace the run).  Workers write the results
+    as Parquet to the staging location and the run lands from there; if landing fails, they stay
+    staged and `aisim pipeline land RUN` lands them later.
     """
-    from aisim.errors import AisimError
-    from aisim.pipeline.progress import LineProgress, Quiet, RichProgress, print_summary, summary_record
+    from aisim.pipeline.progress import LineProgress, Quiet, RichProgress
     from aisim.pipeline.run import run_pipeline
 
     err = console(stderr=True)
     mode = progress if progress != "auto" else ("bars" if err.is_terminal else "lines")
     reporter = {"bars": RichProgress, "lines": LineProgress}.get(mode, lambda c: Quiet())(err)
+    report = _guarded(lambda: run_pipeline(spec, scheduler=scheduler, workers=workers, force=force,
+                                           database=database, progress=reporter, staging=staging,
+                                           wait_s=lock_timeout))
+    _print_report(report, fmt)
+
+
+def _guarded(call):
+    """Run ``call``; an aisim error is one line (exit 2), Ctrl-C one line (exit 130)."""
+    from aisim.errors import AisimError, LandingInterrupted
+
     try:
-        report = run_pipeline(spec, scheduler=scheduler, workers=workers, force=force, database=database,
-                              progress=reporter)
+        return call()
     except AisimError as exc:
         fail(exc)
+    except LandingInterrupted as exc:
+        fail(exc, 130)
     except KeyboardInterrupt:
         fail("interrupted; nothing was landed", 130)
+
+
+def _print_report(report, fmt):
+    from aisim.pipeline.progress import print_summary, summary_record
+
     if fmt == "json":
         echo_json(summary_record(report))
     elif fmt == "csv":
@@ -63,6 +86,31 @@ def run_cmd(spec, scheduler, workers, force, database, progress, fmt):
         echo_csv(columns, [[s.get(c) for c in columns] for s in shards])
     else:
         print_summary(report, console())
+
+
+@pipeline.command("land")
+@click.argument("run_id", metavar="RUN")
+@click.option("--db", "database", type=click.Path(dir_okay=False),
+              help="The database to land in (default: the spec's, else the one the run was meant for).")
+@click.option("--staging", metavar="PATH|URL",
+              help="Where the run is staged (default: the spec's landing.staging, else DATABASE.staging).")
+@click.option("--spec", type=click.Path(dir_okay=False), help="The run's spec: its database, staging and landing "
+              "options.")
+@click.option("--force", is_flag=True, help="Replace the run if the database has it already.")
+@click.option("--lock-timeout", "lock_timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+              help="How long to wait for another process's database lock (default 60 s).")
+@format_option()
+def land_cmd(run_id, database, staging, spec, force, lock_timeout, fmt):
+    """Land the staged run RUN (a run whose landing failed) without replaying it.
+
+    RUN is the run key a failed `aisim pipeline run` printed; the staged files are removed once
+    the database holds the run.
+    """
+    from aisim.pipeline.run import land_run
+
+    report = _guarded(lambda: land_run(run_id, database=database, staging=staging, spec=spec, force=force,
+                                       wait_s=lock_timeout))
+    _print_report(report, fmt)
 
 
 @pipeline.command("check")

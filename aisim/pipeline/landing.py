@@ -1,13 +1,25 @@
-"""Landing a run's results in DuckDB: one transaction per run.
+"""Landing a run's results in DuckDB: one transaction per run, from the staged Parquet files.
 
-A run lands whole or not at all.  :func:`land` opens the database, and in one
-transaction creates the tables and views (the SQL library ``sql/``, :mod:`aisim.sql`), removes the run's
-earlier rows when forced, and inserts ``runs``, ``shards``, ``summaries``,
-``requests`` and ``steps`` from Arrow through DuckDB's Arrow scan (the tables
-are registered, then ``INSERT ... SELECT``: no row-by-row Python).  Any
+A run lands whole or not at all.  The shard tasks write their rows as Parquet
+in the run's staging directory (:mod:`aisim.pipeline.staging`) and the driver
+writes the manifest; :func:`land_staged` opens the database and, in one
+transaction, creates the tables and views (the SQL library ``sql/``,
+:mod:`aisim.sql`), removes the run's earlier rows when forced, inserts the
+``runs`` row and then ``shards``, ``summaries``, ``requests`` and ``steps``
+with ``INSERT ... SELECT ... FROM read_parquet([...])`` over the staged files
+in shard order (DuckDB streams them: the driver never holds the rows).  Any
 failure, ``KeyboardInterrupt`` included, rolls the transaction back; a
 database file the landing created is removed again, so the file system is as
 before too.
+
+DuckDB keeps the space a rolled-back transaction wrote at the end of the file
+(it only forgets it); :func:`reclaim` gives it back with a checkpoint, after a
+failed landing and before the next one (for a landing killed outright).
+
+With ``keep_parquet`` (:func:`land_staged`), ``requests`` and ``steps`` are not
+copied into the database: the files move to the Parquet store and the two
+tables become views over every landed run's files (``_aisim_parquet_files``
+lists them); the other three tables, and every view, are as usual.
 
 DuckDB lets one process write a database file at a time.  When another
 process holds it, :class:`DatabaseLocked` says so, naming the process.
@@ -18,6 +30,7 @@ the sweep and the report).
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import time
 
@@ -75,12 +88,13 @@ def connect(path: str, read_only: bool = False, wait_s: float = 0.0):
 _DUCKDB_MAGIC = b"DUCK"
 
 
-def check_database(path: str) -> None:
+def check_database(path: str, keep_parquet: bool = False) -> None:
     """Refuse, before anything is replayed, a database path a run could not land in.
 
     The file must be absent in a writable directory, or a writable DuckDB
     database that is empty or holds aisim's tables with the columns of
-    :mod:`aisim.columns`.
+    :mod:`aisim.columns`, keeping ``requests`` and ``steps`` as tables or, with
+    ``keep_parquet``, as views over Parquet files.
 
     Raises
     ------
@@ -112,24 +126,40 @@ def check_database(path: str) -> None:
     except DatabaseLocked:
         return  # landing waits for the lock and says so
     try:
-        tables = {r[0] for r in con.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()").fetchall()}
+        kinds = _table_kinds(con)
+        tables = {t for t, kind in kinds.items() if kind == "BASE TABLE"}
         if tables and "runs" not in tables:
             raise PipelineError(f"database {path} is not an aisim run database: it has tables "
                                 f"({', '.join(sorted(tables)[:5])}) but no 'runs' table")
         for name in TABLES:
-            if name in tables and _columns(con, name) != columns.TABLES[name].names:
+            if name in kinds and _columns(con, name) != columns.TABLES[name].names:
                 raise PipelineError(f"database {path} is not an aisim run database of this version: its '{name}' "
                                     "table has other columns than aisim's")
+        kept = kinds.get("requests")
+        if kept == "VIEW" and not keep_parquet:
+            raise PipelineError(f"database {path} keeps requests and steps as Parquet files; set "
+                                "'landing.keep_parquet = true' to land in it")
+        if kept == "BASE TABLE" and keep_parquet:
+            raise PipelineError(f"database {path} keeps requests and steps in tables; 'landing.keep_parquet' "
+                                "needs a database of its own")
     finally:
         con.close()
 
 
-def run_landed(path: str, run_id: str) -> bool:
-    """Whether ``run_id`` is already in the database at ``path`` (False when there is none)."""
+def run_landed(path: str, run_id: str, locked_ok: bool = False) -> bool:
+    """Whether ``run_id`` is already in the database at ``path`` (False when there is none).
+
+    With ``locked_ok``, a database another process holds counts as not
+    having the run (landing, which waits for the lock, finds out).
+    """
     if not os.path.exists(path):
         return False
-    con = connect(path, read_only=True)
+    try:
+        con = connect(path, read_only=True)
+    except DatabaseLocked:
+        if locked_ok:
+            return False
+        raise
     try:
         has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'runs'").fetchone()[0]
         if not has:
@@ -145,57 +175,59 @@ def _columns(con, table: str) -> list:
     return [r[0] for r in rows]
 
 
-# DuckDB's row group size: handing it whole row groups lets it write them without re-splitting.
-ROW_GROUP = 122_880
+def _table_kinds(con) -> dict:
+    """name -> ``"BASE TABLE"`` or ``"VIEW"`` of the database's main schema."""
+    return dict(con.execute("SELECT table_name, table_type FROM information_schema.tables "
+                            "WHERE table_schema = current_schema()").fetchall())
 
 
-def _row_groups(table):
-    """The table's rows as record batches of ``ROW_GROUP`` rows (the last one shorter), in order.
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
-    Shard results arrive as one chunk per shard, of any size; regrouping them
-    into row-group-sized batches lands 20-40% faster.  It is done lazily,
-    one group at a time, so landing holds at most one extra group in memory.
+
+def _file_list(paths) -> str:
+    return "[" + ", ".join(_quote(p) for p in paths) + "]"
+
+
+# ---------------------------------------------------------------------------- reclaiming space
+
+# A DuckDB file is a 12 KiB header, then its blocks.
+_HEADER_BYTES = 3 * 4096
+
+
+def _unused_bytes(con, path: str) -> int:
+    """Bytes at the end of ``path`` that DuckDB's blocks no longer cover (a rolled-back or killed landing)."""
+    if path == ":memory:" or not os.path.exists(path):
+        return 0
+    row = con.execute("SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
+                      "WHERE database_name = current_database()").fetchone()
+    if row is None:
+        return 0
+    block, total, free = row
+    return max(0, os.path.getsize(path) - (_HEADER_BYTES + total * block)) + free * block
+
+
+def reclaim(con, path: str) -> int:
+    """Give back the space a rolled-back or killed landing left in ``path``; returns the bytes reclaimed.
+
+    DuckDB writes a large insert's blocks straight into the file; a rollback
+    marks them free but leaves the file as long, and a checkpoint that has
+    nothing to write does not shorten it.  A table created and dropped gives
+    the checkpoint something to write, and it truncates the file to the blocks
+    in use.  Runs outside any transaction.
     """
-    pending, rows = [], 0
-    for batch in table.to_batches():
-        pending.append(batch)
-        rows += batch.num_rows
-        if rows >= ROW_GROUP:
-            import pyarrow as pa
-
-            merged = pa.Table.from_batches(pending, schema=table.schema).combine_chunks()
-            full = rows // ROW_GROUP * ROW_GROUP
-            yield from merged.slice(0, full).to_batches(max_chunksize=ROW_GROUP)
-            rest = merged.slice(full)
-            pending, rows = rest.to_batches(), rest.num_rows
-    if rows:
-        import pyarrow as pa
-
-        yield from pa.Table.from_batches(pending, schema=table.schema).combine_chunks().to_batches()
+    if path == ":memory:" or not os.path.exists(path):
+        return 0
+    before = os.path.getsize(path)
+    if _unused_bytes(con, path) == 0:
+        return 0
+    con.execute("CREATE TABLE _aisim_reclaim (x INTEGER)")
+    con.execute("DROP TABLE _aisim_reclaim")
+    con.execute("CHECKPOINT")
+    return max(0, before - os.path.getsize(path))
 
 
-def insert_arrow(con, table: str, data) -> int:
-    """Insert an Arrow table into ``table`` by column name; returns the rows inserted.
-
-    The Arrow table must have every column of the database table (extra
-    columns are ignored); types are cast by DuckDB.  Rows keep their order
-    (DuckDB's ``preserve_insertion_order``, on by default, and a sequential
-    stream of batches).
-    """
-    import pyarrow as pa
-
-    cols = _columns(con, table)
-    missing = [c for c in cols if c not in data.column_names]
-    if missing:
-        raise PipelineError(f"cannot land {table}: the results lack column(s) {', '.join(missing)}")
-    names = ", ".join(f'"{c}"' for c in cols)
-    view = f"_aisim_land_{table}"
-    con.register(view, pa.RecordBatchReader.from_batches(data.schema, _row_groups(data)))
-    try:
-        con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {view}")
-    finally:
-        con.unregister(view)
-    return data.num_rows
+# ---------------------------------------------------------------------------- landing
 
 
 def insert_run(con, row: dict) -> None:
@@ -207,42 +239,112 @@ def insert_run(con, row: dict) -> None:
                 [row.get(c) for c in cols])
 
 
-def land_into(con, run: dict, tables: dict, force: bool = False) -> dict:
-    """Land one run on an open connection, in one transaction.
+def insert_parquet(con, table: str, paths: list) -> int:
+    """Insert the rows of the Parquet files ``paths`` (in that order) into ``table`` by column name.
+
+    The files must have every column of the database table (extra columns are
+    ignored); types are cast by DuckDB.  Rows keep their order (DuckDB's
+    ``preserve_insertion_order``, on by default, keeps the files' order and
+    each file's).  Returns the rows inserted.
+    """
+    cols = _columns(con, table)
+    if not paths:
+        return 0
+    have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet({_quote(paths[0])})").fetchall()}
+    missing = [c for c in cols if c not in have]
+    if missing:
+        raise PipelineError(f"cannot land {table}: the results lack column(s) {', '.join(missing)}")
+    names = ", ".join(f'"{c}"' for c in cols)
+    return con.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM read_parquet({_file_list(paths)})"
+                       ).fetchone()[0]
+
+
+def _schema(con, keep_parquet: bool) -> None:
+    from aisim import sql
+    from aisim.columns import render_table
+
+    if not keep_parquet:
+        sql.apply_schema(con)
+        return
+    for name in TABLES[:3]:
+        con.execute(render_table(columns.TABLES[name]))
+    con.execute("CREATE TABLE IF NOT EXISTS _aisim_parquet_files (run_id VARCHAR NOT NULL, "
+                "table_name VARCHAR NOT NULL, seq INTEGER NOT NULL, path VARCHAR NOT NULL)")
+
+
+def _parquet_views(con) -> None:
+    """(Re)create ``requests`` and ``steps`` as views over the landed runs' files, then the SQL library's views."""
+    from aisim import sql
+
+    for name in TABLES[3:]:
+        files = [r[0] for r in con.execute(
+            "SELECT f.path FROM _aisim_parquet_files f JOIN runs r USING (run_id) WHERE f.table_name = ? "
+            "ORDER BY r.run_seq, f.seq", [name]).fetchall()]
+        cols = ", ".join(f'CAST("{c.name}" AS {c.sql}) AS "{c.name}"' for c in columns.TABLES[name].columns)
+        if files:
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {cols} FROM read_parquet({_file_list(files)})")
+        else:
+            nulls = ", ".join(f'CAST(NULL AS {c.sql}) AS "{c.name}"' for c in columns.TABLES[name].columns)
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {nulls} WHERE false")
+    for v in sql.views():
+        con.execute(v.sql)
+
+
+def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> dict:
+    """Land one staged run on an open connection, in one transaction.
 
     Parameters
     ----------
     con : duckdb.DuckDBPyConnection
-    run : dict
-        The ``runs`` row without ``run_seq`` and ``landed_at``.
-    tables : dict of pyarrow.Table
-        ``shards``, ``summaries``, ``requests``, ``steps``; rows already sorted
-        by their key (shard, then request index or step).
+    manifest : dict
+        The run's ``run.json`` (:func:`aisim.pipeline.staging.Staging.read_json`):
+        ``run`` (the ``runs`` row without ``run_seq`` and ``landed_at``) and
+        ``files`` (per table, the staged files relative to the run's directory,
+        in landing order).
+    staging : aisim.pipeline.staging.Staging
     force : bool
         Replace the run's rows when it is already there.
+    store : aisim.pipeline.staging.Staging, optional
+        The Parquet store (``keep_parquet``): ``requests`` and ``steps`` are
+        views over the files there, which the caller has already put in place
+        (their paths relative to the store's root are ``manifest["stored"]``).
 
     Returns
     -------
     dict
         ``landed`` (bool), ``replaced`` (bool), ``run_seq``, ``rows`` (per table).
     """
-    from aisim import sql
+    run = dict(manifest["run"])
+    run_id = run["run_id"]
+    if run.get("started_at"):
+        from datetime import datetime
 
+        run["started_at"] = datetime.fromisoformat(run["started_at"])
     con.execute("BEGIN TRANSACTION")
     try:
-        sql.apply_schema(con)
-        found = con.execute("SELECT run_seq FROM runs WHERE run_id = ?", [run["run_id"]]).fetchone()
+        _schema(con, store is not None)
+        found = con.execute("SELECT run_seq FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if found and not force:
             con.execute("ROLLBACK")
             return {"landed": False, "replaced": False, "run_seq": found[0], "rows": {}}
         if found:
-            for t in reversed(TABLES):
-                con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run["run_id"]])
+            for t in reversed(TABLES[:3] if store is not None else TABLES):
+                con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
+            if store is not None:
+                con.execute("DELETE FROM _aisim_parquet_files WHERE run_id = ?", [run_id])
         seq = con.execute("SELECT coalesce(max(run_seq), 0) + 1 FROM runs").fetchone()[0]
         insert_run(con, dict(run, run_seq=seq))
         rows = {"runs": 1}
         for t in TABLES[1:]:
-            rows[t] = insert_arrow(con, t, tables[t])
+            if store is not None and t in TABLES[3:]:
+                paths = manifest["stored"][t]
+                for i, p in enumerate(paths):
+                    con.execute("INSERT INTO _aisim_parquet_files VALUES (?, ?, ?, ?)", [run_id, t, i, store.path(p)])
+                rows[t] = manifest["rows"][t]
+            else:
+                rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"][t]])
+        if store is not None:
+            _parquet_views(con)
         con.execute("COMMIT")
     except BaseException:
         try:
@@ -253,31 +355,165 @@ def land_into(con, run: dict, tables: dict, force: bool = False) -> dict:
     return {"landed": True, "replaced": bool(found), "run_seq": seq, "rows": rows}
 
 
-def land(path: str, run: dict, tables: dict, force: bool = False, wait_s: float = 10.0) -> dict:
-    """Land one run in the database file at ``path`` (see :func:`land_into`).
+def read_manifest(staging, run_id: str) -> dict:
+    """The manifest of a staged run.
 
-    Waits up to ``wait_s`` seconds for another process's lock.  On any
-    failure the transaction is rolled back and, if this call created the
-    file, the file is removed.
+    Raises
+    ------
+    PipelineError
+        No finished run ``run_id`` in ``staging`` (naming the runs there).
+    """
+    from aisim.pipeline.staging import MANIFEST
+
+    target = staging.run_path(run_id, MANIFEST)
+    try:
+        exists = staging.exists(target)
+    except OSError as exc:
+        raise PipelineError(f"cannot read the staging location {staging.location}: {exc}") from None
+    if not exists:
+        there = staging.runs()
+        listing = f"staged runs there: {', '.join(there)}" if there else "nothing is staged there"
+        raise PipelineError(f"no staged run {run_id} in {staging.location}; {listing}")
+    return staging.read_json(target)
+
+
+def land_staged(path: str, staging, run_id: str, *, force: bool = False, wait_s: float = 60.0,
+                store=None) -> dict:
+    """Land the staged run ``run_id`` in the database file at ``path`` (see :func:`land_into`).
+
+    Waits up to ``wait_s`` seconds for another process's lock.  Space left in
+    the file by an earlier failed landing is reclaimed first.  On any failure
+    the transaction is rolled back, the space it took reclaimed and, if this
+    call created the file, the file removed; the staged files stay.
+
+    Parameters
+    ----------
+    path : str
+        The DuckDB file.
+    staging : aisim.pipeline.staging.Staging
+    run_id : str
+    force : bool
+        Replace the run when the database has it.
+    wait_s : float
+        How long to wait for the database lock.
+    store : aisim.pipeline.staging.Staging, optional
+        Keep ``requests`` and ``steps`` as Parquet files here (views in the database).
     """
     import duckdb
 
+    manifest = read_manifest(staging, run_id)
     path = os.path.abspath(path)
     existed = os.path.exists(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     con = connect(path, wait_s=wait_s)
+    moved = []
+
+    def work():
+        try:
+            if store is None and _table_kinds(con).get("requests") == "VIEW":
+                raise PipelineError(f"database {path} keeps requests and steps as Parquet files; land with "
+                                    "keep_parquet = true")
+            if store is not None and _table_kinds(con).get("requests") == "BASE TABLE":
+                raise PipelineError(f"database {path} keeps requests and steps in tables; it cannot keep a run's "
+                                    "as Parquet files (keep_parquet)")
+            reclaim(con, path)
+            for fs in {id(s.fs): s.fs for s in (staging, store) if s is not None and not s.local}.values():
+                con.register_filesystem(fs)
+            m = manifest
+            if store is not None:
+                m, had = _store_files(manifest, staging, store)
+                moved.append(had)
+            return land_into(con, m, staging, force, store)
+        except BaseException:
+            if existed:
+                try:
+                    reclaim(con, path)
+                except Exception:  # the landing's own error is the one to report
+                    pass
+            raise
+
     try:
-        return land_into(con, run, tables, force)
+        return _interruptible(con, work)
     except BaseException as exc:
         con.close()
         con = None
+        if moved and not moved[0]:
+            store.remove_run(run_id)
         if not existed:
             for p in (path, path + ".wal"):
                 if os.path.exists(p):
                     os.remove(p)
+        if _interrupted(exc):
+            raise KeyboardInterrupt() from None
         if isinstance(exc, duckdb.Error):
-            raise PipelineError(f"landing run {run['run_id']} in {path} failed; nothing landed: {exc}") from exc
+            raise PipelineError(f"landing run {run_id} in {path} failed; nothing landed: {exc}") from exc
         raise
     finally:
         if con is not None:
             con.close()
+
+
+def _interrupted(exc) -> bool:
+    """A Ctrl-C, or DuckDB's report of the query it stopped."""
+    import duckdb
+
+    if isinstance(exc, (KeyboardInterrupt, duckdb.InterruptException)):
+        return True
+    return isinstance(exc, RuntimeError) and "interrupted" in str(exc).lower()
+
+
+def _interruptible(con, work):
+    """Run ``work()`` (which uses ``con``) so that Ctrl-C stops it at once, and return its result.
+
+    DuckDB's Python client takes the Ctrl-C of a running statement but lets
+    the statement run to its end.  Here ``work`` runs in a thread while this
+    (the main) thread waits; a ``KeyboardInterrupt`` here calls
+    ``con.interrupt()``, which stops the statement where it is, and the
+    thread's rollback runs before the interrupt is raised.  A second Ctrl-C
+    only waits for that rollback.
+    """
+    import threading
+
+    done = {}
+    finished = threading.Event()  # not Thread.join: an interrupted join can leave is_alive() wrong
+
+    def target():
+        try:
+            done["value"] = work()
+        except BaseException as exc:
+            done["error"] = exc
+        finally:
+            finished.set()
+
+    thread = threading.Thread(target=target, name="aisim-landing", daemon=True)
+    thread.start()
+    while not finished.is_set():
+        try:
+            finished.wait(0.2)
+        except KeyboardInterrupt:
+            con.interrupt()
+    thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["value"]  # a Ctrl-C after the commit: the run is in
+
+
+def _store_files(manifest: dict, staging, store):
+    """Copy the run's ``requests`` and ``steps`` files into the Parquet store; returns the manifest with
+    ``stored`` (their paths relative to the store) and whether the run's store directory was there before."""
+    run_id = manifest["run"]["run_id"]
+    had = store.exists(store.run_path(run_id))
+    stored = {}
+    for t in TABLES[3:]:
+        stored[t] = []
+        for rel in manifest["files"][t]:
+            dest = posixpath.join(run_id, rel)
+            data_src = staging.run_path(run_id, rel)
+            with staging.fs.open(data_src, "rb") as src, store.open_atomic(store.path(dest)) as out:
+                while True:
+                    chunk = src.read(1 << 22)
+                    if not chunk:
+                        break
+                    out.write(chunk)
+            stored[t].append(dest)
+    return dict(manifest, stored=stored), (run_id, had)

@@ -64,7 +64,7 @@ class RichProgress(Quiet):
             self.progress.start_task(bar)
             self.progress.update(bar, status="replaying")
         elif event == "done":
-            row = payload["shards"].to_pylist()[0]
+            row = payload["shard"]
             self.progress.start_task(bar)
             self.progress.update(bar, completed=1, status=f"{fmt_num(row['requests'])} requests in {fmt_seconds(row['task_s'])}")
             self.progress.stop_task(bar)
@@ -96,7 +96,7 @@ class LineProgress(Quiet):
     def event(self, event, kind, index, payload):
         if kind == "shard" and event == "done":
             self.done += 1
-            row = payload["shards"].to_pylist()[0]
+            row = payload["shard"]
             self.console.print(f"[{self.done}/{self.n}] shard {index} {row['model']} / {row['engine']}: "
                                f"{fmt_num(row['requests'])} requests in {fmt_seconds(row['task_s'])}")
 

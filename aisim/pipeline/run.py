@@ -1,16 +1,24 @@
-"""Running a pipeline: spec -> run key -> Dask graph -> one DuckDB transaction.
+"""Running a pipeline: spec -> run key -> Dask graph -> staged Parquet -> one DuckDB transaction.
 
 :func:`run_pipeline` is the whole batch job:
 
-1. load the spec, expand its globs and fingerprint every input file;
+1. load the spec, expand its globs and fingerprint every input file; check,
+   before any replay, that the database can take the run and the staging
+   location (:mod:`aisim.pipeline.staging`) can be written;
 2. compute the run key; if the database already holds that run (and
    ``force`` is off) stop: re-running lands nothing twice;
-3. plan one read task per input file and one shard per (model, engine
+3. plan the read tasks of every input file and one shard per (model, engine
    configuration), in a fixed order (models sorted, then engine names), and
-   run them on the chosen scheduler (:mod:`aisim.pipeline.graph`);
+   run them on the chosen scheduler (:mod:`aisim.pipeline.graph`): the shard
+   tasks write their rows to the run's staging directory and return only
+   their summaries; the driver writes the run's manifest there;
 4. land every shard's rows in one transaction (:mod:`aisim.pipeline.landing`),
    shard by shard in shard order, each shard's rows in key order, so that the
-   database contents do not depend on the scheduler or the number of workers.
+   database contents do not depend on the scheduler or the number of workers;
+   then remove the staging directory.  When landing fails (the lock stays
+   taken past the timeout, a full disk, Ctrl-C) the staged run stays, and
+   :func:`land_run` (``aisim pipeline land RUN``) lands it later without
+   replaying anything.
 
 Only the ``runs`` columns ``started_at``, ``landed_at``, ``wall_s``,
 ``scheduler`` and ``workers`` and the ``shards`` column ``task_s`` record how
@@ -30,6 +38,7 @@ from datetime import datetime, timezone
 from aisim.errors import PipelineError
 from aisim.pipeline.progress import Quiet
 from aisim.pipeline.spec import PipelineSpec, canonical_json, load_spec, resolve_inputs, run_key
+from aisim.pipeline.staging import MANIFEST, MANIFEST_FORMAT
 
 # Columns that record how and when a run happened rather than what it computed.
 BOOKKEEPING = {"runs": ("started_at", "landed_at", "wall_s", "scheduler", "workers"), "shards": ("task_s",)}
@@ -86,8 +95,12 @@ class RunReport:
         return sum(self.rows.values())
 
 
-def build_plan(spec: PipelineSpec, inputs: list, run_id: str) -> dict:
-    """The run's tasks as plain dictionaries (see :func:`aisim.pipeline.graph.build_graph`)."""
+def build_plan(spec: PipelineSpec, inputs: list, run_id: str, staging=None) -> dict:
+    """The run's tasks as plain dictionaries (see :func:`aisim.pipeline.graph.build_graph`).
+
+    ``staging`` (a :class:`~aisim.pipeline.staging.Staging`) is where the
+    tasks write; None plans without one (``aisim pipeline check``).
+    """
     models = list(spec.models)
     reads = []
     for f in inputs:
@@ -104,14 +117,33 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str) -> dict:
         shards.append({
             "run_id": run_id, "shard_id": i, "model": model, "engine": eng.name,
             "engine_config": eng.engine, "engine_source": eng.source, "engine_path": eng.path,
-            "replay": dict(spec.replay),
+            "replay": dict(spec.replay), "staging": staging,
             "reads": relevant,
         })
     return {"reads": reads, "shards": shards}
 
 
+def staging_for(spec: PipelineSpec | None, database: str, location: str | None = None):
+    """The staging location of a run: ``location``, else the spec's ``landing.staging``, else beside the database."""
+    from aisim.pipeline.staging import Staging, default_staging
+
+    if location is None and spec is not None:
+        location = spec.landing.staging
+    return Staging(location or default_staging(database))
+
+
+def parquet_store(spec: PipelineSpec | None, database: str, location: str | None = None):
+    """The Parquet store of a ``keep_parquet`` run (``landing.parquet_dir``, else ``<database>.parquet``)."""
+    from aisim.pipeline.staging import Staging
+
+    if location is None and spec is not None:
+        location = spec.landing.parquet_dir
+    return Staging(location or os.path.abspath(database) + ".parquet")
+
+
 def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, force: bool = False,
-                 database: str | None = None, progress=None, wait_s: float = 10.0) -> RunReport:
+                 database: str | None = None, progress=None, wait_s: float | None = None,
+                 staging: str | None = None) -> RunReport:
     """Run a pipeline spec and land its results.
 
     Parameters
@@ -130,8 +162,11 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
         Land here instead of the spec's ``database``.
     progress : object, optional
         A reporter with the methods of :class:`Quiet` (default: quiet).
-    wait_s : float
-        How long landing waits for another process's database lock.
+    wait_s : float, optional
+        How long landing waits for another process's database lock (default:
+        the spec's ``landing.lock_timeout_s``).
+    staging : str, optional
+        Stage the results here instead of the spec's ``landing.staging``.
 
     Returns
     -------
@@ -139,8 +174,13 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
 
     Raises
     ------
-    SpecError, ShardFailed, DatabaseLocked, PipelineError
-        Nothing is landed in any of these cases.
+    SpecError, ShardFailed, PipelineError
+        Nothing is landed and nothing stays staged.
+    LandingFailed, DatabaseLocked
+        Landing failed (the lock stayed taken past ``wait_s``); nothing is
+        landed, and the run stays staged for :func:`land_run`.
+    LandingInterrupted
+        Ctrl-C during landing; likewise.
     """
     from aisim.pipeline import graph, landing
 
@@ -155,39 +195,164 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
         raise PipelineError("the synchronous scheduler runs one task at a time; drop --workers or use 'local'")
     if workers is not None and workers < 1:
         raise PipelineError(f"--workers must be at least 1, got {workers}")
+    wait_s = spec.landing.lock_timeout_s if wait_s is None else wait_s
     db = os.path.abspath(database or spec.database)
-    landing.check_database(db)
+    keep = spec.landing.keep_parquet
+    landing.check_database(db, keep)
+    stage = staging_for(spec, db, staging)
+    stage.check_writable()
+    store = parquet_store(spec, db) if keep else None
+    if store is not None:
+        store.check_writable()
     inputs = resolve_inputs(spec)
     run_id = run_key(spec, inputs)
     report = RunReport(run_id=run_id, name=spec.name, database=db)
-    if not force and landing.run_landed(db, run_id):
+    if not force and landing.run_landed(db, run_id, locked_ok=True):
         report.wall_s = time.perf_counter() - t0
         return report
-    plan = build_plan(spec, inputs, run_id)
+    plan = build_plan(spec, inputs, run_id, stage)
     progress = progress or Quiet()
     progress.start(run_id, spec.name, plan, scheduler)
     try:
         t1 = time.perf_counter()
-        results, stats, info = graph.execute(plan, scheduler=scheduler, workers=workers, on_event=progress.event)
-        report.startup_s = info["startup_s"]
-        report.compute_s = time.perf_counter() - t1 - report.startup_s
-        report.scheduler, report.workers = info["scheduler"], info["workers"]
-        tables = _concat(results)
-        _count_rows(report, stats)
-        if report.rows_in_window == 0:
-            raise PipelineError(f"the window {_window_text(spec)} selects none of the {report.rows_read} rows read; "
-                                "nothing is landed")
-        run = _run_row(spec, inputs, run_id, report, tables, started)
+        try:
+            stage.remove_run(run_id)  # what an earlier, unfinished attempt left
+            results, stats, info = graph.execute(plan, scheduler=scheduler, workers=workers,
+                                                 on_event=progress.event)
+            report.startup_s = info["startup_s"]
+            report.compute_s = time.perf_counter() - t1 - report.startup_s
+            report.scheduler, report.workers = info["scheduler"], info["workers"]
+            _count_rows(report, stats)
+            if report.rows_in_window == 0:
+                raise PipelineError(f"the window {_window_text(spec)} selects none of the {report.rows_read} rows "
+                                    "read; nothing is landed")
+            run = _run_row(spec, inputs, run_id, report, results, started)
+            run["wall_s"] = time.perf_counter() - t0
+            stage.write_json(stage.run_path(run_id, MANIFEST), manifest(run, results, db))
+        except BaseException:
+            _discard(stage, run_id)
+            raise
         progress.landing()
         t2 = time.perf_counter()
-        run["wall_s"] = t2 - t0
-        out = landing.land(db, run, tables, force=force, wait_s=wait_s)
+        out = _land(db, stage, run_id, force, wait_s, store)
         report.land_s = time.perf_counter() - t2
     finally:
         progress.stop()
     report.landed, report.replaced, report.run_seq = out["landed"], out["replaced"], out["run_seq"]
     report.rows = out["rows"]
-    report.shards = _shard_rows(tables)
+    report.shards = _shard_rows(results)
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+def _discard(stage, run_id) -> None:
+    try:
+        stage.remove_run(run_id)
+    except Exception:  # best effort: the error that got us here matters more
+        pass
+
+
+def _land(db, stage, run_id, force, wait_s, store) -> dict:
+    """Land the staged run, then remove it from staging; on failure it stays, and the error says how to land it."""
+    from aisim.errors import DatabaseLocked, LandingFailed, LandingInterrupted
+    from aisim.pipeline import landing
+
+    later = land_command(run_id, db, stage)
+    try:
+        out = landing.land_staged(db, stage, run_id, force=force, wait_s=wait_s, store=store)
+    except KeyboardInterrupt:
+        raise LandingInterrupted(f"interrupted while landing; nothing was landed, and the results stay staged in "
+                                 f"{stage.run_path(run_id)}: {later}") from None
+    except PipelineError as exc:
+        kind = DatabaseLocked if isinstance(exc, DatabaseLocked) else LandingFailed
+        raise kind(f"{exc}; the results stay staged in {stage.run_path(run_id)}: {later}") from None
+    _discard(stage, run_id)
+    return out
+
+
+def land_command(run_id: str, db: str, stage) -> str:
+    """The command that lands a staged run later."""
+    from aisim.pipeline.staging import default_staging
+
+    where = "" if stage.location == default_staging(db) else f" --staging {stage.location}"
+    return f"aisim pipeline land {run_id} --db {db}{where}"
+
+
+def manifest(run: dict, results: list, db: str) -> dict:
+    """The run's ``run.json``: the ``runs`` row, every staged file in landing order, the shards' summaries."""
+    row = dict(run)
+    if row.get("started_at") is not None:
+        row["started_at"] = row["started_at"].isoformat()
+    files = {t: [f for r in results for f in r["files"][t]] for t in ("shards", "summaries", "requests", "steps")}
+    rows = {t: sum(r["rows"][t] for r in results) for t in files}
+    return {"format": MANIFEST_FORMAT, "run": row, "database": db, "files": files, "rows": rows,
+            "shards": _shard_rows(results)}
+
+
+def land_run(run_id: str, *, database: str | None = None, staging: str | None = None, spec=None,
+             force: bool = False, wait_s: float | None = None) -> RunReport:
+    """Land a run that stayed staged (its landing failed), without replaying anything.
+
+    Parameters
+    ----------
+    run_id : str
+        The run key (``runs.run_id``), as the failed run's message gave it.
+    database : str, optional
+        Land here; default: the spec's database, else the one the run was meant for.
+    staging : str, optional
+        Where the run is staged; default: the spec's ``landing.staging``, else
+        beside the database.
+    spec : PipelineSpec or path-like, optional
+        The run's spec, for its database, staging location and landing options.
+    force : bool
+        Replace the run if the database has it already.
+    wait_s : float, optional
+        How long to wait for the database lock (default: the spec's, else 60 s).
+
+    Returns
+    -------
+    RunReport
+        ``landed`` is False when the database already had the run; the staged
+        files are removed either way once the database holds the run.
+
+    Raises
+    ------
+    PipelineError
+        No such staged run (the message lists the staged runs), or a database
+        that cannot take it.
+    LandingFailed, LandingInterrupted
+        As :func:`run_pipeline`; the run stays staged.
+    """
+    from aisim.pipeline import landing
+    from aisim.pipeline.spec import LOCK_TIMEOUT_S
+
+    t0 = time.perf_counter()
+    if spec is not None and not isinstance(spec, PipelineSpec):
+        spec = load_spec(spec)
+    if database is None and spec is None and staging is None:
+        raise PipelineError("give --db (the database the run lands in), --spec or --staging")
+    if database is None and spec is not None:
+        database = spec.database
+    stage = staging_for(spec, os.path.abspath(database) if database else "", staging)
+    found = landing.read_manifest(stage, run_id)
+    db = os.path.abspath(database or found["database"])
+    keep = spec.landing.keep_parquet if spec is not None else False
+    landing.check_database(db, keep)
+    store = parquet_store(spec, db) if keep else None
+    if wait_s is None:
+        wait_s = spec.landing.lock_timeout_s if spec is not None else LOCK_TIMEOUT_S
+    run = found["run"]
+    report = RunReport(run_id=run_id, name=run["name"], database=db, scheduler=run.get("scheduler") or "",
+                       workers=run.get("workers") or 0)
+    t1 = time.perf_counter()
+    out = _land(db, stage, run_id, force, wait_s, store)
+    report.land_s = time.perf_counter() - t1
+    report.landed, report.replaced, report.run_seq = out["landed"], out["replaced"], out["run_seq"]
+    report.rows = out["rows"]
+    report.shards = found.get("shards", [])
+    for k in ("rows_read", "rows_in_window", "rows_skipped", "rows_bad"):
+        setattr(report, k, run.get(k, 0))
+    report.skipped_models = json.loads(run.get("skipped_models") or "{}")
     report.wall_s = time.perf_counter() - t0
     return report
 
@@ -218,16 +383,6 @@ def _window_text(spec) -> str:
     return "(" + ", ".join(f"{k} = {v}" for k, v in bounds.items()) + ")" if bounds else "(none)"
 
 
-def _concat(results: list) -> dict:
-    import pyarrow as pa
-
-    out = {}
-    for name in ("shards", "summaries", "requests", "steps"):
-        parts = [r[name] for r in results]
-        out[name] = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
-    return out
-
-
 def _count_rows(report: RunReport, stats: list) -> None:
     skipped = {}
     for s in stats:
@@ -240,7 +395,7 @@ def _count_rows(report: RunReport, stats: list) -> None:
     report.rows_skipped = sum(skipped.values())
 
 
-def _run_row(spec, inputs, run_id, report, tables, started) -> dict:
+def _run_row(spec, inputs, run_id, report, results, started) -> dict:
     from aisim import __version__
 
     return {
@@ -251,9 +406,9 @@ def _run_row(spec, inputs, run_id, report, tables, started) -> dict:
         "spec": canonical_json(spec.canonical()),
         "inputs": canonical_json([f.fingerprint() for f in inputs]),
         "aisim_version": __version__,
-        "shards": tables["shards"].num_rows,
-        "requests": tables["requests"].num_rows,
-        "steps": tables["steps"].num_rows,
+        "shards": len(results),
+        "requests": sum(r["rows"]["requests"] for r in results),
+        "steps": sum(r["rows"]["steps"] for r in results),
         "rows_read": report.rows_read,
         "rows_in_window": report.rows_in_window,
         "rows_skipped": report.rows_skipped,
@@ -265,7 +420,10 @@ def _run_row(spec, inputs, run_id, report, tables, started) -> dict:
     }
 
 
-def _shard_rows(tables: dict) -> list:
-    shards = tables["shards"].to_pylist()
-    sums = {r["shard_id"]: r for r in tables["summaries"].drop_columns(["summary_json"]).to_pylist()}
-    return [{**sums.get(s["shard_id"], {}), **s} for s in shards]
+def _shard_rows(results: list) -> list:
+    """Each shard's ``shards`` row merged with its ``summaries`` row (without the summary's JSON)."""
+    out = []
+    for r in results:
+        summary = {k: v for k, v in r["summary"].items() if k != "summary_json"}
+        out.append({**summary, **r["shard"]})
+    return out

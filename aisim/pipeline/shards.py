@@ -253,10 +253,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
 
     Returns
     -------
-    dict of pyarrow.Table
-        ``requests`` and ``steps`` (empty for a model without rows),
-        ``summaries`` and ``shards`` (one row each), every row keyed by
-        ``run_id`` and ``shard_id``.
+    dict
+        What :func:`write_results` returns: the shard's ``shards`` and
+        ``summaries`` rows as dictionaries and the staged files.
     """
     from aisim.replay import replay
 
@@ -293,12 +292,78 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "steps": steps.num_rows,
         "task_s": time.perf_counter() - t0,
     }
-    return {
-        "requests": requests,
-        "steps": steps,
-        "summaries": pa.Table.from_pylist([summary_row(desc, summary, steps)], schema=SUMMARY_SCHEMA),
-        "shards": pa.Table.from_pylist([shard], schema=SHARD_SCHEMA),
-    }
+    return write_results(desc, shard, summary_row(desc, summary, steps), [requests], [steps])
+
+
+# DuckDB's row group size: staged files made of whole row groups land without re-splitting.
+ROW_GROUP = 122_880
+# Rows per staged requests/steps file.
+FILE_ROWS = 8 * ROW_GROUP
+
+
+def shard_dir(shard_id: int) -> str:
+    """The shard's directory inside the run's staging directory."""
+    return f"shards/{shard_id:05d}"
+
+
+def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> dict:
+    """Write a shard's rows to the run's staging directory; return the small part the driver needs.
+
+    Parameters
+    ----------
+    desc : dict
+        The shard task's description: ``run_id``, ``shard_id`` and ``staging``
+        (:class:`~aisim.pipeline.staging.Staging`).
+    shard, summary : dict
+        The shard's one ``shards`` and ``summaries`` row.
+    requests, steps : iterable of pyarrow.Table
+        The rows, in key order, in pieces of any size; staged as files of
+        :data:`FILE_ROWS` rows (one empty file when there are none).
+
+    Returns
+    -------
+    dict
+        ``shard`` and ``summary`` (the rows), ``files`` (per table, the staged
+        files relative to the run's directory, in order) and ``rows`` (per table).
+    """
+    staging, run_id = desc["staging"], desc["run_id"]
+    base = shard_dir(desc["shard_id"])
+    files, rows = {}, {}
+    for name, schema, row in (("shards", SHARD_SCHEMA, shard), ("summaries", SUMMARY_SCHEMA, summary)):
+        rel = f"{base}/{name}.parquet"
+        staging.write_parquet(staging.run_path(run_id, rel), pa.Table.from_pylist([row], schema=schema))
+        files[name], rows[name] = [rel], 1
+    for name, schema, pieces in (("requests", REQUEST_SCHEMA, requests), ("steps", STEP_SCHEMA, steps)):
+        files[name], rows[name] = _write_pieces(staging, run_id, f"{base}/{name}", schema, pieces)
+    return {"shard": shard, "summary": summary, "files": files, "rows": rows}
+
+
+def _write_pieces(staging, run_id: str, stem: str, schema, pieces):
+    """Stage ``pieces`` as ``stem-00000.parquet``, ``stem-00001.parquet``, ... of :data:`FILE_ROWS` rows."""
+    import pyarrow.parquet as pq
+
+    names, total, pending, held = [], 0, [], 0
+
+    def flush(batches):
+        rel = f"{stem}-{len(names):05d}.parquet"
+        table = pa.Table.from_batches(batches, schema=schema)
+        with staging.open_atomic(staging.run_path(run_id, rel)) as fh:
+            pq.write_table(table, fh, row_group_size=ROW_GROUP, compression="zstd")
+        names.append(rel)
+
+    for piece in pieces:
+        for batch in piece.to_batches():
+            pending.append(batch)
+            held += batch.num_rows
+            total += batch.num_rows
+            while held >= FILE_ROWS:
+                table = pa.Table.from_batches(pending, schema=schema)
+                flush(table.slice(0, FILE_ROWS).to_batches())
+                rest = table.slice(FILE_ROWS)
+                pending, held = rest.to_batches(), rest.num_rows
+    if held or not names:
+        flush(pending)
+    return names, total
 
 
 def _sha256(text: str) -> str:

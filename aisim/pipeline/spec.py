@@ -12,6 +12,12 @@ shape is::
     closed_loop = false               # send a session's next turn when the previous finishes
     think_time_s = 1.0                # ... plus this (default: the trace's gap between turns)
 
+    [landing]                         # optional
+    staging = "s3://bucket/aisim"     # where workers write Parquet (default: <database>.staging)
+    lock_timeout_s = 60.0             # how long landing waits for another writer's lock
+    keep_parquet = false              # true: requests/steps stay Parquet files, the database has views
+    parquet_dir = "demo.parquet"      # ... kept here (default: <database>.parquet)
+
     [window]                          # optional
     start_s = 0.0                     # timed traces: keep [start_s, end_s)
     end_s = 600.0
@@ -55,7 +61,10 @@ from aisim.textin import decode_utf8
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_TOP_KEYS = ("name", "description", "database", "window", "replay", "sources", "deployments")
+_TOP_KEYS = ("name", "description", "database", "landing", "window", "replay", "sources", "deployments")
+_LANDING_KEYS = ("staging", "lock_timeout_s", "keep_parquet", "parquet_dir")
+# How long landing waits for another process's database lock, unless the spec says.
+LOCK_TIMEOUT_S = 60.0
 _REPLAY_KEYS = ("closed_loop", "think_time_s")
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
@@ -83,6 +92,30 @@ class Window:
     @property
     def empty(self) -> bool:
         return all(v is None for v in self.to_dict().values())
+
+
+@dataclass(frozen=True)
+class Landing:
+    """Where a run's results go on their way to the database, and how they land.
+
+    Attributes
+    ----------
+    staging : str or None
+        Directory or fsspec URL the workers write Parquet to; None: beside
+        the database (:func:`aisim.pipeline.staging.default_staging`).
+    lock_timeout_s : float
+        How long landing waits for another process's database lock.
+    keep_parquet : bool
+        Keep ``requests`` and ``steps`` as Parquet files (under
+        ``parquet_dir``) with views over them in the database.
+    parquet_dir : str or None
+        Where ``keep_parquet`` keeps them; None: ``<database>.parquet``.
+    """
+
+    staging: str | None = None
+    lock_timeout_s: float = LOCK_TIMEOUT_S
+    keep_parquet: bool = False
+    parquet_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +200,7 @@ class PipelineSpec:
     path: str | None = None
     base_dir: str = "."
     replay: dict = field(default_factory=lambda: {"closed_loop": False, "think_time_s": None})
+    landing: Landing = field(default_factory=lambda: Landing())
 
     @property
     def models(self) -> tuple:
@@ -258,13 +292,14 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
     if not database:
         raise v.error("database", "must be a non-empty path")
     database = os.path.abspath(os.path.join(base_dir, os.path.expanduser(database)))
+    landing = _landing(v, raw.get("landing"), base_dir)
     window = _window(v, raw.get("window"))
     replay = _replay_options(v, raw.get("replay"))
     sources = _sources(v, raw.get("sources"))
     deployments = _deployments(v, raw.get("deployments"), base_dir)
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
-                        window=window, description=description, replay=replay,
+                        window=window, description=description, replay=replay, landing=landing,
                         path=os.path.abspath(source) if source else None, base_dir=base_dir)
 
 
@@ -334,6 +369,31 @@ def _replay_options(v: _Validator, raw) -> dict:
         raise v.error("replay.think_time_s", "applies to closed-loop replays; set 'replay.closed_loop = true'")
     out.update(closed_loop=closed, think_time_s=None if think is None else float(think))
     return out
+
+
+def _landing(v: _Validator, raw, base_dir) -> Landing:
+    """``[landing]``: staging location, lock timeout, Parquet store (none of it changes results)."""
+    if raw is None:
+        return Landing()
+    v.mapping(raw, "landing.", _LANDING_KEYS)
+
+    def place(key):
+        val = v.string(raw, key, "landing.")
+        if val is None:
+            return None
+        if not val:
+            raise v.error(f"landing.{key}", "must be a non-empty path or URL")
+        return val if "://" in val else os.path.abspath(os.path.join(base_dir, os.path.expanduser(val)))
+
+    keep = raw.get("keep_parquet", False)
+    if not isinstance(keep, bool):
+        raise v.error("landing.keep_parquet", f"must be true or false, got {keep!r}")
+    timeout = v.number(raw, "lock_timeout_s", "landing.", False)
+    parquet_dir = place("parquet_dir")
+    if parquet_dir is not None and not keep:
+        raise v.error("landing.parquet_dir", "applies with 'landing.keep_parquet = true'")
+    return Landing(staging=place("staging"), lock_timeout_s=LOCK_TIMEOUT_S if timeout is None else timeout,
+                   keep_parquet=keep, parquet_dir=parquet_dir)
 
 
 def _window(v: _Validator, raw) -> Window:
