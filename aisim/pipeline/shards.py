@@ -1,18 +1,19 @@
-"""The pipeline's Dask task functions.
+"""The pipeline's shard tasks, and what the read tasks share with them.
 
 Every function here is a plain top-level function: it takes plain
-configuration (dictionaries of strings and numbers) or the Arrow output of
-another task, builds whatever Cython objects it needs *inside* the task, and
-returns Arrow tables (or small dictionaries of them).  Nothing here talks to
-Dask or to the database, so each function can be called directly, on the
-synchronous scheduler or on any distributed worker, with the same result.
+configuration (dictionaries of strings and numbers) or the small results of
+other tasks, builds whatever Cython objects it needs *inside* the task, and
+returns small dictionaries; rows travel through the run's staging directory.
+Nothing here talks to Dask or to the database, so each function can be
+called directly, on the synchronous scheduler or on any distributed worker,
+with the same result.
 
 The graph (:mod:`aisim.pipeline.graph`) wires them up as::
 
-    read_source(file)      one task per input file: read, resolve models, window
-      └ select_part(read, model)     that file's rows of one model
-          └ run_shard(shard, [parts])  one task per (model, engine configuration)
-    source_stats(read)     small per-file counts for the run summary
+    read tasks (aisim.pipeline.reads)   every input file, in blocks: its rows per deployed model
+      └ run_shard(shard, [routes])      one task per (model, engine configuration): merge the
+                                        model's rows in arrival order, replay, stage the results
+    source_stats(read)                  small per-file counts for the run summary
 
 A task whose input is wrong (a bad trace line, an engine that cannot hold a
 request, duplicate ids: any :class:`~aisim.errors.AisimError`) does not
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
-from aisim.errors import PipelineError, ShardError
+from aisim.errors import ShardError
 from aisim.pipeline.spec import canonical_json
 
 # Columns every requests/steps row carries in front of the replay's own.
@@ -59,179 +60,81 @@ def is_failure(result) -> bool:
 # ---------------------------------------------------------------------------- reading
 
 
-def read_source(desc: dict) -> dict:
-    """Read one input file, or return a :func:`failure` naming it; see :func:`_read_source`."""
-    from aisim.errors import AisimError
-
-    try:
-        return _read_source(desc)
-    except AisimError as exc:
-        return failure(f"reading {desc['display']} (source '{desc['source']}') failed: {exc}")
-
-
-def _read_source(desc: dict) -> dict:
-    """Read one input file, give every row its model and apply the time window.
-
-    Errors do not repeat the file's name: the graph reports a failed read as
-    ``reading FILE (source NAME) failed: ...``.
-
-    Parameters
-    ----------
-    desc : dict
-        ``path``, ``display`` (the name used in messages), ``source`` (source
-        name), ``format``, ``options`` (reader options), ``model`` (fixed
-        model or None), ``model_column``, ``model_map``,
-        ``request_id_prefix``, ``window`` (``start_s``, ``end_s``,
-        ``start_step``, ``end_step``) and ``models`` (the deployed models).
-
-    Returns
-    -------
-    dict
-        ``tables``: deployed model -> trace table of its rows (file order);
-        ``rows``: rows read; ``in_window``: rows inside the window;
-        ``skipped``: model -> rows inside the window with no deployment
-        (``""`` for rows without a model); ``clock``: ``"step"`` or ``"time"``;
-        ``bad_rows``: malformed rows the reader skipped (``skip_bad_rows``).
-    """
-    from aisim.traces import read_trace
-
-    table = read_trace(desc["path"], desc["format"], **desc["options"])
-    rows = table.num_rows
-    meta = dict(table.schema.metadata or {})
-    clock = meta.get(b"clock", b"step").decode()
-    table = _apply_window(table, clock, desc["window"])
-    models = _row_models(table, desc)
-    table = table.set_column(table.schema.get_field_index("model"), "model", models)
-    if desc["request_id_prefix"]:
-        ids = pc.binary_join_element_wise(pa.scalar(desc["request_id_prefix"]), table.column("request_id"), "")
-        table = table.set_column(table.schema.get_field_index("request_id"), "request_id", ids)
-    table = table.replace_schema_metadata(meta)
-    deployed = set(desc["models"])
-    tables, skipped = {}, {}
-    if table.num_rows:
-        enc = pc.dictionary_encode(models.combine_chunks() if isinstance(models, pa.ChunkedArray) else models)
-        names = enc.dictionary.to_pylist()
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        nulls = np.asarray(enc.indices.is_null().to_numpy(zero_copy_only=False))
-        if nulls.any():
-            skipped[""] = int(nulls.sum())
-        for code, name in enumerate(names):
-            mask = (idx == code) & ~nulls
-            if name in deployed:
-                tables[name] = table.filter(pa.array(mask))
-            else:
-                skipped[name] = int(mask.sum())
-    bad = int((meta.get(b"bad_rows") or b"0").decode() or 0)
-    return {"tables": tables, "rows": rows, "in_window": table.num_rows, "skipped": skipped, "clock": clock,
-            "display": desc["display"], "bad_rows": bad}
-
-
-def _apply_window(table: pa.Table, clock: str, window: dict) -> pa.Table:
-    col, lo_key, hi_key = ("arrival_s", "start_s", "end_s") if clock == "time" else \
-        ("arrival_step", "start_step", "end_step")
-    lo, hi = window.get(lo_key), window.get(hi_key)
-    other = ("start_step", "end_step") if clock == "time" else ("start_s", "end_s")
-    if lo is None and hi is None:
-        if any(window.get(k) is not None for k in other):
-            raise PipelineError(
-                f"a {'timed' if clock == 'time' else 'stepped'} trace, but the window only bounds "
-                f"{'engine steps' if clock == 'time' else 'seconds'}; add 'window.{lo_key}'/'window.{hi_key}'")
-        return table
-    arrival = table.column(col)
-    mask = None
-    if lo is not None:
-        mask = pc.greater_equal(arrival, lo)
-    if hi is not None:
-        m = pc.less(arrival, hi)
-        mask = m if mask is None else pc.and_(mask, m)
-    table = table.filter(mask)
-    if lo:
-        shifted = pc.subtract(table.column(col), pa.scalar(lo, table.schema.field(col).type))
-        table = table.set_column(table.schema.get_field_index(col), col, shifted)
-    return table
-
-
-def _row_models(table: pa.Table, desc: dict):
-    if desc["model"] is not None:
-        return pa.repeat(pa.scalar(desc["model"], pa.string()), table.num_rows)
-    col = desc["model_column"]
-    if col not in table.column_names:
-        raise PipelineError(f"the trace has no column '{col}' to take models from; "
-                            f"columns: {', '.join(table.column_names)}")
-    values = table.column(col).cast(pa.string())
-    mapping = desc["model_map"]
-    if mapping:
-        keys = pa.array(list(mapping), pa.string())
-        vals = pa.array(list(mapping.values()), pa.string())
-        pos = pc.index_in(values, value_set=keys)
-        mapped = pc.take(vals, pos)
-        values = pc.if_else(pc.is_null(pos), values, mapped)
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-
-
-def select_part(read: dict, model: str):
-    """One file's rows of ``model`` with the file's name, or None when it has none."""
-    if is_failure(read):
-        return read
-    table = read["tables"].get(model)
-    if table is None or table.num_rows == 0:
-        return None
-    return {"display": read["display"], "table": table}
-
-
 def source_stats(read: dict) -> dict:
-    """The small part of :func:`read_source`'s result the run summary needs."""
+    """The per-file counts of a file read whole (:func:`aisim.pipeline.reads.read_whole`), without its rows."""
     if is_failure(read):
         return read
-    return {"display": read["display"], "rows": read["rows"], "in_window": read["in_window"],
-            "bad_rows": read["bad_rows"],
-            "skipped": dict(read["skipped"]), "clock": read["clock"],
-            "models": {m: t.num_rows for m, t in sorted(read["tables"].items())}}
+    return {k: v for k, v in read.items() if k != "routes"}
 
 
 # ---------------------------------------------------------------------------- replay
 
 
-def merge_parts(parts: list) -> pa.Table | None:
-    """Concatenate a model's rows from several files into one trace in arrival order.
+def model_parts(desc: dict, inputs: list) -> list:
+    """The staged parts holding the shard's model, in (file, block) order: ``(file display, part)``."""
+    out = []
+    for (_, display), routes in zip(desc["files"], inputs):
+        routes = routes["routes"] if isinstance(routes, dict) else routes
+        for r in routes:
+            part = r["parts"].get(desc["model"])
+            if part is not None:
+                out.append((display, dict(part, clock=r["clock"])))
+    return out
 
-    Rows are ordered by arrival, ties in file order (files in source order),
-    so the merged trace does not depend on which worker read which file.
-    Errors do not name the shard: the graph reports ``shard N (...) failed: ...``.
+
+def merge_parts(desc: dict, parts: list) -> pa.Table | None:
+    """The model's rows from every file, merged in arrival order (ties in file, then line, order).
+
+    Each part is sorted by arrival already; when the parts follow one another
+    (each starts no earlier than the ones before end) they are only
+    concatenated.  Errors do not name the shard: the graph reports
+    ``shard N (...) failed: ...``.
     """
-    parts = [p for p in parts if p is not None]
+    import pyarrow.parquet as pq
+
     if not parts:
         return None
-    clocks = {p["display"]: (p["table"].schema.metadata or {}).get(b"clock", b"step").decode() for p in parts}
+    clocks = {}
+    for display, p in parts:
+        clocks.setdefault(display, p["clock"])
     if len(set(clocks.values())) > 1:
         listing = ", ".join(f"{k} ({v})" for k, v in clocks.items())
         raise ShardError(f"the model's traces mix stepped and timed arrivals: {listing}")
-    meta = parts[0]["table"].schema.metadata
-    tables = [p["table"].replace_schema_metadata(None) for p in parts]
+    clock = next(iter(clocks.values()))
+    st = desc["staging"]
+    tables = []
+    for _, p in parts:
+        with st.fs.open(st.run_path(desc["run_id"], p["path"]), "rb") as fh:
+            tables.append(pq.read_table(fh).replace_schema_metadata(None))
     trace = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    if len(tables) > 1:
-        col = "arrival_s" if next(iter(clocks.values())) == "time" else "arrival_step"
+    ordered = all(b["min"] >= a["max"] for (_, a), (_, b) in zip(parts, parts[1:]))
+    if not ordered:
+        col = "arrival_s" if clock == "time" else "arrival_step"
         key = trace.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
         trace = trace.take(pa.array(np.argsort(key, kind="stable")))
     ids = trace.column("request_id")
     if pc.count_distinct(ids).as_py() != trace.num_rows:
         counts = pc.value_counts(ids)
         dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
-        files = [p["display"] for p in parts if pc.any(pc.equal(p["table"].column("request_id"), dup)).as_py()]
-        raise ShardError(f"request_id '{dup}' appears more than once (in {', '.join(files)}); "
+        where = pc.equal(ids, dup)
+        files = sorted(set(trace.column("file_index").filter(where).to_pylist()))
+        names = {j: d for j, d in desc["files"]}
+        raise ShardError(f"request_id '{dup}' appears more than once (in {', '.join(names[j] for j in files)}); "
                          "give the sources distinct 'request_id_prefix' values")
-    return trace.replace_schema_metadata(meta)
+    trace = trace.drop_columns([c for c in ("file_index", "line") if c in trace.column_names])
+    return trace.replace_schema_metadata({"clock": clock})
 
 
-def run_shard(desc: dict, parts: list) -> dict:
+def run_shard(desc: dict, inputs: list) -> dict:
     """Replay one shard, or return a :func:`failure` naming it (or its failed input); see :func:`_run_shard`."""
     from aisim.errors import AisimError
 
-    for p in parts:
-        if is_failure(p):
-            return p
+    for x in inputs:
+        for r in ([x] if isinstance(x, dict) else x):
+            if is_failure(r):
+                return r
     try:
-        return _run_shard(desc, parts)
+        return _run_shard(desc, model_parts(desc, inputs))
     except AisimError as exc:
         return failure(f"shard {desc['shard_id']} (model '{desc['model']}', engine '{desc['engine']}') "
                        f"failed: {exc}")
@@ -248,8 +151,8 @@ def _run_shard(desc: dict, parts: list) -> dict:
         validated when the spec loaded), ``engine_source`` (where it came
         from, for messages) and ``engine_path`` (as the spec writes it, or
         None when inline).
-    parts : list of dict or None
-        :func:`select_part` results of the files that may hold the model's rows.
+    parts : list
+        The staged parts holding the model's rows (:func:`model_parts`).
 
     Returns
     -------
@@ -261,7 +164,7 @@ def _run_shard(desc: dict, parts: list) -> dict:
 
     t0 = time.perf_counter()
     engine = desc["engine_config"]
-    trace = merge_parts(parts)
+    trace = merge_parts(desc, parts)
     if trace is None:  # no rows for this model (tonight): an empty shard, landed as such
         from aisim.traces.schema import TRACE_SCHEMA
 
@@ -286,8 +189,7 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "engine_config": canonical_json(config),
         "vllm_version": config.get("vllm_version"),
         "clock": clock,
-        "sources": canonical_json([{"path": p["display"], "rows": p["table"].num_rows}
-                                   for p in parts if p is not None]),
+        "sources": canonical_json(_sources(parts)),
         "requests": requests.num_rows,
         "steps": steps.num_rows,
         "task_s": time.perf_counter() - t0,
@@ -364,6 +266,14 @@ def _write_pieces(staging, run_id: str, stem: str, schema, pieces):
     if held or not names:
         flush(pending)
     return names, total
+
+
+def _sources(parts) -> list:
+    """Per input file (in file order) the rows it gave the shard."""
+    rows = {}
+    for display, p in parts:
+        rows[display] = rows.get(display, 0) + p["rows"]
+    return [{"path": d, "rows": n} for d, n in rows.items()]
 
 
 def _sha256(text: str) -> str:

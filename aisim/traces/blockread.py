@@ -168,7 +168,7 @@ def plan(path: str, block_bytes: int | None = None) -> list:
     return block_ranges(file_size(path), block_bytes)
 
 
-def read_blocks(path: str, fmt, block_bytes: int | None = None) -> pa.Table:
+def read_blocks(path: str, fmt, block_bytes: int | None = None, keep_lines: bool = False) -> pa.Table:
     """Read ``path`` with the block format ``fmt``, every step in this process; the trace table.
 
     Parameters
@@ -179,6 +179,8 @@ def read_blocks(path: str, fmt, block_bytes: int | None = None) -> pa.Table:
         docstring), e.g. :class:`aisim.traces.oracle.OracleFormat`.
     block_bytes : int, optional
         Block size (default :data:`aisim.traces.blocks.BLOCK_BYTES`).
+    keep_lines : bool
+        Keep each row's ``line`` (1-based line of the file) as a last column.
     """
     ranges = plan(path, block_bytes)
     counts = [count_breaks(path, a, b) for a, b in ranges] if len(ranges) > 1 else [0]
@@ -202,9 +204,13 @@ def read_blocks(path: str, fmt, block_bytes: int | None = None) -> pa.Table:
     clock = res.info["clock"]
     if tables:
         table = pa.concat_tables(tables)
-        table = sort_by_arrival(table, clock).drop_columns(["line"])
+        table = sort_by_arrival(table, clock)
+        if not keep_lines:
+            table = table.drop_columns(["line"])
     else:
         table = TRACE_SCHEMA.empty_table()
+        if keep_lines:
+            table = table.append_column("line", pa.array([], pa.int64()))
     meta = {b"clock": clock.encode(), b"format": fmt.name.encode(), b"bad_rows": str(res.bad_rows).encode()}
     if res.first_bad is not None:
         meta[b"first_bad_row"] = res.first_bad.encode()
@@ -216,3 +222,40 @@ def read_blocks(path: str, fmt, block_bytes: int | None = None) -> pa.Table:
 def no_requests(path: str, bad: Bad, what: str = "lines") -> TraceError:
     return TraceError(f"{path}: the trace has no requests" + (f" ({bad.count} bad {what} skipped)"
                                                               if bad.count else ""))
+
+
+# Formats read in blocks: name -> (module, class, options it takes besides skip_bad_rows).
+_BLOCK_FORMATS = {
+    "oracle": ("aisim.traces.oracle", "OracleFormat"),
+    "mooncake": ("aisim.traces.mooncake", "MooncakeFormat"),
+    "mooncake-delta": ("aisim.traces.mooncake", "MooncakeFormat"),
+    "azure": ("aisim.traces.azure", "AzureFormat"),
+    "parquet": ("aisim.traces.parquet", "ParquetFormat"),
+}
+# Of those, the ones cut into byte ranges (Parquet is cut into row groups).
+TEXT_FORMATS = ("oracle", "mooncake", "mooncake-delta", "azure")
+
+
+def block_format(name: str, options: dict):
+    """The block format ``name`` with reader ``options`` (None for a format read whole, e.g. agentic).
+
+    Raises
+    ------
+    TraceError
+        An option value the reader refuses (its message names the option).
+    """
+    from importlib import import_module
+
+    from aisim.traces import READERS
+
+    place = _BLOCK_FORMATS.get(name)
+    # A reader replaced in READERS (a test's, a plug-in's) is read whole by it.
+    if place is None or getattr(READERS.get(name), "__module__", None) != place[0]:
+        return None
+    cls = getattr(import_module(place[0]), place[1])
+    opts = dict(options)
+    if name == "mooncake-delta":
+        opts["delta"] = True
+    if name == "oracle":
+        return cls(opts.pop("max_model_len", None), **opts)
+    return cls(**opts)
