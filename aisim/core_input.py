@@ -139,7 +139,7 @@ def core_config(engine) -> CoreConfig:
 
 @dataclass(frozen=True)
 class CoreTrace:
-    """The request arrays of one replay, in trace order (built by :func:`aisim.replay.replay`).
+    """The request arrays of one replay, or of one piece of it, in trace order (built by :mod:`aisim.replay`).
 
     Attributes
     ----------
@@ -164,6 +164,13 @@ class CoreTrace:
         Closed loop: the request sent when this one finishes (-1: none).
     think_s : numpy.ndarray of float64 or None
         Closed loop: seconds between the previous turn's finish and this one.
+    next_think : numpy.ndarray of float64 or None
+        Closed loop, a piece of a streamed trace: the think time of each
+        request's next turn (a whole trace derives it from ``next_turn`` and
+        ``think_s``).
+    follows : numpy.ndarray of int8 or None
+        Closed loop, a piece of a streamed trace: the request is an earlier
+        request's next turn (sent by that one's finish).
     """
 
     prompt_len: np.ndarray
@@ -181,3 +188,5 @@ class CoreTrace:
     arrival_time: np.ndarray | None = None
     next_turn: np.ndarray | None = None
     think_s: np.ndarray | None = None
+    next_think: np.ndarray | None = None
+    follows: np.ndarray | None = None

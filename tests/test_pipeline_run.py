@@ -361,7 +361,10 @@ def test_staged_files_hold_whole_pieces_in_order(tmp_path, monkeypatch, sizes):
     start = np.cumsum([0] + sizes)
     pieces = [pa.table({"x": pa.array(np.arange(a, b), pa.int64())}) for a, b in zip(start, start[1:])]
     stage = Staging(str(tmp_path / "stage"))
-    names, total = fn._write_pieces(stage, "run", "shards/00000/x", schema, pieces)
+    staged = fn._Pieces({"staging": stage, "run_id": "run", "shard_id": 0}, "x", schema)
+    for piece in pieces:
+        staged.add(piece)
+    names, total = staged.close()
     got = [pq.read_table(stage.run_path("run", n)).column("x").to_numpy() for n in names]
     assert total == sum(sizes)
     assert names == [f"shards/00000/x-{i:05d}.parquet" for i in range(len(names))]

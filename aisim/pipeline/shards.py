@@ -34,7 +34,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
-from aisim.errors import ShardError
 from aisim.pipeline.spec import canonical_json
 
 # Columns every requests/steps row carries in front of the replay's own.
@@ -82,49 +81,6 @@ def model_parts(desc: dict, inputs: list) -> list:
     return out
 
 
-def merge_parts(desc: dict, parts: list) -> pa.Table | None:
-    """The model's rows from every file, merged in arrival order (ties in file, then line, order).
-
-    Each part is sorted by arrival already; when the parts follow one another
-    (each starts no earlier than the ones before end) they are only
-    concatenated.  Errors do not name the shard: the graph reports
-    ``shard N (...) failed: ...``.
-    """
-    import pyarrow.parquet as pq
-
-    if not parts:
-        return None
-    clocks = {}
-    for display, p in parts:
-        clocks.setdefault(display, p["clock"])
-    if len(set(clocks.values())) > 1:
-        listing = ", ".join(f"{k} ({v})" for k, v in clocks.items())
-        raise ShardError(f"the model's traces mix stepped and timed arrivals: {listing}")
-    clock = next(iter(clocks.values()))
-    st = desc["staging"]
-    tables = []
-    for _, p in parts:
-        with st.fs.open(st.run_path(desc["run_id"], p["path"]), "rb") as fh:
-            tables.append(pq.read_table(fh).replace_schema_metadata(None))
-    trace = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    ordered = all(b["min"] >= a["max"] for (_, a), (_, b) in zip(parts, parts[1:]))
-    if not ordered:
-        col = "arrival_s" if clock == "time" else "arrival_step"
-        key = trace.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
-        trace = trace.take(pa.array(np.argsort(key, kind="stable")))
-    ids = trace.column("request_id")
-    if pc.count_distinct(ids).as_py() != trace.num_rows:
-        counts = pc.value_counts(ids)
-        dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
-        where = pc.equal(ids, dup)
-        files = sorted(set(trace.column("file_index").filter(where).to_pylist()))
-        names = {j: d for j, d in desc["files"]}
-        raise ShardError(f"request_id '{dup}' appears more than once (in {', '.join(names[j] for j in files)}); "
-                         "give the sources distinct 'request_id_prefix' values")
-    trace = trace.drop_columns([c for c in ("file_index", "line") if c in trace.column_names])
-    return trace.replace_schema_metadata({"clock": clock})
-
-
 def run_shard(desc: dict, inputs: list) -> dict:
     """Replay one shard, or return a :func:`failure` naming it (or its failed input); see :func:`_run_shard`."""
     from aisim.errors import AisimError
@@ -160,24 +116,40 @@ def _run_shard(desc: dict, parts: list) -> dict:
         What :func:`write_results` returns: the shard's ``shards`` and
         ``summaries`` rows as dictionaries and the staged files.
     """
-    from aisim.replay import replay
+    from aisim.pipeline.merge import ShardTrace
+    from aisim.replay import replay_stream
 
     t0 = time.perf_counter()
     engine = desc["engine_config"]
-    trace = merge_parts(desc, parts)
-    if trace is None:  # no rows for this model (tonight): an empty shard, landed as such
-        from aisim.traces.schema import TRACE_SCHEMA
-
-        trace = TRACE_SCHEMA.empty_table().replace_schema_metadata({"clock": "step"})
-        clock = None
-    else:
-        clock = (trace.schema.metadata or {}).get(b"clock", b"step").decode()
     opts = desc.get("replay") or {}
-    result = replay(trace, engine, closed_loop=opts.get("closed_loop", False),
-                    think_time_s=opts.get("think_time_s"))
-    requests = _requests_table(desc, trace, result.requests)
-    steps = _steps_table(desc, result.steps)
-    summary = result.summary
+    closed_loop = opts.get("closed_loop", False)
+    trace = ShardTrace(desc, parts)
+    try:
+        trace.check_ids()
+        clock = trace.clock
+        timed = clock == "time"
+        if closed_loop and trace.rows and not timed:
+            from aisim.errors import TraceError
+
+            raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
+        batches = trace.batches(rank=engine.policy == "priority", closed_loop=closed_loop,
+                                think_time_s=opts.get("think_time_s"))
+        requests = _Pieces(desc, "requests", REQUEST_SCHEMA)
+        steps = _Pieces(desc, "steps", STEP_SCHEMA)
+        kv = _KvUsage(engine)
+        index = 0
+        summary = None
+        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows):
+            if item[0] == "requests":
+                requests.add(_requests_table(desc, item[2], item[1], index))
+                index += item[1].num_rows
+            elif item[0] == "steps":
+                kv.add(item[1])
+                steps.add(_steps_table(desc, item[1]))
+            else:
+                summary = item[1]
+    finally:
+        trace.close()
     config = _engine_dict(engine)
     shard = {
         "run_id": desc["run_id"],
@@ -190,11 +162,43 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "vllm_version": config.get("vllm_version"),
         "clock": clock,
         "sources": canonical_json(_sources(parts)),
-        "requests": requests.num_rows,
-        "steps": steps.num_rows,
+        "requests": requests.total,
+        "steps": steps.total,
         "task_s": time.perf_counter() - t0,
     }
-    return write_results(desc, shard, summary_row(desc, summary, steps), [requests], [steps])
+    return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps)
+
+
+class _KvUsage:
+    """The steps' KV-cache usage, for the summary: every step's active blocks, and the peaks.
+
+    ``kv_usage_mean`` is the mean of the whole column (as Arrow computes it
+    over one array), so the active blocks of every step are kept (4 bytes a step).
+    """
+
+    def __init__(self, engine):
+        self.usable = float(engine.num_gpu_blocks - 1)
+        self.active = []
+        self.kv_max = None
+        self.phys_max = None
+
+    def add(self, steps: pa.Table) -> None:
+        if steps.num_rows == 0:
+            return
+        self.active.append(steps.column("active_blocks").to_numpy(zero_copy_only=False).astype(np.int32))
+        for attr, col in (("kv_max", "kv_usage"), ("phys_max", "physical_usage")):
+            v = pc.max(steps.column(col)).as_py()
+            cur = getattr(self, attr)
+            setattr(self, attr, v if cur is None or v > cur else cur)
+
+    def columns(self) -> dict | None:
+        """``kv_usage_mean``, ``kv_usage_max``, ``kv_physical_usage_max``; None without steps."""
+        if not self.active:
+            return None
+        active = np.concatenate(self.active).astype(np.int64)
+        mean = pc.mean(pa.array(active / self.usable)).as_py()
+        return {"kv_usage_mean": float(mean), "kv_usage_max": float(self.kv_max),
+                "kv_physical_usage_max": float(self.phys_max)}
 
 
 # DuckDB's row group size: staged files made of whole row groups land without re-splitting.
@@ -209,7 +213,7 @@ def shard_dir(shard_id: int) -> str:
 
 
 def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> dict:
-    """Write a shard's rows to the run's staging directory; return the small part the driver needs.
+    """Write a shard's one-row tables to the run's staging directory; return the small part the driver needs.
 
     Parameters
     ----------
@@ -218,9 +222,8 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         (:class:`~aisim.pipeline.staging.Staging`).
     shard, summary : dict
         The shard's one ``shards`` and ``summaries`` row.
-    requests, steps : iterable of pyarrow.Table
-        The rows, in key order, in pieces of any size; staged as files of
-        :data:`FILE_ROWS` rows (one empty file when there are none).
+    requests, steps : _Pieces
+        The rows, staged as they came (closed here).
 
     Returns
     -------
@@ -235,37 +238,46 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         rel = f"{base}/{name}.parquet"
         staging.write_parquet(staging.run_path(run_id, rel), pa.Table.from_pylist([row], schema=schema))
         files[name], rows[name] = [rel], 1
-    for name, schema, pieces in (("requests", REQUEST_SCHEMA, requests), ("steps", STEP_SCHEMA, steps)):
-        files[name], rows[name] = _write_pieces(staging, run_id, f"{base}/{name}", schema, pieces)
+    for pieces in (requests, steps):
+        files[pieces.name], rows[pieces.name] = pieces.close()
     return {"shard": shard, "summary": summary, "files": files, "rows": rows}
 
 
-def _write_pieces(staging, run_id: str, stem: str, schema, pieces):
-    """Stage ``pieces`` as ``stem-00000.parquet``, ``stem-00001.parquet``, ... of :data:`FILE_ROWS` rows."""
-    import pyarrow.parquet as pq
+class _Pieces:
+    """Rows that arrive in pieces of any size, staged as ``STEM-00000.parquet``, ``STEM-00001.parquet``, ...
+    of :data:`FILE_ROWS` rows each (one empty file when there are none), in order."""
 
-    names, total, pending, held = [], 0, [], 0
+    def __init__(self, desc: dict, name: str, schema):
+        self.staging, self.run_id = desc["staging"], desc["run_id"]
+        self.name, self.schema = name, schema
+        self.stem = f"{shard_dir(desc['shard_id'])}/{name}"
+        self.names, self.total, self.pending, self.held = [], 0, [], 0
 
-    def flush(batches):
-        rel = f"{stem}-{len(names):05d}.parquet"
-        table = pa.Table.from_batches(batches, schema=schema)
-        with staging.open_atomic(staging.run_path(run_id, rel)) as fh:
+    def add(self, table: pa.Table) -> None:
+        for batch in table.to_batches():
+            self.pending.append(batch)
+            self.held += batch.num_rows
+            self.total += batch.num_rows
+            while self.held >= FILE_ROWS:
+                whole = pa.Table.from_batches(self.pending, schema=self.schema)
+                self._flush(whole.slice(0, FILE_ROWS))
+                rest = whole.slice(FILE_ROWS)
+                self.pending, self.held = rest.to_batches(), rest.num_rows
+
+    def _flush(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        rel = f"{self.stem}-{len(self.names):05d}.parquet"
+        with self.staging.open_atomic(self.staging.run_path(self.run_id, rel)) as fh:
             pq.write_table(table, fh, row_group_size=ROW_GROUP, compression="zstd")
-        names.append(rel)
+        self.names.append(rel)
 
-    for piece in pieces:
-        for batch in piece.to_batches():
-            pending.append(batch)
-            held += batch.num_rows
-            total += batch.num_rows
-            while held >= FILE_ROWS:
-                table = pa.Table.from_batches(pending, schema=schema)
-                flush(table.slice(0, FILE_ROWS).to_batches())
-                rest = table.slice(FILE_ROWS)
-                pending, held = rest.to_batches(), rest.num_rows
-    if held or not names:
-        flush(pending)
-    return names, total
+    def close(self):
+        """``(files, rows)``: the staged files and the rows in them."""
+        if self.held or not self.names:
+            self._flush(pa.Table.from_batches(self.pending, schema=self.schema))
+            self.pending, self.held = [], 0
+        return self.names, self.total
 
 
 def _sources(parts) -> list:
@@ -299,11 +311,12 @@ def _null_nan(col):
     return col
 
 
-def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table) -> pa.Table:
-    """The shard's ``requests`` rows: keys and trace columns in front of the replay's (NaN as NULL)."""
+def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table, first: int = 0) -> pa.Table:
+    """The shard's ``requests`` rows (trace indices from ``first``): keys and trace columns in front of
+    the replay's (NaN as NULL)."""
     n = requests.num_rows
     cols = _key_columns(desc, n)
-    cols["request_index"] = pa.array(np.arange(n, dtype=np.int32))
+    cols["request_index"] = pa.array(np.arange(first, first + n, dtype=np.int32))
     for name in ("session_id", "turn", "priority"):
         cols[name] = trace.column(name)
     for name in requests.column_names:
@@ -319,14 +332,14 @@ def _steps_table(desc: dict, steps: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([cols[f.name] for f in STEP_SCHEMA], schema=STEP_SCHEMA)
 
 
-def summary_row(desc: dict, summary: dict, steps: pa.Table) -> dict:
+def summary_row(desc: dict, summary: dict, kv) -> dict:
     """The one ``summaries`` row of a shard: the replay summary, flattened.
 
     Each column of :data:`aisim.columns.SUMMARIES` with a ``summary`` path
     takes that value of the summary (``("ttft_s", "p50")`` for
     ``ttft_p50_s``); integers missing from it count 0, floats missing or NaN
-    are NULL.  KV-cache usage mean and peak come from the steps.  The whole
-    summary is kept as ``summary_json`` too.
+    are NULL.  KV-cache usage mean and peak come from the steps (``kv``, a
+    :class:`_KvUsage`).  The whole summary is kept as ``summary_json`` too.
     """
     row = {"run_id": desc["run_id"], "shard_id": desc["shard_id"]}
     for col in SUMMARIES.columns:
@@ -339,10 +352,9 @@ def summary_row(desc: dict, summary: dict, steps: pa.Table) -> dict:
             row[col.name] = int(v or 0)
         else:
             row[col.name] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
-    if steps.num_rows:
-        row["kv_usage_mean"] = float(pc.mean(steps.column("kv_usage")).as_py())
-        row["kv_usage_max"] = float(pc.max(steps.column("kv_usage")).as_py())
-        row["kv_physical_usage_max"] = float(pc.max(steps.column("physical_usage")).as_py())
+    usage = kv.columns()
+    if usage is not None:
+        row.update(usage)
     else:
         row["kv_usage_mean"] = row["kv_usage_max"] = row["kv_physical_usage_max"] = None
     row["summary_json"] = canonical_json(summary)
