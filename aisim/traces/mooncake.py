@@ -358,6 +358,9 @@ class MooncakeFormat:
                 t = pc.min(rows.column("ts_ms")).as_py()
                 state["t0"] = t if state["t0"] is None or t < state["t0"] else state["t0"]
             return rows.append_column("arrival_ms", rows.column("ts_ms"))
+        turns = self._session_turns(rows, p, twice, state)
+        if turns is not None:
+            return turns
         sessions, seen = state["sessions"], state["seen"]
         cols = {c: rows.column(c).to_pylist() for c in ("request_id", "session_id", "prompt_tokens", "output_tokens",
                                                         "ts_ms", "delay_ms", "line")}
@@ -423,6 +426,52 @@ class MooncakeFormat:
             out = out.set_column(out.schema.get_field_index("segments"), "segments", _segments(merged))
         out = out.append_column("arrival_ms", pa.array(arrival, pa.float64()))
         return out.filter(pa.array(keep)) if not keep.all() else out
+
+    def _session_turns(self, rows, p, twice, state):
+        """A block whose only cross-line business is turn numbers, settled at once; None otherwise.
+
+        That is: every line timestamped and good, no id met twice, no session
+        spoilt, no delta prompts.  A turn is its session's count of earlier
+        good lines (carried over from earlier blocks).
+        """
+        import pyarrow.compute as pc
+
+        n = rows.num_rows
+        if self.delta or p.bad or rows.column("ts_ms").null_count:
+            return None
+        if twice and pc.any(pc.is_in(rows.column("request_id"), value_set=pa.array(sorted(twice)))).as_py():
+            return None
+        sessions = state["sessions"]
+        enc = pc.dictionary_encode(rows.column("session_id")).combine_chunks()
+        names = enc.dictionary.to_pylist()
+        code = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        carry = np.zeros(len(names), dtype=np.int64)
+        for j, sid in enumerate(names):
+            prev = sessions.get(sid)
+            if isinstance(prev, _Broken):
+                return None
+            carry[j] = prev.turn + 1 if prev is not None else 0
+        turn = np.zeros(n, dtype=np.int64)
+        has = code >= 0
+        if has.any():
+            idx = np.flatnonzero(has)
+            order = idx[np.argsort(code[idx], kind="stable")]
+            grouped = code[order]
+            starts = np.concatenate([[True], grouped[1:] != grouped[:-1]])
+            first_of = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
+            turn[order] = np.arange(len(order)) - first_of + carry[grouped]
+            last = order[np.concatenate([grouped[1:] != grouped[:-1], [True]])]
+            ts = rows.column("ts_ms").to_numpy(zero_copy_only=False)
+            prompt = rows.column("prompt_tokens").to_numpy(zero_copy_only=False)
+            out = rows.column("output_tokens").to_numpy(zero_copy_only=False)
+            rid = rows.column("request_id")
+            for i in last.tolist():
+                sessions[names[code[i]]] = _Turn(int(turn[i]), float(ts[i]), None, int(prompt[i]), int(out[i]),
+                                                 rid[i].as_py())
+        t = pc.min(rows.column("ts_ms")).as_py()
+        state["t0"] = t if state["t0"] is None or t < state["t0"] else state["t0"]
+        out = rows.set_column(rows.schema.get_field_index("turn"), "turn", pa.array(turn.astype(np.int32)))
+        return out.append_column("arrival_ms", rows.column("ts_ms"))
 
     def _whole_line(self, text, where, stem, lineno, sessions, seen):
         """``(message, session)`` of a bad line read whole from the state before it, as the whole-file reader."""
