@@ -151,3 +151,81 @@ def _has_arrow(x) -> bool:
         return any(_has_arrow(v) for v in x)
     return False
 
+
+
+@pytest.mark.parametrize("closed_loop", [False, True])
+def test_a_shard_ranks_ids_and_links_turns_as_a_replay_does(tmp_path, closed_loop):
+    """Two overlapping files of one model, the priority policy and sessions: DuckDB merges the
+    parts, ranks the ids and links the turns; the landed rows are aisim.replay's on the merged trace."""
+    import duckdb
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.replay import replay
+    from aisim.traces.parquet import write_trace
+
+    parts = []
+    for k in range(2):
+        t = synth_trace(150, seed=20 + k, rate=6.0, turns=3, think_time_s=0.4, prompt="uniform:40:700",
+                        output="uniform:3:40")
+        ids = pa.array([f"{'ab'[k]}{i:03d}" for i in range(t.num_rows)][::-1])  # string order != trace order
+        t = t.set_column(t.schema.get_field_index("request_id"), "request_id", ids)
+        sessions = pc.binary_join_element_wise(pa.scalar("ab"[k]), t.column("session_id"), "")
+        t = t.set_column(t.schema.get_field_index("session_id"), "session_id", sessions)
+        prio = pa.array(np.random.default_rng(k).integers(0, 3, t.num_rows).astype(np.int32))
+        t = t.set_column(t.schema.get_field_index("priority"), "priority", prio)
+        # Whole seconds: many requests share (priority, arrival), and their ids' order decides.
+        whole = pa.array(np.floor(t.column("arrival_s").to_numpy()))
+        t = t.set_column(t.schema.get_field_index("arrival_s"), "arrival_s", whole)
+        write_trace(t, tmp_path / f"{'ab'[k]}.parquet")
+        parts.append(t)
+    cfg = {"num_gpu_blocks": 900, "max_model_len": 4096, "max_num_seqs": 24, "policy": "priority"}
+    raw = {"name": "prio", "database": str(tmp_path / "p.duckdb"),
+           "sources": [{"paths": ["*.parquet"], "format": "parquet", "model": "m"}],
+           "deployments": [{"model": "m", "engines": {"e": cfg}}]}
+    if closed_loop:
+        raw["replay"] = {"closed_loop": True}
+    run_pipeline(spec_from_dict(raw, base_dir=str(tmp_path)), scheduler="sync")
+    merged = pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
+    key = merged.column("arrival_s").to_numpy()
+    merged = merged.take(pa.array(np.argsort(key, kind="stable"))).replace_schema_metadata({"clock": "time"})
+    direct = replay(merged, engine_config_from_dict(cfg), closed_loop=closed_loop)
+    with duckdb.connect(str(tmp_path / "p.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT request_id, arrival_s, first_token_s, finish_s, preemptions FROM requests "
+                          "ORDER BY request_index").fetchall()
+    want = list(zip(*(direct.requests.column(c).to_pylist()
+                      for c in ("request_id", "arrival_s", "first_token_s", "finish_s", "preemptions"))))
+    assert got == want
+
+
+def test_files_that_overlap_in_time_merge_a_batch_at_a_time(tmp_path, monkeypatch):
+    """Three gateway files of the same hours, each read in blocks: merged holding a few rows of each,
+    they land what DuckDB's full sort of them lands."""
+    from aisim.pipeline import merge
+
+    for k in range(3):
+        lines = []
+        for i in range(200):
+            # In order within a file; files 0 and 1 tie on every arrival, file 2 falls between them.
+            lines.append(json.dumps({"timestamp": 1_000_000 + 37 * i + (0 if k < 2 else 5 + 20 * (i % 2)),
+                                     "input_length": 64 + (i * 7 + k) % 300, "output_length": 3 + i % 9,
+                                     "model": "m", "request_id": f"f{k}-{i}"}))
+        (tmp_path / f"g{k}.jsonl").write_text("\n".join(lines) + "\n")
+
+    def spec_of(db):
+        return spec_from_dict({"name": "overlap", "database": str(db),
+                               "sources": [{"paths": ["g*.jsonl"], "format": "mooncake", "model": "m"}],
+                               "deployments": [{"model": "m", "engines": {"e": {"num_gpu_blocks": 400}}}]},
+                              base_dir=str(tmp_path))
+    monkeypatch.setattr(blocks, "BLOCK_BYTES", 2000)
+    monkeypatch.setattr(merge, "MERGE_ROWS", 7)
+    calls = []
+    real = merge.ShardTrace._merge_files
+    monkeypatch.setattr(merge.ShardTrace, "_merge_files", lambda self: calls.append(1) or real(self))
+    run_pipeline(spec_of(tmp_path / "merged.duckdb"), scheduler="sync")
+    assert calls == [1]
+    monkeypatch.setattr(merge.ShardTrace, "_merge_files", lambda self: self._sorted(False, False, None))
+    run_pipeline(spec_of(tmp_path / "sorted.duckdb"), scheduler="sync")
+    got, want = dump(tmp_path / "merged.duckdb"), dump(tmp_path / "sorted.duckdb")
+    assert got == want and len(got["requests"]) == 600

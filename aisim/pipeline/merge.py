@@ -7,8 +7,12 @@ each file's stable sort by arrival, the files merged in order, ties in file
 order.  :func:`trace_batches` yields it as record batches, never the whole:
 
 - parts that follow one another (each starts no earlier than every earlier
-  one ends; the usual case) are read in order, a batch at a time;
-- otherwise DuckDB sorts them, spilling to disk past its memory limit.
+  one ends: one file, or files of consecutive hours) are read in order, a
+  batch at a time;
+- files that overlap in time, each in order (the usual gateway export), are
+  merged a batch of each at a time (:func:`_merge_files`);
+- otherwise (a file out of arrival order) DuckDB sorts them, spilling to disk
+  past its memory limit.
 
 It adds what the replay core needs beyond the trace's own columns
 (:data:`aisim.replay.STREAM_COLUMNS`): under the priority policy each
@@ -27,6 +31,8 @@ import pyarrow as pa
 from aisim.errors import ShardError
 
 BATCH_ROWS = 65536
+# Rows of each file held while files are merged.
+MERGE_ROWS = 16384
 # DuckDB's memory in a shard task: past it, its sorts and windows spill to disk.
 DUCKDB_MEMORY = "512MB"
 
@@ -57,11 +63,11 @@ class ShardTrace:
             listing = ", ".join(f"{k} ({v})" for k, v in clocks.items())
             raise ShardError(f"the model's traces mix stepped and timed arrivals: {listing}")
         self.clock = next(iter(clocks.values())) if clocks else None
-        self.ordered, top = True, None
-        for _, p in parts:  # each part starts no earlier than every part before it ends
-            if top is not None and p["min"] < top:
-                self.ordered = False
-            top = p["max"] if top is None or p["max"] > top else top
+        self.ordered = _follow(p for _, p in parts)
+        by_file = {}
+        for display, p in parts:
+            by_file.setdefault(display, []).append(p)
+        self.files_ordered = all(_follow(ps) for ps in by_file.values())
         st = desc["staging"]
         self.paths = [st.run_path(desc["run_id"], p["path"]) for _, p in parts]
         self._con = None
@@ -132,21 +138,68 @@ class ShardTrace:
         """
         if self.rows == 0:
             return
-        if self.ordered and not rank and not closed_loop:
-            yield from self._in_order()
-            return
+        if not rank and not closed_loop:
+            if self.ordered:
+                for table in self._read(self.paths, BATCH_ROWS):
+                    yield table.drop_columns(["file_index", "line"])
+                return
+            if self.files_ordered:
+                yield from self._merge_files()
+                return
         yield from self._sorted(rank, closed_loop, think_time_s)
 
-    def _in_order(self):
+    def _read(self, paths, rows):
+        """The rows of the parts ``paths``, in order, as tables of up to ``rows`` rows."""
         import pyarrow.parquet as pq
 
         st = self.desc["staging"]
-        for path in self.paths:
+        for path in paths:
             with st.fs.open(path, "rb") as fh:
-                pf = pq.ParquetFile(fh)
-                for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-                    table = pa.Table.from_batches([batch])
-                    yield table.drop_columns(["file_index", "line"]).replace_schema_metadata(None)
+                for batch in pq.ParquetFile(fh).iter_batches(batch_size=rows):
+                    yield pa.Table.from_batches([batch]).replace_schema_metadata(None)
+
+    def _merge_files(self):
+        """Files each in arrival order, merged by (arrival, file, line) holding a batch of each."""
+        import numpy as np
+
+        col = "arrival_s" if self.clock == "time" else "arrival_step"
+        files = {}
+        for (display, p), path in zip(self.parts, self.paths):
+            files.setdefault(display, []).append(path)
+        streams = [self._read(paths, MERGE_ROWS) for paths in files.values()]
+        heads = []
+        for s in streams:
+            t = next(s, None)
+            heads.append(t)
+
+        def keys(t):
+            return (t.column(col).to_numpy(zero_copy_only=False).astype(np.float64),
+                    t.column("file_index").to_numpy(zero_copy_only=False),
+                    t.column("line").to_numpy(zero_copy_only=False))
+
+        while any(h is not None for h in heads):
+            hk = [keys(h) if h is not None else None for h in heads]
+            ends = [(k[0][-1], k[1][-1], k[2][-1]) if k is not None else None for k in hk]
+            w = min(e for e in ends if e is not None)  # no row after it can come before it
+            taken = []
+            for i, h in enumerate(heads):
+                if h is None:
+                    continue
+                k, f, ln = hk[i]
+                if f[0] < w[1]:
+                    n = int(np.searchsorted(k, w[0], side="right"))
+                elif f[0] > w[1]:
+                    n = int(np.searchsorted(k, w[0], side="left"))
+                else:
+                    n = h.num_rows if ends[i] == w else int(np.searchsorted(k, w[0], side="left"))
+                if n:
+                    taken.append(h.slice(0, n))
+                    rest = h.slice(n)
+                    heads[i] = rest if rest.num_rows else next(streams[i], None)
+            block = pa.concat_tables(taken)
+            k, f, ln = keys(block)
+            order = np.lexsort((ln, f, k))
+            yield block.take(pa.array(order)).drop_columns(["file_index", "line"])
 
     def _sorted(self, rank, closed_loop, think_time_s):
         from aisim.traces.schema import TRACE_SCHEMA
@@ -175,6 +228,16 @@ class ShardTrace:
         for batch in reader:
             table = pa.Table.from_batches([batch])
             yield _retype(table)
+
+
+def _follow(parts) -> bool:
+    """Whether each part starts no earlier than every part before it ends."""
+    top = None
+    for p in parts:
+        if top is not None and p["min"] < top:
+            return False
+        top = p["max"] if top is None or p["max"] > top else top
+    return True
 
 
 def _retype(table: pa.Table) -> pa.Table:
