@@ -27,7 +27,7 @@ from aisim.errors import TraceError
 
 # Bytes per block.  Large enough that a block's fixed costs vanish, small enough that a
 # worker holds a few of them at once.
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 32 << 20
 
 # Bytes past a block's end read at a time while looking for the end of its last line.
 _TAIL_READ = 1 << 16
