@@ -64,12 +64,12 @@ def _write(desc, rel, table) -> str:
     return rel
 
 
-def _load(desc, rel) -> pa.Table:
+def _load(desc, rel, columns=None) -> pa.Table:
     import pyarrow.parquet as pq
 
     st = _stage(desc)
     with st.fs.open(st.run_path(desc["run_id"], rel), "rb") as fh:
-        return pq.read_table(fh)
+        return pq.read_table(fh, columns=columns)
 
 
 # ---------------------------------------------------------------------------- planning
@@ -137,21 +137,32 @@ def resolve_file(desc: dict, parsed: list) -> dict:
     Returns the format's :class:`~aisim.traces.blockread.Resolved` as a
     dictionary, with ``blocks``: block -> its staged rows (None when empty).
     """
-    from aisim.traces.blockread import Parsed
+    from aisim.traces.blockread import Blocks, Parsed
 
     for p in parsed:
         if _is_failure(p):
             return p
     try:
         fmt = _format(desc)
-        blocks = []
-        for p in parsed:
+
+        def load(k):
+            p = parsed[k]
             if "rows" not in p:
-                blocks.append(Parsed(None, [], p["info"]))
-                continue
-            bad = _load(desc, p["bad"]) if p["bad"] else None
-            blocks.append(Parsed.from_tables(_load(desc, p["rows"]), bad, p["info"]) if bad is not None
-                          else Parsed(_load(desc, p["rows"]), [], p["info"]))
+                return Parsed(None, [], p["info"])
+            rows = _load(desc, p["rows"])
+            return Parsed.from_tables(rows, _load(desc, p["bad"]), p["info"]) if p["bad"] else \
+                Parsed(rows, [], p["info"])
+
+        def ids(k):
+            p = parsed[k]
+            if "rows" not in p:
+                return None, []
+            rows = _load(desc, p["rows"], ["request_id"]).column("request_id")
+            extra = [x for x in _load(desc, p["bad"], ["request_id"]).column("request_id").to_pylist()
+                     if x is not None] if p["bad"] else []
+            return rows, extra
+
+        blocks = Blocks(len(parsed), load, ids)
         out = {}
 
         def emit(k, table):
@@ -215,7 +226,7 @@ def read_whole(desc: dict) -> dict:
 
 
 def _read_parquet_with_lines(path, fmt):
-    from aisim.traces.blockread import sort_by_arrival
+    from aisim.traces.blockread import Blocks, sort_by_arrival
 
     groups = fmt.blocks(path)
     parsed = [fmt.parse_group(path, g) for g in groups]
@@ -224,7 +235,7 @@ def _read_parquet_with_lines(path, fmt):
     def emit(k, table):
         out[k] = table
 
-    res = fmt.resolve(path, parsed, None, emit)
+    res = fmt.resolve(path, Blocks.of(parsed), None, emit)
     table = pa.concat_tables([fmt.finish(t, res.info) for t in out]).combine_chunks()
     return sort_by_arrival(table, res.info["clock"]).replace_schema_metadata(fmt.metadata(res))
 

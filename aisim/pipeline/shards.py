@@ -245,38 +245,59 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
 
 class _Pieces:
     """Rows that arrive in pieces of any size, staged as ``STEM-00000.parquet``, ``STEM-00001.parquet``, ...
-    of :data:`FILE_ROWS` rows each (one empty file when there are none), in order."""
+    of :data:`FILE_ROWS` rows each (one empty file when there are none), in order.
+
+    Each file is written a row group (:data:`ROW_GROUP` rows) at a time, so at
+    most a row group waits in memory; a file appears under its name when it
+    is complete.
+    """
 
     def __init__(self, desc: dict, name: str, schema):
         self.staging, self.run_id = desc["staging"], desc["run_id"]
         self.name, self.schema = name, schema
         self.stem = f"{shard_dir(desc['shard_id'])}/{name}"
         self.names, self.total, self.pending, self.held = [], 0, [], 0
+        self.file = self.writer = None
+        self.in_file = 0
 
     def add(self, table: pa.Table) -> None:
         for batch in table.to_batches():
             self.pending.append(batch)
             self.held += batch.num_rows
             self.total += batch.num_rows
-            while self.held >= FILE_ROWS:
+            while self.held >= min(ROW_GROUP, FILE_ROWS - self.in_file):
+                n = min(ROW_GROUP, FILE_ROWS - self.in_file)
                 whole = pa.Table.from_batches(self.pending, schema=self.schema)
-                self._flush(whole.slice(0, FILE_ROWS))
-                rest = whole.slice(FILE_ROWS)
+                self._write(whole.slice(0, n))
+                rest = whole.slice(n)
                 self.pending, self.held = rest.to_batches(), rest.num_rows
 
-    def _flush(self, table: pa.Table) -> None:
+    def _write(self, table: pa.Table) -> None:
         import pyarrow.parquet as pq
 
-        rel = f"{self.stem}-{len(self.names):05d}.parquet"
-        with self.staging.open_atomic(self.staging.run_path(self.run_id, rel)) as fh:
-            pq.write_table(table, fh, row_group_size=ROW_GROUP, compression="zstd")
-        self.names.append(rel)
+        if self.writer is None:
+            rel = f"{self.stem}-{len(self.names):05d}.parquet"
+            self.file = self.staging.open_atomic(self.staging.run_path(self.run_id, rel))
+            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+            self.names.append(rel)
+        self.writer.write_table(table, row_group_size=ROW_GROUP)
+        self.in_file += table.num_rows
+        if self.in_file >= FILE_ROWS:
+            self._end_file()
+
+    def _end_file(self) -> None:
+        self.writer.close()
+        self.file.__exit__(None, None, None)
+        self.file = self.writer = None
+        self.in_file = 0
 
     def close(self):
         """``(files, rows)``: the staged files and the rows in them."""
         if self.held or not self.names:
-            self._flush(pa.Table.from_batches(self.pending, schema=self.schema))
+            self._write(pa.Table.from_batches(self.pending, schema=self.schema))
             self.pending, self.held = [], 0
+        if self.writer is not None:
+            self._end_file()
         return self.names, self.total
 
 

@@ -249,7 +249,8 @@ class AzureFormat:
         bad = Bad(self.skip)
         total = 0
         t0 = None
-        for k, p in enumerate(blocks):
+        for k in range(len(blocks)):
+            p = blocks[k]
             if p.info.get("header_error"):
                 raise TraceError(p.info["header_error"])
             for b in p.bad:

@@ -97,6 +97,70 @@ class Resolved:
     meta: dict = field(default_factory=dict)  # schema metadata of the file's trace table
 
 
+class Blocks:
+    """A file's parsed blocks for its resolve pass, loaded one at a time (so a pass holds one block).
+
+    Parameters
+    ----------
+    n : int
+        Blocks.
+    load : callable
+        ``load(k)``: block ``k``'s :class:`Parsed`.
+    ids : callable, optional
+        ``ids(k)``: block ``k``'s request ids -- an Arrow array of its rows'
+        and a list of its bad lines' -- without loading the rest.
+    """
+
+    def __init__(self, n: int, load, ids=None):
+        self.n, self._load, self._ids = n, load, ids
+
+    @staticmethod
+    def of(parsed: list) -> Blocks:
+        """Blocks already in memory."""
+        return Blocks(len(parsed), parsed.__getitem__)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, k: int) -> Parsed:
+        return self._load(k)
+
+    def ids(self, k: int):
+        if self._ids is not None:
+            return self._ids(k)
+        p = self._load(k)
+        rows = p.rows.column("request_id") if p.rows is not None else pa.array([], pa.string())
+        return rows, [b.request_id for b in p.bad if b.request_id is not None]
+
+
+def ids_named_twice(blocks: Blocks) -> set:
+    """Request ids that occur on more than one line of the file, good or bad.
+
+    Holds 8 bytes a line: every id's 64-bit hash is sorted, and only the ids
+    whose hashes meet are read again and counted for real.
+    """
+    from aisim.traces.schema import output_streams
+
+    def hashes(k):
+        rows, extra = blocks.ids(k)
+        rows = rows.to_pylist() if rows is not None else []
+        return output_streams(rows + extra), rows + extra
+
+    parts = [hashes(k)[0] for k in range(len(blocks))]
+    if not parts:
+        return set()
+    h = np.sort(np.concatenate(parts))
+    met = np.unique(h[1:][h[1:] == h[:-1]])
+    if met.size == 0:
+        return set()
+    counts = {}
+    for k in range(len(blocks)):
+        hk, ids = hashes(k)
+        for i in np.flatnonzero(np.isin(hk, met)):
+            counts[ids[i]] = counts.get(ids[i], 0) + 1
+    return {v for v, c in counts.items() if c > 1}
+
+
 class Bad:
     """Bad-line bookkeeping of one file: raise at the first (in line order), or count them."""
 
@@ -199,7 +263,7 @@ def read_blocks(path: str, fmt, block_bytes: int | None = None, keep_lines: bool
     def reparse(k, carry):
         return fmt.parse(path, *text(k), carry=carry)
 
-    res = fmt.resolve(path, iter(parsed), reparse, emit)
+    res = fmt.resolve(path, Blocks.of(parsed), reparse, emit)
     tables = [fmt.finish(t, res.info) for t in resolved_blocks if t is not None and t.num_rows]
     clock = res.info["clock"]
     if tables:

@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.errors import TraceError
-from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, no_requests, read_blocks, segments_array, \
-    trace_rows
+from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, ids_named_twice, no_requests, read_blocks, \
+    segments_array, trace_rows
 from aisim.traces.blocks import line_numbers, lines, plain_lines
 from aisim.traces.common import (check_option, file_stem, hash_id_list, id_field, int_field, json_object,
                                  number_field, unit_segments)
@@ -330,12 +330,12 @@ class MooncakeFormat:
         parsed.
         """
         bad = Bad(self.skip)
-        blocks = list(blocks) if not isinstance(blocks, list) else blocks
-        twice = _ids_named_twice(blocks)
+        twice = ids_named_twice(blocks)
         state = {"sessions": {}, "seen": {}, "t0": None}
         stem = file_stem(path)
         total = 0
-        for k, p in enumerate(blocks):
+        for k in range(len(blocks)):
+            p = blocks[k]
             table = self._resolve_block(path, stem, p, twice, state, bad)
             total += table.num_rows
             emit(k, table)
@@ -542,19 +542,6 @@ def _loose_id(line, stem, lineno):
     if rid is None:
         return f"{stem}:{lineno}"
     return str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
-
-
-def _ids_named_twice(blocks) -> set:
-    import pyarrow.compute as pc
-
-    chunks = [c for p in blocks if p.rows.num_rows for c in p.rows.column("request_id").chunks]
-    extra = [b.request_id for p in blocks for b in p.bad if b.request_id is not None]
-    if extra:
-        chunks.append(pa.array(extra, pa.string()))
-    if not chunks:
-        return set()
-    counts = pc.value_counts(pa.chunked_array(chunks, pa.string()))
-    return set(counts.filter(pc.greater(counts.field("counts"), 1)).field("values").to_pylist())
 
 
 def _row(obj, where, stem, lineno, prev, delta, unit, unit_place, model) -> dict:

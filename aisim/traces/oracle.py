@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.errors import TraceError
-from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, no_requests, read_blocks, rows_from_dicts, \
-    segments_array, trace_rows
+from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, ids_named_twice, no_requests, read_blocks, \
+    rows_from_dicts, segments_array, trace_rows
 from aisim.traces.blocks import line_numbers, lines, plain_lines
 from aisim.traces.common import INT32_LIMIT, int_field, json_object, number_field
 from aisim.traces.schema import canonical_segments, stream_id
@@ -208,17 +208,17 @@ class OracleFormat:
     def resolve(self, path: str, blocks, reparse, emit) -> Resolved:
         """Settle every block in file order: the trace's clock and ids used twice.
 
-        ``blocks`` yields each block's :class:`Parsed`; ``reparse(k, carry)``
+        ``blocks`` (:class:`~aisim.traces.blockread.Blocks`) loads each block's :class:`Parsed`; ``reparse(k, carry)``
         reads block ``k`` line by line from a given state; ``emit(k, table)``
         takes block ``k``'s final rows (with their ``line``).
         """
         bad = Bad(self.skip)
-        blocks = list(blocks) if not isinstance(blocks, list) else blocks
-        twice = _ids_named_twice(blocks)
+        twice = ids_named_twice(blocks)
         clock = None
         seen = _Seen(twice)
         total = 0
-        for k, p in enumerate(blocks):
+        for k in range(len(blocks)):
+            p = blocks[k]
             kind = p.info.get("kind")
             # A block read on its own saw neither the trace's clock nor the ids before it: when
             # either could change what it says about a line, it is read again from that state.
@@ -274,23 +274,6 @@ class _Seen(dict):
     def __setitem__(self, key, value):
         if key in self.twice and key not in self:
             super().__setitem__(key, value)
-
-
-def _ids_named_twice(blocks) -> set:
-    """Request ids that occur on more than one line, good or bad (candidates for 'already used')."""
-    import pyarrow.compute as pc
-
-    parts = [p.rows.column("request_id") for p in blocks if p.rows.num_rows]
-    extra = [b.request_id for p in blocks for b in p.bad if b.request_id is not None]
-    if extra:
-        parts.append(pa.chunked_array([pa.array(extra, pa.string())]))
-    if not parts:
-        return set()
-    ids = pa.chunked_array([c for part in parts for c in (part.chunks if isinstance(part, pa.ChunkedArray)
-                                                            else [part])], pa.string())
-    counts = pc.value_counts(ids)
-    many = counts.filter(pc.greater(counts.field("counts"), 1))
-    return set(many.field("values").to_pylist())
 
 
 def _first_kind(rows):

@@ -69,7 +69,7 @@ def read_parquet(path: str | os.PathLike, *, skip_bad_rows: bool = False):
     TraceError
         Not Parquet, a missing or mistyped column, or a bad row (``file:row: field ...``).
     """
-    from aisim.traces.blockread import sort_by_arrival
+    from aisim.traces.blockread import Blocks, sort_by_arrival
 
     path = os.fspath(path)
     fmt = ParquetFormat(skip_bad_rows=skip_bad_rows)
@@ -80,7 +80,7 @@ def read_parquet(path: str | os.PathLike, *, skip_bad_rows: bool = False):
     def emit(k, table):
         out[k] = table
 
-    res = fmt.resolve(path, parsed, None, emit)
+    res = fmt.resolve(path, Blocks.of(parsed), None, emit)
     table = pa.concat_tables([fmt.finish(t, res.info) for t in out]).combine_chunks()
     table = sort_by_arrival(table, res.info["clock"]).drop_columns(["line"])
     return table.replace_schema_metadata(fmt.metadata(res))
@@ -157,25 +157,16 @@ class ParquetFormat:
 
     def resolve(self, path: str, blocks, reparse, emit):
         """Ids used twice (the first good row keeps it), in row order, and the counts."""
-        import pyarrow.compute as pc
-
-        from aisim.traces.blockread import Bad, Resolved
+        from aisim.traces.blockread import Bad, Resolved, ids_named_twice
 
         bad = Bad(self.skip)
-        blocks = list(blocks)
-        for p in blocks:
-            if p.info.get("file_error"):
-                raise TraceError(p.info["file_error"])
+        if len(blocks) and blocks[0].info.get("file_error"):  # the same for every row group
+            raise TraceError(blocks[0].info["file_error"])
         _, _, clock = self._open(path)
-        chunks = [c for p in blocks for c in p.rows.column("request_id").chunks]
-        extra = [b.request_id for p in blocks for b in p.bad if b.request_id]
-        if extra:
-            chunks.append(pa.array(extra, pa.string()))
-        counts = pc.value_counts(pa.chunked_array(chunks, pa.string())) if chunks else None
-        twice = set(counts.filter(pc.greater(counts.field("counts"), 1)).field("values").to_pylist()) \
-            if counts is not None and len(counts) else set()
+        twice = ids_named_twice(blocks)
         seen, total = {}, 0
-        for k, p in enumerate(blocks):
+        for k in range(len(blocks)):
+            p = blocks[k]
             table = p.rows
             msgs = [(b.line, b.message) for b in p.bad]
             drop = None
