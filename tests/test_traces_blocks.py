@@ -170,3 +170,24 @@ def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path):
     t = read_blocks(str(path), oracle.OracleFormat(), 200)
     assert t.num_rows == 20 and t.column("output_tokens").to_pylist() == [8] * 20
     assert isinstance(t, pa.Table)
+
+
+def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch):
+    """The check holds 64-bit hashes; ids whose hashes meet are compared for real."""
+    import numpy as np
+
+    from aisim.traces import schema
+    from aisim.traces.blockread import Blocks, Parsed, ids_named_twice
+
+    path = tmp_path / "t.jsonl"
+    lines = _oracle_lines(40)
+    lines[30] = lines[30].replace('"r30"', '"r12"')
+    path.write_text("\n".join(lines) + "\n")
+    want = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
+    # Every id of the same length now has the same hash: many meet, two are the same id.
+    monkeypatch.setattr(schema, "output_streams", lambda ids: np.array([len(x) for x in ids], dtype=np.uint64))
+    rows = pa.table({"request_id": ["a1", "b2", "c3", "a1", "dd4"]})
+    parsed = [Parsed(rows.slice(0, 3)), Parsed(rows.slice(3))]
+    assert ids_named_twice(Blocks.of(parsed)) == {"a1"}
+    got = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
+    assert got.equals(want) and bad_rows(got) == 1 and got.num_rows == 39
