@@ -173,7 +173,8 @@ class MooncakeFormat:
     def _fast(self, path, data, first_line):
         import pyarrow.compute as pc
 
-        if b"null" in data or not plain_lines(data):
+        if not plain_lines(data) or (self.model is not None and b"null" in data):
+            # A null reads as an absent field everywhere but in 'model', whose absence means the option.
             return None
         table = _read_json(data, _JSON_SCHEMA, "ignore")
         if table is None:
