@@ -192,7 +192,7 @@ def _file_list(paths) -> str:
 # ---------------------------------------------------------------------------- reclaiming space
 
 # DuckDB's memory while landing.
-LANDING_MEMORY = "256MB"
+LANDING_MEMORY = "512MB"
 
 # A DuckDB file is a 12 KiB header, then its blocks.
 _HEADER_BYTES = 3 * 4096

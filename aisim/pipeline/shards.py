@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
 from aisim.pipeline.spec import canonical_json
+from aisim.pipeline.staging import STAGED_COMPRESSION
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
@@ -278,7 +279,7 @@ class _Pieces:
         if self.writer is None:
             rel = f"{self.stem}-{len(self.names):05d}.parquet"
             self.file = self.staging.open_atomic(self.staging.run_path(self.run_id, rel))
-            self.writer = pq.ParquetWriter(self.file, self.schema, compression="zstd")
+            self.writer = pq.ParquetWriter(self.file, self.schema, compression=STAGED_COMPRESSION)
             self.names.append(rel)
         self.writer.write_table(table, row_group_size=ROW_GROUP)
         self.in_file += table.num_rows
