@@ -146,7 +146,7 @@ def core_config(engine) -> CoreConfig:
 
 @dataclass(frozen=True)
 class CoreTrace:
-    """The request arrays of one replay, in trace order (built by :func:`aisim.replay.replay`).
+    """The request arrays of one replay, or of one piece of it, in trace order (built by :mod:`aisim.replay`).
 
     Attributes
     ----------
@@ -176,6 +176,13 @@ class CoreTrace:
         0: the configured acceptance rule).
     accept_values : numpy.ndarray of int64 or None
         The trace's per-request ``accept`` lists, concatenated.
+    next_think : numpy.ndarray of float64 or None
+        Closed loop, a piece of a streamed trace: the think time of each
+        request's next turn (a whole trace derives it from ``next_turn`` and
+        ``think_s``).
+    follows : numpy.ndarray of int8 or None
+        Closed loop, a piece of a streamed trace: the request is an earlier
+        request's next turn (sent by that one's finish).
     """
 
     prompt_len: np.ndarray
@@ -196,3 +203,5 @@ class CoreTrace:
     accept_off: np.ndarray | None = None
     accept_cnt: np.ndarray | None = None
     accept_values: np.ndarray | None = None
+    next_think: np.ndarray | None = None
+    follows: np.ndarray | None = None

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim._core.constants import REQUEST_STATUS, names_by_code
+from aisim.arrowwrap import arrow_array
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
@@ -28,22 +29,7 @@ STEP_KINDS = names_by_code(STEP_KIND_CODES)
 
 
 def _labels(codes, names) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(_arrow(codes.astype(np.int8), pa.int8()), pa.array(names, pa.string()))
-
-
-def _arrow(values, typ: pa.DataType):
-    """``values`` as an Arrow array of ``typ``; a numpy array already of that type is wrapped, not copied.
-
-    NaN stays a value, not a null, as with ``pa.array``; wrapping the buffer directly also keeps
-    ``numpy.ma`` (which ``pa.array`` consults) out of a short replay's start-up.  Anything else
-    goes to Arrow's own conversion, with its checks.
-    """
-    if (isinstance(values, np.ndarray) and values.ndim == 1
-            and (pa.types.is_integer(typ) or pa.types.is_floating(typ))
-            and values.dtype == typ.to_pandas_dtype()):
-        data = np.ascontiguousarray(values)
-        return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(data)])
-    return values
+    return pa.DictionaryArray.from_arrays(arrow_array(codes.astype(np.int8), pa.int8()), pa.array(names, pa.string()))
 
 
 @dataclass
@@ -100,13 +86,34 @@ def _validate(trace: pa.Table, engine: EngineConfig):
     missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names and f.name not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
-    ids = trace.column("request_id").to_pylist()
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    found = _row_faults(trace, engine, timed)
+    if found:
+        raise TraceError(found[min(found)])
+
+
+def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
+    """The first row (in trace order) failing each check: check number -> message.
+
+    The checks run in this order, and a replay reports the first check any
+    row fails (its first such row): counts of at least 1, a finite
+    non-negative arrival, a prompt below ``max_model_len``, a request that
+    fits an empty pool, segments covering the prompt.
+    """
+    found = {}
+    n = trace.num_rows
+    if n == 0:
+        return found
+    ids = trace.column("request_id")
+
+    def rid(i):
+        return ids[int(i)].as_py()
+
     prompt = trace.column("prompt_tokens").to_numpy(zero_copy_only=False)
     out = trace.column("output_tokens").to_numpy(zero_copy_only=False)
     bad = np.flatnonzero((prompt < 1) | (out < 1))
     if bad.size:
-        raise TraceError(f"request '{ids[bad[0]]}': prompt_tokens and output_tokens must be at least 1")
-    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+        found[0] = f"request '{rid(bad[0])}': prompt_tokens and output_tokens must be at least 1"
     name = "arrival_s" if timed else "arrival_step"
     arrival = trace.column(name)
     # A null arrival reads as NaN, refused with the finite check below.
@@ -114,14 +121,12 @@ def _validate(trace: pa.Table, engine: EngineConfig):
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if bad.size:
         v = arrival[int(bad[0])].as_py()
-        raise TraceError(f"request '{ids[bad[0]]}': {name} must be a finite non-negative number, got {v!r}")
+        found[1] = f"request '{rid(bad[0])}': {name} must be a finite non-negative number, got {v!r}"
     bad = np.flatnonzero(prompt >= engine.max_model_len)
     if bad.size:
         i = bad[0]
-        raise TraceError(
-            f"request '{ids[i]}': prompt_tokens ({prompt[i]}) must be below max_model_len "
-            f"({engine.max_model_len}); vLLM rejects such a prompt"
-        )
+        found[2] = (f"request '{rid(i)}': prompt_tokens ({prompt[i]}) must be below max_model_len "
+                    f"({engine.max_model_len}); vLLM rejects such a prompt")
     # Every request must fit an empty pool, or the replay could never finish it.  With speculative
     # decoding its last verification reaches k drafts and the drafter's lookahead slots further.
     extra = 0
@@ -133,19 +138,16 @@ def _validate(trace: pa.Table, engine: EngineConfig):
     bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
     if bad.size:
         i = bad[0]
-        raise TraceError(
-            f"request '{ids[i]}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
-            f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})"
-        )
+        found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
+                    f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
     start, count, _, _, length = _segments_arrays(trace)
     cum = np.concatenate([[0], np.cumsum(length)])
     covered = cum[start + count] - cum[start]
     bad = np.flatnonzero(covered != prompt)
     if bad.size:
         i = bad[0]
-        raise TraceError(
-            f"request '{ids[i]}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
-        )
+        found[4] = f"request '{rid(i)}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
+    return found
 
 
 def _accept_arrays(trace: pa.Table):
@@ -262,16 +264,17 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = out["requests"]["status"]
-    summary = summarize(out["steps"], rq, engine, timed)
-    if engine.speculative is not None:
-        summary.update(_spec_summary(out["steps"], out["requests"], out["spec"]))
+    summary = summarize(out["steps"], rq, engine, timed, out["spec"])
     return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed,
                         scheduler_view(engine))
 
 
-def _spec_summary(st: dict, rq: dict, counts: dict) -> dict:
-    """Speculative-decoding totals: aisim's verifications and vLLM's ``SpecDecodingStats``."""
-    drafts, accepted = int(st["spec_tokens"].sum()), int(st["spec_accepted"].sum())
+def _spec_summary(drafts: int, accepted: int, counts: dict) -> dict:
+    """Speculative-decoding totals: aisim's verifications and vLLM's ``SpecDecodingStats``.
+
+    ``drafts`` and ``accepted`` sum the steps' ``spec_tokens`` and ``spec_accepted``;
+    ``counts`` are the core's (``Engine.spec_counts``).
+    """
     return {
         "spec": {
             "draft_tokens": drafts,
@@ -286,6 +289,173 @@ def _spec_summary(st: dict, rq: dict, counts: dict) -> dict:
         # vLLM's SpecDecodingStats, summed over update_from_output calls (padding included).
         "spec_decoding_stats": {k: counts[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")},
     }
+
+
+# Columns a streamed trace chunk may carry besides the trace table's (see replay_stream).
+STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
+
+
+def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, out_rows: int = 65536,
+                  stats: dict | None = None):
+    """Replay a trace given in pieces, holding only the requests in flight; yield the results in pieces.
+
+    The same replay as :func:`replay`, row for row and bit for bit, for a
+    trace too long to hold: the core takes arrivals chunk by chunk as its
+    clock advances and hands back finished requests (in trace order, once
+    every earlier request has finished too) and steps as they pile up.
+
+    Parameters
+    ----------
+    batches : iterable of pyarrow.Table or pyarrow.RecordBatch
+        The trace (the columns of :data:`aisim.traces.schema.TRACE_SCHEMA`)
+        in trace order, in pieces of any size, optionally with
+        :data:`STREAM_COLUMNS`: ``id_rank`` (each request id's rank in the
+        whole trace, string order; needed by the priority policy), and for a
+        closed loop ``next_turn`` (trace index of the request's next turn, -1
+        for none), ``think_s`` (its own think time), ``next_think`` (its next
+        turn's) and ``follows`` (it is an earlier request's next turn).
+    engine : EngineConfig
+    timed : bool
+        Arrivals in seconds (``arrival_s``), else by engine step.
+    expected : int
+        The trace's requests.
+    out_rows : int
+        Hand results over when this many rows are waiting.
+    stats : dict, optional
+        Filled at the end with ``slots``: the request slots the core grew to
+        (its memory follows them: the requests in flight, not the trace).
+
+    Yields
+    ------
+    ("requests", pyarrow.Table, pyarrow.Table)
+        Finished requests (the schema of :attr:`ReplayResult.requests`) and
+        their trace rows, in trace order.
+    ("steps", pyarrow.Table)
+        Steps (the schema of :attr:`ReplayResult.steps`), in order.
+    ("summary", dict)
+        Last: :attr:`ReplayResult.summary`.
+
+    Raises
+    ------
+    TraceError
+        A bad request, reported as :func:`replay` reports it (the whole input
+        is checked before the error is raised).
+    ReplayError
+        The core refused to go on (a stalled engine, a step outside a profile).
+    """
+    from collections import deque
+
+    from aisim._core.engine import ADVANCE, Engine
+
+    config = core_config(engine)
+    core = Engine(config, timed=timed, expected=max(int(expected), 1), out_rows=out_rows)
+    pending = deque()  # trace rows fed and not yet handed back, in trace order
+    faults = {}
+    totals = Totals()
+    source = iter(batches)
+    fed = 0
+
+    def feed() -> None:
+        nonlocal fed
+        piece = next(source, None)
+        if piece is None:
+            core.end_input()
+            return
+        table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
+        for k, msg in _row_faults(table, engine, timed).items():
+            faults.setdefault(k, msg)
+        if faults:
+            return  # nothing more is replayed; the rest of the input is only checked
+        core.feed(_core_chunk(table, timed, fed, engine.speculative is not None))
+        pending.append(table.select(["request_id", "prompt_tokens", "session_id", "turn", "priority"]))
+        fed += table.num_rows
+
+    def check_rest():
+        for piece in source:
+            table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
+            for k, msg in _row_faults(table, engine, timed).items():
+                faults.setdefault(k, msg)
+        if faults:
+            raise TraceError(faults[min(faults)])
+
+    while True:
+        if faults:
+            check_rest()
+        try:
+            code = core.advance()
+        except (ValueError, RuntimeError) as exc:
+            check_rest()  # a bad request later in the input is what replay() would report
+            raise ReplayError(str(exc)) from None
+        if code == ADVANCE["input"]:
+            feed()
+            continue
+        st = core.take_steps()
+        if len(st["step"]):
+            totals.add_steps(st)
+            yield "steps", _steps_table(st, engine)
+        r = core.take_requests()
+        n = len(r["status"])
+        if n:
+            rows = _take_rows(pending, n)
+            requests = _requests_table(rows, r)
+            totals.add_requests(_summary_columns(requests, r))
+            yield "requests", requests, rows
+        if code == ADVANCE["done"]:
+            break
+    check_rest()
+    if stats is not None:
+        stats["slots"] = core.slots
+    yield "summary", totals.summary(engine, timed, core.spec_counts)
+
+
+def _take_rows(pending, n: int) -> pa.Table:
+    """The first ``n`` trace rows of ``pending`` (a deque of tables), removed from it."""
+    parts, left = [], n
+    while left:
+        head = pending[0]
+        if head.num_rows <= left:
+            parts.append(pending.popleft())
+            left -= head.num_rows
+        else:
+            parts.append(head.slice(0, left))
+            pending[0] = head.slice(left)
+            left = 0
+    return pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+
+
+def _summary_columns(requests: pa.Table, r: dict) -> dict:
+    rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
+          for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
+    rq["status"] = r["status"]
+    return rq
+
+
+def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool) -> CoreTrace:
+    """One streamed piece as the core's request arrays (trace indices from ``offset``)."""
+    ids = table.column("request_id").to_pylist()
+    n = len(ids)
+    seg_off, seg_cnt, stream, first, length = _segments_arrays(table)
+    arrival = table.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
+    names = table.column_names
+
+    def opt(name, dtype, default):
+        return table.column(name).to_numpy(zero_copy_only=False).astype(dtype) if name in names else default
+
+    arrays = dict(
+        prompt_len=table.column("prompt_tokens").to_numpy(zero_copy_only=False),
+        max_tokens=table.column("output_tokens").to_numpy(zero_copy_only=False),
+        priority=table.column("priority").to_numpy(zero_copy_only=False),
+        arrival_key=arrival.astype(np.float64),
+        id_rank=opt("id_rank", np.int32, np.zeros(n, np.int32)),
+        seg_off=seg_off, seg_cnt=seg_cnt, out_stream=output_streams(ids),
+        seg_stream=stream, seg_first=first, seg_len=length,
+        next_turn=opt("next_turn", np.int64, None), think_s=opt("think_s", np.float64, None),
+        next_think=opt("next_think", np.float64, np.zeros(n)), follows=opt("follows", np.int8, np.zeros(n, np.int8)),
+    )
+    arrays["arrival_time" if timed else "arrival_step"] = arrival
+    if speculative and "accept" in names:
+        arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(table)
+    return CoreTrace(**arrays)
 
 
 def _nan_where(mask, values):
@@ -353,7 +523,7 @@ def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
 
 def _table(cols: dict, schema: pa.Schema) -> pa.Table:
     """``cols`` as a table of exactly ``schema``: its columns, in its order, of its types (no casts)."""
-    return pa.Table.from_arrays([_arrow(cols[f.name], f.type) for f in schema], schema=schema)
+    return pa.Table.from_arrays([arrow_array(cols[f.name], f.type) for f in schema], schema=schema)
 
 
 def time_model_label(engine: EngineConfig) -> str:
@@ -369,59 +539,120 @@ def time_model_label(engine: EngineConfig) -> str:
     return tm.kind
 
 
-def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool) -> dict:
+def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
     """Totals, prefix-cache statistics and latency percentiles of one replay.
 
-    ``st`` and ``rq`` are the step and request columns as numpy arrays.
+    ``st`` and ``rq`` are the step and request columns as numpy arrays;
+    ``spec_counts`` the core's speculative-decoding counters.
     """
-    n_steps, n_reqs = len(st["step"]), len(rq["status"])
-    is_step = st["kind"] == STEP_KIND_CODES["step"]
-    n_done = int((rq["status"] == REQUEST_STATUS["finished"]).sum())
-    end = float((st["clock_s"] + st["duration_s"]).max()) if n_steps else 0.0
-    start = float(np.nanmin(rq["arrival_s"])) if n_reqs else 0.0
-    span = max(end - start, 0.0)
-    out_tok = int(rq["output_tokens"].sum())
-    caching = engine.enable_prefix_caching
-    summary = {
-        "requests": n_reqs,
-        "finished": n_done,
-        "unfinished": n_reqs - n_done,
-        "steps": int(is_step.sum()),
-        "empty_steps": int((is_step & (st["num_reqs"] == 0)).sum()),
-        "last_step_index": int(st["step"][-1]) if n_steps else 0,
-        "preemptions": int(st["num_preempted"].sum()),
-        "scheduled_tokens": int(st["prefill_tokens"].sum() + st["decode_tokens"].sum()),
-        "scheduled_req_steps": int(st["num_reqs"].sum()),
-        "prompt_tokens": int(rq["prompt_tokens"].sum()),
-        "output_tokens": out_tok,
-        # PrefixCacheStats: one record per admission that performed a lookup.
-        "prefix_cache_stats": {
-            "requests": int(st["num_new"].sum()) if caching else 0,
-            "queries": int(st["prefix_queries"].sum()),
-            "hits": int(st["prefix_hits"].sum()),
-            "preempted_requests": int(st["num_resumed"].sum()) if caching else 0,
-            "preempted_queries": int(st["preempted_prefix_queries"].sum()),
-            "preempted_hits": int(st["preempted_prefix_hits"].sum()),
-        },
-        "prefix_hit_tokens_at_admission": int(rq["cached_tokens"].sum()),
-        "clock_end_s": end,
-        "duration_s": span,
-        "throughput_req_s": n_done / span if span > 0 else None,
-        "throughput_tok_s": out_tok / span if span > 0 else None,
-        "timed": timed,
-        "time_model": time_model_label(engine),
-    }
-    # The statistics the summaries table flattens (aisim.columns.LATENCY_STATS; a test checks the keys).
-    for name in LATENCIES:
-        v = rq[name][~np.isnan(rq[name])]
-        if v.size:
-            p50, p90, p99 = percentiles(v)
-            summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
-        else:
-            summary[name] = dict.fromkeys(LATENCY_STATS)
-    q = summary["prefix_cache_stats"]
-    summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
-    return summary
+    totals = Totals()
+    totals.add_steps(st)
+    totals.add_requests(rq)
+    return totals.summary(engine, timed, spec_counts)
+
+
+class Totals:
+    """What a replay's summary adds up, given its step and request rows in pieces, in order.
+
+    Counts and sums add up exactly; the latency statistics keep each
+    latency's values (8 bytes a request each), so that their mean and
+    percentiles are those of the whole replay to the last bit.
+    """
+
+    _STEP_SUMS = ("num_preempted", "prefill_tokens", "decode_tokens", "num_reqs", "num_new", "prefix_queries",
+                  "prefix_hits", "num_resumed", "preempted_prefix_queries", "preempted_prefix_hits",
+                  "spec_tokens", "spec_accepted")
+
+    def __init__(self):
+        self.n_steps = self.n_step_lines = self.empty_steps = 0
+        self.last_step = 0
+        self.sums = dict.fromkeys(self._STEP_SUMS, 0)
+        self.end = None
+        self.n_reqs = self.n_done = self.prompt_tokens = self.output_tokens = self.cached_tokens = 0
+        self.start = None
+        self.latencies = {name: [] for name in LATENCIES}
+
+    def add_steps(self, st: dict) -> None:
+        n = len(st["step"])
+        if n == 0:
+            return
+        is_step = st["kind"] == STEP_KIND_CODES["step"]
+        self.n_step_lines += n
+        self.n_steps += int(is_step.sum())
+        self.empty_steps += int((is_step & (st["num_reqs"] == 0)).sum())
+        self.last_step = int(st["step"][-1])
+        for k in self._STEP_SUMS:
+            self.sums[k] += int(st[k].sum())
+        end = float((st["clock_s"] + st["duration_s"]).max())
+        self.end = end if self.end is None or end > self.end else self.end
+
+    def add_requests(self, rq: dict) -> None:
+        n = len(rq["status"])
+        if n == 0:
+            return
+        self.n_reqs += n
+        self.n_done += int((rq["status"] == REQUEST_STATUS["finished"]).sum())
+        self.prompt_tokens += int(rq["prompt_tokens"].sum())
+        self.output_tokens += int(rq["output_tokens"].sum())
+        self.cached_tokens += int(rq["cached_tokens"].sum())
+        arrival = rq["arrival_s"]
+        if not np.isnan(arrival).all():
+            start = float(np.nanmin(arrival))
+            self.start = start if self.start is None or start < self.start else self.start
+        for name in LATENCIES:
+            v = rq[name]
+            self.latencies[name].append(v[~np.isnan(v)])
+
+    def summary(self, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
+        """The replay summary (see :func:`summarize`); with speculative decoding, its totals too."""
+        sums = self.sums
+        end = self.end if self.end is not None else 0.0
+        start = (self.start if self.start is not None else float("nan")) if self.n_reqs else 0.0
+        span = max(end - start, 0.0)
+        caching = engine.enable_prefix_caching
+        summary = {
+            "requests": self.n_reqs,
+            "finished": self.n_done,
+            "unfinished": self.n_reqs - self.n_done,
+            "steps": self.n_steps,
+            "empty_steps": self.empty_steps,
+            "last_step_index": self.last_step if self.n_step_lines else 0,
+            "preemptions": sums["num_preempted"],
+            "scheduled_tokens": sums["prefill_tokens"] + sums["decode_tokens"],
+            "scheduled_req_steps": sums["num_reqs"],
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            # PrefixCacheStats: one record per admission that performed a lookup.
+            "prefix_cache_stats": {
+                "requests": sums["num_new"] if caching else 0,
+                "queries": sums["prefix_queries"],
+                "hits": sums["prefix_hits"],
+                "preempted_requests": sums["num_resumed"] if caching else 0,
+                "preempted_queries": sums["preempted_prefix_queries"],
+                "preempted_hits": sums["preempted_prefix_hits"],
+            },
+            "prefix_hit_tokens_at_admission": self.cached_tokens,
+            "clock_end_s": end,
+            "duration_s": span,
+            "throughput_req_s": self.n_done / span if span > 0 else None,
+            "throughput_tok_s": self.output_tokens / span if span > 0 else None,
+            "timed": timed,
+            "time_model": time_model_label(engine),
+        }
+        # The statistics the summaries table flattens (aisim.columns.LATENCY_STATS; a test checks the keys).
+        for name in LATENCIES:
+            parts = self.latencies[name]
+            v = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0))
+            if v.size:
+                p50, p90, p99 = percentiles(v)
+                summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
+            else:
+                summary[name] = dict.fromkeys(LATENCY_STATS)
+        q = summary["prefix_cache_stats"]
+        summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
+        if engine.speculative is not None:
+            summary.update(_spec_summary(sums["spec_tokens"], sums["spec_accepted"], spec_counts))
+        return summary
 
 
 class _ReplayModule(types.ModuleType):

@@ -31,6 +31,20 @@ every 5.5 engine steps: about 250 requests run at once (``max_num_seqs``
 
 The last lines say PASS or FAIL per target; the exit status is 0 either way
 (benchmark machines are noisy, and a 2-worker speed-up needs 2 idle cores).
+
+**At scale** (``--scale N [N ...]``, not run by CI): a gateway's day of
+``N`` requests of 4 models, each replayed on 2 engine configurations (8
+shards), for every ``N`` given (e.g. ``--scale 1000000 10000000``).  The
+traces are 4 Mooncake JSONL files with a ``model`` column (written by
+DuckDB), about a third of the requests multi-turn sessions whose turns
+share their prefix, arrivals every 10 ms per file; an engine step costs 10
+ms.  Each run is a fresh driver process with a fresh ``LocalCluster`` of 1
+and of 2 workers (``--workers``), so peak memory is per run: the driver's
+(``ru_maxrss``, the Dask scheduler included) and the largest of its
+workers'.  Printed: wall time, requests per second end to end, rows landed
+per second of landing, and both peaks.  Targets: the driver under 1 GB at
+any size; a worker's peak at the largest ``N`` within 1.5x of its peak at
+the smallest; 2 workers at least 1.5x as many requests per second as 1.
 """
 
 from __future__ import annotations
@@ -181,13 +195,185 @@ def machine_ceiling(repeat: int, n: int = 20_000_000) -> float:
     return 2 * best1 / best2
 
 
+# ---------------------------------------------------------------------------- at scale
+
+SCALE_MODELS = 4
+SCALE_FILES = 4
+SCALE_ENGINES = {
+    "wide": {"num_gpu_blocks": 60000, "block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+             "max_model_len": 8192, "time_model": {"base_s": 0.01}},
+    "narrow": {"num_gpu_blocks": 30000, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 4096,
+               "max_model_len": 8192, "time_model": {"base_s": 0.01}},
+}
+
+
+def write_scale_traces(root: str, n: int) -> list:
+    """``SCALE_FILES`` Mooncake JSONL files of ``n`` requests in all (written by DuckDB, in arrival order).
+
+    Row ``i`` of a file arrives at ``i * 10`` ms; a third of the rows are
+    turns of sessions (one session every 3,000 rows, its turns 3,000 rows
+    apart) whose hash ids are the session's, so a turn reuses the earlier
+    turns' prefix; the rest have ids of their own, after a 2-block system
+    prompt per model.  Prompts of 200-2,200 tokens, 20-150 output tokens.
+    """
+    import duckdb
+
+    paths = []
+    per = n // SCALE_FILES
+    con = duckdb.connect()
+    for f in range(SCALE_FILES):
+        path = os.path.join(root, f"gateway-{f}.jsonl")
+        rows = per + (n - per * SCALE_FILES if f == SCALE_FILES - 1 else 0)
+        con.execute(f"""
+            COPY (
+              SELECT 1700000000000 + i * 10 AS timestamp,
+                     200 + (hash(i, {f}) % 2000)::INTEGER AS input_length,
+                     20 + (hash(i, {f}, 7) % 131)::INTEGER AS output_length,
+                     CASE WHEN i % 3 = 0
+                       THEN list_transform(range((200 + (hash(i, {f}) % 2000)::INTEGER + 511) // 512),
+                                           lambda x: 1000000000::BIGINT * {f + 1} + (i % 3000) * 8 + x)
+                       ELSE list_transform(range((200 + (hash(i, {f}) % 2000)::INTEGER + 511) // 512),
+                                           lambda x: CASE WHEN x < 2 THEN (hash(i, {f}, 3) % {SCALE_MODELS}) * 2 + x
+                                                          ELSE 100000000000::BIGINT * {f + 1} + i * 8 + x END)
+                     END AS hash_ids,
+                     CASE WHEN i % 3 = 0 THEN 's{f}-' || (i % 3000) END AS session_id,
+                     'org/model-' || (hash(i, {f}, 3) % {SCALE_MODELS}) AS model
+              FROM range({rows}) t(i)
+            ) TO '{path}' (FORMAT JSON)""")
+        paths.append(path)
+    con.close()
+    return paths
+
+
+def write_scale_spec(root: str, n: int) -> str:
+    t0 = time.perf_counter()
+    write_scale_traces(root, n)
+    print(f"setup: wrote {n:,} requests in {SCALE_FILES} Mooncake files "
+          f"({sum(os.path.getsize(os.path.join(root, f)) for f in os.listdir(root)) / 1e9:.2f} GB) "
+          f"in {time.perf_counter() - t0:.1f} s")
+    lines = [f'name = "scale-{n}"', f'database = "scale-{n}.duckdb"', "",
+             "[[sources]]", 'paths = ["gateway-*.jsonl"]', 'format = "mooncake"',
+             'model_map = { ' + ", ".join(f'"org/model-{m}" = "model-{m}"' for m in range(SCALE_MODELS)) + " }", ""]
+    for m in range(SCALE_MODELS):
+        engines = ", ".join(f'{name} = {_toml_inline(cfg)}' for name, cfg in SCALE_ENGINES.items())
+        lines += ["[[deployments]]", f'model = "model-{m}"', f"engines = {{ {engines} }}", ""]
+    path = os.path.join(root, f"scale-{n}.toml")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines))
+    return path
+
+
+def _toml_inline(cfg: dict) -> str:
+    items = []
+    for k, v in cfg.items():
+        items.append(f"{k} = {_toml_inline(v) if isinstance(v, dict) else json.dumps(v)}")
+    return "{ " + ", ".join(items) + " }"
+
+
+def child_run(spec: str, workers: int, out: str) -> None:
+    """One run in this (fresh) process; writes its figures, with the peaks of this process and its workers."""
+    import logging
+    import resource
+
+    from distributed import Client, LocalCluster
+
+    from aisim.pipeline.graph import QUIET_CLUSTER
+    from aisim.pipeline.run import run_pipeline
+
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, silence_logs=logging.ERROR,
+                      **QUIET_CLUSTER) as cluster, Client(cluster) as client:
+        report = run_pipeline(spec, scheduler=cluster.scheduler_address, force=True)
+        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    wall = time.perf_counter() - t0
+    with open(out, "w", encoding="utf-8") as fh:
+        json.dump({"workers": workers, "wall_s": wall, "run_wall_s": report.wall_s, "compute_s": report.compute_s,
+                   "land_s": report.land_s, "rows_landed": report.rows_landed, "rows_read": report.rows_read,
+                   "requests": report.rows.get("requests", 0), "steps": report.rows.get("steps", 0),
+                   "driver_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                   "worker_peak_mb": max(peaks.values()) / 1024}, fh)
+
+
+def run_scale(sizes: list, workers_list: list, keep: str | None) -> list:
+    import subprocess
+
+    results = []
+    for n in sizes:
+        root = keep or tempfile.mkdtemp(prefix=f"aisim-scale-{n}-")
+        os.makedirs(root, exist_ok=True)
+        try:
+            spec = write_scale_spec(root, n)
+            for w in workers_list:
+                out = os.path.join(root, f"result-{w}.json")
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--child-run", spec, str(w), out],
+                               check=True)
+                with open(out, encoding="utf-8") as fh:
+                    r = json.load(fh)
+                r["n"] = n
+                results.append(r)
+                print(f"  {n:,} requests, {w} worker{'s' if w > 1 else ''}: wall {r['wall_s']:.1f} s "
+                      f"({r['rows_read'] / r['run_wall_s']:,.0f} requests/s end to end; shards {r['compute_s']:.1f} s, "
+                      f"landing {r['land_s']:.1f} s at {r['rows_landed'] / r['land_s']:,.0f} rows/s); "
+                      f"peak RSS driver {r['driver_peak_mb']:,.0f} MB, worker {r['worker_peak_mb']:,.0f} MB",
+                      flush=True)
+        finally:
+            if keep is None:
+                import shutil
+
+                shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+def report_scale(results: list) -> None:
+    print()
+    print(f"{'requests':>11}  {'workers':>7}  {'wall s':>7}  {'req/s':>9}  {'rows landed':>12}  {'landing rows/s':>14}  "
+          f"{'driver MB':>9}  {'worker MB':>9}")
+    for r in results:
+        print(f"{r['n']:>11,}  {r['workers']:>7}  {r['run_wall_s']:>7.1f}  {r['rows_read'] / r['run_wall_s']:>9,.0f}  "
+              f"{r['rows_landed']:>12,}  {r['rows_landed'] / r['land_s']:>14,.0f}  {r['driver_peak_mb']:>9,.0f}  "
+              f"{r['worker_peak_mb']:>9,.0f}")
+    print()
+    driver = max(r["driver_peak_mb"] for r in results)
+    print(f"{'PASS' if driver < 1024 else 'FAIL'}  driver peak RSS: {driver:,.0f} MB (target < 1,024 MB at any size)")
+    sizes = sorted({r["n"] for r in results})
+    if len(sizes) > 1:
+        small = max(r["worker_peak_mb"] for r in results if r["n"] == sizes[0])
+        big = max(r["worker_peak_mb"] for r in results if r["n"] == sizes[-1])
+        print(f"{'PASS' if big <= 1.5 * small else 'FAIL'}  worker peak RSS at {sizes[-1]:,}: {big:,.0f} MB, "
+              f"{big / small:.2f}x its peak at {sizes[0]:,} ({small:,.0f} MB; target <= 1.5x)")
+    for n in sizes:
+        by = {r["workers"]: r for r in results if r["n"] == n}
+        if 1 in by and 2 in by:
+            rate = {w: by[w]["rows_read"] / by[w]["run_wall_s"] for w in (1, 2)}
+            ratio = rate[2] / rate[1]
+            print(f"{'PASS' if ratio >= 1.5 else 'FAIL'}  {n:,} requests: 2 workers {ratio:.2f}x the requests/s "
+                  f"of 1 ({rate[2]:,.0f} vs {rate[1]:,.0f}; target >= 1.5x)")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=12000, help="requests per trace (default 12,000)")
     ap.add_argument("--shards", type=int, default=8, help="models = input files = shards (default 8)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per worker count; the best counts (default 5)")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--scale", type=int, nargs="+", metavar="N",
+                    help="instead: gateway runs of N requests (4 models x 2 engines), e.g. 1000000 10000000")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="with --scale: cluster sizes (1 2)")
+    ap.add_argument("--keep", metavar="DIR", help="with --scale: keep the traces and databases in DIR")
+    ap.add_argument("--child-run", nargs=3, metavar=("SPEC", "WORKERS", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.child_run:
+        child_run(args.child_run[0], int(args.child_run[1]), args.child_run[2])
+        return 0
+    if args.scale:
+        print(f"pipeline_scale at scale: {', '.join(f'{n:,}' for n in args.scale)} requests; "
+              f"python {platform.python_version()}, {len(os.sched_getaffinity(0))} usable CPUs")
+        results = run_scale(args.scale, args.workers, args.keep)
+        report_scale(results)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(results, fh, indent=2)
+        return 0
 
     print(f"pipeline_scale: {args.shards} shards x {args.requests:,} requests; python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable)")

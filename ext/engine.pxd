@@ -1,12 +1,20 @@
 # The discrete-event engine loop (vllm/v1/engine/core.py EngineCore.step and
 # step_with_batch_queue) around the scheduler, with the step-time model and
-# the result columns.  cimported by nothing; the Python side calls Engine.run.
+# the result columns.  cimported by nothing; the Python side feeds it
+# arrivals (Engine.feed), runs it (Engine.advance, Engine.run) and takes its
+# result rows (Engine.take_steps, Engine.take_requests).
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, SchedConfC
 from aisim._core.steptime cimport TimeModelC
-from aisim._core.types cimport block_id_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+
+# What Engine.advance stopped for.
+cdef enum Advance:
+    ADV_DONE = 0               # every request finished (or none is left to arrive)
+    ADV_INPUT = 1              # the next arrival is not fed yet: feed more, or end the input
+    ADV_OUTPUT = 2             # result rows have piled up: take them
 
 cdef enum LineKind:
     LINE_STEP = 0              # an iteration that called schedule()
@@ -52,7 +60,7 @@ cdef enum StepCol:
     SC_SPEC_ACCEPTED           # ... of those, accepted
     N_STEP_COLS                # number of step columns
 
-# Request columns, read from ReqC after the run; engine.pyx REQUEST_COLUMNS.
+# Request columns, read from ReqC when a request retires; engine.pyx REQUEST_COLUMNS.
 cdef enum ReqCol:
     RC_STATUS                  # ReqStatus
     RC_OUTPUT                  # output tokens produced
@@ -73,6 +81,21 @@ cdef struct StepColsC:
     int64_t cap                # rows allocated
     void* col[N_STEP_COLS]     # column k: cap items of its dtype (StepCol order)
 
+cdef struct ReqColsC:
+    # One row per retired request, in trace order; every column grown geometrically.
+    int64_t n                  # rows written
+    int64_t cap                # rows allocated
+    void* col[N_REQ_COLS]      # column k: cap items of its dtype (ReqCol order)
+
+cdef struct ArenaC:
+    # Variable-length data of the requests in slots, as parallel columns; a request holds
+    # entries [off, off + cnt).  Packed afresh when full (Engine._make_room).
+    int64_t n                  # entries used (some by retired requests until the next packing)
+    int64_t cap                # entries allocated
+    int32_t n_cols             # columns in use
+    size_t item[3]             # bytes per entry of each column
+    void* col[3]               # column k: cap entries
+
 cdef struct EventsC:
     # Decision-log events: (line, kind, request, value), grown geometrically.
     int64_t n                  # events written
@@ -84,30 +107,64 @@ cdef struct EventsC:
 
 
 cdef class Engine:
-    cdef ReqC* reqs                # [n_reqs] the requests, trace order
-    cdef req_t n_reqs              # requests of the replay
+    # Requests live in slots from the moment they are fed until they are retired: their row
+    # written out, in trace order, once they and every request before them have finished.  The
+    # scheduler sees slot numbers as its request indices; its per-request arrays are sized to the
+    # slots and grow with them (_grow_pool), so memory follows the requests in flight, not the trace.
+    cdef ReqC* reqs                # [pool_cap] the request slots
+    cdef req_t pool_cap            # slots allocated
+    cdef req_t* free_slots         # [pool_cap] stack of unused slots (the top is used next)
+    cdef req_t n_free              # its depth
+    cdef int64_t* slot_global      # [pool_cap] trace index of each slot's request
+    cdef sec_t* slot_time          # [pool_cap] its arrival in seconds (time-clocked traces)
+    cdef step_t* slot_step         # [pool_cap] its arrival by engine iteration (step-clocked traces)
+    cdef int64_t* slot_next        # [pool_cap] closed loop: trace index of its next turn (-1: none)
+    cdef flag_t* slot_pin          # [pool_cap] scratch: in a batch still in flight (not retired yet)
+    cdef sec_t* slot_next_think    # [pool_cap] closed loop: that turn's think time
+    cdef req_t* win                # [win_cap] slot of trace index g, for retired <= g < loaded
+    cdef int64_t win_cap           # a power of two
+    cdef int64_t retired           # requests retired: their rows are written
+    cdef int64_t loaded            # requests fed
+    cdef req_t* open_q             # [open_cap] ring: fed open-loop requests yet to arrive (trace order)
+    cdef int64_t open_cap          # a power of two
+    cdef int64_t open_head         # its first entry
+    cdef int64_t open_n            # its entries
+    cdef ArenaC segs               # prompt segments of the requests in slots: stream, first token, length
+    cdef ArenaC accs               # speculative decoding: their trace `accept` lists
     cdef KVCacheC kv               # the KV-cache manager (one block pool)
     cdef SchedC sched              # the scheduler over reqs and kv
     cdef BatchC batches[2]         # the batch queue (one slot used when synchronous)
     cdef TimeModelC time_model     # prices every scheduled batch
     cdef bint timed                # arrivals by clock (else by engine step)
     cdef bint record_events        # keep the decision-log events
-    cdef bint ready                # not run yet (run is allowed once)
-    cdef StepColsC cols            # the step columns
+    cdef bint ended                # the input is complete
+    cdef bint finished             # the replay has ended
+    cdef bint whole                # built from a whole trace: run() returns every row at once
+    cdef int64_t out_rows          # advance() stops when this many result rows are waiting
+    cdef StepColsC cols            # the step columns (rows not yet taken)
+    cdef int64_t steps_taken       # step rows taken so far
+    cdef ReqColsC rcols            # the request columns of retired requests (rows not yet taken)
     cdef EventsC events            # the decision-log events
-    cdef object _keep              # arrays the C side points into
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef object _spec_keep         # acceptance arrays the C side points into
-    cdef const step_t* arrival_step  # [n_reqs] arrival by engine iteration (step-clocked traces)
-    cdef const sec_t* arrival_time   # [n_reqs] arrival in seconds (time-clocked traces)
-    cdef req_t* open_idx           # requests that arrive on their own, in trace order
-    cdef req_t n_open              # their number
-    cdef req_t _nxt                # next open-loop request to arrive
-    cdef HeapC rel                 # closed-loop releases, by (0, time, request index)
-    cdef int _set_speculative(self, dict spec, object trace, SchedConfC* conf) except -1
+    cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)
+    # the loop's own state, kept between advance() calls
+    cdef step_t step               # the next engine iteration
+    cdef sec_t clock               # simulated time
+    cdef int32_t q_len             # async: batches in flight
+    cdef int32_t q_head            # async: the oldest of them
+    cdef int64_t stalled           # iterations in a row without progress
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
-    cdef void _release_next_turns(self) noexcept nogil
-    cdef bint _open_due(self, sec_t clock, step_t step) noexcept nogil
+    cdef int _release_next_turns(self) except -1 nogil
+    cdef bint _open_due(self) noexcept nogil
+    cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
+    cdef req_t _pop_release(self) noexcept nogil
+    cdef int _grow_pool(self, req_t need) except -1 nogil
+    cdef int _grow_window(self, int64_t need) except -1 nogil
+    cdef int _grow_open(self) except -1 nogil
+    cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
+    cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil
+    cdef void _point_at_arenas(self) noexcept nogil

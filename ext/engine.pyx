@@ -23,7 +23,7 @@ from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport MAX_GROUPS, GroupSpecC, kv_init, kv_release, specs_from_dicts
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
-from aisim._core.request cimport ReqC, ST_PENDING
+from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
     BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
     sched_has_requests, sched_init, sched_release, sched_schedule, sched_update,
@@ -173,100 +173,194 @@ cdef void _events_release(EventsC* e) noexcept nogil:
     memset(e, 0, sizeof(EventsC))
 
 
+cdef int _arena_init(ArenaC* a, int64_t cap, int32_t n_cols, size_t i0, size_t i1, size_t i2) except -1 nogil:
+    cdef int32_t k
+    memset(a, 0, sizeof(ArenaC))
+    a.n_cols = n_cols
+    a.item[0], a.item[1], a.item[2] = i0, i1, i2
+    a.cap = cap
+    for k in range(n_cols):
+        a.col[k] = mem_calloc(cap if cap > 0 else 1, a.item[k])
+    return 0
+
+
+cdef void _arena_release(ArenaC* a) noexcept nogil:
+    cdef int32_t k
+    for k in range(a.n_cols):
+        mem_free(a.col[k])
+    memset(a, 0, sizeof(ArenaC))
+
+
+# Bytes per item, and C type (0 int8, 1 int32, 2 int64, 3 seconds), of each request column
+# (REQUEST_COLUMNS; set once at import).
+cdef size_t REQ_ITEM[N_REQ_COLS]
+cdef int REQ_KIND[N_REQ_COLS]
+for _k, (_name, _dtype) in enumerate(REQUEST_COLUMNS):
+    REQ_ITEM[_k] = np.dtype(_dtype).itemsize
+    REQ_KIND[_k] = {"int8": 0, "int32": 1, "int64": 2, "float64": 3}[_dtype]
+
+
+cdef int _rcols_reserve(ReqColsC* c) except -1 nogil:
+    # Room for one more row: every column doubles together.
+    cdef int64_t new
+    cdef int k
+    if c.n < c.cap:
+        return 0
+    new = c.cap * 2 if c.cap > 0 else 1024
+    for k in range(N_REQ_COLS):
+        mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
+    c.cap = new
+    return 0
+
+
+cdef void _rcols_release(ReqColsC* c) noexcept nogil:
+    cdef int k
+    for k in range(N_REQ_COLS):
+        mem_free(c.col[k])
+    memset(c, 0, sizeof(ReqColsC))
+
+
+cdef void _rcols_put(ReqColsC* c, const ReqC* r) noexcept nogil:
+    # One row from a retiring request (the caller reserved the room).
+    cdef int64_t row = c.n
+    cdef int k
+    for k in range(N_REQ_COLS):
+        if REQ_KIND[k] == 0:
+            (<flag_t*>c.col[k])[row] = <flag_t>_req_int(r, k)
+        elif REQ_KIND[k] == 1:
+            (<int32_t*>c.col[k])[row] = <int32_t>_req_int(r, k)
+        elif REQ_KIND[k] == 2:
+            (<int64_t*>c.col[k])[row] = _req_int(r, k)
+        else:
+            (<sec_t*>c.col[k])[row] = _req_sec(r, k)
+    c.n += 1
+
+
 # Iterations in a row without a scheduled token or a finish before a replay is
 # declared stuck (vLLM itself would spin forever).
 cdef int64_t STALL_LIMIT = 100000
+
+# Slots a streaming replay starts with, when it may hold more requests than that; it grows as
+# needed.  A replay of fewer requests gets exactly as many (as a whole trace does).
+cdef req_t FIRST_SLOTS = 4096
+
+# Segment entries a streaming replay starts with.
+cdef int64_t FIRST_SEGMENTS = 1 << 16
 
 
 def _c_array(a, dtype):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+cdef int64_t _pow2_at_least(int64_t n) noexcept nogil:
+    cdef int64_t p = 1
+    while p < n:
+        p <<= 1
+    return p
+
+
+cdef object _columns_out(void** cols, const size_t* item, columns, Py_ssize_t n):
+    # One numpy copy per column out of C buffers (which stay the engine's).
+    cdef unsigned char[::1] dst
+    cdef int k
+    out = {}
+    for k, (name, dtype) in enumerate(columns):
+        a = np.zeros(n, dtype)
+        if n:
+            dst = a.view(np.uint8)
+            memcpy(&dst[0], cols[k], n * item[k])
+        out[name] = a
+    return out
+
+
 cdef class Engine:
     """One replay: requests, KV cache and scheduler, built from plain arrays.
 
     Made by ``aisim.replay``, which validates every argument; this class
-    trusts them.  ``run`` can be called once.
+    trusts them.  Two ways to use it:
+
+    - whole: ``Engine(config, trace).run()`` replays a whole trace and
+      returns every result column at once (``run`` can be called once);
+    - streaming: ``Engine(config, timed=..., expected=N)``, then ``feed``
+      chunks of the trace in order and ``end_input`` after the last;
+      ``advance`` runs until it needs the next chunk, has ``out_rows`` result
+      rows waiting, or is done; ``take_steps`` and ``take_requests`` hand the
+      rows over.  Its memory follows the requests in flight (fed and not yet
+      retired), not the trace.
+
+    Both give the same rows: a request's row is written when it and every
+    request before it in the trace have finished (trace order), a step's
+    when the step ends.
     """
 
     def __cinit__(self):
         self.reqs = NULL
-        self.open_idx = NULL
-        self.ready = False
+        self.finished = True
 
-    def __init__(self, config not None, trace not None, bint record_events=False):
-        """Read the resolved configuration and the request arrays once.
+    def __init__(self, config not None, trace=None, bint record_events=False, *, timed=None, expected=None,
+                 out_rows=None):
+        """Read the resolved configuration, and the whole trace when given.
 
         Parameters
         ----------
         config : aisim.core_input.CoreConfig
-        trace : aisim.core_input.CoreTrace
+        trace : aisim.core_input.CoreTrace, optional
+            A whole trace (fed and ended here); without it, the engine streams.
         record_events : bool
-            Keep the decision-log events.
+            Keep the decision-log events (whole traces only).
+        timed : bool, optional
+            Streaming: arrivals in seconds (else by engine iteration).
+        expected : int, optional
+            Streaming: the requests that will be fed (at most); sizes the
+            first slots.
+        out_rows : int, optional
+            Streaming: ``advance`` returns when this many step or request
+            rows wait to be taken (default 65,536).
         """
-        cdef Py_ssize_t i, n = len(trace.prompt_len)
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
         cdef tok_t block_size = config.block_size
         cdef tok_t max_model_len = config.max_model_len
         cdef int32_t max_num_seqs = config.max_num_seqs
-        cdef const tok_t[::1] p_len = _c_array(trace.prompt_len, np.int64)
-        cdef const tok_t[::1] m_tok = _c_array(trace.max_tokens, np.int64)
-        cdef const int32_t[::1] prio = _c_array(trace.priority, np.int32)
-        cdef const sec_t[::1] a_key = _c_array(trace.arrival_key, np.float64)
-        cdef const int32_t[::1] rank = _c_array(trace.id_rank, np.int32)
-        cdef const int32_t[::1] s_off = _c_array(trace.seg_off, np.int32)
-        cdef const int32_t[::1] s_cnt = _c_array(trace.seg_cnt, np.int32)
-        cdef const hash_t[::1] o_str = _c_array(trace.out_stream, np.uint64)
-        cdef const hash_t[::1] g_str = _c_array(trace.seg_stream, np.uint64)
-        cdef const tok_t[::1] g_first = _c_array(trace.seg_first, np.int64)
-        cdef const tok_t[::1] g_len = _c_array(trace.seg_len, np.int64)
-        cdef const step_t[::1] a_step
-        cdef const sec_t[::1] a_time
-        cdef const int32_t[::1] nt = _c_array(
-            trace.next_turn if trace.next_turn is not None else np.full(n, -1), np.int32)
-        cdef const sec_t[::1] th = _c_array(
-            trace.think_s if trace.think_s is not None else np.zeros(n), np.float64)
-        keep = [g_str, g_first, g_len]
+        cdef req_t cap
+        cdef req_t i
         memset(&conf, 0, sizeof(SchedConfC))
-        self.timed = trace.arrival_time is not None
-        if self.timed:
-            a_time = _c_array(trace.arrival_time, np.float64)
-            keep.append(a_time)
-            self.arrival_time = &a_time[0] if n > 0 else NULL
+        self.whole = trace is not None
+        if self.whole:
+            n = len(trace.prompt_len)
+            self.timed = trace.arrival_time is not None
+            cap = <req_t>max(n, 1)
+            self.out_rows = (<int64_t>1) << 62
         else:
-            a_step = _c_array(trace.arrival_step, np.int64)
-            keep.append(a_step)
-            self.arrival_step = &a_step[0] if n > 0 else NULL
-        self._keep = keep
-        self.n_reqs = <req_t>n
-        self.reqs = <ReqC*>mem_calloc(n, sizeof(ReqC))
-        self.open_idx = <req_t*>mem_calloc(n, sizeof(req_t))
-        heap_init(&self.rel, <int32_t>n)
-        # A request that is some session's next turn is sent by that turn's finish.
-        followers = set(int(x) for x in nt if x >= 0)
-        self.n_open = 0
-        for i in range(n):
-            if i not in followers:
-                self.open_idx[self.n_open] = <req_t>i
-                self.n_open += 1
-        for i in range(n):
-            self.reqs[i].next_turn = nt[i]
-            self.reqs[i].think_s = th[i]
-            self.reqs[i].prompt_len = p_len[i]
-            self.reqs[i].max_tokens = m_tok[i]
-            self.reqs[i].priority = prio[i]
-            self.reqs[i].arrival_key = a_key[i]
-            self.reqs[i].id_rank = rank[i]
-            self.reqs[i].seg_off = s_off[i]
-            self.reqs[i].seg_cnt = s_cnt[i]
-            self.reqs[i].out_stream = o_str[i]
-            self.reqs[i].status = ST_PENDING
-            self.reqs[i].slot = -1
-            self.reqs[i].arrival_s = -1
-            self.reqs[i].first_sched_s = -1
-            self.reqs[i].first_token_s = -1
-            self.reqs[i].finish_s = -1
+            if timed is None:
+                raise TypeError("a streaming Engine needs timed=True or timed=False")
+            if record_events:
+                raise ValueError("decision-log events are recorded for whole traces only")
+            self.timed = bool(timed)
+            # As many slots as requests when they are few (as a whole trace); else a first
+            # helping that holds a full batch, grown on demand.
+            cap = <req_t>(expected if expected is not None and 0 < expected <= FIRST_SLOTS
+                          else max(FIRST_SLOTS, max_num_seqs + 1))
+            self.out_rows = out_rows if out_rows is not None else 65536
+        self.pool_cap = cap
+        self.reqs = <ReqC*>mem_calloc(cap, sizeof(ReqC))
+        self.free_slots = <req_t*>mem_calloc(cap, sizeof(req_t))
+        for i in range(cap):
+            self.free_slots[i] = cap - 1 - i  # slot 0 on top: a whole trace's slots are its indices
+        self.n_free = cap
+        self.slot_global = <int64_t*>mem_calloc(cap, sizeof(int64_t))
+        self.slot_time = <sec_t*>mem_calloc(cap, sizeof(sec_t))
+        self.slot_step = <step_t*>mem_calloc(cap, sizeof(step_t))
+        self.slot_next = <int64_t*>mem_calloc(cap, sizeof(int64_t))
+        self.slot_next_think = <sec_t*>mem_calloc(cap, sizeof(sec_t))
+        self.slot_pin = <flag_t*>mem_calloc(cap, sizeof(flag_t))
+        self.win_cap = _pow2_at_least(cap)
+        self.win = <req_t*>mem_calloc(self.win_cap, sizeof(req_t))
+        self.open_cap = _pow2_at_least(cap)
+        self.open_q = <req_t*>mem_calloc(self.open_cap, sizeof(req_t))
+        _arena_init(&self.segs, FIRST_SEGMENTS, 3, sizeof(hash_t), sizeof(tok_t), sizeof(tok_t))
+        _arena_init(&self.accs, 0, 1, sizeof(int64_t), 0, 0)
+        heap_init(&self.rel, cap)
         conf.max_num_batched_tokens = config.max_num_batched_tokens
         conf.max_num_scheduled_tokens = config.max_num_scheduled_tokens
         conf.max_num_running_reqs = max_num_seqs
@@ -292,13 +386,11 @@ cdef class Engine:
                 max_num_seqs + 8)
         spec = config.speculative
         if spec is not None:
-            self._set_speculative(spec, trace, &conf)
+            self._set_speculative(spec, &conf)
         self.kv.eagle = conf.eagle_drop and config.enable_prefix_caching
         self.kv.hash_lookahead = conf.hash_lookahead
-        self.kv.seg_stream = &g_str[0] if g_str.shape[0] > 0 else NULL
-        self.kv.seg_first = &g_first[0] if g_first.shape[0] > 0 else NULL
-        self.kv.seg_len = &g_len[0] if g_len.shape[0] > 0 else NULL
-        sched_init(&self.sched, conf, &self.kv, self.reqs, <req_t>n)
+        sched_init(&self.sched, conf, &self.kv, self.reqs, cap)
+        self._point_at_arenas()
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
         self.time_model.kind = TM_LINEAR
@@ -308,15 +400,14 @@ cdef class Engine:
         if config.step_time is not None:
             self._set_step_time(config.step_time)
         self.record_events = record_events
-        self.ready = True
+        self.finished = False
+        if self.whole:
+            self.feed(trace)
+            self.end_input()
 
-    cdef int _set_speculative(self, dict spec, object trace, SchedConfC* conf) except -1:
-        """Speculative-decoding settings (aisim.core_input) and the trace's ``accept`` lists."""
+    cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1:
+        """Speculative-decoding settings (aisim.core_input); the trace's ``accept`` lists come with ``feed``."""
         cdef const int64_t[::1] table = np.ascontiguousarray(spec["acc_table"], dtype=np.int64)
-        cdef const int64_t[::1] values
-        cdef const int32_t[::1] off
-        cdef const int32_t[::1] cnt
-        cdef Py_ssize_t i
         conf.num_spec_tokens = spec["num_speculative_tokens"]
         conf.num_lookahead = spec["num_lookahead_tokens"]
         conf.draft_slots = spec["draft_slots"]
@@ -331,17 +422,7 @@ cdef class Engine:
         self.time_model.drafter_per_token_s = spec["drafter_per_token_s"]
         self.time_model.drafter = (spec["drafter_fraction"] > 0 or spec["drafter_base_s"] > 0
                                    or spec["drafter_per_token_s"] > 0)
-        keep = [table]
-        if trace.accept_values is not None and len(trace.accept_values) > 0:
-            values = np.ascontiguousarray(trace.accept_values, dtype=np.int64)
-            off = np.ascontiguousarray(trace.accept_off, dtype=np.int32)
-            cnt = np.ascontiguousarray(trace.accept_cnt, dtype=np.int32)
-            keep.append(values)
-            conf.acc_list = &values[0]
-            for i in range(self.n_reqs):
-                self.reqs[i].acc_off = off[i]
-                self.reqs[i].acc_cnt = cnt[i]
-        self._spec_keep = keep
+        self._spec_keep = table
         return 0
 
     def _set_step_time(self, dict m):
@@ -389,16 +470,272 @@ cdef class Engine:
             tm.latency = <double*>&lat[0]
         self._tm_keep = keep
 
+
     def __dealloc__(self):
+        if self.reqs == NULL:
+            return
         batch_release(&self.batches[0])
         batch_release(&self.batches[1])
+        self.sched.reqs = NULL
         sched_release(&self.sched)
         kv_release(&self.kv)
         _cols_release(&self.cols)
+        _rcols_release(&self.rcols)
         _events_release(&self.events)
         heap_release(&self.rel)
         mem_free(self.reqs)
-        mem_free(self.open_idx)
+        mem_free(self.free_slots)
+        mem_free(self.slot_global)
+        mem_free(self.slot_time)
+        mem_free(self.slot_step)
+        mem_free(self.slot_next)
+        mem_free(self.slot_next_think)
+        mem_free(self.slot_pin)
+        mem_free(self.win)
+        mem_free(self.open_q)
+        _arena_release(&self.segs)
+        _arena_release(&self.accs)
+
+    # -------------------------------------------------------------- input
+
+    def feed(self, trace not None):
+        """Append the next requests of the trace (a :class:`~aisim.core_input.CoreTrace` chunk).
+
+        The chunk's ``next_turn`` are trace indices (of the whole trace);
+        ``follows`` says which requests are some earlier request's next turn
+        (sent by its finish, not at their own arrival) and ``next_think`` the
+        think time of each request's next turn.  Left out, they are derived
+        from ``next_turn`` and ``think_s`` within the chunk (a whole trace).
+        """
+        cdef Py_ssize_t i, n
+        cdef int64_t base = self.loaded, g, mask
+        cdef req_t s
+        cdef ReqC* r
+        if self.ended:
+            raise RuntimeError("Engine.feed after end_input")
+        n = len(trace.prompt_len)
+        if n == 0:
+            return
+        cdef const tok_t[::1] p_len = _c_array(trace.prompt_len, np.int64)
+        cdef const tok_t[::1] m_tok = _c_array(trace.max_tokens, np.int64)
+        cdef const int32_t[::1] prio = _c_array(trace.priority, np.int32)
+        cdef const sec_t[::1] a_key = _c_array(trace.arrival_key, np.float64)
+        cdef const int32_t[::1] rank = _c_array(trace.id_rank, np.int32)
+        cdef const int32_t[::1] s_off = _c_array(trace.seg_off, np.int32)
+        cdef const int32_t[::1] s_cnt = _c_array(trace.seg_cnt, np.int32)
+        cdef const hash_t[::1] o_str = _c_array(trace.out_stream, np.uint64)
+        cdef const hash_t[::1] g_str = _c_array(trace.seg_stream, np.uint64)
+        cdef const tok_t[::1] g_first = _c_array(trace.seg_first, np.int64)
+        cdef const tok_t[::1] g_len = _c_array(trace.seg_len, np.int64)
+        cdef const sec_t[::1] a_time = _c_array(trace.arrival_time if self.timed else np.zeros(n), np.float64)
+        cdef const step_t[::1] a_step = _c_array(trace.arrival_step if not self.timed else np.zeros(n), np.int64)
+        nt_raw = trace.next_turn if trace.next_turn is not None else np.full(n, -1)
+        th_raw = trace.think_s if trace.think_s is not None else np.zeros(n)
+        cdef const int64_t[::1] nt = _c_array(nt_raw, np.int64)
+        cdef const sec_t[::1] th = _c_array(th_raw, np.float64)
+        follows = getattr(trace, "follows", None)
+        next_think = getattr(trace, "next_think", None)
+        if follows is None:  # a whole trace: its next turns are in it
+            follows = np.zeros(n, dtype=np.int8)
+            nt_local = np.asarray(nt_raw, dtype=np.int64) - base
+            has = nt_local >= 0
+            follows[nt_local[has]] = 1
+            next_think = np.zeros(n)
+            next_think[has] = np.asarray(th_raw, dtype=np.float64)[nt_local[has]]
+        cdef const flag_t[::1] fol = _c_array(follows, np.int8)
+        cdef const sec_t[::1] nth = _c_array(next_think, np.float64)
+        cdef int64_t n_seg = g_str.shape[0]
+        # Speculative decoding: the requests' own `accept` lists (count 0: the configured rule).
+        has_acc = trace.accept_values is not None and len(trace.accept_values) > 0
+        cdef const int64_t[::1] acc_v = _c_array(trace.accept_values if has_acc else np.zeros(1), np.int64)
+        cdef const int32_t[::1] acc_o = _c_array(trace.accept_off if has_acc else np.zeros(n), np.int32)
+        cdef const int32_t[::1] acc_c = _c_array(trace.accept_cnt if has_acc else np.zeros(n), np.int32)
+        cdef int64_t n_acc = len(trace.accept_values) if has_acc else 0
+        with nogil:
+            if self.n_free < n:
+                self._grow_pool(<req_t>(self.pool_cap - self.n_free + n))
+            self._grow_window(self.loaded + n - self.retired)
+            self._make_room(&self.segs, False, n_seg)
+            self._make_room(&self.accs, True, n_acc)
+            if n_seg:
+                memcpy(<hash_t*>self.segs.col[0] + self.segs.n, &g_str[0], n_seg * sizeof(hash_t))
+                memcpy(<tok_t*>self.segs.col[1] + self.segs.n, &g_first[0], n_seg * sizeof(tok_t))
+                memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &g_len[0], n_seg * sizeof(tok_t))
+            if n_acc:
+                memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &acc_v[0], n_acc * sizeof(int64_t))
+            mask = self.win_cap - 1
+            for i in range(n):
+                self.n_free -= 1
+                s = self.free_slots[self.n_free]
+                g = base + i
+                r = &self.reqs[s]
+                memset(r, 0, sizeof(ReqC))
+                r.next_turn = <int32_t>nt[i]
+                r.think_s = th[i]
+                r.prompt_len = p_len[i]
+                r.max_tokens = m_tok[i]
+                r.priority = prio[i]
+                r.arrival_key = a_key[i]
+                r.id_rank = rank[i]
+                r.seg_off = <int32_t>(self.segs.n + s_off[i])
+                r.seg_cnt = s_cnt[i]
+                r.acc_off = <int32_t>(self.accs.n + acc_o[i])
+                r.acc_cnt = acc_c[i]
+                r.trace_index = g
+                r.out_stream = o_str[i]
+                r.status = ST_PENDING
+                r.slot = -1
+                r.arrival_s = -1
+                r.first_sched_s = -1
+                r.first_token_s = -1
+                r.finish_s = -1
+                self.slot_global[s] = g
+                self.slot_time[s] = a_time[i]
+                self.slot_step[s] = a_step[i]
+                self.slot_next[s] = nt[i]
+                self.slot_next_think[s] = nth[i]
+                self.win[g & mask] = s
+                if not fol[i]:
+                    if self.open_n == self.open_cap:
+                        self._grow_open()
+                    self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
+                    self.open_n += 1
+            self.segs.n += n_seg
+            self.accs.n += n_acc
+            self._point_at_arenas()
+            self.loaded += n
+
+    def end_input(self):
+        """No more requests will be fed."""
+        self.ended = True
+
+    # -------------------------------------------------------------- growth (between iterations only)
+
+    cdef int _grow_pool(self, req_t need) except -1 nogil:
+        """Room for ``need`` slots; the scheduler's per-request arrays grow with them.
+
+        Slots keep their numbers (the arrays are reallocated, not renumbered),
+        so every request index the scheduler, the batches and the heaps hold
+        stays valid.  The FCFS waiting ring is laid out afresh from its head.
+        """
+        cdef req_t old = self.pool_cap
+        cdef req_t new = old * 2 if old * 2 > need else need
+        cdef req_t i
+        cdef req_t* ring
+        cdef SchedC* sc = &self.sched
+        mem_grow(<void**>&self.reqs, old, new, sizeof(ReqC))
+        mem_grow(<void**>&self.free_slots, old, new, sizeof(req_t))
+        # The new slots go under the free ones, lowest number on top of them.
+        for i in range(self.n_free - 1, -1, -1):
+            self.free_slots[i + (new - old)] = self.free_slots[i]
+        for i in range(new - old):
+            self.free_slots[i] = new - 1 - i
+        self.n_free += new - old
+        mem_grow(<void**>&self.slot_global, old, new, sizeof(int64_t))
+        mem_grow(<void**>&self.slot_time, old, new, sizeof(sec_t))
+        mem_grow(<void**>&self.slot_step, old, new, sizeof(step_t))
+        mem_grow(<void**>&self.slot_next, old, new, sizeof(int64_t))
+        mem_grow(<void**>&self.slot_next_think, old, new, sizeof(sec_t))
+        mem_grow(<void**>&self.slot_pin, old, new, sizeof(flag_t))
+        # vllm/v1/core/sched/scheduler.py keeps requests in dicts and lists that grow as they come;
+        # the scheduler here sizes its arrays by the request count, so they grow with the slots.
+        sc.reqs = self.reqs
+        mem_grow(<void**>&sc.running, old, new, sizeof(req_t))
+        mem_grow(<void**>&sc.skipped, old, new, sizeof(req_t))
+        mem_grow(<void**>&sc.finished, old, new, sizeof(req_t))
+        ring = <req_t*>mem_calloc(new + 1, sizeof(req_t))
+        for i in range(sc.n_waiting):
+            ring[i] = sc.waiting[(sc.w_head + i) % (old + 1)]
+        mem_free(sc.waiting)
+        sc.waiting = ring
+        sc.w_head = 0
+        if sc.conf.priority:
+            mem_grow(<void**>&sc.wheap.a, sc.wheap.cap, new, sizeof(sc.wheap.a[0]))
+            sc.wheap.cap = new
+        sc.n_reqs = new
+        if self.rel.cap < new:
+            mem_grow(<void**>&self.rel.a, self.rel.cap, new, sizeof(self.rel.a[0]))
+            self.rel.cap = new
+        self.pool_cap = new
+        return 0
+
+    cdef int _grow_window(self, int64_t need) except -1 nogil:
+        """Room to map ``need`` trace indices (from the oldest not retired) to their slots."""
+        cdef int64_t new, g
+        cdef req_t* w
+        if need <= self.win_cap:
+            return 0
+        new = _pow2_at_least(need)
+        w = <req_t*>mem_calloc(new, sizeof(req_t))
+        for g in range(self.retired, self.loaded):
+            w[g & (new - 1)] = self.win[g & (self.win_cap - 1)]
+        mem_free(self.win)
+        self.win = w
+        self.win_cap = new
+        return 0
+
+    cdef int _grow_open(self) except -1 nogil:
+        cdef int64_t new = self.open_cap * 2, i
+        cdef req_t* q = <req_t*>mem_calloc(new, sizeof(req_t))
+        for i in range(self.open_n):
+            q[i] = self.open_q[(self.open_head + i) & (self.open_cap - 1)]
+        mem_free(self.open_q)
+        self.open_q = q
+        self.open_cap = new
+        self.open_head = 0
+        return 0
+
+    cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil:
+        """Room for ``need`` more entries in ``a`` (the segments, or with ``accepts`` the accept
+        lists): the live requests' entries are packed into fresh columns (the retired ones'
+        dropped), twice as large when they stay over half full.
+
+        Between iterations only: the KV cache and the scheduler read the
+        entries through each request's offset and the arena pointers, both
+        updated here and by :meth:`_point_at_arenas`.
+        """
+        cdef int64_t live = 0, cap, g, at = 0
+        cdef int32_t k
+        cdef req_t s
+        cdef int32_t* off
+        cdef int32_t cnt
+        cdef void* fresh[3]
+        cdef int64_t mask = self.win_cap - 1
+        if a.n + need <= a.cap:
+            return 0
+        for g in range(self.retired, self.loaded):
+            s = self.win[g & mask]
+            live += self.reqs[s].acc_cnt if accepts else self.reqs[s].seg_cnt
+        cap = a.cap if a.cap > 0 else 1
+        if live == 0:  # a whole trace, or a fresh start: exactly what is needed
+            cap = need if need > cap else cap
+        while cap < live + need or (live > 0 and cap < 2 * (live + need)):
+            cap *= 2
+        for k in range(a.n_cols):
+            fresh[k] = mem_calloc(cap, a.item[k])
+        for g in range(self.retired, self.loaded):
+            s = self.win[g & mask]
+            off = &self.reqs[s].acc_off if accepts else &self.reqs[s].seg_off
+            cnt = self.reqs[s].acc_cnt if accepts else self.reqs[s].seg_cnt
+            for k in range(a.n_cols):
+                if cnt:
+                    memcpy(<char*>fresh[k] + at * a.item[k], <char*>a.col[k] + off[0] * a.item[k], cnt * a.item[k])
+            off[0] = <int32_t>at
+            at += cnt
+        for k in range(a.n_cols):
+            mem_free(a.col[k])
+            a.col[k] = fresh[k]
+        a.cap = cap
+        a.n = at
+        self._point_at_arenas()
+        return 0
+
+    cdef void _point_at_arenas(self) noexcept nogil:
+        """The KV cache reads prompt segments, the scheduler accept lists, from the arenas."""
+        self.kv.seg_stream = <hash_t*>self.segs.col[0]
+        self.kv.seg_first = <tok_t*>self.segs.col[1]
+        self.kv.seg_len = <tok_t*>self.segs.col[2]
+        self.sched.conf.acc_list = <int64_t*>self.accs.col[0]
 
     # -------------------------------------------------------------- the loop
 
@@ -443,48 +780,64 @@ cdef class Engine:
             _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
             if self.record_events:
                 for i in range(sched_b.n):
-                    _event(&self.events, row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
+                    _event(&self.events, self.steps_taken + row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
                 for i in range(sched_b.n):
                     if sched_b.spec_m[i] == 0:
                         continue
-                    _event(&self.events, row, EV_SPEC, sched_b.req[i], sched_b.spec_m[i])
-                    _event(&self.events, row, EV_SPEC_ACCEPTED, sched_b.req[i], sched_b.spec_a[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC, sched_b.req[i], sched_b.spec_m[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, sched_b.req[i], sched_b.spec_a[i])
                     if sched_b.padded[i]:
-                        _event(&self.events, row, EV_SPEC_PADDED, sched_b.req[i], sched_b.spec_m[i])
+                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, sched_b.req[i],
+                               sched_b.spec_m[i])
                 for i in range(sched_b.n_new):
-                    _event(&self.events, row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
+                    _event(&self.events, self.steps_taken + row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
                 for i in range(sched_b.n_resumed):
-                    _event(&self.events, row, EV_RESUMED, sched_b.res_req[i], sched_b.res_computed[i])
+                    _event(&self.events, self.steps_taken + row, EV_RESUMED, sched_b.res_req[i],
+                           sched_b.res_computed[i])
                 for i in range(sched_b.n_preempted):
-                    _event(&self.events, row, EV_PREEMPTED, sched_b.preempted[i], 0)
+                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, sched_b.preempted[i], 0)
         if upd_b != NULL and self.record_events:
             for i in range(self.sched.n_finished):
-                _event(&self.events, row, EV_FINISHED, self.sched.finished[i], 0)
+                _event(&self.events, self.steps_taken + row, EV_FINISHED, self.sched.finished[i], 0)
         c.n += 1
         return 0
 
-    cdef bint _open_due(self, sec_t clock, step_t step) noexcept nogil:
-        # The next open-loop request has arrived by this clock / engine step.
-        cdef req_t r
-        if self._nxt >= self.n_open:
-            return False
-        r = self.open_idx[self._nxt]
-        if self.timed:
-            return self.arrival_time[r] <= clock
-        return self.arrival_step[r] <= step
 
-    cdef void _release_next_turns(self) noexcept nogil:
+    cdef bint _open_due(self) noexcept nogil:
+        # The next open-loop request (trace order) has arrived by this clock / engine step.
+        cdef req_t s
+        if self.open_n == 0:
+            return False
+        s = self.open_q[self.open_head]
+        if self.timed:
+            return self.slot_time[s] <= self.clock
+        return self.slot_step[s] <= self.step
+
+    cdef req_t _pop_release(self) noexcept nogil:
+        """The next closed-loop turn due: its slot, its arrival key the release time."""
+        cdef sec_t t = self.rel.a[0].key
+        cdef int64_t g = heap_pop(&self.rel)
+        cdef req_t s = self.win[g & (self.win_cap - 1)]
+        self.reqs[s].arrival_key = t
+        return s
+
+    cdef int _release_next_turns(self) except -1 nogil:
         """Closed loop: a finished turn sends its session's next turn after its think time."""
         cdef int32_t i
-        cdef req_t f, nx
+        cdef req_t f
+        cdef int64_t nx
         cdef sec_t t
         for i in range(self.sched.n_finished):
             f = self.sched.finished[i]
-            nx = self.reqs[f].next_turn
+            nx = self.slot_next[f]
             if nx >= 0:
-                t = self.reqs[f].finish_s + self.reqs[nx].think_s
-                self.reqs[nx].arrival_key = t
-                heap_push(&self.rel, 0, t, nx, nx)
+                t = self.reqs[f].finish_s + self.slot_next_think[f]
+                if self.rel.n == self.rel.cap:
+                    mem_grow(<void**>&self.rel.a, self.rel.cap, self.rel.cap * 2 + 1, sizeof(self.rel.a[0]))
+                    self.rel.cap = self.rel.cap * 2 + 1
+                # (0, release time, trace index): the tie is the turn's place in the trace.
+                heap_push(&self.rel, 0, t, nx, <req_t>nx)
+        return 0
 
     cdef int _range_error(self, step_t step) except -1 nogil:
         with gil:
@@ -492,131 +845,221 @@ cdef class Engine:
                              f"(values {self.time_model.bad_x:g}, {self.time_model.bad_y:g} on its axes); "
                              "aisim never extrapolates a profile: measure a wider range")
 
+    cdef int _retire(self, bint all_of_them) except -1 nogil:
+        """Write out, in trace order, the requests that finished with every request before them.
+
+        A slot a batch still in flight names (async scheduling) is kept until
+        that batch's output is processed: its update looks the request up.
+        With ``all_of_them`` (the replay ended) every request fed is written.
+        """
+        cdef int32_t i, j
+        cdef req_t s
+        cdef int64_t mask = self.win_cap - 1
+        cdef BatchC* b
+        for j in range(self.q_len):
+            b = &self.batches[(self.q_head + j) % 2]
+            for i in range(b.n):
+                self.slot_pin[b.req[i]] = 1
+        while self.retired < self.loaded:
+            s = self.win[self.retired & mask]
+            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s]):
+                break
+            _rcols_reserve(&self.rcols)
+            _rcols_put(&self.rcols, &self.reqs[s])
+            self.free_slots[self.n_free] = s
+            self.n_free += 1
+            self.retired += 1
+        for j in range(self.q_len):
+            b = &self.batches[(self.q_head + j) % 2]
+            for i in range(b.n):
+                self.slot_pin[b.req[i]] = 0
+        return 0
+
     cdef int _run(self) except -1 nogil:
+        """Run until the replay ends (ADV_DONE), needs the next input (ADV_INPUT) or has rows to hand
+        over (ADV_OUTPUT).  Resumable: it stops only before an iteration or between two arrivals."""
         cdef req_t r_open, r_new
         cdef sec_t t_next
-        cdef step_t step = 0
-        cdef sec_t clock = 0.0
         cdef BatchC* b
         cdef BatchC* ob
-        cdef int32_t q_len = 0, q_head = 0
         cdef bint scheduled
         cdef block_id_t free_sched
         cdef int64_t arrived_row
-        cdef int64_t stalled = 0
         while True:
             # Safety net: an engine that schedules nothing and finishes nothing
             # for this many iterations in a row can never make progress.
-            if stalled > STALL_LIMIT:
+            if self.stalled > STALL_LIMIT:
                 with gil:
                     raise RuntimeError(
-                        f"replay stalled at engine step {step}: {self.sched.n_running} running and "
+                        f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
                         f"{self.sched.n_waiting} waiting requests cannot be scheduled")
+            self._retire(False)
+            if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows:
+                return ADV_OUTPUT
             # Add the requests that have arrived by now: open-loop requests in
             # trace order, merged with closed-loop turns released by a finish,
-            # ordered by (time, request index).
-            arrived_row = self.cols.n
+            # ordered by (time, trace index).
+            arrived_row = self.steps_taken + self.cols.n
             while True:
-                if self._open_due(clock, step):
-                    r_open = self.open_idx[self._nxt]
-                    if self.rel.n > 0 and self.rel.a[0].key <= clock and (
-                            self.rel.a[0].key < self.arrival_time[r_open]
-                            or (self.rel.a[0].key == self.arrival_time[r_open] and self.rel.a[0].item < r_open)):
-                        r_new = heap_pop(&self.rel)
+                if not self.ended and (self.open_n == 0 or (
+                        self.rel.n > 0 and self.rel.a[0].key <= self.clock and self.rel.a[0].tie >= self.loaded)):
+                    return ADV_INPUT  # the next arrival may be in the input not fed yet
+                if self._open_due():
+                    r_open = self.open_q[self.open_head]
+                    if self.rel.n > 0 and self.rel.a[0].key <= self.clock and (
+                            self.rel.a[0].key < self.slot_time[r_open]
+                            or (self.rel.a[0].key == self.slot_time[r_open]
+                                and self.rel.a[0].tie < self.slot_global[r_open])):
+                        r_new = self._pop_release()
                     else:
                         r_new = r_open
-                        self._nxt += 1
-                elif self.rel.n > 0 and self.rel.a[0].key <= clock:
-                    r_new = heap_pop(&self.rel)
+                        self.open_head = (self.open_head + 1) & (self.open_cap - 1)
+                        self.open_n -= 1
+                elif self.rel.n > 0 and self.rel.a[0].key <= self.clock:
+                    r_new = self._pop_release()
                 else:
                     break
-                self.reqs[r_new].arrival_s = clock
+                self.reqs[r_new].arrival_s = self.clock
                 sched_add_request(&self.sched, r_new)
                 if self.record_events:
                     _event(&self.events, arrived_row, EV_ARRIVED, r_new, 0)
-            if not sched_has_requests(&self.sched) and q_len == 0:
+            if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
-                if self._nxt == self.n_open and self.rel.n == 0:
-                    break
+                if self.open_n == 0 and self.rel.n == 0:
+                    self._retire(True)
+                    self.finished = True
+                    return ADV_DONE
                 if self.timed:
-                    t_next = self.arrival_time[self.open_idx[self._nxt]] if self._nxt < self.n_open else self.rel.a[0].key
+                    t_next = self.slot_time[self.open_q[self.open_head]] if self.open_n > 0 else self.rel.a[0].key
                     if self.rel.n > 0 and self.rel.a[0].key < t_next:
                         t_next = self.rel.a[0].key
-                    if t_next > clock:
-                        clock = t_next
+                    if t_next > self.clock:
+                        self.clock = t_next
                 else:
-                    step = self.arrival_step[self.open_idx[self._nxt]]
+                    self.step = self.slot_step[self.open_q[self.open_head]]
                 continue
             if not self.sched.conf.async_scheduling:
                 b = &self.batches[0]
-                b.step = step
-                b.start_s = clock
+                b.step = self.step
+                b.start_s = self.clock
                 sched_schedule(&self.sched, b)
-                b.end_s = clock + tm_step_time(&self.time_model, b)
+                b.end_s = self.clock + tm_step_time(&self.time_model, b)
                 if self.time_model.out_of_range:
-                    self._range_error(step)
+                    self._range_error(self.step)
                 free_sched = self.kv.pool.num_free
                 sched_update(&self.sched, b)
                 self._release_next_turns()
-                stalled = stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-                self._log_line(step, LINE_STEP, clock, b, b, free_sched)
-                clock = b.end_s
-                step += 1
+                self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
+                self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+                self.clock = b.end_s
+                self.step += 1
                 continue
             # Asynchronous engine, batch queue of two (step_with_batch_queue).
             scheduled = False
             free_sched = self.kv.pool.num_free
             b = NULL
             if sched_has_requests(&self.sched):
-                b = &self.batches[(q_head + q_len) % 2]
-                b.step = step
-                b.start_s = clock
+                b = &self.batches[(self.q_head + self.q_len) % 2]
+                b.step = self.step
+                b.start_s = self.clock
                 sched_schedule(&self.sched, b)
-                b.end_s = clock + tm_step_time(&self.time_model, b)
+                b.end_s = self.clock + tm_step_time(&self.time_model, b)
                 if self.time_model.out_of_range:
-                    self._range_error(step)
+                    self._range_error(self.step)
                 free_sched = self.kv.pool.num_free
-                q_len += 1
+                self.q_len += 1
                 scheduled = True
-                if q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
+                if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
                     # Do not wait for the worker while the queue has room.
                     self.sched.n_finished = 0
-                    self._log_line(step, LINE_STEP, clock, b, NULL, free_sched)
-                    clock = b.end_s
-                    step += 1
+                    self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
+                    self.clock = b.end_s
+                    self.step += 1
                     continue
-            ob = &self.batches[q_head]
-            q_head = (q_head + 1) % 2
-            q_len -= 1
+            ob = &self.batches[self.q_head]
+            self.q_head = (self.q_head + 1) % 2
+            self.q_len -= 1
             sched_update(&self.sched, ob)
             self._release_next_turns()
-            stalled = stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
+            self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
             if scheduled:
-                self._log_line(step, LINE_STEP, clock, b, ob, free_sched)
-                clock = b.end_s
+                self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
+                self.clock = b.end_s
             else:
-                self._log_line(step, LINE_DRAIN, clock, NULL, ob, free_sched)
-            step += 1
-        return 0
+                self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
+            self.step += 1
+
+    def advance(self):
+        """Replay until the next input is needed, rows wait to be taken, or the replay is done.
+
+        Returns
+        -------
+        int
+            ``ADVANCE["done"]``, ``ADVANCE["input"]`` (feed the next chunk, or
+            call ``end_input``) or ``ADVANCE["output"]`` (take the rows).
+        """
+        cdef int code
+        if self.finished:
+            return ADV_DONE
+        with nogil:
+            code = self._run()
+        return code
 
     def run(self):
-        """Replay every request; returns the result columns as numpy arrays.
+        """Replay a whole trace; returns the result columns as numpy arrays.
 
         Returns
         -------
         dict
             ``steps``: one array per step column; ``requests``: one array per
             request column (trace order); ``events``: the decision-log events
-            (empty unless recorded); ``num_blocks``: pool size.
+            (empty unless recorded).
         """
-        cdef SchedC* s
-        if not self.ready:
-            raise RuntimeError("Engine.run can be called once")
-        self.ready = False
+        if not self.whole or self.finished:
+            raise RuntimeError("Engine.run replays a whole trace, once")
         with nogil:
             self._run()
-        s = &self.sched
-        spec = {
+        return {"steps": self.take_steps(), "requests": self.take_requests(), "events": self._events(),
+                "spec": self.spec_counts}
+
+    # -------------------------------------------------------------- results
+
+    def take_steps(self):
+        """The step rows written since the last call (one array per step column), handed over."""
+        cdef Py_ssize_t n = self.cols.n
+        cdef int k
+        out = _columns_out(self.cols.col, STEP_ITEM, STEP_COLUMNS, n)
+        # The buffer is reused: zero it as new memory would be (a drain line writes no batch columns).
+        for k in range(N_STEP_COLS):
+            memset(self.cols.col[k], 0, n * STEP_ITEM[k])
+        self.steps_taken += n
+        self.cols.n = 0
+        return out
+
+    def take_requests(self):
+        """The request rows retired since the last call, in trace order, handed over.
+
+        Returns
+        -------
+        dict
+            One array per request column; ``first`` is the trace index of the
+            first row.
+        """
+        cdef Py_ssize_t n = self.rcols.n
+        out = _columns_out(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n)
+        self.rcols.n = 0
+        return out
+
+    @property
+    def retired_requests(self):
+        """Requests whose rows have been written (the trace index of the next one)."""
+        return self.retired
+
+    @property
+    def spec_counts(self):
+        """Speculative-decoding totals so far: the scheduler's counters (zero without drafts)."""
+        cdef SchedC* s = &self.sched
+        return {
             "verifications": s.verifications,
             "padded_requests": s.padded_requests,
             "padded_tokens": s.padded_tokens,
@@ -625,54 +1068,11 @@ cdef class Engine:
             "num_draft_tokens": s.stat_draft_tokens,
             "num_accepted_tokens": s.stat_accepted,
         }
-        return {"steps": self._steps(), "requests": self._requests(), "events": self._events(), "spec": spec}
 
-    # -------------------------------------------------------------- results
-
-    def _steps(self):
-        # One copy per column, out of the C buffers (which the engine keeps).
-        cdef StepColsC* c = &self.cols
-        cdef Py_ssize_t n = c.n
-        cdef unsigned char[::1] dst
-        cdef int k
-        out = {}
-        for k, (name, dtype) in enumerate(STEP_COLUMNS):
-            a = np.zeros(n, dtype)
-            if n:
-                dst = a.view(np.uint8)
-                memcpy(&dst[0], c.col[k], n * STEP_ITEM[k])
-            out[name] = a
-        return out
-
-    def _requests(self):
-        # Column by column out of the request structs (REQUEST_COLUMNS order).
-        cdef Py_ssize_t i, n = self.n_reqs
-        cdef int k
-        cdef flag_t[::1] v8
-        cdef int32_t[::1] v32
-        cdef int64_t[::1] v64
-        cdef sec_t[::1] vs
-        out = {}
-        for k, (name, dtype) in enumerate(REQUEST_COLUMNS):
-            a = np.zeros(n, dtype)
-            if dtype == "int8":
-                v8 = a
-                for i in range(n):
-                    v8[i] = <flag_t>_req_int(&self.reqs[i], k)
-            elif dtype == "int32":
-                v32 = a
-                for i in range(n):
-                    v32[i] = <int32_t>_req_int(&self.reqs[i], k)
-            elif dtype == "int64":
-                v64 = a
-                for i in range(n):
-                    v64[i] = _req_int(&self.reqs[i], k)
-            else:
-                vs = a
-                for i in range(n):
-                    vs[i] = _req_sec(&self.reqs[i], k)
-            out[name] = a
-        return out
+    @property
+    def slots(self):
+        """Request slots allocated (they follow the requests in flight)."""
+        return self.pool_cap
 
     def _events(self):
         cdef EventsC* e = &self.events
@@ -686,3 +1086,7 @@ cdef class Engine:
             "req": np.array(<req_t[:n]>e.req, copy=True),
             "value": np.array(<tok_t[:n]>e.value, copy=True),
         }
+
+
+# advance()'s answers, by name.
+ADVANCE = {"done": ADV_DONE, "input": ADV_INPUT, "output": ADV_OUTPUT}

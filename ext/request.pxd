@@ -1,7 +1,7 @@
 # Per-request state shared by the KV-cache manager, the scheduler and the
 # engine loop.  Declarations only; cimported by kvcache, scheduler and engine.
 # Field meanings follow vllm/v1/request.py (Request) for 0.31/0.32.
-from aisim._core.types cimport flag_t, hash_t, int32_t, req_t, sec_t, slot_t, tok_t
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, slot_t, tok_t
 
 # vllm/v1/request.py RequestStatus, reduced to what the default path visits.
 cdef enum ReqStatus:
@@ -49,3 +49,4 @@ cdef struct ReqC:
     int32_t num_verifications  # steps that verified its drafts so far (padding excluded)
     tok_t spec_drafts          # draft tokens scheduled for verification (-1 padding included)
     tok_t spec_accepted        # of those, accepted by the target model
+    int64_t trace_index        # its place in the trace: seeds the acceptance rule

@@ -337,7 +337,7 @@ cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
     elif c.acc_kind == ACC_COUNTS:
         a = c.acc_table[n % c.acc_n]
     else:
-        h = _sm(_sm(c.acc_seed_mix ^ <hash_t>i) ^ <hash_t>n)
+        h = _sm(_sm(c.acc_seed_mix ^ <hash_t>r.trace_index) ^ <hash_t>n)
         if c.acc_kind == ACC_HISTOGRAM:
             # A uniform 53-bit draw against the cumulative thresholds.
             v = h >> 11

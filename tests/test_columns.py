@@ -93,14 +93,21 @@ def test_summary_columns_read_existing_summary_fields(replayed):
 
 
 def test_summary_row_flattens_the_summary(replayed):
-    from aisim.pipeline.shards import _steps_table, summary_row
+    import pyarrow.compute as pc
+
+    from aisim.pipeline.shards import _KvUsage, _steps_table, summary_row
 
     steps = _steps_table({"run_id": "r", "shard_id": 0}, replayed.steps)
-    row = summary_row({"run_id": "r", "shard_id": 0}, replayed.summary, steps)
+    kv = _KvUsage(replayed.engine)
+    half = steps.num_rows // 2
+    kv.add(steps.slice(0, half))  # steps arrive in pieces
+    kv.add(steps.slice(half))
+    row = summary_row({"run_id": "r", "shard_id": 0}, replayed.summary, kv)
     assert list(row) == SUMMARIES.names
     s = replayed.summary
     assert row["ttft_p90_s"] == s["ttft_s"]["p90"] and row["prefix_hits"] == s["prefix_cache_stats"]["hits"]
     assert row["kv_usage_max"] == float(np.max(replayed.steps.column("kv_usage").to_numpy()))
+    assert row["kv_usage_mean"] == pc.mean(replayed.steps.column("kv_usage")).as_py()
 
 
 def test_report_columns_are_in_the_catalogue():

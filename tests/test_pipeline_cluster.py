@@ -3,10 +3,15 @@
 The other pipeline tests use the synchronous scheduler; these start worker
 processes (a few seconds each), so they are few: the database is the same
 whatever the number of workers, and a worker killed in the middle of a shard
-is replaced, its task retried, and the result unchanged.
+is replaced (or, without a nanny, its tasks go to the other worker), its
+task retried, and the result unchanged -- on a LocalCluster and on a cluster
+of `dask scheduler` and `dask worker` processes.
 """
 
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 from distributed import Client, LocalCluster
@@ -82,3 +87,59 @@ def test_failing_shard_on_a_cluster_is_named_and_lands_nothing(tmp_path):
     with pytest.raises(ShardFailed, match=r"shard 2 \(model 'llama-3.1-8b', engine 'tiny'\) failed: .*KV-cache blocks"):
         run_pipeline(spec_from_dict(raw, base_dir=PIPELINES), scheduler="local", workers=2)
     assert not (tmp_path / "f.duckdb").exists()
+
+
+def _start(args, log, env):
+    with open(log, "w") as fh:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "dask", *args], stdout=fh, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)
+
+
+def _stop(procs):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a process that ignores SIGKILL
+            pass
+
+
+def test_a_dask_cli_cluster_loses_a_worker_and_lands_the_sync_run(tmp_path, sync_dump, monkeypatch):
+    """`dask scheduler` and two `dask worker` processes on random local ports; one worker dies
+    (for good: no nanny) as it starts a shard; the other finishes the run, read in blocks."""
+    import json
+    import time
+
+    from aisim.traces import blocks
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    scheduler_file = tmp_path / "scheduler.json"
+    procs = [_start(["scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+                     "--scheduler-file", str(scheduler_file)], tmp_path / "scheduler.log", env)]
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists() or not scheduler_file.read_text().strip():
+            assert time.monotonic() < deadline and procs[0].poll() is None, (tmp_path / "scheduler.log").read_text()
+            time.sleep(0.1)
+        address = json.loads(scheduler_file.read_text())["address"]
+        for i in range(2):
+            procs.append(_start(["worker", address, "--nthreads", "1", "--no-nanny", "--no-dashboard",
+                                 "--memory-limit", "0", "--name", f"w{i}", "--local-directory",
+                                 str(tmp_path / f"w{i}")], tmp_path / f"w{i}.log", env))
+        marker = tmp_path / "killed"
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(2, timeout=30)
+            client.register_plugin(KillOnce("aisim-shard-", str(marker)))
+            monkeypatch.setattr(blocks, "BLOCK_BYTES", 16384)  # the demo's files read by the block chain
+            report = run_pipeline(demo_spec(tmp_path / "c.duckdb"), scheduler=address)
+            assert report.landed and report.scheduler == address and report.workers == 2
+        assert marker.exists(), "no worker was killed: the test did not test anything"
+        assert sorted(p.poll() is None for p in procs[1:]) == [False, True]  # one worker gone, one alive
+        assert dump(tmp_path / "c.duckdb") == sync_dump
+    finally:
+        _stop(procs)

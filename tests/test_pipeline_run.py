@@ -361,7 +361,10 @@ def test_staged_files_hold_whole_pieces_in_order(tmp_path, monkeypatch, sizes):
     start = np.cumsum([0] + sizes)
     pieces = [pa.table({"x": pa.array(np.arange(a, b), pa.int64())}) for a, b in zip(start, start[1:])]
     stage = Staging(str(tmp_path / "stage"))
-    names, total = fn._write_pieces(stage, "run", "shards/00000/x", schema, pieces)
+    staged = fn._Pieces({"staging": stage, "run_id": "run", "shard_id": 0}, "x", schema)
+    for piece in pieces:
+        staged.add(piece)
+    names, total = staged.close()
     got = [pq.read_table(stage.run_path("run", n)).column("x").to_numpy() for n in names]
     assert total == sum(sizes)
     assert names == [f"shards/00000/x-{i:05d}.parquet" for i in range(len(names))]
@@ -373,20 +376,25 @@ def test_staged_files_hold_whole_pieces_in_order(tmp_path, monkeypatch, sizes):
 
 def test_bad_input_is_a_failure_result_not_an_exception(tmp_path):
     """Deterministic errors travel as results (no Dask retries); the graph turns them into ShardFailed."""
+    from aisim.pipeline import reads
     from aisim.pipeline import shards as fn
     from aisim.pipeline.run import build_plan
+    from aisim.pipeline.staging import Staging
 
     spec = demo_spec(tmp_path / "x.duckdb")
-    plan = build_plan(spec, resolve_inputs(spec), "f" * 16)
+    plan = build_plan(spec, resolve_inputs(spec), "f" * 16, Staging(str(tmp_path / "stage")))
     read = dict(plan["reads"][0], path=str(tmp_path / "gone.jsonl"), display="gone.jsonl")
-    out = fn.read_source(read)
-    assert fn.is_failure(out) and out["aisim_failure"].startswith("reading gone.jsonl (source 'llama-chat') failed")
-    assert fn.select_part(out, "llama-3.1-8b") is out and fn.source_stats(out) is out
+    out = reads.read_whole(read)
+    assert fn.is_failure(out) and out["aisim_failure"] == (
+        f"reading gone.jsonl (source 'llama-chat') failed: cannot read trace {tmp_path / 'gone.jsonl'}: "
+        "No such file or directory")
+    assert fn.source_stats(out) is out
     shard = {k: v for k, v in plan["shards"][0].items() if k != "reads"}
-    assert fn.run_shard(shard, [out]) is out
-    part = fn.select_part(fn.read_source(plan["reads"][0]), "llama-3.1-8b")
-    twice = dict(part, display="again.jsonl")
-    res = fn.run_shard(shard, [part, twice])
+    assert fn.run_shard(dict(shard, files=[(0, "gone.jsonl")]), [out]) is out
+    good = reads.read_whole(plan["reads"][0])
+    again = reads.read_whole(dict(plan["reads"][0], index=5, display="again.jsonl"))
+    display = plan["reads"][0]["display"]
+    res = fn.run_shard(dict(shard, files=[(0, display), (5, "again.jsonl")]), [good, again])
     assert fn.is_failure(res) and res["aisim_failure"] == (
         "shard 0 (model 'llama-3.1-8b', engine 'base') failed: request_id 'r0' appears more than once (in "
-        f"{part['display']}, again.jsonl); give the sources distinct 'request_id_prefix' values")
+        f"{display}, again.jsonl); give the sources distinct 'request_id_prefix' values")

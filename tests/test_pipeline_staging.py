@@ -77,6 +77,17 @@ def test_an_unwritable_database_fails_before_any_replay(tmp_path):
     assert not os.path.exists(f"{db}.staging")
 
 
+def test_a_database_that_cannot_be_written_fails_before_any_replay(tmp_path, monkeypatch):
+    db = tmp_path / "d.duckdb"
+    duckdb.connect(str(db)).close()
+    real = os.access
+    # the tests may run as root, whom permission bits do not stop: the file answers as read-only
+    monkeypatch.setattr(landing.os, "access", lambda p, mode: False if str(p) == str(db) else real(p, mode))
+    r = _run("pipeline", "run", _toml(tmp_path, demo_dict(db)), "--scheduler", "sync", "--progress", "none")
+    assert r.exit_code == 2 and r.stderr == f"error: database {db} is not writable\n"
+    assert not os.path.exists(f"{db}.staging")
+
+
 def test_land_of_an_unknown_run_names_the_staged_runs(tmp_path):
     db = tmp_path / "d.duckdb"
     r = _run("pipeline", "land", "0123456789abcdef", "--db", db)

@@ -322,7 +322,7 @@ def test_empty_shards_land(empty, tmp_path):
     stage = Staging(str(tmp_path / "stage"))
     plan = build_plan(spec, resolve_inputs(spec), "e" * 16, stage)
     desc = {k: v for k, v in plan["shards"][2].items() if k != "reads"}
-    out = run_shard(desc, [None])
+    out = run_shard(dict(desc, files=[]), [])
     assert out["rows"]["requests"] == 0 and out["summary"]["requests"] == 0
     assert out["files"]["requests"] == ["shards/00002/requests-00000.parquet"]
     out["stage"] = stage

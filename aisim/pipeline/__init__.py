@@ -4,12 +4,14 @@
 module              what it does
 ==================  =====================================================================
 ``spec``            the TOML spec (strict), input fingerprints and the run key
-``shards``          the Dask task functions: read a file, select a model, replay a shard
+``reads``           the read tasks: files in blocks, staged per model
+``merge``           a shard's trace: its model's staged parts merged in arrival order, streamed
+``shards``          the shard tasks: replay a shard, stage its rows
 ``graph``           the Dask graph and the schedulers (sync, LocalCluster, an address)
-``landing``         one DuckDB transaction per run; lock errors
-``run``             :func:`run_pipeline`, progress and the end-of-run summary
-``query``           named queries and ad hoc SQL with bound parameters
-``cli``             ``aisim pipeline run|check`` and ``aisim query``
+``staging``         where a run's files are staged (a directory or an fsspec URL)
+``landing``         one DuckDB transaction per run from the staged files; lock errors, reclaiming space
+``run``             :func:`run_pipeline`, :func:`land_run`, progress and the end-of-run summary
+``cli``             ``aisim pipeline run|land|check``
 ==================  =====================================================================
 
 The SQL (schema, views, named queries) lives in :mod:`aisim.sql`.

@@ -75,7 +75,11 @@ def build_graph(plan: dict):
     Parameters
     ----------
     plan : dict
-        ``reads``: one description per input file (:func:`~aisim.pipeline.shards.read_source`);
+        ``reads``: one description per input file; ``blocks`` lists its
+        blocks when it is read by the block chain of
+        :mod:`aisim.pipeline.reads` (``count_block`` / ``parse_block`` per
+        block, ``resolve_file``, ``route_block`` per block, ``file_stats``),
+        None when one task reads it whole (:func:`~aisim.pipeline.reads.read_whole`);
         ``shards``: one description per shard (:func:`~aisim.pipeline.shards.run_shard`),
         each with ``reads``, the indices of the files that may hold its model, and
         ``engine_config``, the validated :class:`~aisim.config.engine.EngineConfig`
@@ -90,30 +94,38 @@ def build_graph(plan: dict):
     """
     from dask import delayed
 
+    from aisim.pipeline import reads as rd
     from aisim.pipeline import shards as fn
 
     nonce = uuid.uuid4().hex[:8]  # keys unique per execution, even on a shared cluster
     names = {}
-    reads = []
+
+    def task(func, what, key, *args):
+        key = f"aisim-{key}-{nonce}"
+        names[key] = what
+        return delayed(func, pure=False)(*args, dask_key_name=key)
+
+    routes, stats = [], []
     for j, desc in enumerate(plan["reads"]):
-        key = f"aisim-read-{j}-{nonce}"
-        names[key] = ("read", j)
-        reads.append(delayed(fn.read_source, pure=False)(desc, dask_key_name=key))
-    stats = [delayed(fn.source_stats, pure=False)(r, dask_key_name=f"aisim-stats-{j}-{nonce}")
-             for j, r in enumerate(reads)]
-    for j in range(len(reads)):
-        names[f"aisim-stats-{j}-{nonce}"] = ("read", j)
+        what = ("read", j)
+        if desc["blocks"] is None:
+            whole = task(rd.read_whole, what, f"read-{j}", desc)
+            routes.append(whole)
+            stats.append(task(fn.source_stats, what, f"stats-{j}", whole))
+            continue
+        n = len(desc["blocks"])
+        counts = [task(rd.count_block, what, f"count-{j}-{k}", desc, k) for k in range(n)] \
+            if desc["format"] != "parquet" else [0] * n
+        parsed = [task(rd.parse_block, what, f"parse-{j}-{k}", desc, k, counts) for k in range(n)]
+        resolved = task(rd.resolve_file, what, f"resolve-{j}", desc, parsed)
+        routed = [task(rd.route_block, what, f"route-{j}-{k}", desc, k, resolved) for k in range(n)]
+        routes.append(routed)
+        stats.append(task(rd.file_stats, what, f"stats-{j}", desc, resolved, routed))
     out = []
     for i, desc in enumerate(plan["shards"]):
-        parts = []
-        for j in desc["reads"]:
-            pkey = f"aisim-part-{i}-{j}-{nonce}"
-            names[pkey] = ("read", j)
-            parts.append(delayed(fn.select_part, pure=False)(reads[j], desc["model"], dask_key_name=pkey))
-        task = {k: v for k, v in desc.items() if k != "reads"}
-        key = f"aisim-shard-{i}-{nonce}"
-        names[key] = ("shard", i)
-        out.append(delayed(fn.run_shard, pure=False)(task, parts, dask_key_name=key))
+        shard = {k: v for k, v in desc.items() if k != "reads"}
+        shard["files"] = [(j, plan["reads"][j]["display"]) for j in desc["reads"]]
+        out.append(task(fn.run_shard, ("shard", i), f"shard-{i}", shard, [routes[j] for j in desc["reads"]]))
     return out, stats, names
 
 

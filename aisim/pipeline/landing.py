@@ -191,6 +191,9 @@ def _file_list(paths) -> str:
 
 # ---------------------------------------------------------------------------- reclaiming space
 
+# DuckDB's memory while landing.
+LANDING_MEMORY = "512MB"
+
 # A DuckDB file is a 12 KiB header, then its blocks.
 _HEADER_BYTES = 3 * 4096
 
@@ -407,6 +410,13 @@ def land_staged(path: str, staging, run_id: str, *, force: bool = False, wait_s:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     con = connect(path, wait_s=wait_s)
     moved = []
+    try:
+        # The rows stream from the staged files; past this DuckDB writes out or spills, so the
+        # driver's memory does not grow with the run.
+        con.execute(f"SET memory_limit = '{LANDING_MEMORY}'")
+    except BaseException:
+        con.close()
+        raise
 
     def work():
         try:

@@ -101,15 +101,20 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str, staging=None) -> d
     ``staging`` (a :class:`~aisim.pipeline.staging.Staging`) is where the
     tasks write; None plans without one (``aisim pipeline check``).
     """
+    from aisim.pipeline.reads import plan_blocks
+    from aisim.traces.blocks import BLOCK_BYTES
+
     models = list(spec.models)
     reads = []
-    for f in inputs:
+    for j, f in enumerate(inputs):
         src = spec.sources[f.source]
         reads.append({
+            "index": j, "run_id": run_id, "staging": staging,
             "path": f.path, "display": f.display, "source": src.name, "format": f.format,
             "options": dict(src.options), "model": src.model, "model_column": src.model_column,
             "model_map": dict(src.model_map), "request_id_prefix": src.request_id_prefix,
             "window": spec.window.to_dict(), "models": models,
+            "blocks": plan_blocks(f.path, f.format, dict(src.options), BLOCK_BYTES),
         })
     shards = []
     for i, (model, eng) in enumerate(spec.shards()):

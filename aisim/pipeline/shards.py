@@ -1,18 +1,19 @@
-"""The pipeline's Dask task functions.
+"""The pipeline's shard tasks, and what the read tasks share with them.
 
 Every function here is a plain top-level function: it takes plain
-configuration (dictionaries of strings and numbers) or the Arrow output of
-another task, builds whatever Cython objects it needs *inside* the task, and
-returns Arrow tables (or small dictionaries of them).  Nothing here talks to
-Dask or to the database, so each function can be called directly, on the
-synchronous scheduler or on any distributed worker, with the same result.
+configuration (dictionaries of strings and numbers) or the small results of
+other tasks, builds whatever Cython objects it needs *inside* the task, and
+returns small dictionaries; rows travel through the run's staging directory.
+Nothing here talks to Dask or to the database, so each function can be
+called directly, on the synchronous scheduler or on any distributed worker,
+with the same result.
 
 The graph (:mod:`aisim.pipeline.graph`) wires them up as::
 
-    read_source(file)      one task per input file: read, resolve models, window
-      └ select_part(read, model)     that file's rows of one model
-          └ run_shard(shard, [parts])  one task per (model, engine configuration)
-    source_stats(read)     small per-file counts for the run summary
+    read tasks (aisim.pipeline.reads)   every input file, in blocks: its rows per deployed model
+      └ run_shard(shard, [routes])      one task per (model, engine configuration): merge the
+                                        model's rows in arrival order, replay, stage the results
+    source_stats(read)                  small per-file counts for the run summary
 
 A task whose input is wrong (a bad trace line, an engine that cannot hold a
 request, duplicate ids: any :class:`~aisim.errors.AisimError`) does not
@@ -33,8 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
-from aisim.errors import PipelineError, ShardError
 from aisim.pipeline.spec import canonical_json
+from aisim.pipeline.staging import STAGED_COMPRESSION
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
@@ -59,179 +60,38 @@ def is_failure(result) -> bool:
 # ---------------------------------------------------------------------------- reading
 
 
-def read_source(desc: dict) -> dict:
-    """Read one input file, or return a :func:`failure` naming it; see :func:`_read_source`."""
-    from aisim.errors import AisimError
-
-    try:
-        return _read_source(desc)
-    except AisimError as exc:
-        return failure(f"reading {desc['display']} (source '{desc['source']}') failed: {exc}")
-
-
-def _read_source(desc: dict) -> dict:
-    """Read one input file, give every row its model and apply the time window.
-
-    Errors do not repeat the file's name: the graph reports a failed read as
-    ``reading FILE (source NAME) failed: ...``.
-
-    Parameters
-    ----------
-    desc : dict
-        ``path``, ``display`` (the name used in messages), ``source`` (source
-        name), ``format``, ``options`` (reader options), ``model`` (fixed
-        model or None), ``model_column``, ``model_map``,
-        ``request_id_prefix``, ``window`` (``start_s``, ``end_s``,
-        ``start_step``, ``end_step``) and ``models`` (the deployed models).
-
-    Returns
-    -------
-    dict
-        ``tables``: deployed model -> trace table of its rows (file order);
-        ``rows``: rows read; ``in_window``: rows inside the window;
-        ``skipped``: model -> rows inside the window with no deployment
-        (``""`` for rows without a model); ``clock``: ``"step"`` or ``"time"``;
-        ``bad_rows``: malformed rows the reader skipped (``skip_bad_rows``).
-    """
-    from aisim.traces import read_trace
-
-    table = read_trace(desc["path"], desc["format"], **desc["options"])
-    rows = table.num_rows
-    meta = dict(table.schema.metadata or {})
-    clock = meta.get(b"clock", b"step").decode()
-    table = _apply_window(table, clock, desc["window"])
-    models = _row_models(table, desc)
-    table = table.set_column(table.schema.get_field_index("model"), "model", models)
-    if desc["request_id_prefix"]:
-        ids = pc.binary_join_element_wise(pa.scalar(desc["request_id_prefix"]), table.column("request_id"), "")
-        table = table.set_column(table.schema.get_field_index("request_id"), "request_id", ids)
-    table = table.replace_schema_metadata(meta)
-    deployed = set(desc["models"])
-    tables, skipped = {}, {}
-    if table.num_rows:
-        enc = pc.dictionary_encode(models.combine_chunks() if isinstance(models, pa.ChunkedArray) else models)
-        names = enc.dictionary.to_pylist()
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        nulls = np.asarray(enc.indices.is_null().to_numpy(zero_copy_only=False))
-        if nulls.any():
-            skipped[""] = int(nulls.sum())
-        for code, name in enumerate(names):
-            mask = (idx == code) & ~nulls
-            if name in deployed:
-                tables[name] = table.filter(pa.array(mask))
-            else:
-                skipped[name] = int(mask.sum())
-    bad = int((meta.get(b"bad_rows") or b"0").decode() or 0)
-    return {"tables": tables, "rows": rows, "in_window": table.num_rows, "skipped": skipped, "clock": clock,
-            "display": desc["display"], "bad_rows": bad}
-
-
-def _apply_window(table: pa.Table, clock: str, window: dict) -> pa.Table:
-    col, lo_key, hi_key = ("arrival_s", "start_s", "end_s") if clock == "time" else \
-        ("arrival_step", "start_step", "end_step")
-    lo, hi = window.get(lo_key), window.get(hi_key)
-    other = ("start_step", "end_step") if clock == "time" else ("start_s", "end_s")
-    if lo is None and hi is None:
-        if any(window.get(k) is not None for k in other):
-            raise PipelineError(
-                f"a {'timed' if clock == 'time' else 'stepped'} trace, but the window only bounds "
-                f"{'engine steps' if clock == 'time' else 'seconds'}; add 'window.{lo_key}'/'window.{hi_key}'")
-        return table
-    arrival = table.column(col)
-    mask = None
-    if lo is not None:
-        mask = pc.greater_equal(arrival, lo)
-    if hi is not None:
-        m = pc.less(arrival, hi)
-        mask = m if mask is None else pc.and_(mask, m)
-    table = table.filter(mask)
-    if lo:
-        shifted = pc.subtract(table.column(col), pa.scalar(lo, table.schema.field(col).type))
-        table = table.set_column(table.schema.get_field_index(col), col, shifted)
-    return table
-
-
-def _row_models(table: pa.Table, desc: dict):
-    if desc["model"] is not None:
-        return pa.repeat(pa.scalar(desc["model"], pa.string()), table.num_rows)
-    col = desc["model_column"]
-    if col not in table.column_names:
-        raise PipelineError(f"the trace has no column '{col}' to take models from; "
-                            f"columns: {', '.join(table.column_names)}")
-    values = table.column(col).cast(pa.string())
-    mapping = desc["model_map"]
-    if mapping:
-        keys = pa.array(list(mapping), pa.string())
-        vals = pa.array(list(mapping.values()), pa.string())
-        pos = pc.index_in(values, value_set=keys)
-        mapped = pc.take(vals, pos)
-        values = pc.if_else(pc.is_null(pos), values, mapped)
-    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-
-
-def select_part(read: dict, model: str):
-    """One file's rows of ``model`` with the file's name, or None when it has none."""
-    if is_failure(read):
-        return read
-    table = read["tables"].get(model)
-    if table is None or table.num_rows == 0:
-        return None
-    return {"display": read["display"], "table": table}
-
-
 def source_stats(read: dict) -> dict:
-    """The small part of :func:`read_source`'s result the run summary needs."""
+    """The per-file counts of a file read whole (:func:`aisim.pipeline.reads.read_whole`), without its rows."""
     if is_failure(read):
         return read
-    return {"display": read["display"], "rows": read["rows"], "in_window": read["in_window"],
-            "bad_rows": read["bad_rows"],
-            "skipped": dict(read["skipped"]), "clock": read["clock"],
-            "models": {m: t.num_rows for m, t in sorted(read["tables"].items())}}
+    return {k: v for k, v in read.items() if k != "routes"}
 
 
 # ---------------------------------------------------------------------------- replay
 
 
-def merge_parts(parts: list) -> pa.Table | None:
-    """Concatenate a model's rows from several files into one trace in arrival order.
-
-    Rows are ordered by arrival, ties in file order (files in source order),
-    so the merged trace does not depend on which worker read which file.
-    Errors do not name the shard: the graph reports ``shard N (...) failed: ...``.
-    """
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    clocks = {p["display"]: (p["table"].schema.metadata or {}).get(b"clock", b"step").decode() for p in parts}
-    if len(set(clocks.values())) > 1:
-        listing = ", ".join(f"{k} ({v})" for k, v in clocks.items())
-        raise ShardError(f"the model's traces mix stepped and timed arrivals: {listing}")
-    meta = parts[0]["table"].schema.metadata
-    tables = [p["table"].replace_schema_metadata(None) for p in parts]
-    trace = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    if len(tables) > 1:
-        col = "arrival_s" if next(iter(clocks.values())) == "time" else "arrival_step"
-        key = trace.column(col).to_numpy(zero_copy_only=False).astype(np.float64)
-        trace = trace.take(pa.array(np.argsort(key, kind="stable")))
-    ids = trace.column("request_id")
-    if pc.count_distinct(ids).as_py() != trace.num_rows:
-        counts = pc.value_counts(ids)
-        dup = next(v["values"] for v in counts.to_pylist() if v["counts"] > 1)
-        files = [p["display"] for p in parts if pc.any(pc.equal(p["table"].column("request_id"), dup)).as_py()]
-        raise ShardError(f"request_id '{dup}' appears more than once (in {', '.join(files)}); "
-                         "give the sources distinct 'request_id_prefix' values")
-    return trace.replace_schema_metadata(meta)
+def model_parts(desc: dict, inputs: list) -> list:
+    """The staged parts holding the shard's model, in (file, block) order: ``(file display, part)``."""
+    out = []
+    for (_, display), routes in zip(desc["files"], inputs):
+        routes = routes["routes"] if isinstance(routes, dict) else routes
+        for r in routes:
+            part = r["parts"].get(desc["model"])
+            if part is not None:
+                out.append((display, dict(part, clock=r["clock"])))
+    return out
 
 
-def run_shard(desc: dict, parts: list) -> dict:
+def run_shard(desc: dict, inputs: list) -> dict:
     """Replay one shard, or return a :func:`failure` naming it (or its failed input); see :func:`_run_shard`."""
     from aisim.errors import AisimError
 
-    for p in parts:
-        if is_failure(p):
-            return p
+    for x in inputs:
+        for r in ([x] if isinstance(x, dict) else x):
+            if is_failure(r):
+                return r
     try:
-        return _run_shard(desc, parts)
+        return _run_shard(desc, model_parts(desc, inputs))
     except AisimError as exc:
         return failure(f"shard {desc['shard_id']} (model '{desc['model']}', engine '{desc['engine']}') "
                        f"failed: {exc}")
@@ -248,8 +108,8 @@ def _run_shard(desc: dict, parts: list) -> dict:
         validated when the spec loaded), ``engine_source`` (where it came
         from, for messages) and ``engine_path`` (as the spec writes it, or
         None when inline).
-    parts : list of dict or None
-        :func:`select_part` results of the files that may hold the model's rows.
+    parts : list
+        The staged parts holding the model's rows (:func:`model_parts`).
 
     Returns
     -------
@@ -257,24 +117,40 @@ def _run_shard(desc: dict, parts: list) -> dict:
         What :func:`write_results` returns: the shard's ``shards`` and
         ``summaries`` rows as dictionaries and the staged files.
     """
-    from aisim.replay import replay
+    from aisim.pipeline.merge import ShardTrace
+    from aisim.replay import replay_stream
 
     t0 = time.perf_counter()
     engine = desc["engine_config"]
-    trace = merge_parts(parts)
-    if trace is None:  # no rows for this model (tonight): an empty shard, landed as such
-        from aisim.traces.schema import TRACE_SCHEMA
-
-        trace = TRACE_SCHEMA.empty_table().replace_schema_metadata({"clock": "step"})
-        clock = None
-    else:
-        clock = (trace.schema.metadata or {}).get(b"clock", b"step").decode()
     opts = desc.get("replay") or {}
-    result = replay(trace, engine, closed_loop=opts.get("closed_loop", False),
-                    think_time_s=opts.get("think_time_s"))
-    requests = _requests_table(desc, trace, result.requests)
-    steps = _steps_table(desc, result.steps)
-    summary = result.summary
+    closed_loop = opts.get("closed_loop", False)
+    trace = ShardTrace(desc, parts)
+    try:
+        trace.check_ids()
+        clock = trace.clock
+        timed = clock == "time"
+        if closed_loop and trace.rows and not timed:
+            from aisim.errors import TraceError
+
+            raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
+        batches = trace.batches(rank=engine.policy == "priority", closed_loop=closed_loop,
+                                think_time_s=opts.get("think_time_s"))
+        requests = _Pieces(desc, "requests", REQUEST_SCHEMA)
+        steps = _Pieces(desc, "steps", STEP_SCHEMA)
+        kv = _KvUsage(engine)
+        index = 0
+        summary = None
+        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows):
+            if item[0] == "requests":
+                requests.add(_requests_table(desc, item[2], item[1], index))
+                index += item[1].num_rows
+            elif item[0] == "steps":
+                kv.add(item[1])
+                steps.add(_steps_table(desc, item[1]))
+            else:
+                summary = item[1]
+    finally:
+        trace.close()
     config = _engine_dict(engine)
     shard = {
         "run_id": desc["run_id"],
@@ -286,13 +162,44 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "engine_config": canonical_json(config),
         "vllm_version": config.get("vllm_version"),
         "clock": clock,
-        "sources": canonical_json([{"path": p["display"], "rows": p["table"].num_rows}
-                                   for p in parts if p is not None]),
-        "requests": requests.num_rows,
-        "steps": steps.num_rows,
+        "sources": canonical_json(_sources(parts)),
+        "requests": requests.total,
+        "steps": steps.total,
         "task_s": time.perf_counter() - t0,
     }
-    return write_results(desc, shard, summary_row(desc, summary, steps), [requests], [steps])
+    return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps)
+
+
+class _KvUsage:
+    """The steps' KV-cache usage, for the summary: every step's active blocks, and the peaks.
+
+    ``kv_usage_mean`` is the mean of the whole column (as Arrow computes it
+    over one array), so the active blocks of every step are kept (4 bytes a step).
+    """
+
+    def __init__(self, engine):
+        self.usable = float(engine.num_gpu_blocks - 1)
+        self.active = []
+        self.kv_max = None
+        self.phys_max = None
+
+    def add(self, steps: pa.Table) -> None:
+        if steps.num_rows == 0:
+            return
+        self.active.append(steps.column("active_blocks").to_numpy(zero_copy_only=False).astype(np.int32))
+        for attr, col in (("kv_max", "kv_usage"), ("phys_max", "physical_usage")):
+            v = pc.max(steps.column(col)).as_py()
+            cur = getattr(self, attr)
+            setattr(self, attr, v if cur is None or v > cur else cur)
+
+    def columns(self) -> dict | None:
+        """``kv_usage_mean``, ``kv_usage_max``, ``kv_physical_usage_max``; None without steps."""
+        if not self.active:
+            return None
+        active = np.concatenate(self.active).astype(np.int64)
+        mean = pc.mean(pa.array(active / self.usable)).as_py()
+        return {"kv_usage_mean": float(mean), "kv_usage_max": float(self.kv_max),
+                "kv_physical_usage_max": float(self.phys_max)}
 
 
 # DuckDB's row group size: staged files made of whole row groups land without re-splitting.
@@ -307,7 +214,7 @@ def shard_dir(shard_id: int) -> str:
 
 
 def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> dict:
-    """Write a shard's rows to the run's staging directory; return the small part the driver needs.
+    """Write a shard's one-row tables to the run's staging directory; return the small part the driver needs.
 
     Parameters
     ----------
@@ -316,9 +223,8 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         (:class:`~aisim.pipeline.staging.Staging`).
     shard, summary : dict
         The shard's one ``shards`` and ``summaries`` row.
-    requests, steps : iterable of pyarrow.Table
-        The rows, in key order, in pieces of any size; staged as files of
-        :data:`FILE_ROWS` rows (one empty file when there are none).
+    requests, steps : _Pieces
+        The rows, staged as they came (closed here).
 
     Returns
     -------
@@ -333,37 +239,75 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         rel = f"{base}/{name}.parquet"
         staging.write_parquet(staging.run_path(run_id, rel), pa.Table.from_pylist([row], schema=schema))
         files[name], rows[name] = [rel], 1
-    for name, schema, pieces in (("requests", REQUEST_SCHEMA, requests), ("steps", STEP_SCHEMA, steps)):
-        files[name], rows[name] = _write_pieces(staging, run_id, f"{base}/{name}", schema, pieces)
+    for pieces in (requests, steps):
+        files[pieces.name], rows[pieces.name] = pieces.close()
     return {"shard": shard, "summary": summary, "files": files, "rows": rows}
 
 
-def _write_pieces(staging, run_id: str, stem: str, schema, pieces):
-    """Stage ``pieces`` as ``stem-00000.parquet``, ``stem-00001.parquet``, ... of :data:`FILE_ROWS` rows."""
-    import pyarrow.parquet as pq
+class _Pieces:
+    """Rows that arrive in pieces of any size, staged as ``STEM-00000.parquet``, ``STEM-00001.parquet``, ...
+    of :data:`FILE_ROWS` rows each (one empty file when there are none), in order.
 
-    names, total, pending, held = [], 0, [], 0
+    Each file is written a row group (:data:`ROW_GROUP` rows) at a time, so at
+    most a row group waits in memory; a file appears under its name when it
+    is complete.
+    """
 
-    def flush(batches):
-        rel = f"{stem}-{len(names):05d}.parquet"
-        table = pa.Table.from_batches(batches, schema=schema)
-        with staging.open_atomic(staging.run_path(run_id, rel)) as fh:
-            pq.write_table(table, fh, row_group_size=ROW_GROUP, compression="zstd")
-        names.append(rel)
+    def __init__(self, desc: dict, name: str, schema):
+        self.staging, self.run_id = desc["staging"], desc["run_id"]
+        self.name, self.schema = name, schema
+        self.stem = f"{shard_dir(desc['shard_id'])}/{name}"
+        self.names, self.total, self.pending, self.held = [], 0, [], 0
+        self.file = self.writer = None
+        self.in_file = 0
 
-    for piece in pieces:
-        for batch in piece.to_batches():
-            pending.append(batch)
-            held += batch.num_rows
-            total += batch.num_rows
-            while held >= FILE_ROWS:
-                table = pa.Table.from_batches(pending, schema=schema)
-                flush(table.slice(0, FILE_ROWS).to_batches())
-                rest = table.slice(FILE_ROWS)
-                pending, held = rest.to_batches(), rest.num_rows
-    if held or not names:
-        flush(pending)
-    return names, total
+    def add(self, table: pa.Table) -> None:
+        for batch in table.to_batches():
+            self.pending.append(batch)
+            self.held += batch.num_rows
+            self.total += batch.num_rows
+            while self.held >= min(ROW_GROUP, FILE_ROWS - self.in_file):
+                n = min(ROW_GROUP, FILE_ROWS - self.in_file)
+                whole = pa.Table.from_batches(self.pending, schema=self.schema)
+                self._write(whole.slice(0, n))
+                rest = whole.slice(n)
+                self.pending, self.held = rest.to_batches(), rest.num_rows
+
+    def _write(self, table: pa.Table) -> None:
+        import pyarrow.parquet as pq
+
+        if self.writer is None:
+            rel = f"{self.stem}-{len(self.names):05d}.parquet"
+            self.file = self.staging.open_atomic(self.staging.run_path(self.run_id, rel))
+            self.writer = pq.ParquetWriter(self.file, self.schema, compression=STAGED_COMPRESSION)
+            self.names.append(rel)
+        self.writer.write_table(table, row_group_size=ROW_GROUP)
+        self.in_file += table.num_rows
+        if self.in_file >= FILE_ROWS:
+            self._end_file()
+
+    def _end_file(self) -> None:
+        self.writer.close()
+        self.file.__exit__(None, None, None)
+        self.file = self.writer = None
+        self.in_file = 0
+
+    def close(self):
+        """``(files, rows)``: the staged files and the rows in them."""
+        if self.held or not self.names:
+            self._write(pa.Table.from_batches(self.pending, schema=self.schema))
+            self.pending, self.held = [], 0
+        if self.writer is not None:
+            self._end_file()
+        return self.names, self.total
+
+
+def _sources(parts) -> list:
+    """Per input file (in file order) the rows it gave the shard."""
+    rows = {}
+    for display, p in parts:
+        rows[display] = rows.get(display, 0) + p["rows"]
+    return [{"path": d, "rows": n} for d, n in rows.items()]
 
 
 def _sha256(text: str) -> str:
@@ -389,11 +333,12 @@ def _null_nan(col):
     return col
 
 
-def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table) -> pa.Table:
-    """The shard's ``requests`` rows: keys and trace columns in front of the replay's (NaN as NULL)."""
+def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table, first: int = 0) -> pa.Table:
+    """The shard's ``requests`` rows (trace indices from ``first``): keys and trace columns in front of
+    the replay's (NaN as NULL)."""
     n = requests.num_rows
     cols = _key_columns(desc, n)
-    cols["request_index"] = pa.array(np.arange(n, dtype=np.int32))
+    cols["request_index"] = pa.array(np.arange(first, first + n, dtype=np.int32))
     for name in ("session_id", "turn", "priority"):
         cols[name] = trace.column(name)
     for name in requests.column_names:
@@ -409,14 +354,14 @@ def _steps_table(desc: dict, steps: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([cols[f.name] for f in STEP_SCHEMA], schema=STEP_SCHEMA)
 
 
-def summary_row(desc: dict, summary: dict, steps: pa.Table) -> dict:
+def summary_row(desc: dict, summary: dict, kv) -> dict:
     """The one ``summaries`` row of a shard: the replay summary, flattened.
 
     Each column of :data:`aisim.columns.SUMMARIES` with a ``summary`` path
     takes that value of the summary (``("ttft_s", "p50")`` for
     ``ttft_p50_s``); integers missing from it count 0, floats missing or NaN
-    are NULL.  KV-cache usage mean and peak come from the steps.  The whole
-    summary is kept as ``summary_json`` too.
+    are NULL.  KV-cache usage mean and peak come from the steps (``kv``, a
+    :class:`_KvUsage`).  The whole summary is kept as ``summary_json`` too.
     """
     row = {"run_id": desc["run_id"], "shard_id": desc["shard_id"]}
     for col in SUMMARIES.columns:
@@ -429,10 +374,9 @@ def summary_row(desc: dict, summary: dict, steps: pa.Table) -> dict:
             row[col.name] = int(v or 0)
         else:
             row[col.name] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
-    if steps.num_rows:
-        row["kv_usage_mean"] = float(pc.mean(steps.column("kv_usage")).as_py())
-        row["kv_usage_max"] = float(pc.max(steps.column("kv_usage")).as_py())
-        row["kv_physical_usage_max"] = float(pc.max(steps.column("physical_usage")).as_py())
+    usage = kv.columns()
+    if usage is not None:
+        row.update(usage)
     else:
         row["kv_usage_mean"] = row["kv_usage_max"] = row["kv_physical_usage_max"] = None
     row["summary_json"] = canonical_json(summary)

@@ -31,6 +31,8 @@ import uuid
 from aisim.errors import PipelineError
 
 MANIFEST = "run.json"
+# Parquet compression of staged files: fast to write and to land (they live until landing).
+STAGED_COMPRESSION = "lz4"
 MANIFEST_FORMAT = 1
 # Suffix of files being written; never part of a manifest.
 _PARTIAL = ".partial-"
@@ -143,7 +145,7 @@ class Staging:
         import pyarrow.parquet as pq
 
         with self.open_atomic(target) as fh:
-            pq.write_table(table, fh, compression="zstd")
+            pq.write_table(table, fh, compression=STAGED_COMPRESSION)
 
     def write_json(self, target: str, obj) -> None:
         self.write_bytes(target, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode())

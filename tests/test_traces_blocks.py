@@ -1,0 +1,212 @@
+"""Text traces read in byte-range blocks: line numbers, block-size invariance, and the line-by-line path.
+
+A block owns the lines that start in its byte range; its first line's number
+is counted from the line breaks before it.  Whatever the block size, and
+whether a block goes through Arrow or line by line, a reader gives the same
+table and names the same ``file:line``.
+"""
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from aisim.errors import TraceError
+from aisim.traces import azure, mooncake, oracle
+from aisim.traces.blockread import read_blocks
+from aisim.traces.blocks import block_ranges, block_text, count_breaks, first_lines
+from aisim.traces.common import bad_rows
+
+from conftest import DATA
+
+
+@pytest.fixture(autouse=True)
+def _arrow_at_any_size(monkeypatch):
+    """The samples here are small: let the Arrow path take blocks of any length."""
+    from aisim.traces import blockread
+
+    monkeypatch.setattr(blockread, "FAST_MIN_BYTES", 0)
+
+MOONCAKE = os.path.join(DATA, "traces", "mooncake", "synthetic_trace.jsonl")
+AZURE = os.path.join(DATA, "traces", "azure2023", "AzureLLMInferenceTrace_code_head500.csv")
+ORACLE = os.path.join(os.path.dirname(DATA), "..", "examples", "trace.jsonl")
+
+
+def _blocks(path, size):
+    """Every block of ``path`` at ``size`` bytes: (first line, its text)."""
+    ranges = block_ranges(os.path.getsize(path), size)
+    before = first_lines([count_breaks(path, a, b) for a, b in ranges])
+    return [block_text(path, a, b, n) for (a, b), n in zip(ranges, before)]
+
+
+def test_blocks_own_the_lines_that_start_in_them(tmp_path):
+    # Lines: 1 "aaaa", 2 "bb", 3 "" (CRLF), 4 "c" (lone CR), 5 "dddddd", 6 "e" (no break at the end).
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"aaaa\nbb\n\r\nc\rdddddd\ne")
+    assert count_breaks(str(path), 0, 20) == 5
+    # 4-byte blocks: [0,4) "aaaa"; [4,8) "bb" starts at 5; [8,12) the CRLF line at 8, "c" at 10;
+    # [12,16) "dddddd" starts at 12 and ends at 19; [16,20) "e" starts at 19.
+    assert _blocks(str(path), 4) == [(b"aaaa\n", 1), (b"bb\n", 2), (b"\r\nc\r", 3), (b"dddddd\n", 5), (b"e", 6)]
+    # 3-byte blocks: [3,6) holds the start of "bb" (5); [6,9) that of the CRLF line (8); [15,18) none.
+    assert _blocks(str(path), 3)[5] == (b"", 5)
+    # Whatever the block size, the blocks put together are the file, each starting on its own line.
+    data = path.read_bytes()
+    for size in range(1, 23):
+        parts = _blocks(str(path), size)
+        assert b"".join(p for p, _ in parts) == data
+        for p, first in parts:
+            if p:
+                assert first == 1 + data[:data.index(p)].replace(b"\r\n", b"\n").replace(b"\r", b"\n").count(b"\n")
+
+
+def test_a_crlf_split_by_a_block_boundary_is_one_break(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"ab\r\ncd\r\nef\r\n")
+    # The boundary at 3 falls between "\r" and "\n": the line "cd" starts at 4, in the second block.
+    assert count_breaks(str(path), 0, 3) == 0 and count_breaks(str(path), 3, 6) == 1
+    assert count_breaks(str(path), 0, 3) + count_breaks(str(path), 3, 12) == 3
+    assert [b for b in _blocks(str(path), 3) if b[0]] == [(b"ab\r\n", 1), (b"cd\r\n", 2), (b"ef\r\n", 3)]
+
+
+def _oracle_lines(n, bad=()):
+    out = []
+    for i in range(n):
+        line = f'{{"request_id": "r{i}", "prompt_len": {100 + i}, "max_tokens": 8, "arrival_step": {i // 3}}}'
+        if i in bad:
+            line = line.replace('"prompt_len": ', '"prompt_len": -')
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("size", [None, 999, 20000])
+def test_oracle_reads_the_same_table_at_any_block_size(tmp_path, size):
+    want = read_blocks(ORACLE, oracle.OracleFormat())
+    got = read_blocks(ORACLE, oracle.OracleFormat(), size)
+    assert got.equals(want) and got.schema.metadata == want.schema.metadata and got.num_rows == 2000
+
+
+@pytest.mark.parametrize("size", [97, 1000])
+def test_a_bad_line_is_named_at_any_block_size(tmp_path, size):
+    path = tmp_path / "t.jsonl"
+    lines = _oracle_lines(60, bad={41, 52})
+    lines.insert(10, "")  # a blank line still counts: the bad lines are 43 and 54
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_blocks(str(path), oracle.OracleFormat(), size)
+    assert str(err.value) == f"{path}:43: field 'prompt_len' must be at least 1, got -141"
+    table = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), size)
+    assert table.num_rows == 58 and bad_rows(table) == 2
+    assert table.schema.metadata[b"first_bad_row"].decode() == f"{path}:43: field 'prompt_len' must be at least 1, " \
+                                                               "got -141"
+
+
+@pytest.mark.parametrize("size", [80, 500])
+def test_ids_and_clocks_are_checked_across_blocks(tmp_path, size):
+    path = tmp_path / "t.jsonl"
+    lines = _oracle_lines(30)
+    lines[20] = lines[20].replace('"r20"', '"r3"')  # line 21 repeats line 4's id
+    lines[25] = lines[25].replace('"arrival_step": 8', '"arrival_time": 8.0')  # line 26 changes the clock
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError) as err:
+        read_blocks(str(path), oracle.OracleFormat(), size)
+    assert str(err.value) == f"{path}:21: request_id 'r3' already used on line 4"
+    table = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), size)
+    assert table.num_rows == 28 and bad_rows(table) == 2
+    assert "r20" not in table.column("request_id").to_pylist()
+
+
+@pytest.mark.parametrize("size", [None, 20000])
+@pytest.mark.parametrize("delta", [False, True])
+def test_mooncake_reads_the_same_table_at_any_block_size(size, delta):
+    want = read_blocks(MOONCAKE, mooncake.MooncakeFormat(delta=delta))
+    got = read_blocks(MOONCAKE, mooncake.MooncakeFormat(delta=delta), size)
+    assert got.equals(want) and got.schema.metadata == want.schema.metadata
+
+
+def test_mooncake_sessions_carry_across_blocks(tmp_path):
+    path = tmp_path / "s.jsonl"
+    rows = ['{"timestamp": 0, "input_length": 10, "output_length": 5, "session_id": "a"}',
+            '{"timestamp": 5, "input_length": 4, "output_length": 1}',
+            '{"delay": 100, "input_length": 3, "output_length": 2, "session_id": "a"}',
+            '{"timestamp": 7, "input_length": 4, "output_length": 1, "session_id": "b"}',
+            '{"delay": 50, "input_length": 6, "output_length": 2, "session_id": "a"}']
+    path.write_text("\n".join(rows) + "\n")
+    for size in (None, 30, 90):
+        t = read_blocks(str(path), mooncake.MooncakeFormat(delta=True, unit_tokens=4), size)
+        by = {r["request_id"]: r for r in t.to_pylist()}
+        # Turns count a session's lines; a delay counts from the previous turn's arrival; a delta
+        # turn's prompt is the previous prompt, its output, then the new input.
+        assert [(by[f"s:{i}"]["turn"], by[f"s:{i}"]["arrival_s"], by[f"s:{i}"]["prompt_tokens"]) for i in (1, 3, 5)] \
+            == [(0, 0.0, 10), (1, 0.1, 10 + 5 + 3), (2, 0.15, 18 + 2 + 6)]
+
+
+@pytest.mark.parametrize("size", [None, 700, 3000])
+def test_azure_reads_the_same_table_at_any_block_size(size):
+    want = read_blocks(AZURE, azure.AzureFormat())
+    got = read_blocks(AZURE, azure.AzureFormat(), size)
+    assert got.equals(want) and got.num_rows == 500
+
+
+@pytest.mark.parametrize("fmt,path", [(oracle.OracleFormat(), ORACLE), (mooncake.MooncakeFormat(), MOONCAKE),
+                                      (mooncake.MooncakeFormat(delta=True), MOONCAKE),
+                                      (azure.AzureFormat(), AZURE)])
+def test_the_line_by_line_path_reads_what_arrow_reads(monkeypatch, fmt, path):
+    """The Arrow path and the line-by-line path of every text format give the same table."""
+    fast = read_blocks(path, fmt, 4096)
+    monkeypatch.setattr(type(fmt), "_fast", lambda self, *a: None)
+    slow = read_blocks(path, fmt, 4096)
+    assert slow.equals(fast) and slow.schema.metadata == fast.schema.metadata
+
+
+def test_the_arrow_path_reads_the_samples(monkeypatch):
+    """Each sample goes through Arrow, not line by line (or the speed would be the line path's)."""
+    calls = []
+    for cls in (oracle.OracleFormat, mooncake.MooncakeFormat, azure.AzureFormat):
+        real = cls._slow
+        monkeypatch.setattr(cls, "_slow", lambda self, *a, real=real: calls.append(a) or real(self, *a))
+    for fmt, path in ((oracle.OracleFormat(), ORACLE), (mooncake.MooncakeFormat(), MOONCAKE),
+                      (azure.AzureFormat(), AZURE)):
+        assert read_blocks(path, fmt, 8192).num_rows > 0
+    assert calls == []
+
+
+def test_a_short_block_is_read_line_by_line(monkeypatch):
+    """Below FAST_MIN_BYTES the line path reads the block: a short trace never starts Arrow's readers."""
+    from aisim.traces import blockread
+
+    monkeypatch.setattr(blockread, "FAST_MIN_BYTES", 1 << 30)
+    calls = []
+    monkeypatch.setattr(oracle.OracleFormat, "_fast", lambda self, *a: calls.append(a))
+    assert read_blocks(ORACLE, oracle.OracleFormat(), 8192).num_rows > 0
+    assert calls == []
+
+
+def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path):
+    path = tmp_path / "t.jsonl"
+    lines = _oracle_lines(20)
+    lines[7] = lines[7].replace('"max_tokens": 8', '"max_tokens": 8.0')  # fine for the line path, not for Arrow
+    path.write_text("\n".join(lines) + "\n")
+    t = read_blocks(str(path), oracle.OracleFormat(), 200)
+    assert t.num_rows == 20 and t.column("output_tokens").to_pylist() == [8] * 20
+    assert isinstance(t, pa.Table)
+
+
+def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch):
+    """The check holds 64-bit hashes; ids whose hashes meet are compared for real."""
+    import numpy as np
+
+    from aisim.traces import schema
+    from aisim.traces.blockread import Blocks, Parsed, ids_named_twice
+
+    path = tmp_path / "t.jsonl"
+    lines = _oracle_lines(40)
+    lines[30] = lines[30].replace('"r30"', '"r12"')
+    path.write_text("\n".join(lines) + "\n")
+    want = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
+    # Every id of the same length now has the same hash: many meet, two are the same id.
+    monkeypatch.setattr(schema, "output_streams", lambda ids: np.array([len(x) for x in ids], dtype=np.uint64))
+    rows = pa.table({"request_id": ["a1", "b2", "c3", "a1", "dd4"]})
+    parsed = [Parsed(rows.slice(0, 3)), Parsed(rows.slice(3))]
+    assert ids_named_twice(Blocks.of(parsed)) == {"a1"}
+    got = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
+    assert got.equals(want) and bad_rows(got) == 1 and got.num_rows == 39
