@@ -82,11 +82,13 @@ def output_streams(request_ids) -> np.ndarray:
         request_ids = request_ids.combine_chunks()
     if not isinstance(request_ids, pa.Array):
         request_ids = pa.array(list(request_ids), pa.string())
-    arr = request_ids.cast(pa.large_string()) if request_ids.type != pa.large_string() else request_ids
+    arr = request_ids
     n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + n + 1]
+    wide = arr.type == pa.large_string()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    offsets = offsets.astype(np.int64)
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
     if data.size == 0:
         data = np.zeros(1, np.uint8)
