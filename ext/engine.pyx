@@ -298,7 +298,7 @@ cdef class Engine:
         self.finished = True
 
     def __init__(self, config not None, trace=None, bint record_events=False, *, timed=None, expected=None,
-                 out_rows=None):
+                 out_rows=None, bint replica=False):
         """Read the resolved configuration, and the whole trace when given.
 
         Parameters
@@ -316,6 +316,9 @@ cdef class Engine:
         out_rows : int, optional
             Streaming: ``advance`` returns when this many step or request
             rows wait to be taken (default 65,536).
+        replica : bool
+            Streaming: a replica of a deployment (``aisim._core.deploy``), fed one request at a
+            time and stepped by the deployment's clock; it may record decision-log events.
         """
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
@@ -334,7 +337,7 @@ cdef class Engine:
         else:
             if timed is None:
                 raise TypeError("a streaming Engine needs timed=True or timed=False")
-            if record_events:
+            if record_events and not replica:
                 raise ValueError("decision-log events are recorded for whole traces only")
             self.timed = bool(timed)
             # As many slots as requests when they are few (as a whole trace); else a first
@@ -780,25 +783,25 @@ cdef class Engine:
             _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
             if self.record_events:
                 for i in range(sched_b.n):
-                    _event(&self.events, self.steps_taken + row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
+                    _event(&self.events, self.steps_taken + row, EV_SCHED, <req_t>self.slot_global[sched_b.req[i]], sched_b.tokens[i])
                 for i in range(sched_b.n):
                     if sched_b.spec_m[i] == 0:
                         continue
-                    _event(&self.events, self.steps_taken + row, EV_SPEC, sched_b.req[i], sched_b.spec_m[i])
-                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, sched_b.req[i], sched_b.spec_a[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_m[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_a[i])
                     if sched_b.padded[i]:
-                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, sched_b.req[i],
+                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, <req_t>self.slot_global[sched_b.req[i]],
                                sched_b.spec_m[i])
                 for i in range(sched_b.n_new):
-                    _event(&self.events, self.steps_taken + row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
+                    _event(&self.events, self.steps_taken + row, EV_NEW, <req_t>self.slot_global[sched_b.new_req[i]], sched_b.new_computed[i])
                 for i in range(sched_b.n_resumed):
-                    _event(&self.events, self.steps_taken + row, EV_RESUMED, sched_b.res_req[i],
+                    _event(&self.events, self.steps_taken + row, EV_RESUMED, <req_t>self.slot_global[sched_b.res_req[i]],
                            sched_b.res_computed[i])
                 for i in range(sched_b.n_preempted):
-                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, sched_b.preempted[i], 0)
+                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, <req_t>self.slot_global[sched_b.preempted[i]], 0)
         if upd_b != NULL and self.record_events:
             for i in range(self.sched.n_finished):
-                _event(&self.events, self.steps_taken + row, EV_FINISHED, self.sched.finished[i], 0)
+                _event(&self.events, self.steps_taken + row, EV_FINISHED, <req_t>self.slot_global[self.sched.finished[i]], 0)
         c.n += 1
         return 0
 
@@ -880,10 +883,6 @@ cdef class Engine:
         over (ADV_OUTPUT).  Resumable: it stops only before an iteration or between two arrivals."""
         cdef req_t r_open, r_new
         cdef sec_t t_next
-        cdef BatchC* b
-        cdef BatchC* ob
-        cdef bint scheduled
-        cdef block_id_t free_sched
         cdef int64_t arrived_row
         while True:
             # Safety net: an engine that schedules nothing and finishes nothing
@@ -922,7 +921,7 @@ cdef class Engine:
                 self.reqs[r_new].arrival_s = self.clock
                 sched_add_request(&self.sched, r_new)
                 if self.record_events:
-                    _event(&self.events, arrived_row, EV_ARRIVED, r_new, 0)
+                    _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
             if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
                 if self.open_n == 0 and self.rel.n == 0:
@@ -938,56 +937,164 @@ cdef class Engine:
                 else:
                     self.step = self.slot_step[self.open_q[self.open_head]]
                 continue
-            if not self.sched.conf.async_scheduling:
-                b = &self.batches[0]
-                b.step = self.step
-                b.start_s = self.clock
-                sched_schedule(&self.sched, b)
-                b.end_s = self.clock + tm_step_time(&self.time_model, b)
-                if self.time_model.out_of_range:
-                    self._range_error(self.step)
-                free_sched = self.kv.pool.num_free
-                sched_update(&self.sched, b)
-                self._release_next_turns()
-                self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-                self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+            self._iterate()
+
+    cdef int _iterate(self) except -1 nogil:
+        """One engine iteration of a busy engine (the body of ``_run``'s loop after the arrivals):
+        synchronous schedule + update, or one turn of the asynchronous batch queue.  Sets
+        ``upd_batch`` to the batch whose output it processed (NULL: none)."""
+        cdef BatchC* b
+        cdef BatchC* ob
+        cdef bint scheduled
+        cdef block_id_t free_sched
+        self.upd_batch = NULL
+        if not self.sched.conf.async_scheduling:
+            b = &self.batches[0]
+            b.step = self.step
+            b.start_s = self.clock
+            sched_schedule(&self.sched, b)
+            b.end_s = self.clock + tm_step_time(&self.time_model, b)
+            if self.time_model.out_of_range:
+                self._range_error(self.step)
+            free_sched = self.kv.pool.num_free
+            sched_update(&self.sched, b)
+            self.upd_batch = b
+            self._release_next_turns()
+            self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
+            self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+            self.clock = b.end_s
+            self.step += 1
+            return 0
+        # Asynchronous engine, batch queue of two (step_with_batch_queue).
+        scheduled = False
+        free_sched = self.kv.pool.num_free
+        b = NULL
+        if sched_has_requests(&self.sched):
+            b = &self.batches[(self.q_head + self.q_len) % 2]
+            b.step = self.step
+            b.start_s = self.clock
+            sched_schedule(&self.sched, b)
+            b.end_s = self.clock + tm_step_time(&self.time_model, b)
+            if self.time_model.out_of_range:
+                self._range_error(self.step)
+            free_sched = self.kv.pool.num_free
+            self.q_len += 1
+            scheduled = True
+            if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
+                # Do not wait for the worker while the queue has room.
+                self.sched.n_finished = 0
+                self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
                 self.clock = b.end_s
                 self.step += 1
-                continue
-            # Asynchronous engine, batch queue of two (step_with_batch_queue).
-            scheduled = False
-            free_sched = self.kv.pool.num_free
-            b = NULL
-            if sched_has_requests(&self.sched):
-                b = &self.batches[(self.q_head + self.q_len) % 2]
-                b.step = self.step
-                b.start_s = self.clock
-                sched_schedule(&self.sched, b)
-                b.end_s = self.clock + tm_step_time(&self.time_model, b)
-                if self.time_model.out_of_range:
-                    self._range_error(self.step)
-                free_sched = self.kv.pool.num_free
-                self.q_len += 1
-                scheduled = True
-                if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
-                    # Do not wait for the worker while the queue has room.
-                    self.sched.n_finished = 0
-                    self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
-                    self.clock = b.end_s
-                    self.step += 1
-                    continue
-            ob = &self.batches[self.q_head]
-            self.q_head = (self.q_head + 1) % 2
-            self.q_len -= 1
-            sched_update(&self.sched, ob)
-            self._release_next_turns()
-            self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
-            if scheduled:
-                self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
-                self.clock = b.end_s
-            else:
-                self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
-            self.step += 1
+                return 0
+        ob = &self.batches[self.q_head]
+        self.q_head = (self.q_head + 1) % 2
+        self.q_len -= 1
+        sched_update(&self.sched, ob)
+        self.upd_batch = ob
+        self._release_next_turns()
+        self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        if scheduled:
+            self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
+            self.clock = b.end_s
+        else:
+            self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
+        self.step += 1
+        return 0
+
+    # -------------------------------------------------------------- a deployment's replica
+
+    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil:
+        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arrival ``t.arrival_time[i]``).
+
+        What :meth:`feed` does for one request of a chunk, read from borrowed C arrays: its
+        segments (and accept list) are copied into the arenas, so nothing is allocated per request
+        but the arenas' and slots' geometric growth.  Between iterations only.
+        """
+        cdef int32_t n_seg = t.seg_cnt[i]
+        cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
+        cdef int32_t so = t.seg_off[i]
+        cdef int64_t g = self.loaded
+        cdef req_t s
+        cdef ReqC* r
+        if self.n_free < 1:
+            self._grow_pool(<req_t>(self.pool_cap - self.n_free + 1))
+        self._grow_window(self.loaded + 1 - self.retired)
+        self._make_room(&self.segs, False, n_seg)
+        self._make_room(&self.accs, True, n_acc)
+        if n_seg:
+            memcpy(<hash_t*>self.segs.col[0] + self.segs.n, &t.seg_stream[so], n_seg * sizeof(hash_t))
+            memcpy(<tok_t*>self.segs.col[1] + self.segs.n, &t.seg_first[so], n_seg * sizeof(tok_t))
+            memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &t.seg_len[so], n_seg * sizeof(tok_t))
+        if n_acc:
+            memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &t.acc_values[t.acc_off[i]], n_acc * sizeof(int64_t))
+        self.n_free -= 1
+        s = self.free_slots[self.n_free]
+        r = &self.reqs[s]
+        memset(r, 0, sizeof(ReqC))
+        r.next_turn = -1
+        r.prompt_len = t.prompt_len[i]
+        r.max_tokens = t.max_tokens[i]
+        r.priority = t.priority[i]
+        r.arrival_key = t.arrival_key[i]
+        r.id_rank = t.id_rank[i]
+        r.seg_off = <int32_t>self.segs.n
+        r.seg_cnt = n_seg
+        r.acc_off = <int32_t>self.accs.n
+        r.acc_cnt = n_acc
+        r.trace_index = g
+        r.out_stream = t.out_stream[i]
+        r.status = ST_PENDING
+        r.slot = -1
+        r.arrival_s = -1
+        r.first_sched_s = -1
+        r.first_token_s = -1
+        r.finish_s = -1
+        self.slot_global[s] = g
+        self.slot_time[s] = t.arrival_time[i]
+        self.slot_step[s] = 0
+        self.slot_next[s] = -1
+        self.slot_next_think[s] = 0
+        self.win[g & (self.win_cap - 1)] = s
+        if self.open_n == self.open_cap:
+            self._grow_open()
+        self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
+        self.open_n += 1
+        self.segs.n += n_seg
+        self.accs.n += n_acc
+        self.loaded += 1
+        if self.open_n == 1 and not sched_has_requests(&self.sched) and self.q_len == 0 \
+                and t.arrival_time[i] > self.clock:
+            self.clock = t.arrival_time[i]  # an idle engine jumps to the arrival
+        return 0
+
+    cdef int _replica_step(self) except -1 nogil:
+        """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
+        deployment's event order guarantees it) are added first, as :meth:`_run` adds them."""
+        cdef int64_t arrived_row = self.steps_taken + self.cols.n
+        cdef req_t r_new
+        if self.stalled > STALL_LIMIT:
+            with gil:
+                raise RuntimeError(
+                    f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
+                    f"{self.sched.n_waiting} waiting requests cannot be scheduled")
+        self._retire(False)
+        while self._open_due():
+            r_new = self.open_q[self.open_head]
+            self.open_head = (self.open_head + 1) & (self.open_cap - 1)
+            self.open_n -= 1
+            self.reqs[r_new].arrival_s = self.clock
+            sched_add_request(&self.sched, r_new)
+            if self.record_events:
+                _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
+        self._iterate()
+        return 0
+
+    cdef int _replica_end(self) except -1 nogil:
+        """The deployment has ended: write out every request fed."""
+        self._retire(True)
+        self.finished = True
+        return 0
 
     def advance(self):
         """Replay until the next input is needed, rows wait to be taken, or the replay is done.

@@ -1,0 +1,647 @@
+"""A deployment: N replicas of the exact engine behind a router, on one simulated clock.
+
+Each replica is a complete :class:`aisim._core.engine.Engine` (its own scheduler, KV cache and
+step time), fed one request at a time (``Engine._add_one``) and stepped one iteration at a time
+(``Engine._replica_step``).  The event loop: the next event is the earliest of the next arrival
+and every busy replica's next iteration start (its clock); an arrival at t is routed and added
+before any iteration starting at or after t (the single engine's rule); ties between replicas go
+to the lowest index.  An idle replica's clock jumps to the arrival it is given.  A replica's
+decisions therefore depend only on the requests routed to it: its decision log equals a
+single-engine replay of its share (the tests check it).
+
+The router sees each replica as reported by its iterations: an iteration's effects (block keys
+entering or leaving its prefix cache, first tokens, finishes) become visible to arrivals after
+the iteration's start, ``view_delay_s`` later with a delay.  The router's own bookings (a
+request's load, prefill tokens and active blocks, added when it is routed) are immediate, as in
+Dynamo's router (lib/kv-router, ``ActiveSequences``).  The cache view is one index, block key ->
+bitmask of the replicas caching it, kept from the replicas' block-pool key events, and looked up
+once per prompt block.
+"""
+
+from libc.string cimport memset
+
+import numpy as np
+
+from aisim._core.blockpool cimport bp_log_keys, bp_lookup
+from aisim._core.engine cimport Engine, TraceC
+from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_finish, hash_run, mix64
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.request cimport ReqC
+from aisim._core.scheduler cimport BatchC, sched_has_requests
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
+
+# Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
+ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
+                  "prefill_tokens", "decode_blocks", "cost")
+cdef int N_FIELDS = 7
+
+# Router names in RouterKind order.
+ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
+
+# ------------------------------------------------------------------ the hash map
+
+
+cdef int hm_init(HMapC* m, int64_t cap) except -1 nogil:
+    cdef int64_t c = 16
+    while c < cap:
+        c <<= 1
+    m.keys = <hash_t*>mem_calloc(c, sizeof(hash_t))
+    m.vals = <int64_t*>mem_calloc(c, sizeof(int64_t))
+    m.mask = <hash_t>(c - 1)
+    m.n = 0
+    return 0
+
+
+cdef void hm_release(HMapC* m) noexcept nogil:
+    mem_free(m.keys)
+    mem_free(m.vals)
+    memset(m, 0, sizeof(HMapC))
+
+
+cdef inline hash_t _hm_slot(const HMapC* m, hash_t key) noexcept nogil:
+    # The key's slot, or the empty slot where it would go.
+    cdef hash_t s = mix64(key) & m.mask
+    while m.keys[s] != 0 and m.keys[s] != key:
+        s = (s + 1) & m.mask
+    return s
+
+
+cdef inline int64_t hm_get(const HMapC* m, hash_t key) noexcept nogil:
+    cdef hash_t s = _hm_slot(m, key)
+    return m.vals[s] if m.keys[s] != 0 else 0
+
+
+cdef int _hm_grow(HMapC* m) except -1 nogil:
+    cdef HMapC old = m[0]
+    cdef hash_t i, s
+    hm_init(m, 2 * (<int64_t>old.mask + 1))
+    for i in range(old.mask + 1):
+        if old.keys[i] != 0:
+            s = _hm_slot(m, old.keys[i])
+            m.keys[s] = old.keys[i]
+            m.vals[s] = old.vals[i]
+            m.n += 1
+    hm_release(&old)
+    return 0
+
+
+cdef void _hm_delete(HMapC* m, hash_t s) noexcept nogil:
+    # Backward-shift deletion keeps every probe chain gap-free (no tombstones).
+    cdef hash_t j = s
+    cdef hash_t home
+    m.keys[s] = 0
+    m.vals[s] = 0
+    m.n -= 1
+    while True:
+        j = (j + 1) & m.mask
+        if m.keys[j] == 0:
+            return
+        home = mix64(m.keys[j]) & m.mask
+        if ((j - home) & m.mask) >= ((j - s) & m.mask):
+            m.keys[s] = m.keys[j]
+            m.vals[s] = m.vals[j]
+            m.keys[j] = 0
+            m.vals[j] = 0
+            s = j
+
+
+cdef int hm_set(HMapC* m, hash_t key, int64_t v) except -1 nogil:
+    """Set ``key`` to ``v``; 0 deletes it."""
+    cdef hash_t s = _hm_slot(m, key)
+    if m.keys[s] != 0:
+        if v == 0:
+            _hm_delete(m, s)
+        else:
+            m.vals[s] = v
+        return 0
+    if v == 0:
+        return 0
+    if 2 * (m.n + 1) > <int64_t>(m.mask + 1):
+        _hm_grow(m)
+        s = _hm_slot(m, key)
+    m.keys[s] = key
+    m.vals[s] = v
+    m.n += 1
+    return 0
+
+
+# ------------------------------------------------------------------ the router
+
+
+cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) except -1 nogil:
+    cdef int64_t i, new
+    cdef DeltaC* a
+    if q.n == q.cap:
+        new = q.cap * 2 if q.cap > 0 else 1024
+        a = <DeltaC*>mem_calloc(new, sizeof(DeltaC))
+        for i in range(q.n):
+            a[i] = q.a[(q.head + i) & (q.cap - 1)]
+        mem_free(q.a)
+        q.a = a
+        q.cap = new
+        q.head = 0
+    a = &q.a[(q.head + q.n) & (q.cap - 1)]
+    a.stamp = stamp
+    a.replica = w
+    a.kind = kind
+    a.value = value
+    q.n += 1
+    return 0
+
+
+cdef inline hash_t _act_key(hash_t key, int32_t w) noexcept nogil:
+    return hash_finish(hash_combine(key, <hash_t>(w + 1)))
+
+
+cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
+    """Make one reported change visible to the router."""
+    cdef hash_t bit = (<hash_t>1) << d.replica
+    cdef int64_t g, k, c
+    cdef hash_t key
+    if d.kind == DK_KEY_ADD:
+        hm_set(&rt.cidx, d.value, hm_get(&rt.cidx, d.value) | <int64_t>bit)
+    elif d.kind == DK_KEY_DEL:
+        hm_set(&rt.cidx, d.value, hm_get(&rt.cidx, d.value) & ~(<int64_t>bit))
+    elif d.kind == DK_FIRST:
+        g = <int64_t>d.value
+        rt.pf_toks[d.replica] -= rt.booked_pf[g]
+        rt.pf_open[g] = 0
+    else:
+        g = <int64_t>d.value
+        rt.out_reqs[d.replica] -= 1
+        rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
+        if rt.kv:
+            for k in range(rt.key_off[g], rt.key_off[g + 1]):
+                key = rt.keys[k]
+                c = hm_get(&rt.acnt, _act_key(key, d.replica)) - 1
+                hm_set(&rt.acnt, _act_key(key, d.replica), c)
+                if c == 0:
+                    rt.act_n[d.replica] -= 1
+                    hm_set(&rt.amask, key, hm_get(&rt.amask, key) & ~(<int64_t>bit))
+    return 0
+
+
+cdef int _apply_visible(RouterC* rt, const TraceC* tr, sec_t t) except -1 nogil:
+    """Everything reported by iterations that started before ``t - view_delay_s``."""
+    cdef DeltaQC* q = &rt.q
+    while q.n > 0 and (rt.delay == 0 or q.a[q.head].stamp < t - rt.delay):
+        _apply(rt, tr, &q.a[q.head])
+        q.head = (q.head + 1) & (q.cap - 1)
+        q.n -= 1
+    return 0
+
+
+cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
+    """Dynamo's classic KV-router cost for every replica (lib/kv-router scheduling/selector.rs,
+    DefaultWorkerSelector::select_worker; research notes 1a):
+    overlap_w = leading prompt blocks replica w caches (the index, one lookup per block);
+    prefill_tokens_w = booked prefill tokens + max(0, prompt - overlap_w * B);
+    decode_blocks_w = distinct active prompt blocks on w + this request's blocks not among them;
+    cost_w = weight * prefill_tokens_w / B + decode_blocks_w."""
+    cdef int32_t w, n = rt.n_rep
+    cdef int64_t k, j = 0, lo = rt.key_off[g], hi = rt.key_off[g + 1]
+    cdef int64_t alive = (<int64_t>-1) if n == 64 else ((<int64_t>1) << n) - 1
+    cdef int64_t m, a
+    cdef tok_t prompt = tr.prompt_len[g], new_tok
+    for w in range(n):
+        rt.overlap[w] = 0
+        rt.newb[w] = 0
+    for k in range(lo, hi):
+        if alive != 0:
+            m = hm_get(&rt.cidx, rt.keys[k]) & alive
+            for w in range(n):
+                if (alive >> w) & 1 and not ((m >> w) & 1):
+                    rt.overlap[w] = j
+            alive = m
+            j += 1
+        a = hm_get(&rt.amask, rt.keys[k])
+        for w in range(n):
+            if not ((a >> w) & 1):
+                rt.newb[w] += 1
+    for w in range(n):
+        if (alive >> w) & 1:
+            rt.overlap[w] = j
+        new_tok = prompt - rt.overlap[w] * rt.block
+        if new_tok < 0:
+            new_tok = 0
+        rt.cost[w] = (rt.weight * (<double>(rt.pf_toks[w] + new_tok)) / <double>rt.block
+                      + <double>(rt.act_n[w] + rt.newb[w]))
+
+
+cdef int32_t _least(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    cdef const int64_t* load = rt.out_toks if rt.by_tokens else rt.out_reqs
+    for w in range(1, rt.n_rep):
+        if load[w] < load[best]:
+            best = w
+    return best
+
+
+cdef int32_t _cheapest(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    for w in range(1, rt.n_rep):
+        if rt.cost[w] < rt.cost[best]:
+            best = w
+    return best
+
+
+cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
+    cdef int32_t w, s
+    cdef int64_t least
+    cdef hash_t z
+    if rt.kind == RT_ROUND_ROBIN:
+        w = <int32_t>(rt.rr % rt.n_rep)
+        rt.rr += 1
+        return w
+    if rt.kind == RT_RANDOM:
+        rt.rng += <hash_t>0x9e3779b97f4a7c15
+        z = mix64(rt.rng)
+        return <int32_t>(((z >> 32) * <hash_t>rt.n_rep) >> 32)
+    if rt.kind == RT_LEAST_LOADED:
+        return _least(rt)
+    if rt.kind == RT_KV_AWARE:
+        return _cheapest(rt)
+    # session_affinity: the replica of the session's first turn, unless it holds more than
+    # ``slack`` outstanding requests above the least loaded replica; then the fallback's choice,
+    # which the session follows from then on.
+    s = <int32_t>rt.session[g]
+    if s >= 0 and rt.sticky[s] >= 0:
+        w = rt.sticky[s]
+        least = rt.out_reqs[_least_reqs(rt)]
+        if rt.out_reqs[w] <= least + rt.slack:
+            return w
+    w = _cheapest(rt) if rt.fallback == RT_KV_AWARE else _least(rt)
+    if s >= 0:
+        rt.sticky[s] = w
+    return w
+
+
+cdef int32_t _least_reqs(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    for w in range(1, rt.n_rep):
+        if rt.out_reqs[w] < rt.out_reqs[best]:
+            best = w
+    return best
+
+
+cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
+    """The router's own accounting of a request it sent to ``w`` (immediate)."""
+    cdef hash_t bit = (<hash_t>1) << w
+    cdef int64_t k, c, pf
+    cdef hash_t key
+    rt.out_reqs[w] += 1
+    rt.out_toks[w] += tr.prompt_len[g] + tr.max_tokens[g]
+    if not rt.kv:
+        return 0
+    pf = tr.prompt_len[g] - rt.overlap[w] * rt.block
+    rt.booked_pf[g] = pf if pf > 0 else 0
+    rt.pf_toks[w] += rt.booked_pf[g]
+    rt.pf_open[g] = 1
+    for k in range(rt.key_off[g], rt.key_off[g + 1]):
+        key = rt.keys[k]
+        c = hm_get(&rt.acnt, _act_key(key, w)) + 1
+        hm_set(&rt.acnt, _act_key(key, w), c)
+        if c == 1:
+            rt.act_n[w] += 1
+            hm_set(&rt.amask, key, hm_get(&rt.amask, key) | <int64_t>bit)
+    return 0
+
+
+cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, int32_t gid,
+                          hash_t* out) noexcept nogil:
+    """The pool keys of request ``i``'s full prompt blocks (``group_key`` of the full-attention
+    group, over the chain hashing.pyx computes): written to ``out`` when given; returns how many."""
+    cdef int64_t n_raw = tr.prompt_len[i] // hbs
+    cdef int64_t j, n = 0
+    cdef int32_t so = tr.seg_off[i], seg = 0
+    cdef tok_t off = 0, need, take, avail, length
+    cdef hash_t h = <hash_t>NONE_HASH_SEED
+    if out == NULL:
+        return n_raw // ratio
+    for j in range(n_raw):
+        need = hbs
+        while need > 0:
+            length = tr.seg_len[so + seg]
+            avail = length - off
+            take = need if need < avail else avail
+            h = hash_run(h, tr.seg_stream[so + seg], tr.seg_first[so + seg] + off, take)
+            off += take
+            need -= take
+            if off == length:
+                seg += 1
+                off = 0
+        h = hash_finish(h)
+        if (j + 1) % ratio == 0:
+            out[n] = group_key(h, gid)
+            n += 1
+    return n
+
+
+# ------------------------------------------------------------------ the deployment
+
+
+def _c(a, dtype):
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+cdef class Deployment:
+    """N replicas of one engine configuration behind a router, replayed once.
+
+    Made by ``aisim.replay.run_deployment``, which validates every argument (a time-clocked,
+    open-loop trace; at most 64 replicas); this class trusts them.
+    """
+
+    cdef RouterC rt
+    cdef TraceC tr
+    cdef tuple engines
+    cdef list _keep
+    cdef int64_t** rep_glob      # [n_rep] trace index of each replica's k-th request
+    cdef int64_t* rep_n
+    cdef int64_t* rep_cap
+    cdef int32_t* route          # [n] replica of each request
+    cdef bint record
+    cdef double* rec             # [n * n_rep * N_FIELDS] router inputs (record_routing)
+    cdef bint done
+
+    def __cinit__(self):
+        self.rep_glob = NULL
+        self.done = True
+
+    def __init__(self, config not None, trace not None, int n_rep, dict router not None,
+                 bint record_events=False, bint record_routing=False):
+        """Build the replicas and the router.
+
+        Parameters
+        ----------
+        config : aisim.core_input.CoreConfig
+        trace : aisim.core_input.CoreTrace
+            Time-clocked, open loop (no ``next_turn``).
+        n_rep : int
+            Replicas, 1 to 64.
+        router : dict
+            ``kind`` (RouterKind), ``by_tokens``, ``weight``, ``fallback``, ``slack``,
+            ``view_delay_s``, ``seed``, ``session`` (int64 per request, -1: none),
+            ``n_sessions``, ``group`` and ``block`` (the full-attention group's id and block
+            size; -1 without one).
+        """
+        cdef int64_t n = len(trace.prompt_len), i, total = 0
+        cdef int32_t w
+        cdef Engine e
+        cdef RouterC* rt = &self.rt
+        memset(rt, 0, sizeof(RouterC))
+        memset(&self.tr, 0, sizeof(TraceC))
+        keep = []
+        cdef const tok_t[::1] p_len = _c(trace.prompt_len, np.int64)
+        cdef const tok_t[::1] m_tok = _c(trace.max_tokens, np.int64)
+        cdef const int32_t[::1] prio = _c(trace.priority, np.int32)
+        cdef const sec_t[::1] a_key = _c(trace.arrival_key, np.float64)
+        cdef const int32_t[::1] rank = _c(trace.id_rank, np.int32)
+        cdef const int32_t[::1] s_off = _c(trace.seg_off, np.int32)
+        cdef const int32_t[::1] s_cnt = _c(trace.seg_cnt, np.int32)
+        cdef const hash_t[::1] o_str = _c(trace.out_stream, np.uint64)
+        cdef const hash_t[::1] g_str = _c(trace.seg_stream, np.uint64)
+        cdef const tok_t[::1] g_first = _c(trace.seg_first, np.int64)
+        cdef const tok_t[::1] g_len = _c(trace.seg_len, np.int64)
+        cdef const sec_t[::1] a_time = _c(trace.arrival_time, np.float64)
+        cdef const int64_t[::1] sess = _c(router["session"], np.int64)
+        keep += [p_len, m_tok, prio, a_key, rank, s_off, s_cnt, o_str, g_str, g_first, g_len, a_time, sess]
+        cdef const int32_t[::1] acc_o
+        cdef const int32_t[::1] acc_c
+        cdef const int64_t[::1] acc_v
+        self.tr.n = n
+        if n:
+            self.tr.prompt_len = &p_len[0]
+            self.tr.max_tokens = &m_tok[0]
+            self.tr.priority = &prio[0]
+            self.tr.arrival_key = &a_key[0]
+            self.tr.id_rank = &rank[0]
+            self.tr.seg_off = &s_off[0]
+            self.tr.seg_cnt = &s_cnt[0]
+            self.tr.out_stream = &o_str[0]
+            self.tr.arrival_time = &a_time[0]
+            rt.session = <int64_t*>&sess[0]
+        if g_str.shape[0]:
+            self.tr.seg_stream = &g_str[0]
+            self.tr.seg_first = &g_first[0]
+            self.tr.seg_len = &g_len[0]
+        if n and trace.accept_values is not None and len(trace.accept_values) > 0:
+            acc_o = _c(trace.accept_off, np.int32)
+            acc_c = _c(trace.accept_cnt, np.int32)
+            acc_v = _c(trace.accept_values, np.int64)
+            keep += [acc_o, acc_c, acc_v]
+            self.tr.acc_off = &acc_o[0]
+            self.tr.acc_cnt = &acc_c[0]
+            self.tr.acc_values = &acc_v[0]
+        self._keep = keep
+        rt.kind = router["kind"]
+        rt.n_rep = n_rep
+        rt.by_tokens = router["by_tokens"]
+        rt.weight = router["weight"]
+        rt.fallback = router["fallback"]
+        rt.slack = router["slack"]
+        rt.delay = router["view_delay_s"]
+        rt.rng = <hash_t>router["seed"]
+        rt.kv = rt.kind == RT_KV_AWARE or (rt.kind == RT_SESSION and rt.fallback == RT_KV_AWARE)
+        rt.block = router["block"]
+        rt.hash_block = config.hash_block_size
+        rt.group = router["group"]
+        rt.out_reqs = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.out_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.pf_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.act_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.overlap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.newb = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.cost = <double*>mem_calloc(n_rep, sizeof(double))
+        rt.key_off = <int64_t*>mem_calloc(n + 1, sizeof(int64_t))
+        rt.booked_pf = <int64_t*>mem_calloc(n if n else 1, sizeof(int64_t))
+        rt.pf_open = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
+        rt.sticky = <int32_t*>mem_calloc(max(router["n_sessions"], 1), sizeof(int32_t))
+        for i in range(max(router["n_sessions"], 1)):
+            rt.sticky[i] = -1
+        hm_init(&rt.cidx, 1024)
+        hm_init(&rt.amask, 1024)
+        hm_init(&rt.acnt, 1024)
+        cdef int32_t ratio = <int32_t>(rt.block // rt.hash_block) if rt.kv else 1
+        with nogil:
+            if rt.kv:
+                for i in range(n):
+                    rt.key_off[i] = total
+                    total += _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, NULL)
+                rt.key_off[n] = total
+                rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
+                for i in range(n):
+                    _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
+            else:
+                rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
+        self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
+        self.rep_glob = <int64_t**>mem_calloc(n_rep, sizeof(int64_t*))
+        self.rep_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        self.rep_cap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        self.record = record_routing
+        if record_routing:
+            self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
+        engines = []
+        for w in range(n_rep):
+            e = Engine(config, record_events=record_events, timed=True, expected=max(n // n_rep, 1),
+                       out_rows=1 << 62, replica=True)
+            if rt.kv:
+                bp_log_keys(&e.kv.pool)
+            engines.append(e)
+        self.engines = tuple(engines)
+        self.done = False
+
+    def __dealloc__(self):
+        cdef int32_t w
+        cdef RouterC* rt = &self.rt
+        if self.rep_glob == NULL:
+            return
+        for w in range(rt.n_rep):
+            mem_free(self.rep_glob[w])
+        mem_free(self.rep_glob)
+        mem_free(self.rep_n)
+        mem_free(self.rep_cap)
+        mem_free(self.route)
+        mem_free(self.rec)
+        mem_free(rt.out_reqs)
+        mem_free(rt.out_toks)
+        mem_free(rt.pf_toks)
+        mem_free(rt.act_n)
+        mem_free(rt.overlap)
+        mem_free(rt.newb)
+        mem_free(rt.cost)
+        mem_free(rt.key_off)
+        mem_free(rt.keys)
+        mem_free(rt.booked_pf)
+        mem_free(rt.pf_open)
+        mem_free(rt.sticky)
+        mem_free(rt.q.a)
+        hm_release(&rt.cidx)
+        hm_release(&rt.amask)
+        hm_release(&rt.acnt)
+
+    cdef int _record(self, int64_t g) except -1:
+        """The router inputs of decision ``g``, with the overlap read off each replica's own pool
+        (the truth the index must agree with when there is no view delay)."""
+        cdef RouterC* rt = &self.rt
+        cdef double* row
+        cdef int32_t w
+        cdef int64_t k, true_n
+        cdef Engine e
+        for w in range(rt.n_rep):
+            row = &self.rec[(g * rt.n_rep + w) * N_FIELDS]
+            row[0] = <double>rt.out_reqs[w]
+            row[1] = <double>rt.out_toks[w]
+            if rt.kv:
+                e = <Engine>self.engines[w]
+                true_n = 0
+                for k in range(rt.key_off[g], rt.key_off[g + 1]):
+                    if bp_lookup(&e.kv.pool, rt.keys[k]) < 0:
+                        break
+                    true_n += 1
+                row[2] = <double>rt.overlap[w]
+                row[3] = <double>true_n
+                row[4] = <double>(rt.pf_toks[w] + max(self.tr.prompt_len[g] - rt.overlap[w] * rt.block, 0))
+                row[5] = <double>(rt.act_n[w] + rt.newb[w])
+                row[6] = rt.cost[w]
+        return 0
+
+    cdef int _assign(self, int32_t w, int64_t g) except -1 nogil:
+        cdef int64_t new
+        if self.rep_n[w] == self.rep_cap[w]:
+            new = self.rep_cap[w] * 2 if self.rep_cap[w] > 0 else 1024
+            mem_grow(<void**>&self.rep_glob[w], self.rep_cap[w], new, sizeof(int64_t))
+            self.rep_cap[w] = new
+        self.rep_glob[w][self.rep_n[w]] = g
+        self.rep_n[w] += 1
+        self.route[g] = w
+        return 0
+
+    cdef int _collect(self, int32_t w, Engine e, sec_t stamp) except -1:
+        """What replica ``w``'s last iteration reports to the router."""
+        cdef RouterC* rt = &self.rt
+        cdef int64_t k, g
+        cdef int32_t i
+        cdef req_t s
+        cdef BatchC* b = e.upd_batch
+        cdef const int64_t* glob = self.rep_glob[w]
+        if rt.kv:
+            for k in range(e.kv.pool.ev_n):
+                _push(&rt.q, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
+            e.kv.pool.ev_n = 0
+            if b != NULL:
+                for i in range(b.n):
+                    s = b.req[i]
+                    if e.reqs[s].num_output > 0:
+                        g = glob[e.slot_global[s]]
+                        if rt.pf_open[g] == 1:
+                            rt.pf_open[g] = 2  # reported, not yet visible
+                            _push(&rt.q, stamp, w, DK_FIRST, <hash_t>g)
+        if b != NULL:
+            for i in range(e.sched.n_finished):
+                g = glob[e.slot_global[e.sched.finished[i]]]
+                _push(&rt.q, stamp, w, DK_FINISH, <hash_t>g)
+        return 0
+
+    def run(self):
+        """Replay the trace through the deployment, once.
+
+        Returns
+        -------
+        dict
+            ``route``: the replica of each request (trace order); ``replicas``: per replica its
+            ``steps``, ``requests`` (its share, in trace order), ``events`` and ``spec`` (as
+            ``Engine.run`` returns them) and ``index``, the trace indices of its share;
+            ``routing``: the router inputs per decision (``ROUTING_FIELDS`` x replica), when
+            recorded.
+        """
+        cdef RouterC* rt = &self.rt
+        cdef const TraceC* tr = &self.tr
+        cdef int64_t nxt = 0, n = tr.n
+        cdef int32_t w, best
+        cdef sec_t bc, t, stamp
+        cdef Engine e
+        if self.done:
+            raise RuntimeError("Deployment.run replays once")
+        self.done = True
+        while True:
+            best = -1
+            bc = 0
+            for w in range(rt.n_rep):
+                e = <Engine>self.engines[w]
+                if e.q_len > 0 or e.open_n > 0 or sched_has_requests(&e.sched):
+                    if best < 0 or e.clock < bc:
+                        best = w
+                        bc = e.clock
+            if nxt < n and (best < 0 or tr.arrival_time[nxt] <= bc):
+                t = tr.arrival_time[nxt]
+                _apply_visible(rt, tr, t)
+                if rt.kv:
+                    _kv_scores(rt, tr, nxt)
+                if self.record:
+                    self._record(nxt)
+                w = _choose(rt, tr, nxt)
+                _book(rt, tr, nxt, w)
+                self._assign(w, nxt)
+                (<Engine>self.engines[w])._add_one(tr, nxt)
+                nxt += 1
+                continue
+            if best < 0:
+                break
+            e = <Engine>self.engines[best]
+            stamp = e.clock
+            e._replica_step()
+            self._collect(best, e, stamp)
+        out = []
+        for w in range(rt.n_rep):
+            e = <Engine>self.engines[w]
+            e._replica_end()
+            idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
+                np.zeros(0, np.int64)
+            out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
+                        "spec": e.spec_counts, "index": idx})
+        result = {"route": np.array(<int32_t[:n]>self.route, copy=True) if n else np.zeros(0, np.int32),
+                  "replicas": out}
+        if self.record:
+            result["routing"] = (np.array(<double[:n * rt.n_rep * N_FIELDS]>self.rec, copy=True)
+                                 .reshape(n, rt.n_rep, N_FIELDS) if n else np.zeros((0, rt.n_rep, N_FIELDS)))
+        return result
