@@ -9,6 +9,7 @@ places each request at its arrival, from what the replicas have reported so far 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,8 @@ from aisim.arrowwrap import arrow_array
 from aisim.columns import DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, REQUESTS, STEPS, deployment_schema
 from aisim.config.deployment import DeploymentConfig, parse_deployment
 from aisim.config.engine import EngineConfig
+from aisim.decisionlog import write_decision_log
+from aisim.output import write_result
 from aisim.replay import Totals, result_of, run_deployment
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
@@ -173,3 +176,30 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     }
     summary["replicas"] = per
     return summary
+
+
+def replica_log_path(path: str, replica: int) -> str:
+    """Where replica ``replica``'s decision log goes when a deployment's log is asked for at ``path``:
+    ``log.jsonl`` -> ``log.replica0.jsonl``, ``log.replica1.jsonl``, ..."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.replica{replica}{ext}"
+
+
+def write_deployment(result: DeploymentResult, out_dir: str | None = None, decision_log: str | None = None) -> list:
+    """Write a deployment's tables and summary into ``out_dir`` (as :func:`aisim.output.write_result`
+    does for one engine) and one decision log per replica (:func:`replica_log_path`).
+
+    Returns
+    -------
+    list of str
+        The decision logs written.
+    """
+    if out_dir:
+        write_result(result, out_dir)
+    logs = []
+    if decision_log:
+        for w, rep in enumerate(result.replicas):
+            logs.append(replica_log_path(decision_log, w))
+            write_decision_log(rep, logs[-1])
+    return logs
+

@@ -340,3 +340,71 @@ def test_core_router_table_matches_the_configuration():
     from aisim._core.deploy import ROUTERS as CORE
 
     assert CORE == ROUTERS
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def _cli(*args):
+    from click.testing import CliRunner
+
+    from aisim.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def test_cli_replays_a_deployment_with_one_log_per_replica(tmp_path):
+    import json
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    src = os.path.join(ORACLE, "timed")
+    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
+    (tmp_path / "dep.json").write_text('{"deployment": {"replicas": 3, "router": "kv_aware"}}')
+    out, log = tmp_path / "out", tmp_path / "log.jsonl"
+    r = _cli("replay", "--engine", str(tmp_path / "engine.json"), "--trace", str(tmp_path / "trace.jsonl"),
+             "--deployment", str(tmp_path / "dep.json"), "--out", str(out), "--decision-log", str(log))
+    assert r.exit_code == 0, r.output
+    assert "3 replicas, router kv_aware" in r.output
+    requests = pq.read_table(out / "requests.parquet")
+    assert requests.num_rows == 300 and requests.column_names[:3] == ["replica", "routed_s", "transfer_s"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["replica"] for s in summary["replicas"]] == [0, 1, 2]
+    assert summary["deployment"]["router"]["kind"] == "kv_aware"
+    eng = engine_config_from_dict(json.loads((tmp_path / "engine.json").read_text()))
+    dep = deploy(_timed("timed"), eng, {"replicas": 3, "router": "kv_aware"}, record_decisions=True)
+    for w in range(3):
+        lines = (tmp_path / f"log.replica{w}.jsonl").read_text().splitlines()
+        assert lines == _log(dep.replicas[w])
+    assert not log.exists()
+
+
+def test_cli_refuses_a_step_clocked_trace_and_writes_nothing(tmp_path):
+    import shutil
+
+    src = os.path.join(ORACLE, "full_small")
+    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
+    (tmp_path / "dep.json").write_text('{"deployment": {"replicas": 2}}')
+    r = _cli("replay", "--engine", str(tmp_path / "engine.json"), "--trace", str(tmp_path / "trace.jsonl"),
+             "--deployment", str(tmp_path / "dep.json"), "--out", str(tmp_path / "out"))
+    assert r.exit_code == 2
+    assert r.output.strip().splitlines()[-1].endswith(
+        f"{tmp_path / 'trace.jsonl'}: arrivals are engine steps (arrival_step); a deployment needs arrivals in "
+        "seconds (arrival_s), the one clock its replicas share")
+    assert len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "dep.json").write_text('{"deployment": {"replicas": 2, "router": {"kind": "kv_aware", "wait": 1}}}')
+    r = _cli("replay", "--engine", str(tmp_path / "engine.json"), "--trace", str(tmp_path / "trace.jsonl"),
+             "--deployment", str(tmp_path / "dep.json"))
+    assert r.exit_code == 2 and "unknown key 'deployment.router.wait' in" in r.output
+
+
+def test_readme_deployment_tables_are_rendered_from_the_catalogue():
+    from aisim.config.readme import render_deployment_tables
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert render_deployment_tables() in readme
