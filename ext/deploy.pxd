@@ -20,13 +20,26 @@ cdef enum DeltaKind:
     DK_FIRST = 2               # a request produced its first token: its prefill booking ends
     DK_FINISH = 3              # a request finished: its load and active blocks are released
 
-cdef struct HMapC:
-    # uint64 key -> int64 value; open addressing, linear probing, backward-shift deletion (a
-    # key whose value drops to 0 is deleted); key 0 is never stored (block keys are never 0).
-    hash_t* keys               # [mask + 1]; 0 = empty
-    int64_t* vals              # [mask + 1]
+cdef struct KeyEntC:
+    # One entry of the key index (one cache line holds two).
+    hash_t key                 # 0 = empty
+    hash_t cm                  # bit w: replica w caches the key
+    hash_t am                  # bit w: an outstanding request on w holds it
+    int64_t crow               # its row of counts (-1: none)
+
+cdef struct KeyMapC:
+    # The router's one index of block keys: key -> which replicas cache it (the KV events), which
+    # have it active (the router's bookings) and, while any has, a row of per-replica counts of
+    # active requests holding it.  Open addressing, linear probing, backward-shift deletion; an
+    # entry is deleted when both masks are empty.  Key 0 is never stored (block keys are never 0).
+    KeyEntC* e                 # [mask + 1]
     hash_t mask                # capacity - 1, a power of two; grown at half load
     int64_t n                  # keys stored
+    int32_t n_rep              # counts per row
+    int32_t* cnt               # [rows_cap * n_rep] active requests holding the key, per replica
+    int32_t* row_next          # [rows_cap] free list of rows
+    int32_t rows_cap
+    int32_t row_free           # head of the free list (-1: empty)
 
 cdef struct DeltaC:
     sec_t stamp                # start of the iteration that produced it
@@ -60,9 +73,7 @@ cdef struct RouterC:
     int64_t* out_toks          # [n_rep] their prompt + max output tokens
     int64_t* pf_toks           # [n_rep] booked prefill tokens (released at the first token)
     int64_t* act_n             # [n_rep] distinct active prompt-block keys
-    HMapC cidx                 # block key -> bitmask of replicas caching it
-    HMapC amask                # block key -> bitmask of replicas with it active
-    HMapC acnt                 # mix(key, replica) -> active requests holding it there
+    KeyMapC idx                # block key -> caching replicas, active replicas, active counts
     DeltaQC q                  # reported, not yet visible
     # per request of the trace
     int64_t* key_off           # [n + 1] its prompt-block keys: keys[key_off[i] : key_off[i + 1]]

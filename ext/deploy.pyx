@@ -38,94 +38,131 @@ cdef int N_FIELDS = 7
 # Router names in RouterKind order.
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
-# ------------------------------------------------------------------ the hash map
+# ------------------------------------------------------------------ the key index
 
 
-cdef int hm_init(HMapC* m, int64_t cap) except -1 nogil:
-    cdef int64_t c = 16
+cdef int km_init(KeyMapC* m, int64_t cap, int32_t n_rep) except -1 nogil:
+    cdef int64_t c = 16, i
     while c < cap:
         c <<= 1
-    m.keys = <hash_t*>mem_calloc(c, sizeof(hash_t))
-    m.vals = <int64_t*>mem_calloc(c, sizeof(int64_t))
+    m.e = <KeyEntC*>mem_calloc(c, sizeof(KeyEntC))
+    for i in range(c):
+        m.e[i].crow = -1
     m.mask = <hash_t>(c - 1)
     m.n = 0
+    m.n_rep = n_rep
     return 0
 
 
-cdef void hm_release(HMapC* m) noexcept nogil:
-    mem_free(m.keys)
-    mem_free(m.vals)
-    memset(m, 0, sizeof(HMapC))
+cdef void km_release(KeyMapC* m) noexcept nogil:
+    mem_free(m.e)
+    mem_free(m.cnt)
+    mem_free(m.row_next)
+    memset(m, 0, sizeof(KeyMapC))
 
 
-cdef inline hash_t _hm_slot(const HMapC* m, hash_t key) noexcept nogil:
+cdef inline hash_t _km_slot(const KeyMapC* m, hash_t key) noexcept nogil:
     # The key's slot, or the empty slot where it would go.
     cdef hash_t s = mix64(key) & m.mask
-    while m.keys[s] != 0 and m.keys[s] != key:
+    while m.e[s].key != 0 and m.e[s].key != key:
         s = (s + 1) & m.mask
     return s
 
 
-cdef inline int64_t hm_get(const HMapC* m, hash_t key) noexcept nogil:
-    cdef hash_t s = _hm_slot(m, key)
-    return m.vals[s] if m.keys[s] != 0 else 0
-
-
-cdef int _hm_grow(HMapC* m) except -1 nogil:
-    cdef HMapC old = m[0]
-    cdef hash_t i, s
-    hm_init(m, 2 * (<int64_t>old.mask + 1))
-    for i in range(old.mask + 1):
-        if old.keys[i] != 0:
-            s = _hm_slot(m, old.keys[i])
-            m.keys[s] = old.keys[i]
-            m.vals[s] = old.vals[i]
-            m.n += 1
-    hm_release(&old)
+cdef int _km_grow(KeyMapC* m) except -1 nogil:
+    cdef KeyEntC* old = m.e
+    cdef hash_t i, s, old_mask = m.mask
+    cdef int64_t c = 2 * (<int64_t>old_mask + 1), j
+    m.e = <KeyEntC*>mem_calloc(c, sizeof(KeyEntC))
+    for j in range(c):
+        m.e[j].crow = -1
+    m.mask = <hash_t>(c - 1)
+    for i in range(old_mask + 1):
+        if old[i].key != 0:
+            s = _km_slot(m, old[i].key)
+            m.e[s] = old[i]
+    mem_free(old)
     return 0
 
 
-cdef void _hm_delete(HMapC* m, hash_t s) noexcept nogil:
-    # Backward-shift deletion keeps every probe chain gap-free (no tombstones).
-    cdef hash_t j = s
-    cdef hash_t home
-    m.keys[s] = 0
-    m.vals[s] = 0
+cdef inline int64_t km_find(const KeyMapC* m, hash_t key) noexcept nogil:
+    """The key's slot, or -1."""
+    cdef hash_t s = _km_slot(m, key)
+    return <int64_t>s if m.e[s].key != 0 else -1
+
+
+cdef int64_t km_insert(KeyMapC* m, hash_t key) except -1 nogil:
+    """The key's slot, made (both masks empty, no row) when absent."""
+    cdef hash_t s = _km_slot(m, key)
+    if m.e[s].key != 0:
+        return <int64_t>s
+    if 2 * (m.n + 1) > <int64_t>(m.mask + 1):
+        _km_grow(m)
+        s = _km_slot(m, key)
+    m.e[s].key = key
+    m.e[s].cm = 0
+    m.e[s].am = 0
+    m.e[s].crow = -1
+    m.n += 1
+    return <int64_t>s
+
+
+cdef int32_t _km_row(KeyMapC* m) except -1 nogil:
+    """A zeroed row of counts."""
+    cdef int32_t r, i, new
+    if m.row_free < 0:
+        new = m.rows_cap * 2 if m.rows_cap > 0 else 1024
+        mem_grow(<void**>&m.cnt, <size_t>m.rows_cap * m.n_rep, <size_t>new * m.n_rep, sizeof(int32_t))
+        mem_grow(<void**>&m.row_next, m.rows_cap, new, sizeof(int32_t))
+        for i in range(new - 1, m.rows_cap - 1, -1):
+            m.row_next[i] = m.row_free
+            m.row_free = i
+        m.rows_cap = new
+    r = m.row_free
+    m.row_free = m.row_next[r]
+    memset(&m.cnt[<int64_t>r * m.n_rep], 0, m.n_rep * sizeof(int32_t))
+    return r
+
+
+cdef void km_tidy(KeyMapC* m, hash_t s) noexcept nogil:
+    """Drop slot ``s``'s row when no replica has the key active, and the entry when none caches it
+    either (backward-shift deletion keeps every probe chain gap-free, no tombstones)."""
+    cdef hash_t j, home
+    cdef KeyEntC* x = &m.e[s]
+    if x.am == 0 and x.crow >= 0:
+        m.row_next[x.crow] = m.row_free
+        m.row_free = <int32_t>x.crow
+        x.crow = -1
+    if x.am != 0 or x.cm != 0:
+        return
+    x.key = 0
     m.n -= 1
+    j = s
     while True:
         j = (j + 1) & m.mask
-        if m.keys[j] == 0:
+        if m.e[j].key == 0:
             return
-        home = mix64(m.keys[j]) & m.mask
+        home = mix64(m.e[j].key) & m.mask
         if ((j - home) & m.mask) >= ((j - s) & m.mask):
-            m.keys[s] = m.keys[j]
-            m.vals[s] = m.vals[j]
-            m.keys[j] = 0
-            m.vals[j] = 0
+            m.e[s] = m.e[j]
+            m.e[j].key = 0
+            m.e[j].crow = -1
             s = j
 
 
-cdef int hm_set(HMapC* m, hash_t key, int64_t v) except -1 nogil:
-    """Set ``key`` to ``v``; 0 deletes it."""
-    cdef hash_t s = _hm_slot(m, key)
-    if m.keys[s] != 0:
-        if v == 0:
-            _hm_delete(m, s)
-        else:
-            m.vals[s] = v
-        return 0
-    if v == 0:
-        return 0
-    if 2 * (m.n + 1) > <int64_t>(m.mask + 1):
-        _hm_grow(m)
-        s = _hm_slot(m, key)
-    m.keys[s] = key
-    m.vals[s] = v
-    m.n += 1
-    return 0
-
-
 # ------------------------------------------------------------------ the router
+
+
+cdef int _report(RouterC* rt, const TraceC* tr, sec_t stamp, int32_t w, int32_t kind, hash_t value) except -1 nogil:
+    """A change replica ``w`` reports: visible at once without a view delay, else queued."""
+    cdef DeltaC d
+    if rt.delay == 0:
+        d.stamp = stamp
+        d.replica = w
+        d.kind = kind
+        d.value = value
+        return _apply(rt, tr, &d)
+    return _push(&rt.q, stamp, w, kind, value)
 
 
 cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) except -1 nogil:
@@ -149,19 +186,20 @@ cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) e
     return 0
 
 
-cdef inline hash_t _act_key(hash_t key, int32_t w) noexcept nogil:
-    return hash_finish(hash_combine(key, <hash_t>(w + 1)))
-
-
 cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
     """Make one reported change visible to the router."""
     cdef hash_t bit = (<hash_t>1) << d.replica
-    cdef int64_t g, k, c
-    cdef hash_t key
+    cdef int64_t g, k, s
+    cdef int32_t* c
+    cdef KeyMapC* m = &rt.idx
     if d.kind == DK_KEY_ADD:
-        hm_set(&rt.cidx, d.value, hm_get(&rt.cidx, d.value) | <int64_t>bit)
+        s = km_insert(m, d.value)
+        m.e[s].cm |= bit
     elif d.kind == DK_KEY_DEL:
-        hm_set(&rt.cidx, d.value, hm_get(&rt.cidx, d.value) & ~(<int64_t>bit))
+        s = km_find(m, d.value)
+        if s >= 0:
+            m.e[s].cm &= ~bit
+            km_tidy(m, <hash_t>s)
     elif d.kind == DK_FIRST:
         g = <int64_t>d.value
         rt.pf_toks[d.replica] -= rt.booked_pf[g]
@@ -172,12 +210,13 @@ cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
         rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
         if rt.kv:
             for k in range(rt.key_off[g], rt.key_off[g + 1]):
-                key = rt.keys[k]
-                c = hm_get(&rt.acnt, _act_key(key, d.replica)) - 1
-                hm_set(&rt.acnt, _act_key(key, d.replica), c)
-                if c == 0:
+                s = km_find(m, rt.keys[k])
+                c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
+                c[0] -= 1
+                if c[0] == 0:
                     rt.act_n[d.replica] -= 1
-                    hm_set(&rt.amask, key, hm_get(&rt.amask, key) & ~(<int64_t>bit))
+                    m.e[s].am &= ~bit
+                    km_tidy(m, <hash_t>s)
     return 0
 
 
@@ -201,23 +240,29 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
     cdef int32_t w, n = rt.n_rep
     cdef int64_t k, j = 0, lo = rt.key_off[g], hi = rt.key_off[g + 1]
     cdef int64_t alive = (<int64_t>-1) if n == 64 else ((<int64_t>1) << n) - 1
+    cdef int64_t full = alive
     cdef int64_t m, a
     cdef tok_t prompt = tr.prompt_len[g], new_tok
     for w in range(n):
         rt.overlap[w] = 0
         rt.newb[w] = 0
+    cdef int64_t s
+    cdef KeyMapC* km = &rt.idx
     for k in range(lo, hi):
+        s = km_find(km, rt.keys[k])
+        m = <int64_t>km.e[s].cm if s >= 0 else 0
+        a = <int64_t>km.e[s].am if s >= 0 else 0
         if alive != 0:
-            m = hm_get(&rt.cidx, rt.keys[k]) & alive
+            m = m & alive
             for w in range(n):
                 if (alive >> w) & 1 and not ((m >> w) & 1):
                     rt.overlap[w] = j
             alive = m
             j += 1
-        a = hm_get(&rt.amask, rt.keys[k])
-        for w in range(n):
-            if not ((a >> w) & 1):
-                rt.newb[w] += 1
+        if a != full:
+            for w in range(n):
+                if not ((a >> w) & 1):
+                    rt.newb[w] += 1
     for w in range(n):
         if (alive >> w) & 1:
             rt.overlap[w] = j
@@ -287,8 +332,9 @@ cdef int32_t _least_reqs(const RouterC* rt) noexcept nogil:
 cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
     """The router's own accounting of a request it sent to ``w`` (immediate)."""
     cdef hash_t bit = (<hash_t>1) << w
-    cdef int64_t k, c, pf
-    cdef hash_t key
+    cdef int64_t k, pf, s
+    cdef int32_t* c
+    cdef KeyMapC* m = &rt.idx
     rt.out_reqs[w] += 1
     rt.out_toks[w] += tr.prompt_len[g] + tr.max_tokens[g]
     if not rt.kv:
@@ -298,12 +344,14 @@ cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 no
     rt.pf_toks[w] += rt.booked_pf[g]
     rt.pf_open[g] = 1
     for k in range(rt.key_off[g], rt.key_off[g + 1]):
-        key = rt.keys[k]
-        c = hm_get(&rt.acnt, _act_key(key, w)) + 1
-        hm_set(&rt.acnt, _act_key(key, w), c)
-        if c == 1:
+        s = km_insert(m, rt.keys[k])
+        if m.e[s].crow < 0:
+            m.e[s].crow = _km_row(m)
+        c = &m.cnt[m.e[s].crow * m.n_rep + w]
+        c[0] += 1
+        if c[0] == 1:
             rt.act_n[w] += 1
-            hm_set(&rt.amask, key, hm_get(&rt.amask, key) | <int64_t>bit)
+            m.e[s].am |= bit
     return 0
 
 
@@ -458,9 +506,8 @@ cdef class Deployment:
         rt.sticky = <int32_t*>mem_calloc(max(router["n_sessions"], 1), sizeof(int32_t))
         for i in range(max(router["n_sessions"], 1)):
             rt.sticky[i] = -1
-        hm_init(&rt.cidx, 1024)
-        hm_init(&rt.amask, 1024)
-        hm_init(&rt.acnt, 1024)
+        km_init(&rt.idx, 1024, n_rep)
+        rt.idx.row_free = -1
         cdef int32_t ratio = <int32_t>(rt.block // rt.hash_block) if rt.kv else 1
         with nogil:
             if rt.kv:
@@ -515,9 +562,7 @@ cdef class Deployment:
         mem_free(rt.pf_open)
         mem_free(rt.sticky)
         mem_free(rt.q.a)
-        hm_release(&rt.cidx)
-        hm_release(&rt.amask)
-        hm_release(&rt.acnt)
+        km_release(&rt.idx)
 
     cdef int _record(self, int64_t g) except -1:
         """The router inputs of decision ``g``, with the overlap read off each replica's own pool
@@ -566,7 +611,7 @@ cdef class Deployment:
         cdef const int64_t* glob = self.rep_glob[w]
         if rt.kv:
             for k in range(e.kv.pool.ev_n):
-                _push(&rt.q, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
+                _report(rt, &self.tr, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
             e.kv.pool.ev_n = 0
             if b != NULL:
                 for i in range(b.n):
@@ -575,11 +620,11 @@ cdef class Deployment:
                         g = glob[e.slot_global[s]]
                         if rt.pf_open[g] == 1:
                             rt.pf_open[g] = 2  # reported, not yet visible
-                            _push(&rt.q, stamp, w, DK_FIRST, <hash_t>g)
+                            _report(rt, &self.tr, stamp, w, DK_FIRST, <hash_t>g)
         if b != NULL:
             for i in range(e.sched.n_finished):
                 g = glob[e.slot_global[e.sched.finished[i]]]
-                _push(&rt.q, stamp, w, DK_FINISH, <hash_t>g)
+                _report(rt, &self.tr, stamp, w, DK_FINISH, <hash_t>g)
         return 0
 
     def run(self):
