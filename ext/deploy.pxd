@@ -35,6 +35,7 @@ cdef struct KeyMapC:
     KeyEntC* e                 # [mask + 1]
     hash_t mask                # capacity - 1, a power of two; grown at half load
     int64_t n                  # keys stored
+    int64_t grows              # times the table was rebuilt (slots found before it are stale)
     int32_t n_rep              # counts per row
     int32_t* cnt               # [rows_cap * n_rep] active requests holding the key, per replica
     int32_t* row_next          # [rows_cap] free list of rows
@@ -86,3 +87,5 @@ cdef struct RouterC:
     int64_t* overlap           # [n_rep] leading prompt blocks cached (the router's view)
     int64_t* newb              # [n_rep] prompt blocks not active there
     double* cost               # [n_rep]
+    int64_t* slots             # [longest prompt in blocks] index slots _kv_scores found, for _book
+    int64_t slots_grows        # the index's ``grows`` when they were found

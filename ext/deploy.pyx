@@ -77,6 +77,7 @@ cdef int _km_grow(KeyMapC* m) except -1 nogil:
     for j in range(c):
         m.e[j].crow = -1
     m.mask = <hash_t>(c - 1)
+    m.grows += 1
     for i in range(old_mask + 1):
         if old[i].key != 0:
             s = _km_slot(m, old[i].key)
@@ -248,8 +249,10 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
         rt.newb[w] = 0
     cdef int64_t s
     cdef KeyMapC* km = &rt.idx
+    rt.slots_grows = km.grows
     for k in range(lo, hi):
         s = km_find(km, rt.keys[k])
+        rt.slots[k - lo] = s
         m = <int64_t>km.e[s].cm if s >= 0 else 0
         a = <int64_t>km.e[s].am if s >= 0 else 0
         if alive != 0:
@@ -344,7 +347,11 @@ cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 no
     rt.pf_toks[w] += rt.booked_pf[g]
     rt.pf_open[g] = 1
     for k in range(rt.key_off[g], rt.key_off[g + 1]):
-        s = km_insert(m, rt.keys[k])
+        # The slots _kv_scores found just now, unless the table was rebuilt since (an insertion
+        # into an empty slot moves no other entry).
+        s = rt.slots[k - rt.key_off[g]] if rt.slots_grows == m.grows else -1
+        if s < 0:
+            s = km_insert(m, rt.keys[k])
         if m.e[s].crow < 0:
             m.e[s].crow = _km_row(m)
         c = &m.cnt[m.e[s].crow * m.n_rep + w]
@@ -432,7 +439,7 @@ cdef class Deployment:
             ``n_sessions``, ``group`` and ``block`` (the full-attention group's id and block
             size; -1 without one).
         """
-        cdef int64_t n = len(trace.prompt_len), i, total = 0
+        cdef int64_t n = len(trace.prompt_len), i, total = 0, longest
         cdef int32_t w
         cdef Engine e
         cdef RouterC* rt = &self.rt
@@ -516,10 +523,16 @@ cdef class Deployment:
                     total += _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, NULL)
                 rt.key_off[n] = total
                 rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
+                longest = 1
+                for i in range(n):
+                    if rt.key_off[i + 1] - rt.key_off[i] > longest:
+                        longest = rt.key_off[i + 1] - rt.key_off[i]
+                rt.slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
                 for i in range(n):
                     _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
             else:
                 rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
+                rt.slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
         self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
         self.rep_glob = <int64_t**>mem_calloc(n_rep, sizeof(int64_t*))
         self.rep_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
@@ -558,6 +571,7 @@ cdef class Deployment:
         mem_free(rt.cost)
         mem_free(rt.key_off)
         mem_free(rt.keys)
+        mem_free(rt.slots)
         mem_free(rt.booked_pf)
         mem_free(rt.pf_open)
         mem_free(rt.sticky)
