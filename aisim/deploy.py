@@ -153,7 +153,8 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
               for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
         rq["status"] = rep["requests"]["status"]
         totals.add_requests(rq)
-    summary = totals.summary(engine, True, None)
+    counts = {k: sum(rep["spec"][k] for rep in reps) for k in reps[0]["spec"]}
+    summary = totals.summary(engine, True, counts)
     span = summary["duration_s"]
     per = []
     for w, (p, rep) in enumerate(zip(parts, reps)):

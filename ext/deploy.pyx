@@ -40,6 +40,19 @@ ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinit
 
 # ------------------------------------------------------------------ the key index
 
+cdef extern from *:
+    # GCC/Clang: a hint that a line will be read soon (no effect on results).
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
+# Lookups issued ahead of the one in hand: the index is larger than the caches and a probe's
+# cost is its memory miss, so a run of lookups keeps several misses in flight.
+cdef int64_t AHEAD = 8
+
+
+cdef inline void km_prefetch(const KeyMapC* m, hash_t key) noexcept nogil:
+    __builtin_prefetch(&m.e[mix64(key) & m.mask])
+
+
 
 cdef int km_init(KeyMapC* m, int64_t cap, int32_t n_rep) except -1 nogil:
     cdef int64_t c = 16, i
@@ -210,7 +223,11 @@ cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
         rt.out_reqs[d.replica] -= 1
         rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
         if rt.kv:
+            for k in range(rt.key_off[g], min(rt.key_off[g] + AHEAD, rt.key_off[g + 1])):
+                km_prefetch(m, rt.keys[k])
             for k in range(rt.key_off[g], rt.key_off[g + 1]):
+                if k + AHEAD < rt.key_off[g + 1]:
+                    km_prefetch(m, rt.keys[k + AHEAD])
                 s = km_find(m, rt.keys[k])
                 c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
                 c[0] -= 1
@@ -250,7 +267,11 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
     cdef int64_t s
     cdef KeyMapC* km = &rt.idx
     rt.slots_grows = km.grows
+    for k in range(lo, lo + AHEAD if lo + AHEAD < hi else hi):
+        km_prefetch(km, rt.keys[k])
     for k in range(lo, hi):
+        if k + AHEAD < hi:
+            km_prefetch(km, rt.keys[k + AHEAD])
         s = km_find(km, rt.keys[k])
         rt.slots[k - lo] = s
         m = <int64_t>km.e[s].cm if s >= 0 else 0
@@ -624,7 +645,12 @@ cdef class Deployment:
         cdef BatchC* b = e.upd_batch
         cdef const int64_t* glob = self.rep_glob[w]
         if rt.kv:
+            if rt.delay == 0:
+                for k in range(min(AHEAD, e.kv.pool.ev_n)):
+                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k])
             for k in range(e.kv.pool.ev_n):
+                if rt.delay == 0 and k + AHEAD < e.kv.pool.ev_n:
+                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k + AHEAD])
                 _report(rt, &self.tr, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
             e.kv.pool.ev_n = 0
             if b != NULL:

@@ -21,7 +21,7 @@ from aisim.replay import replay
 from aisim.traces import read_oracle_trace
 from aisim.traces.synth import synth_trace
 
-from conftest import ORACLE
+from conftest import ORACLE, SPEC_ORACLE
 from helpers import oracle_engine_dict
 
 STEP_S = 0.01  # seconds per engine step when a step-clocked oracle trace is put on the clock
@@ -88,6 +88,35 @@ def test_every_replica_equals_a_replay_of_its_share(scenario, n, router):
         assert dep.replicas[w].requests.num_rows == share.num_rows
         if share.num_rows:
             assert _log(dep.replicas[w]) == _log(replay(share, eng, record_decisions=True)), (scenario, router, w)
+
+
+SPEC = [("spec_full_k3", "0.32.0", "kv_aware"), ("spec_full_k3", "0.33.0", "least_loaded"),
+        ("spec_priority_k2", "0.33.0", "round_robin"), ("spec_mtp_k1_async", "0.32.0", "kv_aware"),
+        ("spec_mamba_k2", "0.33.0", "least_loaded")]
+
+
+@pytest.mark.parametrize("scenario,version,router", SPEC)
+def test_speculative_replicas_equal_their_shares(scenario, version, router):
+    # Each request's own `accept` list travels with it to its replica.
+    d = oracle_engine_dict(os.path.join(SPEC_ORACLE, scenario), version)
+    eng = engine_config_from_dict(d)
+    t = read_oracle_trace(os.path.join(SPEC_ORACLE, scenario, "trace.jsonl"), 32768)
+    arrival = pa.array(t.column("arrival_step").to_numpy().astype(np.float64) * STEP_S, pa.float64())
+    t = t.set_column(t.column_names.index("arrival_s"), "arrival_s", arrival)
+    trace = t.replace_schema_metadata({**(t.schema.metadata or {}), b"clock": b"time"})
+    dep = deploy(trace, eng, {"replicas": 2, "router": router}, record_decisions=True)
+    for w in range(2):
+        share = _share(trace, dep, w)
+        assert share.num_rows > 0
+        assert _log(dep.replicas[w]) == _log(replay(share, eng, record_decisions=True)), (scenario, w)
+    assert dep.summary["spec"]["draft_tokens"] > 0
+
+
+def test_kv_aware_refuses_eagle_lookahead_keys():
+    d = oracle_engine_dict(os.path.join(SPEC_ORACLE, "spec_full_k3"), "0.33.0")
+    eng = engine_config_from_dict(d)
+    with pytest.raises(ConfigError, match="EAGLE lookahead"):
+        deploy(_timed("timed"), eng, {"replicas": 2, "router": "kv_aware"})
 
 
 def _sessions(n=240, turns=4, rate=40.0):
