@@ -130,6 +130,9 @@ def test_every_query_runs_on_landed_runs(landed, name):
     con, _ = landed
     text, values = bind(name, {})
     rows = con.execute(text, values).fetchall()
+    if name == "load_balance":  # the demo replays no deployment; tests/test_pipeline_deploy.py lands some
+        assert rows == []
+        return
     assert rows, name
 
 
