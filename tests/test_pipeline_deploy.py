@@ -116,6 +116,23 @@ def test_closed_loop_deployments_are_refused(tmp_path):
         spec_from_dict(raw, source="spec.toml", base_dir=str(tmp_path))
 
 
+def test_check_shows_each_shard_s_deployment(tmp_path):
+    from click.testing import CliRunner
+
+    from aisim.cli import main
+
+    r = CliRunner().invoke(main, ["pipeline", "check", FLEET, "--db", str(tmp_path / "db.duckdb"), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines() == [
+        "shard_id,model,engine,engine_path,input_files,replicas,router",
+        "0,llama-3.1-8b,kv4,../examples/engine.json,1,4,kv_aware",
+        "1,llama-3.1-8b,rr4,../examples/engine.json,1,4,round_robin",
+        "2,llama-3.1-8b,single,../examples/engine.json,1,,"]
+    r = CliRunner().invoke(main, ["pipeline", "check", FLEET, "--db", str(tmp_path / "db.duckdb")])
+    assert "shard 0: llama-3.1-8b on kv4 (../examples/engine.json; 4 replicas behind the kv_aware router; " \
+           "1 input file(s))" in r.stdout
+
+
 # ---------------------------------------------------------------------------- the rows
 
 
