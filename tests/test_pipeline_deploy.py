@@ -8,6 +8,7 @@ the deployment's own summary and against counts derived by hand.
 
 import json
 import os
+import pickle
 
 import duckdb
 import numpy as np
@@ -66,6 +67,8 @@ def test_fleet_spec_names_deployments_inline_and_by_file():
     assert engines["rr4"].deployment_path is None
     assert engines["kv4"].deployment == load_deployment_config(os.path.join(PIPELINES, "fleet-kv.toml"))
     assert engines["kv4"].deployment_path == "fleet-kv.toml"
+    # Shard tasks carry the DeploymentConfig to any worker: it pickles.
+    assert pickle.loads(pickle.dumps(engines["kv4"].deployment)) == engines["kv4"].deployment
     canon = {e["name"]: e for e in spec.canonical()["deployments"][0]["engines"]}
     assert "deployment" not in canon["single"]
     assert canon["kv4"]["deployment"] == {"replicas": 4, "router": {
