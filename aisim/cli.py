@@ -31,6 +31,9 @@ def main():
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
+@click.option("--reject-too-long", is_flag=True,
+              help="Reject prompts of max_model_len tokens or more (status 'rejected'), as vLLM's server does, "
+                   "instead of refusing the trace.")
 @out_option("--out", "out_dir", kind="dir", help="Write requests.parquet, steps.parquet and summary.json here.")
 @out_option("--decision-log", "decision_log",
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
@@ -38,8 +41,8 @@ def main():
               help="Override the configuration's vllm_version (validated again with the rules).")
 @format_option()
 @progress_option()
-def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version, fmt,
-           progress):
+def replay(engine_path, trace_path, trace_format, closed_loop, think_time, reject_too_long, out_dir, decision_log,
+           vllm_version, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -61,14 +64,14 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
                 from aisim.traces import guess_format
 
                 fmt_in = guess_format(trace_path)
-            options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" else {}
+            options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" and not reject_too_long else {}
             phases("reading trace")
             trace = read_trace(trace_path, fmt_in, **options)
             if progress is None and trace.num_rows <= PROGRESS_REQUESTS:
                 phases.quiet()
             phases("replaying", f"{trace.num_rows:,} requests")
             result = run_replay(trace, engine, record_decisions=decision_log is not None,
-                                closed_loop=closed_loop, think_time_s=think_time)
+                                closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long)
             if out_dir or decision_log:
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:
@@ -122,6 +125,8 @@ def _print_summary(result, trace_path):
                   title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
     t.columns[0].style = "bold"
     t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
+    if s["rejected"]:
+        t.add_row("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
     t.add_row("step times", _time_model_line(result.engine, s["time_model"]))

@@ -140,7 +140,8 @@ def _run_shard(desc: dict, parts: list) -> dict:
         kv = _KvUsage(engine)
         index = 0
         summary = None
-        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows):
+        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
+                                  reject_too_long=opts.get("reject_too_long", False)):
             if item[0] == "requests":
                 requests.add(_requests_table(desc, item[2], item[1], index))
                 index += item[1].num_rows

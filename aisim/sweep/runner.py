@@ -17,22 +17,30 @@ trace, a grid of knobs and SLO thresholds::
     max_num_batched_tokens = [2048, 4096]
     max_num_seqs = [64, 128]
     num_gpu_blocks = [1024, 2048]      # or kv_cache_bytes
-    block_size = [16]
-    enable_prefix_caching = [true, false]
-    enable_chunked_prefill = [true]
-    async_scheduling = [false]
+    max_model_len = [4096, 8192]       # a knob: over-long prompts are rejected, not an error
+    long_prefill_token_threshold = [0, "unset"]  # "unset": the base's key removed (its default)
+    time_model = [{kind = "roofline", gpu = "H100", model = "llama-3.1-8b", tp = 1}]
 
     [slo]                              # at least one threshold, seconds
     ttft_s = 2.0
     tpot_s = 0.05
     e2e_s = 30.0
 
-Candidates the configuration rules refuse (the grouped-prefix rule among
-them) are reported with their reason and not replayed.  The others run
-through the pipeline (one shard per candidate, the same Dask and DuckDB path)
-and are ranked by goodput: requests that finished within every threshold per
-second of the shard's duration; ties go to the cheaper deployment (fewer KV
-tokens of capacity, then the smaller budgets).  Every candidate, refused or
+A knob is any top-level engine key (:data:`aisim.config.keys.ENGINE_KEYS`,
+``plan_notes`` aside); its value replaces the base's, a table value whole.
+
+A candidate is refused, with its reason, when the configuration rules
+refuse it (the grouped-prefix rule among them) or when it cannot hold a
+request of the trace (:func:`aisim.replay.check_trace`, as the replay would
+refuse it: a pool too small for the longest request, or a prompt of
+``max_model_len`` tokens or more while ``max_model_len`` is no knob).  Where
+``max_model_len`` is a knob, such a prompt is rejected as vLLM's server
+rejects it: the request counts, fails the SLO, and the replay goes on.  The
+others run through the pipeline (one shard per candidate, the same Dask and
+DuckDB path) and are ranked by goodput: requests that finished within every
+threshold per second of the shard's duration.  Ties go to fewer GPUs
+(``time_model.tp``), then to the lower p99 TTFT, then to grid order: a
+larger KV pool on the same GPUs costs nothing.  Every candidate, refused or
 ranked, lands in the ``sweep_candidates`` table next to the run's results.
 """
 
@@ -44,10 +52,14 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from aisim.errors import ConfigError, SweepError
+from aisim.errors import ConfigError, SweepError, TraceError
 
-GRID_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "kv_cache_bytes", "block_size",
-              "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
+from aisim.config.keys import ENGINE_KEYS
+
+# Every top-level engine key but the notes a sweep writes itself.
+GRID_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
+# A grid value that removes the key from the base configuration (TOML has no null).
+UNSET = "unset"
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "slo")
 _TRACE = ("paths", "format", "options")
@@ -89,6 +101,10 @@ class Candidate:
     finished: int | None = None
     rank: int | None = None
     cost_tokens: int | None = None
+    gpus: int | None = None         # GPUs of the deployment (time_model.tp)
+    rejected: int | None = None     # requests rejected for a prompt of max_model_len tokens or more
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
 
     @property
     def refused(self) -> bool:
@@ -198,8 +214,12 @@ def candidates(spec: SweepSpec) -> list:
         knobs = dict(zip(keys, values))
         name = f"c{i:03d}"
         cfg = dict(spec.base)
-        cfg.update(knobs)
-        if "kv_cache_bytes" in knobs:
+        for k, v in knobs.items():
+            if v == UNSET:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        if knobs.get("kv_cache_bytes", UNSET) != UNSET:
             cfg.pop("num_gpu_blocks", None)
         cand = Candidate(name=name, knobs=knobs)
         try:
@@ -210,77 +230,145 @@ def candidates(spec: SweepSpec) -> list:
             cand.config = cfg
             cand.engine = engine
             cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
+            cand.gpus = engine.time_model.tp
         out.append(cand)
     return out
+
+
+def rejects_too_long(spec: SweepSpec) -> bool:
+    """Whether the sweep rejects over-long prompts (``max_model_len`` is a knob) rather than refusing them."""
+    return "max_model_len" in spec.grid
+
+
+def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
+    """Refuse, with its reason, every accepted candidate that cannot replay the trace.
+
+    The trace is read once, here, and each candidate asked what the replay
+    would ask of it (:func:`aisim.replay.check_trace`), so that none fails
+    inside the pipeline run and stops the sweep.
+    """
+    from aisim.replay import check_trace
+    from aisim.traces import read_trace
+
+    reject = rejects_too_long(spec)
+    for path in spec.trace["paths"]:
+        if progress is not None:
+            progress(f"reading {os.path.basename(path)}")
+        try:
+            trace = read_trace(path, spec.trace["format"], **spec.trace["options"])
+        except TraceError as exc:
+            raise SweepError(f"sweep {spec.name}: {exc}") from None
+        if progress is not None:
+            progress(f"checking {sum(not c.refused for c in cands)} candidates", f"{trace.num_rows:,} requests")
+        for c in cands:
+            if not c.refused:
+                fault = check_trace(trace, c.engine, reject_too_long=reject)
+                if fault is not None:
+                    c.reason = f"{os.path.basename(path)}: {fault}"
 
 
 def _pipeline_spec(spec: SweepSpec, cands: list) -> dict:
     trace = {"name": "trace", "paths": spec.trace["paths"], "model": spec.model, "options": spec.trace["options"]}
     if spec.trace["format"]:
         trace["format"] = spec.trace["format"]
-    return {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
-            "database": spec.database, "sources": [trace],
+    out = {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
+           "database": spec.database, "sources": [trace],
             # The validated EngineConfig of each candidate, reused by the pipeline spec as it is.
-            "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}]}
+           "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}]}
+    if rejects_too_long(spec):
+        out["replay"] = {"reject_too_long": True}
+    return out
 
 
 def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None = None, force: bool = False,
-              progress=None) -> SweepResult:
+              progress=None, phases=None) -> SweepResult:
     """Replay every accepted candidate through the pipeline and rank them.
+
+    Parameters
+    ----------
+    spec : SweepSpec
+    scheduler, workers, force, progress
+        As :func:`aisim.pipeline.run.run_pipeline` takes them (``progress``:
+        the run's reporter, per shard).
+    phases : callable, optional
+        Told each phase of the sweep, as :class:`aisim.cli_util.Phases` is.
 
     Returns
     -------
     SweepResult
         Every candidate with its rank (accepted) or reason (refused).
+
+    Raises
+    ------
+    SweepError
+        The trace cannot be read, or every candidate is refused.
     """
-    from aisim import sql
-    from aisim.pipeline.landing import connect
-    from aisim.query.runner import bind_sql
     from aisim.pipeline.run import run_pipeline
     from aisim.pipeline.spec import spec_from_dict
 
+    phases = phases or (lambda name, note="": None)
     cands = candidates(spec)
+    check_candidates(spec, cands, phases)
     accepted = [c for c in cands if not c.refused]
     if not accepted:
         raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
+    phases(f"replaying {len(accepted)} candidates", f"{len(cands) - len(accepted)} of {len(cands)} refused")
     pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
                            base_dir=os.path.dirname(spec.path) if spec.path else None)
     report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+    phases("ranking", f"run {report.run_id[:8]}")
+    _rank(spec, report.run_id, cands)
+    result = SweepResult(spec=spec, run_id=report.run_id, candidates=cands)
+    write_best(result)
+    return result
+
+
+def rank_key(c: Candidate) -> tuple:
+    """Best first: goodput, then fewer GPUs, then the lower p99 TTFT, then grid order.
+
+    A larger KV pool on the same GPUs costs nothing, so it only wins by its latency.
+    """
+    ttft = c.ttft_p99_s if c.ttft_p99_s is not None else math.inf
+    return (-c.goodput_req_s, c.gpus, ttft, c.name)
+
+
+def _rank(spec: SweepSpec, run_id: str, cands: list) -> None:
+    """Read the run's goodput per candidate, rank them and land ``sweep_candidates``."""
+    from aisim import sql
+    from aisim.pipeline.landing import connect
+    from aisim.query.runner import bind_sql
+
     library = sql.sweep()
     # The SLO as slo_attainment (sql/views) defines it; a threshold the spec leaves out is no limit.
-    goodput = bind_sql(library["goodput"], {"run": report.run_id, **{k: spec.slo.get(k) for k in SLO_KEYS}})
+    goodput = bind_sql(library["goodput"], {"run": run_id, **{k: spec.slo.get(k) for k in SLO_KEYS}})
     con = connect(spec.database)
     try:
-        rows = con.execute(*goodput).fetchall()
         by_name = {c.name: c for c in cands}
-        for engine, _good, finished, _requests, goodput_req_s, attainment in rows:
+        for engine, _good, finished, _requests, goodput_req_s, attainment, rejected, ttft_p99, tpot_p99 \
+                in con.execute(*goodput).fetchall():
             c = by_name[engine]
-            c.goodput_req_s = goodput_req_s
-            c.slo_attainment = attainment
-            c.finished = finished
-        order = sorted(accepted, key=lambda c: (-c.goodput_req_s, c.cost_tokens,
-                                                 c.config.get("max_num_batched_tokens", 0),
-                                                 c.config.get("max_num_seqs", 0), c.name))
-        for rank, c in enumerate(order, 1):
+            c.goodput_req_s, c.slo_attainment, c.finished = goodput_req_s, attainment, finished
+            c.rejected, c.ttft_p99_s, c.tpot_p99_s = rejected, ttft_p99, tpot_p99
+        for rank, c in enumerate(sorted((c for c in cands if not c.refused), key=rank_key), 1):
             c.rank = rank
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(library["sweep_candidates"].sql)
-            con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [report.run_id])
+            con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
+            cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
+                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s")
+            insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
-                con.execute("INSERT INTO sweep_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [report.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
-                             "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
-                             c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True)])
+                con.execute(insert, [run_id, c.name, json.dumps(c.knobs, sort_keys=True),
+                                     "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
+                                     c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
+                                     c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
     finally:
         con.close()
-    result = SweepResult(spec=spec, run_id=report.run_id, candidates=cands)
-    write_best(result)
-    return result
 
 
 def write_best(result: SweepResult) -> None:
