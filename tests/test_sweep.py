@@ -12,10 +12,19 @@ from aisim.sweep import load_sweep, run_sweep
 
 
 
+def _toml(v) -> str:
+    """A value as TOML: JSON's spelling, but tables inline."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(v)
+
+
 def _write(tmp_path, base, grid, slo, trace_lines):
     (tmp_path / "trace.jsonl").write_text("\n".join(json.dumps(t) for t in trace_lines) + "\n")
     (tmp_path / "base.json").write_text(json.dumps(base))
-    grid_toml = "\n".join(f"{k} = {json.dumps(v)}" for k, v in grid.items())
+    grid_toml = "\n".join(f"{k} = {_toml(v)}" for k, v in grid.items())
     slo_toml = "\n".join(f"{k} = {v}" for k, v in slo.items())
     (tmp_path / "sweep.toml").write_text(
         'name = "s"\ndatabase = "s.duckdb"\nmodel = "m"\nbase = "base.json"\nbest = "best.toml"\n'

@@ -50,9 +50,10 @@ import itertools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
-from aisim.errors import ConfigError, SweepError, TraceError
+from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
 from aisim.config.keys import ENGINE_KEYS
 
@@ -313,14 +314,34 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
     if not accepted:
         raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
     phases(f"replaying {len(accepted)} candidates", f"{len(cands) - len(accepted)} of {len(cands)} refused")
-    pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
-                           base_dir=os.path.dirname(spec.path) if spec.path else None)
-    report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+    while True:
+        pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
+                               base_dir=os.path.dirname(spec.path) if spec.path else None)
+        try:
+            report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+            break
+        except ShardFailed as exc:
+            # A candidate whose replay failed (a step outside its profile's measured range, say) is
+            # refused with the replay's reason, and the others run again without it.
+            failed = _failed_candidate(str(exc), cands)
+            if failed is None:
+                raise
+            failed.reason = f"its replay failed: {str(exc).split(' failed: ', 1)[1]}"
+            if all(c.refused for c in cands):
+                raise SweepError(f"every candidate of sweep {spec.name} is refused; the last because: "
+                                 f"{failed.reason}") from None
     phases("ranking", f"run {report.run_id[:8]}")
     _rank(spec, report.run_id, cands)
     result = SweepResult(spec=spec, run_id=report.run_id, candidates=cands)
     write_best(result)
     return result
+
+
+def _failed_candidate(message: str, cands: list) -> Candidate | None:
+    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``)."""
+    m = re.match(r"shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
+    c = {c.name: c for c in cands}.get(m.group(1)) if m else None
+    return c if c is not None and not c.refused else None
 
 
 def rank_key(c: Candidate) -> tuple:
