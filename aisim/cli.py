@@ -31,6 +31,11 @@ def main():
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
+@click.option("--rate-scale", type=float,
+              help="Scale the arrival rate: every arrival divided by this factor (steps stay whole).")
+@click.option("--poisson-rate", type=float,
+              help="Re-time the requests, in trace order, as a Poisson process of this many requests/s.")
+@click.option("--seed", type=int, help="Seed of --poisson-rate's gaps (default 0).")
 @click.option("--reject-too-long", is_flag=True,
               help="Reject prompts of max_model_len tokens or more (status 'rejected'), as vLLM's server does, "
                    "instead of refusing the trace.")
@@ -41,8 +46,8 @@ def main():
               help="Override the configuration's vllm_version (validated again with the rules).")
 @format_option()
 @progress_option()
-def replay(engine_path, trace_path, trace_format, closed_loop, think_time, reject_too_long, out_dir, decision_log,
-           vllm_version, fmt, progress):
+def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
+           reject_too_long, out_dir, decision_log, vllm_version, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -55,6 +60,13 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rejec
     try:
         if think_time is not None and not closed_loop:
             raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
+        from aisim.traces.load import check_load
+
+        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed},
+                          " (--rate-scale, --poisson-rate, --seed)")
+        if load and closed_loop:
+            raise ConfigError("--rate-scale and --poisson-rate re-time open-loop replays; a closed loop paces "
+                              "each turn by the previous one")
         with phases:
             engine = load_engine_config(engine_path)
             if vllm_version:
@@ -67,6 +79,10 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rejec
             options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" and not reject_too_long else {}
             phases("reading trace")
             trace = read_trace(trace_path, fmt_in, **options)
+            if load:
+                from aisim.traces.load import retime
+
+                trace = retime(trace, **load)
             if progress is None and trace.num_rows <= PROGRESS_REQUESTS:
                 phases.quiet()
             phases("replaying", f"{trace.num_rows:,} requests")

@@ -42,10 +42,12 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
              "slo_attainment": c.slo_attainment, "rejected": c.rejected, "ttft_p99_s": c.ttft_p99_s,
              "tpot_p99_s": c.tpot_p99_s, "gpus": c.gpus, "kv_tokens": c.cost_tokens} for c in result.ranked]
     refused = [{"candidate": c.name, "knobs": c.knobs, "reason": c.reason} for c in result.candidates if c.refused]
+    runs = f"run {result.run_id}" if len(result.run_ids) == 1 else f"runs {', '.join(result.run_ids)}"
     where = (f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
-             f"{spec.database} (run {result.run_id}, table sweep_candidates)")
+             f"{spec.database} ({runs}, table sweep_candidates)")
     if fmt == "json":
         echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,
+                   "run_ids": result.run_ids,
                    "best": result.best.name, "best_file": str(spec.best), "ranked": rows, "refused": refused})
         console(stderr=True).print(where)
         return

@@ -3,9 +3,10 @@
 -- grain:   one row per (run_id, candidate).
 -- sources: aisim.sweep, after the sweep's pipeline run landed (runs.run_id; engine = candidate).
 CREATE TABLE IF NOT EXISTS sweep_candidates (
-    run_id          VARCHAR NOT NULL,   -- runs.run_id of the sweep's pipeline run (engine = candidate)
+    run_id          VARCHAR NOT NULL,   -- runs.run_id of the pipeline run of its load level (engine = candidate);
+                                        -- a level whose every candidate was refused: the sweep's first run
     candidate       VARCHAR NOT NULL,   -- c000, c001, ... in grid order
-    knobs           VARCHAR NOT NULL,   -- JSON of the grid values of this candidate ("unset": the base's key removed)
+    knobs           VARCHAR NOT NULL,   -- JSON of its grid values ("unset": the base's key removed) and load level
     status          VARCHAR NOT NULL,   -- 'ranked' or 'refused'
     reason          VARCHAR,            -- why it was refused: a configuration rule, or a request it cannot hold
     rank            INTEGER,            -- 1 = best
