@@ -19,7 +19,7 @@ DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 # The extension modules, in dependency order.  Each is ext/<name>.pyx
 # (kvcache.pyx includes statecache.pxi).  ``testing`` holds the handles used
 # only by tests.
-CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "constants", "testing"]
+CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "testing"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -44,10 +44,13 @@ def main():
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
 @click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
               help="Override the configuration's vllm_version (validated again with the rules).")
+@click.option("--deployment", "deployment_path", type=click.Path(dir_okay=False),
+              help="Deployment file (a 'deployment' section: replicas, router): replay through replicas of the "
+                   "engine behind the router; --decision-log then writes one log per replica (LOG.replicaN.EXT).")
 @format_option()
 @progress_option()
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
-           reject_too_long, out_dir, decision_log, vllm_version, fmt, progress):
+           reject_too_long, out_dir, decision_log, vllm_version, deployment_path, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -60,6 +63,11 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
     try:
         if think_time is not None and not closed_loop:
             raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
+        if deployment_path and closed_loop:
+            raise ConfigError("--closed-loop: a deployment replays session turns at their trace timestamps; "
+                              "closed-loop deployments are not modelled yet")
+        if deployment_path and reject_too_long:
+            raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
         from aisim.traces.load import check_load
 
         load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed},
@@ -68,6 +76,11 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             raise ConfigError("--rate-scale and --poisson-rate re-time open-loop replays; a closed loop paces "
                               "each turn by the previous one")
         with phases:
+            deployment = None
+            if deployment_path:
+                from aisim.config.deployment import load_deployment_config
+
+                deployment = load_deployment_config(deployment_path)
             engine = load_engine_config(engine_path)
             if vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
@@ -86,9 +99,17 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             if progress is None and trace.num_rows <= PROGRESS_REQUESTS:
                 phases.quiet()
             phases("replaying", f"{trace.num_rows:,} requests")
-            result = run_replay(trace, engine, record_decisions=decision_log is not None,
-                                closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long)
-            if out_dir or decision_log:
+            if deployment is not None:
+                from aisim.deploy import deploy, write_deployment
+
+                result = deploy(trace, engine, deployment, record_decisions=decision_log is not None, name=trace_path)
+                if out_dir or decision_log:
+                    phases("writing results", f"{result.summary['steps']:,} steps")
+                    logs = write_deployment(result, out_dir, decision_log)
+            else:
+                result = run_replay(trace, engine, record_decisions=decision_log is not None,
+                                    closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long)
+            if deployment is None and (out_dir or decision_log):
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:
                     write_result(result, out_dir, decision_log)
@@ -108,8 +129,10 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
     note = console(stderr=fmt != "table")
     if out_dir:
         note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
-    if decision_log:
+    if decision_log and deployment is None:
         note.print(f"decision log written to {decision_log}")
+    elif decision_log:
+        note.print(f"decision logs written to {', '.join(logs)}")
 
 
 # Traces longer than this show phase progress on a terminal (without --progress/--no-progress).
@@ -141,7 +164,7 @@ def _print_summary(result, trace_path):
                   title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
     t.columns[0].style = "bold"
     t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
-    if s["rejected"]:
+    if s.get("rejected"):
         t.add_row("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
@@ -161,7 +184,20 @@ def _print_summary(result, trace_path):
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
         t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
+    if "replicas" in s:
+        t.add_row("deployment", f"{len(s['replicas'])} replicas, router {s['deployment']['router']['kind']}")
+        lb = s["load_balance"]
+        t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
+        t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
     console().print(t)
+    if "replicas" in s:
+        r = new_table("replica", ("requests", {"justify": "right"}), ("hit rate", {"justify": "right"}),
+                      ("utilisation", {"justify": "right"}), ("TTFT p50", {"justify": "right"}),
+                      title="replicas")
+        for rep in s["replicas"]:
+            r.add_row(str(rep["replica"]), fmt_num(rep["requests"]), fmt_pct(rep["prefix_hit_rate"]),
+                      fmt_pct(rep["utilisation"]), fmt_seconds(rep["ttft_s"]["p50"]))
+        console().print(r)
 
 
 # ---------------------------------------------------------------- command modules

@@ -294,6 +294,25 @@ STEPS = Table("steps", (
     C("spec_accepted", "BIGINT", "tokens", "of those, accepted", core="int64"),
 ))
 
+# Columns a deployment (aisim.deploy) puts in front of the replay's own: where the router sent a
+# request and when; which replica ran a step.  The pipeline does not land deployments yet.
+DEPLOYMENT_REQUESTS = Table("deployment_requests", (
+    C("replica", "INTEGER", "", "replica the router sent the request to", not_null=True),
+    C("routed_s", "DOUBLE", "s", "when the router placed the request (its arrival)"),
+    C("transfer_s", "DOUBLE", "s", "prefill-to-decode KV transfer time (null: aggregated replicas)"),
+))
+
+DEPLOYMENT_STEPS = Table("deployment_steps", (
+    C("replica", "INTEGER", "", "replica that ran the step", not_null=True),
+))
+
+
+def deployment_schema(extra: Table, table: Table) -> pa.Schema:
+    """A deployment's table: the columns of ``extra``, then ``table``'s replay columns."""
+    return pa.schema([(c.name, c.arrow_type) for c in extra.columns]
+                     + [(c.name, c.arrow_type) for c in table.columns if c.replay])
+
+
 # Landing order (a run's rows are deleted in reverse).
 TABLES = {t.name: t for t in (RUNS, SHARDS, SUMMARIES, REQUESTS, STEPS)}
 

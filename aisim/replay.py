@@ -230,6 +230,86 @@ def _closed_loop(trace: pa.Table, think_time_s):
     return nxt, think
 
 
+def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
+    """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop."""
+    ids = trace.column("request_id").to_pylist()
+    seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
+    arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
+    id_rank = np.empty(len(ids), dtype=np.int32)
+    id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
+    arrays = dict(
+        prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
+        max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
+        priority=trace.column("priority").to_numpy(zero_copy_only=False),
+        arrival_key=arrival.astype(np.float64),
+        id_rank=id_rank,
+        seg_off=seg_off,
+        seg_cnt=seg_cnt,
+        out_stream=output_streams(ids),
+        seg_stream=stream,
+        seg_first=first,
+        seg_len=length,
+    )
+    arrays["arrival_time" if timed else "arrival_step"] = arrival
+    if engine.speculative is not None and "accept" in trace.column_names:
+        arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(trace)
+    return arrays
+
+
+def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None = None,
+                   record_events: bool = False, record_routing: bool = False):
+    """Run ``trace`` through ``deployment.replicas`` copies of ``engine`` behind its router.
+
+    The one way into the core's deployments (``aisim._core.deploy.Deployment``);
+    :func:`aisim.deploy.deploy` is its public face.  ``trace`` must be clocked in seconds
+    (``arrival_s``); its turns arrive at their timestamps (open loop).  ``name`` names the trace
+    in errors.  Returns the validated trace table and the core's columns (``Deployment.run``).
+    """
+    from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
+    from aisim.config.deployment import ROUTERS
+
+    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
+                                                for f in TRACE_SCHEMA)):
+        trace = from_frame(trace)
+    if (trace.schema.metadata or {}).get(b"clock") != b"time":
+        raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
+                         "needs arrivals in seconds (arrival_s), the one clock its replicas share")
+    _validate(trace, engine)
+    if CORE_ROUTERS != ROUTERS:
+        raise ImportError("aisim._core.deploy: router table and aisim.config.deployment disagree")
+    config = core_config(engine)
+    opts = deployment.options
+    kind = ROUTERS.index(deployment.router)
+    kv = deployment.router == "kv_aware" or (deployment.router == "session_affinity" and opts["fallback"] == "kv_aware")
+    full = [i for i, g in enumerate(config.groups) if g["kind"] == 0]  # GROUP_KINDS["full"]
+    if kv and not full:
+        raise ConfigError(f"router {deployment.router!r} reads the prefix cache of a full-attention group; "
+                          "this engine has none")
+    if kv and config.speculative is not None and config.speculative["num_hash_lookahead_tokens"] > 0:
+        raise ConfigError(f"router {deployment.router!r}: the engine's block keys cover EAGLE lookahead tokens "
+                          f"(vLLM {engine.version}), which the router cannot see; use another router")
+    sessions = np.full(trace.num_rows, -1, dtype=np.int64)
+    if "session_id" in trace.column_names:
+        sid = trace.column("session_id").to_pylist()
+        seen: dict = {}
+        for i, s in enumerate(sid):
+            if s is not None:
+                sessions[i] = seen.setdefault(s, len(seen))
+    router = {
+        "kind": kind, "by_tokens": opts["by"] == "tokens", "weight": opts["overlap_weight"],
+        "fallback": ROUTERS.index(opts["fallback"]), "slack": opts["slack"],
+        "view_delay_s": opts["view_delay_s"], "seed": opts["seed"], "session": sessions,
+        "n_sessions": int(sessions.max()) + 1 if len(sessions) else 0,
+        "group": full[0] if full else -1, "block": config.groups[full[0]]["block_size"] if full else 1,
+    }
+    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
+    try:
+        out = Deployment(config, core_trace, deployment.replicas, router, record_events, record_routing).run()
+    except (ValueError, RuntimeError) as exc:
+        raise ReplayError(str(exc)) from None
+    return trace, out
+
+
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None,
            reject_too_long: bool = False) -> ReplayResult:
@@ -284,30 +364,10 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     whole = trace
     rejected = _rejected_mask(trace, engine, reject_too_long)
     if rejected is not None:
-        trace = trace.filter(pa.array(~rejected))
-    ids = trace.column("request_id").to_pylist()
-    seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
-    arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
-    id_rank = np.empty(len(ids), dtype=np.int32)
-    id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
-    arrays = dict(
-        prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
-        max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
-        priority=trace.column("priority").to_numpy(zero_copy_only=False),
-        arrival_key=arrival.astype(np.float64),
-        id_rank=id_rank,
-        seg_off=seg_off,
-        seg_cnt=seg_cnt,
-        out_stream=output_streams(ids),
-        seg_stream=stream,
-        seg_first=first,
-        seg_len=length,
-    )
-    arrays["arrival_time" if timed else "arrival_step"] = arrival
+        trace = trace.filter(pa.array(~rejected))  # the core never sees them
+    arrays = _whole_arrays(trace, engine, timed)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
-    if engine.speculative is not None and "accept" in trace.column_names:
-        arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(trace)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:
         out = Engine(config, core_trace, record_events=record_decisions).run()
@@ -315,14 +375,24 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         # The core's own refusals (ext/engine.pyx): a stalled engine, a step
         # outside the step-time profile's measured range.
         raise ReplayError(str(exc)) from None
-    r = out["requests"] if rejected is None else _with_rejected(out["requests"], rejected, whole, timed)
-    requests = _requests_table(whole, r)
+    return result_of(whole, engine, out, timed, record_decisions, rejected)
+
+
+def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, events: bool,
+              rejected=None) -> ReplayResult:
+    """The :class:`ReplayResult` of the core's columns ``out`` (``Engine.run``'s) for ``trace``.
+
+    ``rejected`` marks the rows of ``trace`` the core never saw (``reject_too_long``); they
+    are put back in trace order.
+    """
+    r = out["requests"] if rejected is None else _with_rejected(out["requests"], rejected, trace, timed)
+    requests = _requests_table(trace, r)
     steps = _steps_table(out["steps"], engine)
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = r["status"]
     summary = summarize(out["steps"], rq, engine, timed, out["spec"])
-    return ReplayResult(requests, steps, summary, engine, out["events"] if record_decisions else {}, timed,
+    return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine))
 
 

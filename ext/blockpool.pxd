@@ -3,7 +3,7 @@
 # by testing (the Python handle used in tests).  Mirrors vllm/v1/core/block_pool.py
 # (BlockPool, BlockHashToBlockMap) and kv_cache_utils.py
 # (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
-from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
 
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
@@ -28,6 +28,15 @@ cdef struct BlockPoolC:
     int32_t sec_free           # free-list head of secondary-key entries
     int64_t evictions          # blocks whose keys were dropped when popped for reuse
     block_id_t cached_free     # blocks in the free queue that still carry a key (resident, unreferenced)
+    # Key events for a deployment's router (vLLM's BlockStored / BlockRemoved KV events,
+    # vllm/distributed/kv_events.py): a key entering or leaving the map, in order.  Off unless
+    # ``log_keys``; the reader empties it after every engine iteration (ev_n = 0).
+    bint log_keys              # record key events
+    int64_t n_keys             # keys in the map
+    hash_t* ev_key             # [ev_cap] the key
+    flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
+    int64_t ev_n               # events recorded
+    int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -43,6 +52,7 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
 cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
+cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil
 
 cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:
     # vllm/v1/core/block_pool.py BlockPool.get_usage: the null block is not usable.

@@ -30,7 +30,7 @@ per block cached under it, in insertion order) drawn from a pooled free list.
 from libc.string cimport memset
 
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
-from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
 
 
 cdef inline block_id_t _head(const BlockPoolC* bp) noexcept nogil:
@@ -116,6 +116,8 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.next_free)
     mem_free(bp.map_keys)
     mem_free(bp.map_head)
+    mem_free(bp.ev_key)
+    mem_free(bp.ev_add)
     memset(bp, 0, sizeof(BlockPoolC))
 
 
@@ -195,11 +197,41 @@ cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
     if bp.map_keys[s] == 0:
         bp.map_keys[s] = key
         bp.map_head[s] = e
+        if bp.log_keys:
+            _log_key(bp, key, 1)
+        bp.n_keys += 1
         return 0
     cur = bp.map_head[s]
     while bp.ent_next[cur] != -1:
         cur = bp.ent_next[cur]
     bp.ent_next[cur] = e
+    return 0
+
+
+cdef int _log_key(BlockPoolC* bp, hash_t key, flag_t add) except -1 nogil:
+    # Record a key entering the map, keeping room for every key present to leave it too.
+    cdef int64_t need = bp.ev_n + bp.n_keys + 2
+    cdef int64_t new
+    if need > bp.ev_cap:
+        new = bp.ev_cap * 2 if bp.ev_cap * 2 > need else need
+        mem_grow(<void**>&bp.ev_key, bp.ev_cap, new, sizeof(hash_t))
+        mem_grow(<void**>&bp.ev_add, bp.ev_cap, new, sizeof(flag_t))
+        bp.ev_cap = new
+    bp.ev_key[bp.ev_n] = key
+    bp.ev_add[bp.ev_n] = add
+    bp.ev_n += 1
+    return 0
+
+
+cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil:
+    """Start recording key events (before any key is cached)."""
+    cdef int64_t need = bp.n_keys + 16
+    if bp.ev_cap < need:
+        mem_grow(<void**>&bp.ev_key, bp.ev_cap, need, sizeof(hash_t))
+        mem_grow(<void**>&bp.ev_add, bp.ev_cap, need, sizeof(flag_t))
+        bp.ev_cap = need
+    bp.log_keys = True
+    bp.ev_n = 0
     return 0
 
 
@@ -237,6 +269,12 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
         bp.map_head[s] = bp.ent_next[e]
         if bp.map_head[s] == -1:
             _map_delete_slot(bp, s)
+            bp.n_keys -= 1
+            if bp.log_keys:
+                # Room is guaranteed (ev_cap >= ev_n + n_keys before this removal).
+                bp.ev_key[bp.ev_n] = key
+                bp.ev_add[bp.ev_n] = 0
+                bp.ev_n += 1
     else:
         bp.ent_next[prev] = bp.ent_next[e]
     bp.ent_next[e] = bp.ent_free

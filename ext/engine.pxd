@@ -106,6 +106,27 @@ cdef struct EventsC:
     tok_t* value               # [cap] tokens (scheduled, or computed at admission); else 0
 
 
+cdef struct TraceC:
+    # A deployment's trace as borrowed C arrays (aisim.core_input.CoreTrace, time-clocked,
+    # open loop); Engine._add_one copies one request out of it.  acc_* are NULL without accept lists.
+    int64_t n
+    const tok_t* prompt_len
+    const tok_t* max_tokens
+    const int32_t* priority
+    const sec_t* arrival_key
+    const int32_t* id_rank
+    const int32_t* seg_off
+    const int32_t* seg_cnt
+    const hash_t* out_stream
+    const hash_t* seg_stream
+    const tok_t* seg_first
+    const tok_t* seg_len
+    const sec_t* arrival_time
+    const int32_t* acc_off
+    const int32_t* acc_cnt
+    const int64_t* acc_values
+
+
 cdef class Engine:
     # Requests live in slots from the moment they are fed until they are retired: their row
     # written out, in trace order, once they and every request before them have finished.  The
@@ -154,6 +175,7 @@ cdef class Engine:
     cdef int32_t q_len             # async: batches in flight
     cdef int32_t q_head            # async: the oldest of them
     cdef int64_t stalled           # iterations in a row without progress
+    cdef BatchC* upd_batch         # the batch whose output the last iteration processed (NULL: none)
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
@@ -161,6 +183,10 @@ cdef class Engine:
     cdef bint _open_due(self) noexcept nogil
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
+    cdef int _iterate(self) except -1 nogil
+    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil
+    cdef int _replica_step(self) except -1 nogil
+    cdef int _replica_end(self) except -1 nogil
     cdef req_t _pop_release(self) noexcept nogil
     cdef int _grow_pool(self, req_t need) except -1 nogil
     cdef int _grow_window(self, int64_t need) except -1 nogil

@@ -33,207 +33,7 @@ from aisim._core.types cimport (
 )
 
 
-# ------------------------------------------------------------------ result columns
-
-# The step columns: (name, numpy dtype) in StepCol order (engine.pxd).  The
-# Python catalogue of output columns is checked against this table.
-STEP_COLUMNS = (
-    ("step", "int64"),
-    ("kind", "int32"),
-    ("updated_step", "int64"),
-    ("clock_s", "float64"),
-    ("duration_s", "float64"),
-    ("num_reqs", "int32"),
-    ("prefill_tokens", "int64"),
-    ("decode_tokens", "int64"),
-    ("num_new", "int32"),
-    ("num_resumed", "int32"),
-    ("num_preempted", "int32"),
-    ("num_finished", "int32"),
-    ("running", "int32"),
-    ("waiting", "int32"),
-    ("free_blocks_sched", "int32"),
-    ("free_blocks", "int32"),
-    ("cached_blocks", "int32"),
-    ("prefix_queries", "int64"),
-    ("prefix_hits", "int64"),
-    ("preempted_prefix_queries", "int64"),
-    ("preempted_prefix_hits", "int64"),
-    ("spec_tokens", "int64"),
-    ("spec_accepted", "int64"),
-)
-
-# The request columns: (name, numpy dtype) in ReqCol order (engine.pxd).
-REQUEST_COLUMNS = (
-    ("status", "int8"),
-    ("output_tokens", "int64"),
-    ("cached_tokens", "int64"),
-    ("cached_tokens_all_admissions", "int64"),
-    ("preemptions", "int32"),
-    ("arrival_s", "float64"),
-    ("first_scheduled_s", "float64"),
-    ("first_token_s", "float64"),
-    ("finish_s", "float64"),
-    ("spec_drafts", "int64"),
-    ("spec_accepted", "int64"),
-)
-
-if len(STEP_COLUMNS) != N_STEP_COLS or len(REQUEST_COLUMNS) != N_REQ_COLS:
-    raise ImportError("aisim._core.engine: column tables and enums disagree")
-
-# Bytes per item of each step column, from its dtype (set once at import).
-cdef size_t STEP_ITEM[N_STEP_COLS]
-for _k, (_name, _dtype) in enumerate(STEP_COLUMNS):
-    STEP_ITEM[_k] = np.dtype(_dtype).itemsize
-
-
-cdef int _cols_reserve(StepColsC* c) except -1 nogil:
-    # Room for one more row: every column doubles together.
-    cdef int64_t new
-    cdef int k
-    if c.n < c.cap:
-        return 0
-    new = c.cap * 2 if c.cap > 0 else 1024
-    for k in range(N_STEP_COLS):
-        mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
-    c.cap = new
-    return 0
-
-
-cdef void _cols_release(StepColsC* c) noexcept nogil:
-    cdef int k
-    for k in range(N_STEP_COLS):
-        mem_free(c.col[k])
-    memset(c, 0, sizeof(StepColsC))
-
-
-# Typed writes into one row; each column's type is its STEP_COLUMNS dtype.
-cdef inline void _put_i64(StepColsC* c, int k, int64_t row, int64_t v) noexcept nogil:
-    (<int64_t*>c.col[k])[row] = v
-
-
-cdef inline void _put_i32(StepColsC* c, int k, int64_t row, int32_t v) noexcept nogil:
-    (<int32_t*>c.col[k])[row] = v
-
-
-cdef inline void _put_f64(StepColsC* c, int k, int64_t row, double v) noexcept nogil:
-    (<double*>c.col[k])[row] = v
-
-
-cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
-    # Integer request columns (ReqCol).
-    if k == RC_STATUS:
-        return r.status
-    if k == RC_OUTPUT:
-        return r.num_output
-    if k == RC_CACHED:
-        return r.cached_first
-    if k == RC_CACHED_ALL:
-        return r.cached_total
-    if k == RC_SPEC_DRAFTS:
-        return r.spec_drafts
-    if k == RC_SPEC_ACCEPTED:
-        return r.spec_accepted
-    return r.num_preemptions
-
-
-cdef inline sec_t _req_sec(const ReqC* r, int k) noexcept nogil:
-    # Time request columns (ReqCol).
-    if k == RC_ARRIVAL:
-        return r.arrival_s
-    if k == RC_FIRST_SCHED:
-        return r.first_sched_s
-    if k == RC_FIRST_TOKEN:
-        return r.first_token_s
-    return r.finish_s
-
-
-cdef int _event(EventsC* e, int64_t line, int32_t kind, req_t r, tok_t value) except -1 nogil:
-    cdef int64_t new
-    if e.n == e.cap:
-        new = e.cap * 2 if e.cap > 0 else 4096
-        mem_grow(<void**>&e.line, e.cap, new, sizeof(int64_t))
-        mem_grow(<void**>&e.kind, e.cap, new, sizeof(int32_t))
-        mem_grow(<void**>&e.req, e.cap, new, sizeof(req_t))
-        mem_grow(<void**>&e.value, e.cap, new, sizeof(tok_t))
-        e.cap = new
-    e.line[e.n] = line
-    e.kind[e.n] = kind
-    e.req[e.n] = r
-    e.value[e.n] = value
-    e.n += 1
-    return 0
-
-
-cdef void _events_release(EventsC* e) noexcept nogil:
-    mem_free(e.line)
-    mem_free(e.kind)
-    mem_free(e.req)
-    mem_free(e.value)
-    memset(e, 0, sizeof(EventsC))
-
-
-cdef int _arena_init(ArenaC* a, int64_t cap, int32_t n_cols, size_t i0, size_t i1, size_t i2) except -1 nogil:
-    cdef int32_t k
-    memset(a, 0, sizeof(ArenaC))
-    a.n_cols = n_cols
-    a.item[0], a.item[1], a.item[2] = i0, i1, i2
-    a.cap = cap
-    for k in range(n_cols):
-        a.col[k] = mem_calloc(cap if cap > 0 else 1, a.item[k])
-    return 0
-
-
-cdef void _arena_release(ArenaC* a) noexcept nogil:
-    cdef int32_t k
-    for k in range(a.n_cols):
-        mem_free(a.col[k])
-    memset(a, 0, sizeof(ArenaC))
-
-
-# Bytes per item, and C type (0 int8, 1 int32, 2 int64, 3 seconds), of each request column
-# (REQUEST_COLUMNS; set once at import).
-cdef size_t REQ_ITEM[N_REQ_COLS]
-cdef int REQ_KIND[N_REQ_COLS]
-for _k, (_name, _dtype) in enumerate(REQUEST_COLUMNS):
-    REQ_ITEM[_k] = np.dtype(_dtype).itemsize
-    REQ_KIND[_k] = {"int8": 0, "int32": 1, "int64": 2, "float64": 3}[_dtype]
-
-
-cdef int _rcols_reserve(ReqColsC* c) except -1 nogil:
-    # Room for one more row: every column doubles together.
-    cdef int64_t new
-    cdef int k
-    if c.n < c.cap:
-        return 0
-    new = c.cap * 2 if c.cap > 0 else 1024
-    for k in range(N_REQ_COLS):
-        mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
-    c.cap = new
-    return 0
-
-
-cdef void _rcols_release(ReqColsC* c) noexcept nogil:
-    cdef int k
-    for k in range(N_REQ_COLS):
-        mem_free(c.col[k])
-    memset(c, 0, sizeof(ReqColsC))
-
-
-cdef void _rcols_put(ReqColsC* c, const ReqC* r) noexcept nogil:
-    # One row from a retiring request (the caller reserved the room).
-    cdef int64_t row = c.n
-    cdef int k
-    for k in range(N_REQ_COLS):
-        if REQ_KIND[k] == 0:
-            (<flag_t*>c.col[k])[row] = <flag_t>_req_int(r, k)
-        elif REQ_KIND[k] == 1:
-            (<int32_t*>c.col[k])[row] = <int32_t>_req_int(r, k)
-        elif REQ_KIND[k] == 2:
-            (<int64_t*>c.col[k])[row] = _req_int(r, k)
-        else:
-            (<sec_t*>c.col[k])[row] = _req_sec(r, k)
-    c.n += 1
+include "engine_rows.pxi"
 
 
 # Iterations in a row without a scheduled token or a finish before a replay is
@@ -257,20 +57,6 @@ cdef int64_t _pow2_at_least(int64_t n) noexcept nogil:
     while p < n:
         p <<= 1
     return p
-
-
-cdef object _columns_out(void** cols, const size_t* item, columns, Py_ssize_t n):
-    # One numpy copy per column out of C buffers (which stay the engine's).
-    cdef unsigned char[::1] dst
-    cdef int k
-    out = {}
-    for k, (name, dtype) in enumerate(columns):
-        a = np.zeros(n, dtype)
-        if n:
-            dst = a.view(np.uint8)
-            memcpy(&dst[0], cols[k], n * item[k])
-        out[name] = a
-    return out
 
 
 cdef class Engine:
@@ -298,7 +84,7 @@ cdef class Engine:
         self.finished = True
 
     def __init__(self, config not None, trace=None, bint record_events=False, *, timed=None, expected=None,
-                 out_rows=None):
+                 out_rows=None, bint replica=False):
         """Read the resolved configuration, and the whole trace when given.
 
         Parameters
@@ -316,6 +102,9 @@ cdef class Engine:
         out_rows : int, optional
             Streaming: ``advance`` returns when this many step or request
             rows wait to be taken (default 65,536).
+        replica : bool
+            Streaming: a replica of a deployment (``aisim._core.deploy``), fed one request at a
+            time and stepped by the deployment's clock; it may record decision-log events.
         """
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
@@ -334,7 +123,7 @@ cdef class Engine:
         else:
             if timed is None:
                 raise TypeError("a streaming Engine needs timed=True or timed=False")
-            if record_events:
+            if record_events and not replica:
                 raise ValueError("decision-log events are recorded for whole traces only")
             self.timed = bool(timed)
             # As many slots as requests when they are few (as a whole trace); else a first
@@ -780,25 +569,25 @@ cdef class Engine:
             _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
             if self.record_events:
                 for i in range(sched_b.n):
-                    _event(&self.events, self.steps_taken + row, EV_SCHED, sched_b.req[i], sched_b.tokens[i])
+                    _event(&self.events, self.steps_taken + row, EV_SCHED, <req_t>self.slot_global[sched_b.req[i]], sched_b.tokens[i])
                 for i in range(sched_b.n):
                     if sched_b.spec_m[i] == 0:
                         continue
-                    _event(&self.events, self.steps_taken + row, EV_SPEC, sched_b.req[i], sched_b.spec_m[i])
-                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, sched_b.req[i], sched_b.spec_a[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_m[i])
+                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_a[i])
                     if sched_b.padded[i]:
-                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, sched_b.req[i],
+                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, <req_t>self.slot_global[sched_b.req[i]],
                                sched_b.spec_m[i])
                 for i in range(sched_b.n_new):
-                    _event(&self.events, self.steps_taken + row, EV_NEW, sched_b.new_req[i], sched_b.new_computed[i])
+                    _event(&self.events, self.steps_taken + row, EV_NEW, <req_t>self.slot_global[sched_b.new_req[i]], sched_b.new_computed[i])
                 for i in range(sched_b.n_resumed):
-                    _event(&self.events, self.steps_taken + row, EV_RESUMED, sched_b.res_req[i],
+                    _event(&self.events, self.steps_taken + row, EV_RESUMED, <req_t>self.slot_global[sched_b.res_req[i]],
                            sched_b.res_computed[i])
                 for i in range(sched_b.n_preempted):
-                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, sched_b.preempted[i], 0)
+                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, <req_t>self.slot_global[sched_b.preempted[i]], 0)
         if upd_b != NULL and self.record_events:
             for i in range(self.sched.n_finished):
-                _event(&self.events, self.steps_taken + row, EV_FINISHED, self.sched.finished[i], 0)
+                _event(&self.events, self.steps_taken + row, EV_FINISHED, <req_t>self.slot_global[self.sched.finished[i]], 0)
         c.n += 1
         return 0
 
@@ -880,10 +669,6 @@ cdef class Engine:
         over (ADV_OUTPUT).  Resumable: it stops only before an iteration or between two arrivals."""
         cdef req_t r_open, r_new
         cdef sec_t t_next
-        cdef BatchC* b
-        cdef BatchC* ob
-        cdef bint scheduled
-        cdef block_id_t free_sched
         cdef int64_t arrived_row
         while True:
             # Safety net: an engine that schedules nothing and finishes nothing
@@ -922,7 +707,7 @@ cdef class Engine:
                 self.reqs[r_new].arrival_s = self.clock
                 sched_add_request(&self.sched, r_new)
                 if self.record_events:
-                    _event(&self.events, arrived_row, EV_ARRIVED, r_new, 0)
+                    _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
             if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
                 if self.open_n == 0 and self.rel.n == 0:
@@ -938,56 +723,164 @@ cdef class Engine:
                 else:
                     self.step = self.slot_step[self.open_q[self.open_head]]
                 continue
-            if not self.sched.conf.async_scheduling:
-                b = &self.batches[0]
-                b.step = self.step
-                b.start_s = self.clock
-                sched_schedule(&self.sched, b)
-                b.end_s = self.clock + tm_step_time(&self.time_model, b)
-                if self.time_model.out_of_range:
-                    self._range_error(self.step)
-                free_sched = self.kv.pool.num_free
-                sched_update(&self.sched, b)
-                self._release_next_turns()
-                self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-                self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+            self._iterate()
+
+    cdef int _iterate(self) except -1 nogil:
+        """One engine iteration of a busy engine (the body of ``_run``'s loop after the arrivals):
+        synchronous schedule + update, or one turn of the asynchronous batch queue.  Sets
+        ``upd_batch`` to the batch whose output it processed (NULL: none)."""
+        cdef BatchC* b
+        cdef BatchC* ob
+        cdef bint scheduled
+        cdef block_id_t free_sched
+        self.upd_batch = NULL
+        if not self.sched.conf.async_scheduling:
+            b = &self.batches[0]
+            b.step = self.step
+            b.start_s = self.clock
+            sched_schedule(&self.sched, b)
+            b.end_s = self.clock + tm_step_time(&self.time_model, b)
+            if self.time_model.out_of_range:
+                self._range_error(self.step)
+            free_sched = self.kv.pool.num_free
+            sched_update(&self.sched, b)
+            self.upd_batch = b
+            self._release_next_turns()
+            self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
+            self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+            self.clock = b.end_s
+            self.step += 1
+            return 0
+        # Asynchronous engine, batch queue of two (step_with_batch_queue).
+        scheduled = False
+        free_sched = self.kv.pool.num_free
+        b = NULL
+        if sched_has_requests(&self.sched):
+            b = &self.batches[(self.q_head + self.q_len) % 2]
+            b.step = self.step
+            b.start_s = self.clock
+            sched_schedule(&self.sched, b)
+            b.end_s = self.clock + tm_step_time(&self.time_model, b)
+            if self.time_model.out_of_range:
+                self._range_error(self.step)
+            free_sched = self.kv.pool.num_free
+            self.q_len += 1
+            scheduled = True
+            if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
+                # Do not wait for the worker while the queue has room.
+                self.sched.n_finished = 0
+                self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
                 self.clock = b.end_s
                 self.step += 1
-                continue
-            # Asynchronous engine, batch queue of two (step_with_batch_queue).
-            scheduled = False
-            free_sched = self.kv.pool.num_free
-            b = NULL
-            if sched_has_requests(&self.sched):
-                b = &self.batches[(self.q_head + self.q_len) % 2]
-                b.step = self.step
-                b.start_s = self.clock
-                sched_schedule(&self.sched, b)
-                b.end_s = self.clock + tm_step_time(&self.time_model, b)
-                if self.time_model.out_of_range:
-                    self._range_error(self.step)
-                free_sched = self.kv.pool.num_free
-                self.q_len += 1
-                scheduled = True
-                if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
-                    # Do not wait for the worker while the queue has room.
-                    self.sched.n_finished = 0
-                    self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
-                    self.clock = b.end_s
-                    self.step += 1
-                    continue
-            ob = &self.batches[self.q_head]
-            self.q_head = (self.q_head + 1) % 2
-            self.q_len -= 1
-            sched_update(&self.sched, ob)
-            self._release_next_turns()
-            self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
-            if scheduled:
-                self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
-                self.clock = b.end_s
-            else:
-                self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
-            self.step += 1
+                return 0
+        ob = &self.batches[self.q_head]
+        self.q_head = (self.q_head + 1) % 2
+        self.q_len -= 1
+        sched_update(&self.sched, ob)
+        self.upd_batch = ob
+        self._release_next_turns()
+        self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        if scheduled:
+            self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
+            self.clock = b.end_s
+        else:
+            self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
+        self.step += 1
+        return 0
+
+    # -------------------------------------------------------------- a deployment's replica
+
+    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil:
+        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arrival ``t.arrival_time[i]``).
+
+        What :meth:`feed` does for one request of a chunk, read from borrowed C arrays: its
+        segments (and accept list) are copied into the arenas, so nothing is allocated per request
+        but the arenas' and slots' geometric growth.  Between iterations only.
+        """
+        cdef int32_t n_seg = t.seg_cnt[i]
+        cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
+        cdef int32_t so = t.seg_off[i]
+        cdef int64_t g = self.loaded
+        cdef req_t s
+        cdef ReqC* r
+        if self.n_free < 1:
+            self._grow_pool(<req_t>(self.pool_cap - self.n_free + 1))
+        self._grow_window(self.loaded + 1 - self.retired)
+        self._make_room(&self.segs, False, n_seg)
+        self._make_room(&self.accs, True, n_acc)
+        if n_seg:
+            memcpy(<hash_t*>self.segs.col[0] + self.segs.n, &t.seg_stream[so], n_seg * sizeof(hash_t))
+            memcpy(<tok_t*>self.segs.col[1] + self.segs.n, &t.seg_first[so], n_seg * sizeof(tok_t))
+            memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &t.seg_len[so], n_seg * sizeof(tok_t))
+        if n_acc:
+            memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &t.acc_values[t.acc_off[i]], n_acc * sizeof(int64_t))
+        self.n_free -= 1
+        s = self.free_slots[self.n_free]
+        r = &self.reqs[s]
+        memset(r, 0, sizeof(ReqC))
+        r.next_turn = -1
+        r.prompt_len = t.prompt_len[i]
+        r.max_tokens = t.max_tokens[i]
+        r.priority = t.priority[i]
+        r.arrival_key = t.arrival_key[i]
+        r.id_rank = t.id_rank[i]
+        r.seg_off = <int32_t>self.segs.n
+        r.seg_cnt = n_seg
+        r.acc_off = <int32_t>self.accs.n
+        r.acc_cnt = n_acc
+        r.trace_index = g
+        r.out_stream = t.out_stream[i]
+        r.status = ST_PENDING
+        r.slot = -1
+        r.arrival_s = -1
+        r.first_sched_s = -1
+        r.first_token_s = -1
+        r.finish_s = -1
+        self.slot_global[s] = g
+        self.slot_time[s] = t.arrival_time[i]
+        self.slot_step[s] = 0
+        self.slot_next[s] = -1
+        self.slot_next_think[s] = 0
+        self.win[g & (self.win_cap - 1)] = s
+        if self.open_n == self.open_cap:
+            self._grow_open()
+        self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
+        self.open_n += 1
+        self.segs.n += n_seg
+        self.accs.n += n_acc
+        self.loaded += 1
+        if self.open_n == 1 and not sched_has_requests(&self.sched) and self.q_len == 0 \
+                and t.arrival_time[i] > self.clock:
+            self.clock = t.arrival_time[i]  # an idle engine jumps to the arrival
+        return 0
+
+    cdef int _replica_step(self) except -1 nogil:
+        """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
+        deployment's event order guarantees it) are added first, as :meth:`_run` adds them."""
+        cdef int64_t arrived_row = self.steps_taken + self.cols.n
+        cdef req_t r_new
+        if self.stalled > STALL_LIMIT:
+            with gil:
+                raise RuntimeError(
+                    f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
+                    f"{self.sched.n_waiting} waiting requests cannot be scheduled")
+        self._retire(False)
+        while self._open_due():
+            r_new = self.open_q[self.open_head]
+            self.open_head = (self.open_head + 1) & (self.open_cap - 1)
+            self.open_n -= 1
+            self.reqs[r_new].arrival_s = self.clock
+            sched_add_request(&self.sched, r_new)
+            if self.record_events:
+                _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
+        self._iterate()
+        return 0
+
+    cdef int _replica_end(self) except -1 nogil:
+        """The deployment has ended: write out every request fed."""
+        self._retire(True)
+        self.finished = True
+        return 0
 
     def advance(self):
         """Replay until the next input is needed, rows wait to be taken, or the replay is done.

@@ -135,3 +135,13 @@ def test_the_pipeline_option(tmp_path):
     with pytest.raises(SpecError, match="'replay.reject_too_long'.* does not apply to closed-loop replays"):
         spec_from_dict(demo_dict(tmp_path / "a.duckdb", replay={"reject_too_long": True, "closed_loop": True}),
                        base_dir=PIPELINES)
+
+
+def test_not_with_a_deployment(tmp_path):
+    (tmp_path / "e.json").write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 64}))
+    (tmp_path / "t.jsonl").write_text(json.dumps({"request_id": "a", "prompt_len": 10, "max_tokens": 2,
+                                                  "arrival_time": 0.0}) + "\n")
+    r = CliRunner().invoke(main, ["replay", "--engine", str(tmp_path / "e.json"), "--trace", str(tmp_path / "t.jsonl"),
+                                  "--deployment", str(tmp_path / "d.toml"), "--reject-too-long"])
+    assert r.exit_code == 2
+    assert r.output == "error: --reject-too-long applies to a single engine's replay, not to a deployment\n"

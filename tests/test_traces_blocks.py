@@ -204,7 +204,8 @@ def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch
     path.write_text("\n".join(lines) + "\n")
     want = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
     # Every id of the same length now has the same hash: many meet, two are the same id.
-    monkeypatch.setattr(schema, "output_streams", lambda ids: np.array([len(x) for x in ids], dtype=np.uint64))
+    monkeypatch.setattr(schema, "output_streams",
+                        lambda ids: np.array([len(x) for x in ids.to_pylist()], dtype=np.uint64))
     rows = pa.table({"request_id": ["a1", "b2", "c3", "a1", "dd4"]})
     parsed = [Parsed(rows.slice(0, 3)), Parsed(rows.slice(3))]
     assert ids_named_twice(Blocks.of(parsed)) == {"a1"}

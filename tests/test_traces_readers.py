@@ -26,7 +26,7 @@ from aisim.traces.agentic import read_agentic
 from aisim.traces.azure import read_azure
 from aisim.traces.common import bad_rows
 from aisim.traces.inspect import inspect_trace
-from aisim.traces.mooncake import read_mooncake
+from aisim.traces.mooncake import read_mooncake, unit_stream, unit_streams
 from aisim.traces.parquet import read_parquet, write_trace
 from aisim.traces.schema import output_stream, stream_id
 from aisim.traces.synth import synth_trace
@@ -87,10 +87,44 @@ def test_mooncake_counts_match_the_raw_file(mooncake_raw, mooncake_table):
 def test_mooncake_hash_ids_become_unit_segments(mooncake_raw, mooncake_table):
     first = mooncake_raw[0]
     n, ids = first["input_length"], first["hash_ids"]
-    expect = [(stream_id("mooncake-unit", str(u)), 0, 512) for u in ids[:-1]]
-    expect.append((stream_id("mooncake-unit", str(ids[-1])), 0, n - 512 * (len(ids) - 1)))
+    expect = [(_splitmix(u, ""), 0, 512) for u in ids[:-1]]
+    expect.append((_splitmix(ids[-1], ""), 0, n - 512 * (len(ids) - 1)))
     assert segs(mooncake_table, 0) == expect
     assert guess_format(MOONCAKE) == "mooncake"
+
+
+def _splitmix(u, namespace):
+    """splitmix64 of ``u * golden + seed`` in Python integers: the stream of Mooncake hash id ``u``."""
+    m = 2**64
+    x = (u * 0x9E3779B97F4A7C15 + stream_id("mooncake-units", namespace)) % m
+    x ^= x >> 30
+    x = x * 0xBF58476D1CE4E5B9 % m
+    x ^= x >> 27
+    x = x * 0x94D049BB133111EB % m
+    x ^= x >> 31
+    return x or 1
+
+
+def test_mooncake_unit_streams_are_splitmix64_of_the_ids():
+    ids = [0, 1, 2, 511, 2**31, 2**63 - 1]
+    assert [int(x) for x in unit_streams(np.array(ids, np.int64))] == [_splitmix(u, "") for u in ids]
+    assert [int(x) for x in unit_streams(np.array(ids, np.int64), "ns")] == [_splitmix(u, "=ns") for u in ids]
+    assert unit_stream(2**64 - 1) == _splitmix(2**64 - 1, "")
+    # Past 64 bits (only the line path reads such ids): a hash of the id's text.
+    assert unit_stream(2**64) == stream_id("mooncake-unit", str(2**64))
+    assert unit_stream(2**64, "x") == stream_id("mooncake-unit", f"x:{2**64}")
+    # A namespace, even an empty one, keeps equal ids apart.
+    assert len({unit_stream(7), unit_stream(7, ""), unit_stream(7, "x")}) == 3
+
+
+def test_mooncake_ids_past_int64_go_by_the_line_path(tmp_path):
+    rows = [{"timestamp": i, "input_length": 600, "output_length": 1, "hash_ids": [5, 2**63 + i]} for i in range(2)]
+    rows += [{"timestamp": 9, "input_length": 600, "output_length": 1, "hash_ids": [5, 2**70]}] * 2
+    t = read_mooncake(_write_lines(tmp_path / "big.jsonl", rows))
+    assert [s[1][0] for s in map(lambda i: segs(t, i), range(4))] == \
+        [_splitmix(2**63, ""), _splitmix(2**63 + 1, ""), stream_id("mooncake-unit", str(2**70)),
+         stream_id("mooncake-unit", str(2**70))]
+    assert {segs(t, i)[0] for i in range(4)} == {(_splitmix(5, ""), 0, 512)}
 
 
 def test_mooncake_ideal_hit_ratio_two_ways(mooncake_raw, mooncake_table):
@@ -167,7 +201,7 @@ def test_mooncake_delta_turn_holds_the_previous_prompt_and_output(tmp_path):
     ]
     p = _write_lines(tmp_path / "d.jsonl", rows)
     t = read_trace(p, "mooncake-delta", model="default")
-    unit = lambda u: stream_id("mooncake-unit", str(u))  # noqa: E731
+    unit = lambda u: _splitmix(u, "")  # noqa: E731
     first = [(unit(1), 0, 512), (unit(2), 0, 188)]
     assert col(t, "request_id") == ["q1", "d:2", "q2"]
     assert col(t, "session_id") == ["s1", None, "s1"] and col(t, "turn") == [0, 0, 1]
@@ -179,8 +213,7 @@ def test_mooncake_delta_turn_holds_the_previous_prompt_and_output(tmp_path):
     # The same file read as full Mooncake: every line describes its whole prompt.
     full = read_mooncake(p)
     assert col(full, "prompt_tokens") == [700, 300, 100] and segs(full, 2) == [(unit(9), 0, 100)]
-    assert read_mooncake(p, namespace="x").column("segments")[0].as_py()[0]["stream"] == \
-        stream_id("mooncake-unit", "x:1")
+    assert read_mooncake(p, namespace="x").column("segments")[0].as_py()[0]["stream"] == _splitmix(1, "=x")
 
 
 def test_mooncake_wrong_unit_size_and_duplicate_ids(tmp_path):

@@ -176,6 +176,34 @@ GROUP_KEYS = (
 )
 
 
+# A deployment file's ``deployment`` section (aisim/config/deployment.py).
+DEPLOYMENT_KEYS = (
+    ConfigKey("replicas", 1, "engines behind the router, each a complete replica of the engine file (1 to 64)",
+              low=1),
+    ConfigKey("router", "round_robin", "`round_robin`, `random`, `least_loaded`, `kv_aware` or "
+              "`session_affinity`; or a mapping with `kind` and the router keys below"),
+    ConfigKey("prefill", None, "disaggregated prefill pool (not modelled yet: refused)", shown="—"),
+    ConfigKey("decode", None, "disaggregated decode pool (not modelled yet: refused)", shown="—"),
+    ConfigKey("link", None, "prefill-to-decode KV transfer link (not modelled yet: refused)", shown="—"),
+)
+
+# ``deployment.router`` keys (given as a mapping).
+ROUTER_KEYS = (
+    ConfigKey("kind", "round_robin", "the router (names above)"),
+    ConfigKey("by", "requests", "`least_loaded`: count outstanding `requests`, or `tokens` (prompt + "
+              "max output tokens of each outstanding request)"),
+    ConfigKey("overlap_weight", 1.0, "`kv_aware` (and its use as a fallback): Dynamo's "
+              "`overlap_score_weight`, the weight of the prefill term"),
+    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0),
+    ConfigKey("fallback", "kv_aware", "`session_affinity`: `kv_aware` or `least_loaded`, the choice "
+              "for a session's first turn and when its replica is overloaded"),
+    ConfigKey("slack", 16, "`session_affinity`: a session's replica is overloaded when it has more than "
+              "this many outstanding requests above the least loaded replica", low=0),
+    ConfigKey("view_delay_s", 0.0, "the router sees what replicas report (cache contents, first tokens, "
+              "finishes) this many seconds late; its own bookings at once"),
+)
+
+
 def defaults(keys) -> dict:
     """``name -> default`` of a catalogue."""
     return {k.name: k.default for k in keys}

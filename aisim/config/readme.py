@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from aisim.config.catalog import MODELS
 from aisim.config.gpus import GPUS
-from aisim.config.keys import (ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS, SPECULATIVE_KEYS,
-                               TIME_MODEL_KEYS)
+from aisim.config.keys import (ACCEPTANCE_KEYS, DEPLOYMENT_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS,
+                               ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
 from aisim.config.kvgroups import KINDS
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 
@@ -64,5 +64,14 @@ def render_tables() -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_deployment_tables() -> str:
+    """The README's deployment-file tables (Markdown), rendered from the key catalogues."""
+    lines = ["`deployment` keys:", ""] + _table(DEPLOYMENT_KEYS)
+    lines += ["", "`deployment.router` keys (given as a mapping):", ""] + _table(ROUTER_KEYS)
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":  # pragma: no cover
     print(render_tables(), end="")
+    print()
+    print(render_deployment_tables(), end="")

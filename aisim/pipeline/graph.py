@@ -240,8 +240,10 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
         own = True
         try:
             with _workers_without_sigint():
+                # CRITICAL: a worker's heartbeat that meets the closing scheduler logs a traceback at
+                # ERROR; a task's own failure reaches the driver through its future and is reported there.
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                                       silence_logs=logging.ERROR, **QUIET_CLUSTER)
+                                       silence_logs=logging.CRITICAL, **QUIET_CLUSTER)
             client = Client(cluster)
         except BaseException:
             if cluster is not None:

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from aisim.arrowwrap import arrow_array
 from aisim.errors import TraceError
-from aisim.traces.blocks import block_ranges, block_text, count_breaks, file_size, first_lines
+from aisim.traces.blocks import block_ranges, block_text, block_texts, file_size
 from aisim.traces.schema import SEGMENT_TYPE, TRACE_SCHEMA
 
 # Bad lines as a table (what a parse task stages beside its rows).
@@ -121,13 +121,13 @@ class Blocks:
         and a list of its bad lines' -- without loading the rest.
     """
 
-    def __init__(self, n: int, load, ids=None):
-        self.n, self._load, self._ids = n, load, ids
+    def __init__(self, n: int, load, ids=None, info=None):
+        self.n, self._load, self._ids, self._info = n, load, ids, info
 
     @staticmethod
     def of(parsed: list) -> Blocks:
         """Blocks already in memory."""
-        return Blocks(len(parsed), parsed.__getitem__)
+        return Blocks(len(parsed), parsed.__getitem__, info=lambda k: parsed[k].info)
 
     def __len__(self) -> int:
         return self.n
@@ -142,21 +142,34 @@ class Blocks:
         rows = p.rows.column("request_id") if p.rows is not None else pa.array([], pa.string())
         return rows, [b.request_id for b in p.bad if b.request_id is not None]
 
+    def line_ids(self) -> bool:
+        """Whether every block's ids are known to be made from their line numbers (then no two are equal)."""
+        return self._info is not None and all(self._info(k).get("line_ids") for k in range(self.n))
+
 
 def ids_named_twice(blocks: Blocks) -> set:
     """Request ids that occur on more than one line of the file, good or bad.
 
     Holds 8 bytes a line: every id's 64-bit hash is sorted, and only the ids
-    whose hashes meet are read again and counted for real.
+    whose hashes meet are read again and counted for real.  A file whose ids
+    all come from their line numbers (``info["line_ids"]`` of every block)
+    has none.
     """
     from aisim.traces.schema import output_streams
 
-    def hashes(k):
-        rows, extra = blocks.ids(k)
-        rows = rows.to_pylist() if rows is not None else []
-        return output_streams(rows + extra), rows + extra
+    if blocks.line_ids():
+        return set()
 
-    parts = [hashes(k)[0] for k in range(len(blocks))]
+    def ids(k):
+        rows, extra = blocks.ids(k)
+        parts = [rows] if rows is not None and len(rows) else []
+        if extra:
+            parts.append(pa.array(extra, pa.string()))
+        if not parts:
+            return pa.array([], pa.string())
+        return pa.concat_arrays([p.combine_chunks() if isinstance(p, pa.ChunkedArray) else p for p in parts])
+
+    parts = [output_streams(ids(k)) for k in range(len(blocks))]
     if not parts:
         return set()
     h = np.sort(np.concatenate(parts))
@@ -166,9 +179,10 @@ def ids_named_twice(blocks: Blocks) -> set:
     met = np.unique(met)
     counts = {}
     for k in range(len(blocks)):
-        hk, ids = hashes(k)
-        for i in np.flatnonzero(np.isin(hk, met)):
-            counts[ids[i]] = counts.get(ids[i], 0) + 1
+        these = ids(k)
+        hit = np.flatnonzero(np.isin(output_streams(these), met))
+        for v in these.take(pa.array(hit, pa.int64())).to_pylist():
+            counts[v] = counts.get(v, 0) + 1
     return {v for v, c in counts.items() if c > 1}
 
 
@@ -260,21 +274,20 @@ def read_blocks(path: str, fmt, block_bytes: int | None = None, keep_lines: bool
         Keep each row's ``line`` (1-based line of the file) as a last column.
     """
     ranges = plan(path, block_bytes)
-    counts = [count_breaks(path, a, b) for a, b in ranges] if len(ranges) > 1 else [0]
-    before = first_lines(counts)
-
-    def text(k):
-        a, b = ranges[k]
-        return block_text(path, a, b, before[k])
-
-    parsed = [fmt.parse(path, *text(k)) for k in range(len(ranges))]
+    firsts = []
+    parsed = []
+    for data, first in block_texts(path, ranges):  # one pass over the file, each block parsed as it is read
+        firsts.append(first)
+        parsed.append(fmt.parse(path, data, first))
+        del data
     resolved_blocks = [None] * len(ranges)
 
     def emit(k, table):
         resolved_blocks[k] = table
 
     def reparse(k, carry):
-        return fmt.parse(path, *text(k), carry=carry)
+        a, b = ranges[k]
+        return fmt.parse(path, block_text(path, a, b, 0)[0], firsts[k], carry=carry)
 
     res = fmt.resolve(path, Blocks.of(parsed), reparse, emit)
     tables = [fmt.finish(t, res.info) for t in resolved_blocks if t is not None and t.num_rows]

@@ -51,7 +51,7 @@ def _open(path: str):
 def _breaks(data: bytes, next_byte: bytes) -> int:
     """Universal line breaks in ``data``: ``\\n``, and ``\\r`` not followed by ``\\n`` (``next_byte`` follows)."""
     n = data.count(b"\n")
-    cr = data.count(b"\r")
+    cr = b"\r" in data and data.count(b"\r")
     if cr:
         n += cr - data.count(b"\r\n") - (1 if data.endswith(b"\r") and next_byte == b"\n" else 0)
     return n
@@ -156,6 +156,20 @@ def block_text(path: str, start: int, end: int, breaks_before: int) -> tuple:
         return data + b"".join(tail), line
 
 
+def block_texts(path: str, ranges: list):
+    """:func:`block_text` of every range of ``ranges`` in order, reading the file once.
+
+    Block ``k``'s lines follow block ``k - 1``'s without a gap, so its first
+    line's number is one plus the line breaks of the blocks before it (no
+    separate count of the file's line breaks).
+    """
+    breaks = 0
+    for a, b in ranges:
+        data, _ = block_text(path, a, b, 0)
+        yield data, breaks + 1
+        breaks += _breaks(data, b"")
+
+
 def _first_break(chunk: bytes):
     """``(end, kind)``: the position just past the first line break in ``chunk``, or None."""
     n = chunk.find(b"\n")
@@ -206,8 +220,9 @@ def lines(data: bytes, first_line: int):
 
 def plain_lines(data: bytes):
     """Whether ``data``'s line breaks are all ``\\n`` or ``\\r\\n`` (no lone ``\\r``): Arrow then sees its lines."""
-    cr = data.count(b"\r")
-    return cr == 0 or cr == data.count(b"\r\n")
+    if b"\r" not in data:
+        return True
+    return data.count(b"\r") == data.count(b"\r\n")
 
 
 def line_numbers(data: bytes, first_line: int, rows: int):

@@ -7,8 +7,8 @@ One JSON object a line:
 - ``input_length``, ``output_length``: prompt and output tokens (at least 1);
 - ``hash_ids``: one id per ``unit_tokens``-token block of the prompt (512 in
   the published traces); the last block may be partial.  Id ``u`` stands for
-  the tokens ``(stream_id("mooncake-unit", u), 0 .. unit_tokens)``, so two
-  requests share a block iff they share its id.  The list must have exactly
+  the tokens ``(unit_stream(u), 0 .. unit_tokens)`` (:func:`unit_stream`), so
+  two requests share a block iff they share its id.  The list must have exactly
   ``ceil(input_length / unit_tokens)`` ids, which catches a wrong unit size;
   an empty or absent list makes the whole prompt private;
 - optional ``session_id`` (multi-turn: ``turn`` counts the session's lines in
@@ -44,6 +44,7 @@ from aisim.errors import TraceError
 from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, arrow_pays, ids_named_twice, no_requests, read_blocks, \
     segments_array, trace_rows
 from aisim.traces.blocks import line_numbers, lines, plain_lines
+from aisim.traces.jsonlines import read_uniform
 from aisim.traces.common import (check_option, file_stem, hash_id_list, id_field, int_field, json_object,
                                  number_field, unit_segments)
 from aisim.traces.oracle import _read_json
@@ -135,33 +136,13 @@ class MooncakeFormat:
         self.namespace = namespace
         self.skip = bool(skip_bad_rows)
         self.name = "mooncake-delta" if delta else "mooncake"
-        self._units = {}
+        self._units = {}  # the line path's streams of the ids it met
 
     def _unit(self, u):
         s = self._units.get(u)
         if s is None:
-            s = self._units[u] = stream_id("mooncake-unit", str(u) if self.namespace is None
-                                           else f"{self.namespace}:{u}")
+            s = self._units[u] = unit_stream(u, self.namespace)
         return s
-
-    def _unit_streams(self, uniq: np.ndarray) -> np.ndarray:
-        """The streams of the sorted distinct ids ``uniq``; ids met before come from a sorted cache."""
-        known_ids, known_streams = self._cache if hasattr(self, "_cache") else (np.zeros(0, np.int64),
-                                                                                np.zeros(0, np.uint64))
-        pos = np.searchsorted(known_ids, uniq)
-        hit = pos < len(known_ids)
-        hit[hit] = known_ids[pos[hit]] == uniq[hit]
-        out = np.zeros(len(uniq), dtype=np.uint64)
-        out[hit] = known_streams[pos[hit]]
-        fresh = uniq[~hit]
-        if fresh.size:
-            made = np.fromiter((self._unit(int(u)) for u in fresh), dtype=np.uint64, count=fresh.size)
-            out[~hit] = made
-            ids = np.concatenate([known_ids, fresh])
-            order = np.argsort(ids, kind="stable")
-            self._cache = (ids[order], np.concatenate([known_streams, made])[order])
-            self._units.clear()  # the sorted cache holds them now
-        return out
 
     # ------------------------------------------------------------------ parse
 
@@ -176,7 +157,9 @@ class MooncakeFormat:
         if not plain_lines(data) or (self.model is not None and b"null" in data):
             # A null reads as an absent field everywhere but in 'model', whose absence means the option.
             return None
-        table = _read_json(data, _JSON_SCHEMA, "ignore")
+        table = read_uniform(data, _JSON_SCHEMA)
+        if table is None:
+            table = _read_json(data, _JSON_SCHEMA, "ignore")
         if table is None:
             return None
         n = table.num_rows
@@ -228,7 +211,8 @@ class MooncakeFormat:
         blocks = -(-inp // self.unit)
         if ((counts != 0) & (counts != blocks)).any():
             return None  # too many ids, or too few for the prompt: the line path says which
-        if rid.null_count == n:
+        line_ids = rid.null_count == n
+        if line_ids:
             rid = pc.binary_join_element_wise(pa.scalar(f"{file_stem(path)}:"),
                                               pa.array(line, pa.int64()).cast(pa.string()), "")
         elif pc.count_distinct(rid).as_py() != n:
@@ -241,13 +225,16 @@ class MooncakeFormat:
         s_stream = np.zeros(m, dtype=np.uint64)
         s_first = np.zeros(m, dtype=np.int64)
         s_len = np.zeros(m, dtype=np.int64)
-        if flat.size:
-            uniq, inv = np.unique(flat, return_inverse=True)
-            streams = self._unit_streams(uniq)
+        if flat.size and not private.any():
+            # Every prompt is its ids: one segment each, of unit tokens but a prompt's last.
+            s_stream = unit_streams(flat, self.namespace)
+            s_len = np.full(m, self.unit, dtype=np.int64)
+            s_len[offsets[1:] - 1] = inp - (counts - 1) * self.unit
+        elif flat.size:
             row_of = np.repeat(np.arange(n), counts)
             pos = np.arange(flat.size) - np.repeat(np.concatenate([[0], np.cumsum(counts)])[:-1], counts)
             where = offsets[:-1].astype(np.int64)[row_of] + pos
-            s_stream[where] = streams[inv.reshape(-1)]
+            s_stream[where] = unit_streams(flat, self.namespace)
             s_len[where] = np.minimum(self.unit, inp[row_of] - pos * self.unit)
         if private.any():
             rids = rid.to_pylist() if isinstance(rid, pa.Array) else rid.combine_chunks().to_pylist()
@@ -265,7 +252,7 @@ class MooncakeFormat:
         rows = trace_rows(cols, n)
         rows = rows.append_column("ts_ms", ts.combine_chunks() if isinstance(ts, pa.ChunkedArray) else ts)
         rows = rows.append_column("delay_ms", delay.combine_chunks() if isinstance(delay, pa.ChunkedArray) else delay)
-        return Parsed(rows, [], {})
+        return Parsed(rows, [], {"line_ids": True} if line_ids else {})
 
     def _slow(self, path, data, first_line):
         """The block line by line, each line on its own (:meth:`_local`)."""
@@ -505,6 +492,52 @@ class MooncakeFormat:
         table = table.set_column(table.schema.get_field_index("arrival_s"), "arrival_s", seconds)
         table = table.drop_columns(["ts_ms", "delay_ms", "arrival_ms"])
         return sort_by_arrival(table, "time")
+
+
+# splitmix64 (Steele, Lea and Flood 2014): an odd multiple of the id plus the namespace's seed, then a
+# bijective avalanche; two ids of one namespace never share a stream.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def unit_streams(ids: np.ndarray, namespace: str | None = None) -> np.ndarray:
+    """The token streams of Mooncake hash ids below 2**64 (uint64, never 0).
+
+    Parameters
+    ----------
+    ids : numpy.ndarray
+        Non-negative integer ids (int64 or uint64).
+    namespace : str, optional
+        The reader's ``namespace`` option: equal ids of two namespaces (or
+        of a namespace and none) get unrelated streams.
+
+    Returns
+    -------
+    numpy.ndarray
+        uint64, one per id: splitmix64 of ``id * golden + seed``, ``seed``
+        the :func:`~aisim.traces.schema.stream_id` of the namespace.  Only
+        their equality matters (the prefix cache's), and distinct ids of one
+        namespace never share one.
+    """
+    seed = np.uint64(stream_id("mooncake-units", "" if namespace is None else "=" + namespace))
+    x = np.asarray(ids).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        x = x * _GOLDEN + seed
+        x ^= x >> np.uint64(30)
+        x *= _MIX1
+        x ^= x >> np.uint64(27)
+        x *= _MIX2
+        x ^= x >> np.uint64(31)
+    x[x == 0] = 1
+    return x
+
+
+def unit_stream(u: int, namespace: str | None = None) -> int:
+    """The token stream of one hash id (:func:`unit_streams`; an id of 2**64 or more: a hash of its text)."""
+    if u < 2**64:
+        return int(unit_streams(np.array([u], dtype=np.uint64), namespace)[0])
+    return stream_id("mooncake-unit", str(u) if namespace is None else f"{namespace}:{u}")
 
 
 def _segments(rows) -> pa.Array:

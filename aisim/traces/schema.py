@@ -71,20 +71,37 @@ def output_streams(request_ids) -> np.ndarray:
 
     A vectorised FNV-1a over each id's UTF-8 bytes, finished with a splitmix64
     avalanche; the value depends only on the id, never on the batch.
+
+    Parameters
+    ----------
+    request_ids : iterable of str, or pyarrow string array
+        The ids (an Arrow array is read from its buffers, without a Python
+        string per id).
     """
-    enc = [r.encode("utf-8") for r in request_ids]
-    n = len(enc)
+    if isinstance(request_ids, pa.ChunkedArray):
+        request_ids = request_ids.combine_chunks()
+    if not isinstance(request_ids, pa.Array):
+        request_ids = pa.array(list(request_ids), pa.string())
+    arr = request_ids
+    n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=np.uint64)
-    raw = np.array(enc, dtype=bytes)
-    width = max(raw.dtype.itemsize, 1)
-    mat = np.frombuffer(raw.tobytes(), dtype=np.uint8).reshape(n, width).astype(np.uint64)
-    lens = np.fromiter((len(e) for e in enc), dtype=np.int64, count=n)
+    wide = arr.type == pa.large_string()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
+    if data.size == 0:
+        data = np.zeros(1, np.uint8)
+    starts = offsets[:-1]
+    lens = offsets[1:] - starts
+    width = int(lens.max())
+    last = data.size - 1
     h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for j in range(width):
             live = lens > j
-            h = np.where(live, (h ^ mat[:, j]) * _FNV_PRIME, h)
+            byte = data[np.minimum(starts + j, last)].astype(np.uint64)
+            h = np.where(live, (h ^ byte) * _FNV_PRIME, h)
         h ^= lens.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)  # "output" domain and length
         h ^= h >> np.uint64(30)
         h *= np.uint64(0xBF58476D1CE4E5B9)

@@ -1,0 +1,206 @@
+"""Deployments: replicas of one engine behind a router, replayed on one simulated clock.
+
+:func:`deploy` replays a time-clocked trace through ``replicas`` copies of an engine; each is
+the exact engine of :func:`aisim.replay.replay` (its own scheduler, KV cache and step time), so
+a replica's decisions equal a single-engine replay of the requests routed to it.  The router
+places each request at its arrival, from what the replicas have reported so far (see
+``ext/deploy.pyx`` and the README's "Deployments" section for the routers' formulas).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from aisim.arrowwrap import arrow_array
+from aisim.columns import DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, REQUESTS, STEPS, deployment_schema
+from aisim.config.deployment import DeploymentConfig, parse_deployment
+from aisim.config.engine import EngineConfig
+from aisim.decisionlog import write_decision_log
+from aisim.output import write_result
+from aisim.replay import Totals, result_of, run_deployment
+
+# Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
+# in the order of the core's ROUTING_FIELDS.
+ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
+                  "prefill_tokens", "decode_blocks", "cost")
+
+
+@dataclass
+class DeploymentResult:
+    """What a deployment replay produced.
+
+    Attributes
+    ----------
+    requests : pyarrow.Table
+        One row per request, in trace order: ``replica``, ``routed_s``, ``transfer_s`` (null for
+        aggregated replicas), then the replay's request columns.
+    steps : pyarrow.Table
+        ``replica`` then the replay's step columns; replica 0's steps first, then replica 1's ...
+    summary : dict
+        The deployment's totals and latencies, ``deployment`` (its settings), ``load_balance`` and
+        ``replicas`` (one summary per replica, with its ``utilisation``).
+    engine : EngineConfig
+    deployment : DeploymentConfig
+    replicas : list of ReplayResult
+        Each replica as a replay of its share (requests in trace order); with
+        ``record_decisions``, :func:`aisim.decisionlog.decision_lines` writes its log.
+    routing : dict or None
+        With ``record_routing``: ``replica`` (the choice) and one array per
+        :data:`ROUTING_FIELDS` name, shaped (requests, replicas): the router's inputs at
+        each decision (``overlap_blocks_true`` read off the replicas' own caches).
+    """
+
+    requests: pa.Table
+    steps: pa.Table
+    summary: dict
+    engine: EngineConfig
+    deployment: DeploymentConfig
+    replicas: list = field(default_factory=list, repr=False)
+    routing: dict | None = field(default=None, repr=False)
+
+
+def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | None = None, *,
+           record_decisions: bool = False, record_routing: bool = False, name: str | None = None) -> DeploymentResult:
+    """Replay ``trace`` through a deployment of ``engine``.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table or a DataFrame
+        A trace clocked in seconds (``arrival_s``), in arrival order.  Session turns arrive at
+        their timestamps.
+    engine : EngineConfig
+        Every replica's engine.
+    deployment : DeploymentConfig or dict, optional
+        :func:`aisim.config.deployment.parse_deployment`'s result, or the ``deployment``
+        mapping itself (``{"replicas": 4, "router": "kv_aware"}``); default one replica.
+    record_decisions : bool
+        Keep every replica's scheduling decisions (its decision log).
+    record_routing : bool
+        Keep the router's inputs at every decision.
+    name : str, optional
+        The trace's name in error messages (its file).
+
+    Returns
+    -------
+    DeploymentResult
+
+    Raises
+    ------
+    aisim.errors.TraceError
+        A trace clocked in engine steps, or a bad row.
+    aisim.errors.ConfigError
+        A bad deployment.
+    """
+    if deployment is None:
+        deployment = DeploymentConfig()
+    elif isinstance(deployment, dict):
+        deployment = parse_deployment(deployment)
+    table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
+                                record_routing=record_routing)
+    route = out["route"]
+    parts = []
+    for rep in out["replicas"]:
+        share = table.take(pa.array(rep["index"], pa.int64()))
+        parts.append(result_of(share, engine, rep, True, record_decisions))
+    requests = _requests(table, parts, out["replicas"], route)
+    steps = _steps(parts)
+    routing = None
+    if record_routing:
+        routing = {"replica": route}
+        for k, name_ in enumerate(ROUTING_FIELDS):
+            routing[name_] = out["routing"][:, :, k]
+    summary = _summary(parts, out["replicas"], engine, deployment)
+    return DeploymentResult(requests, steps, summary, engine, deployment, parts, routing)
+
+
+def _requests(table: pa.Table, parts: list, reps: list, route) -> pa.Table:
+    """Every replica's request rows put back in trace order, the placement in front."""
+    n = table.num_rows
+    order = np.concatenate([r["index"] for r in reps]) if reps else np.zeros(0, np.int64)
+    where = np.empty(n, dtype=np.int64)
+    where[order] = np.arange(n)
+    merged = pa.concat_tables([p.requests for p in parts]).take(pa.array(where, pa.int64())) if n else \
+        parts[0].requests
+    cols = {
+        "replica": route.astype(np.int32),
+        "routed_s": table.column("arrival_s").to_numpy(zero_copy_only=False).astype(np.float64),
+    }
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
+    arrays = [arrow_array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) if f.name == "transfer_s"
+              else merged.column(f.name) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _steps(parts: list) -> pa.Table:
+    schema = deployment_schema(DEPLOYMENT_STEPS, STEPS)
+    tables = []
+    for w, p in enumerate(parts):
+        rep = arrow_array(np.full(p.steps.num_rows, w, dtype=np.int32), pa.int32())
+        tables.append(pa.Table.from_arrays([rep] + [p.steps.column(f.name) for f in list(schema)[1:]], schema=schema))
+    return pa.concat_tables(tables)
+
+
+def _summary(parts: list, reps: list, engine: EngineConfig, deployment: DeploymentConfig) -> dict:
+    """The deployment's summary: every replica's rows added up, plus balance and utilisation."""
+    totals = Totals()
+    for p, rep in zip(parts, reps):
+        totals.add_steps(rep["steps"])
+        rq = {c: p.requests.column(c).to_numpy(zero_copy_only=False)
+              for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
+        rq["status"] = rep["requests"]["status"]
+        totals.add_requests(rq)
+    counts = {k: sum(rep["spec"][k] for rep in reps) for k in reps[0]["spec"]}
+    summary = totals.summary(engine, True, counts)
+    span = summary["duration_s"]
+    per = []
+    for w, (p, rep) in enumerate(zip(parts, reps)):
+        s = dict(p.summary)
+        s["replica"] = w
+        busy = float(rep["steps"]["duration_s"].sum())
+        s["busy_s"] = busy
+        s["utilisation"] = busy / span if span > 0 else 0.0
+        per.append(s)
+    counts = np.array([s["requests"] for s in per], dtype=np.float64)
+    mean = counts.mean() if len(counts) else 0.0
+    summary["deployment"] = deployment.to_dict()
+    summary["load_balance"] = {
+        "requests_min": int(counts.min()) if len(counts) else 0,
+        "requests_max": int(counts.max()) if len(counts) else 0,
+        # max / mean: 1.0 is a perfect balance.
+        "requests_max_over_mean": float(counts.max() / mean) if mean > 0 else None,
+        "utilisation_min": min(s["utilisation"] for s in per),
+        "utilisation_max": max(s["utilisation"] for s in per),
+    }
+    summary["replicas"] = per
+    return summary
+
+
+def replica_log_path(path: str, replica: int) -> str:
+    """Where replica ``replica``'s decision log goes when a deployment's log is asked for at ``path``:
+    ``log.jsonl`` -> ``log.replica0.jsonl``, ``log.replica1.jsonl``, ..."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.replica{replica}{ext}"
+
+
+def write_deployment(result: DeploymentResult, out_dir: str | None = None, decision_log: str | None = None) -> list:
+    """Write a deployment's tables and summary into ``out_dir`` (as :func:`aisim.output.write_result`
+    does for one engine) and one decision log per replica (:func:`replica_log_path`).
+
+    Returns
+    -------
+    list of str
+        The decision logs written.
+    """
+    if out_dir:
+        write_result(result, out_dir)
+    logs = []
+    if decision_log:
+        for w, rep in enumerate(result.replicas):
+            logs.append(replica_log_path(decision_log, w))
+            write_decision_log(rep, logs[-1])
+    return logs
+

@@ -1,0 +1,91 @@
+# A deployment: N replicas of the engine (engine.pxd Engine, each with its own scheduler, KV
+# cache and step time) on one simulated clock, behind a router.  cimported by nothing; the
+# Python side (aisim.replay.run_deployment) builds it from a CoreConfig, a time-clocked open-loop
+# CoreTrace and the router's settings, runs it once and takes each replica's rows.
+from aisim._core.engine cimport TraceC
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, sec_t, tok_t
+
+# Routers (aisim/config/deployment.py ROUTERS names them in this order).
+cdef enum RouterKind:
+    RT_ROUND_ROBIN = 0         # request k goes to replica k mod N
+    RT_RANDOM = 1              # a seeded splitmix64 draw
+    RT_LEAST_LOADED = 2        # fewest outstanding requests (or tokens), ties to the lowest index
+    RT_KV_AWARE = 3            # Dynamo's cost: weight * prefill_tokens / B + decode_blocks, lowest wins
+    RT_SESSION = 4             # a session's turns stick to one replica; fallback when it is overloaded
+
+# What a replica reports to the router after an iteration (seen view_delay_s later).
+cdef enum DeltaKind:
+    DK_KEY_ADD = 0             # a block key entered the replica's prefix cache
+    DK_KEY_DEL = 1             # ... left it
+    DK_FIRST = 2               # a request produced its first token: its prefill booking ends
+    DK_FINISH = 3              # a request finished: its load and active blocks are released
+
+cdef struct KeyEntC:
+    # One entry of the key index (one cache line holds two).
+    hash_t key                 # 0 = empty
+    hash_t cm                  # bit w: replica w caches the key
+    hash_t am                  # bit w: an outstanding request on w holds it
+    int64_t crow               # its row of counts (-1: none)
+
+cdef struct KeyMapC:
+    # The router's one index of block keys: key -> which replicas cache it (the KV events), which
+    # have it active (the router's bookings) and, while any has, a row of per-replica counts of
+    # active requests holding it.  Open addressing, linear probing, backward-shift deletion; an
+    # entry is deleted when both masks are empty.  Key 0 is never stored (block keys are never 0).
+    KeyEntC* e                 # [mask + 1]
+    hash_t mask                # capacity - 1, a power of two; grown at half load
+    int64_t n                  # keys stored
+    int64_t grows              # times the table was rebuilt (slots found before it are stale)
+    int32_t n_rep              # counts per row
+    int32_t* cnt               # [rows_cap * n_rep] active requests holding the key, per replica
+    int32_t* row_next          # [rows_cap] free list of rows
+    int32_t rows_cap
+    int32_t row_free           # head of the free list (-1: empty)
+
+cdef struct DeltaC:
+    sec_t stamp                # start of the iteration that produced it
+    int32_t replica
+    int32_t kind               # DeltaKind
+    hash_t value               # the key, or the request's trace index
+
+cdef struct DeltaQC:
+    # FIFO ring of deltas not yet visible to the router.
+    DeltaC* a                  # [cap]
+    int64_t cap                # a power of two
+    int64_t head
+    int64_t n
+
+cdef struct RouterC:
+    int32_t kind               # RouterKind
+    int32_t n_rep              # replicas (at most 64: the cache index holds a bitmask per key)
+    bint by_tokens             # least_loaded: outstanding tokens instead of requests
+    double weight              # kv_aware: overlap_score_weight
+    int32_t fallback           # session_affinity: RT_KV_AWARE or RT_LEAST_LOADED
+    int64_t slack              # session_affinity: overloaded when outstanding > least + slack
+    sec_t delay                # view_delay_s
+    hash_t rng                 # random: splitmix64 state
+    int64_t rr                 # round_robin: the next replica
+    bint kv                    # keep the cache index and the active-block maps
+    tok_t block                # B: the full-attention group's block size
+    tok_t hash_block           # the hash block size (B is a multiple of it)
+    int32_t group              # the full-attention group's id (its pool keys)
+    # the router's view, per replica
+    int64_t* out_reqs          # [n_rep] outstanding requests (booked at routing, released at finish)
+    int64_t* out_toks          # [n_rep] their prompt + max output tokens
+    int64_t* pf_toks           # [n_rep] booked prefill tokens (released at the first token)
+    int64_t* act_n             # [n_rep] distinct active prompt-block keys
+    KeyMapC idx                # block key -> caching replicas, active replicas, active counts
+    DeltaQC q                  # reported, not yet visible
+    # per request of the trace
+    int64_t* key_off           # [n + 1] its prompt-block keys: keys[key_off[i] : key_off[i + 1]]
+    hash_t* keys
+    int64_t* booked_pf         # [n] prefill tokens booked at routing
+    flag_t* pf_open            # [n] booking not yet released
+    int64_t* session           # [n] session number (-1: none)
+    int32_t* sticky            # [n_sessions] replica of the session (-1: not yet)
+    # scratch, per replica
+    int64_t* overlap           # [n_rep] leading prompt blocks cached (the router's view)
+    int64_t* newb              # [n_rep] prompt blocks not active there
+    double* cost               # [n_rep]
+    int64_t* slots             # [longest prompt in blocks] index slots _kv_scores found, for _book
+    int64_t slots_grows        # the index's ``grows`` when they were found

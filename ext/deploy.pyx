@@ -1,0 +1,732 @@
+"""A deployment: N replicas of the exact engine behind a router, on one simulated clock.
+
+Each replica is a complete :class:`aisim._core.engine.Engine` (its own scheduler, KV cache and
+step time), fed one request at a time (``Engine._add_one``) and stepped one iteration at a time
+(``Engine._replica_step``).  The event loop: the next event is the earliest of the next arrival
+and every busy replica's next iteration start (its clock); an arrival at t is routed and added
+before any iteration starting at or after t (the single engine's rule); ties between replicas go
+to the lowest index.  An idle replica's clock jumps to the arrival it is given.  A replica's
+decisions therefore depend only on the requests routed to it: its decision log equals a
+single-engine replay of its share (the tests check it).
+
+The router sees each replica as reported by its iterations: an iteration's effects (block keys
+entering or leaving its prefix cache, first tokens, finishes) become visible to arrivals after
+the iteration's start, ``view_delay_s`` later with a delay.  The router's own bookings (a
+request's load, prefill tokens and active blocks, added when it is routed) are immediate, as in
+Dynamo's router (lib/kv-router, ``ActiveSequences``).  The cache view is one index, block key ->
+bitmask of the replicas caching it, kept from the replicas' block-pool key events, and looked up
+once per prompt block.
+"""
+
+from libc.string cimport memset
+
+import numpy as np
+
+from aisim._core.blockpool cimport bp_log_keys, bp_lookup
+from aisim._core.engine cimport Engine, TraceC
+from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_finish, hash_run, mix64
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.request cimport ReqC
+from aisim._core.scheduler cimport BatchC, sched_has_requests
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
+
+# Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
+ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
+                  "prefill_tokens", "decode_blocks", "cost")
+cdef int N_FIELDS = 7
+
+# Router names in RouterKind order.
+ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
+
+# ------------------------------------------------------------------ the key index
+
+cdef extern from *:
+    # GCC/Clang: a hint that a line will be read soon (no effect on results).
+    void __builtin_prefetch(const void* addr) noexcept nogil
+
+# Lookups issued ahead of the one in hand: the index is larger than the caches and a probe's
+# cost is its memory miss, so a run of lookups keeps several misses in flight.
+cdef int64_t AHEAD = 8
+
+
+cdef inline void km_prefetch(const KeyMapC* m, hash_t key) noexcept nogil:
+    __builtin_prefetch(&m.e[mix64(key) & m.mask])
+
+
+
+cdef int km_init(KeyMapC* m, int64_t cap, int32_t n_rep) except -1 nogil:
+    cdef int64_t c = 16, i
+    while c < cap:
+        c <<= 1
+    m.e = <KeyEntC*>mem_calloc(c, sizeof(KeyEntC))
+    for i in range(c):
+        m.e[i].crow = -1
+    m.mask = <hash_t>(c - 1)
+    m.n = 0
+    m.n_rep = n_rep
+    return 0
+
+
+cdef void km_release(KeyMapC* m) noexcept nogil:
+    mem_free(m.e)
+    mem_free(m.cnt)
+    mem_free(m.row_next)
+    memset(m, 0, sizeof(KeyMapC))
+
+
+cdef inline hash_t _km_slot(const KeyMapC* m, hash_t key) noexcept nogil:
+    # The key's slot, or the empty slot where it would go.
+    cdef hash_t s = mix64(key) & m.mask
+    while m.e[s].key != 0 and m.e[s].key != key:
+        s = (s + 1) & m.mask
+    return s
+
+
+cdef int _km_grow(KeyMapC* m) except -1 nogil:
+    cdef KeyEntC* old = m.e
+    cdef hash_t i, s, old_mask = m.mask
+    cdef int64_t c = 2 * (<int64_t>old_mask + 1), j
+    m.e = <KeyEntC*>mem_calloc(c, sizeof(KeyEntC))
+    for j in range(c):
+        m.e[j].crow = -1
+    m.mask = <hash_t>(c - 1)
+    m.grows += 1
+    for i in range(old_mask + 1):
+        if old[i].key != 0:
+            s = _km_slot(m, old[i].key)
+            m.e[s] = old[i]
+    mem_free(old)
+    return 0
+
+
+cdef inline int64_t km_find(const KeyMapC* m, hash_t key) noexcept nogil:
+    """The key's slot, or -1."""
+    cdef hash_t s = _km_slot(m, key)
+    return <int64_t>s if m.e[s].key != 0 else -1
+
+
+cdef int64_t km_insert(KeyMapC* m, hash_t key) except -1 nogil:
+    """The key's slot, made (both masks empty, no row) when absent."""
+    cdef hash_t s = _km_slot(m, key)
+    if m.e[s].key != 0:
+        return <int64_t>s
+    if 2 * (m.n + 1) > <int64_t>(m.mask + 1):
+        _km_grow(m)
+        s = _km_slot(m, key)
+    m.e[s].key = key
+    m.e[s].cm = 0
+    m.e[s].am = 0
+    m.e[s].crow = -1
+    m.n += 1
+    return <int64_t>s
+
+
+cdef int32_t _km_row(KeyMapC* m) except -1 nogil:
+    """A zeroed row of counts."""
+    cdef int32_t r, i, new
+    if m.row_free < 0:
+        new = m.rows_cap * 2 if m.rows_cap > 0 else 1024
+        mem_grow(<void**>&m.cnt, <size_t>m.rows_cap * m.n_rep, <size_t>new * m.n_rep, sizeof(int32_t))
+        mem_grow(<void**>&m.row_next, m.rows_cap, new, sizeof(int32_t))
+        for i in range(new - 1, m.rows_cap - 1, -1):
+            m.row_next[i] = m.row_free
+            m.row_free = i
+        m.rows_cap = new
+    r = m.row_free
+    m.row_free = m.row_next[r]
+    memset(&m.cnt[<int64_t>r * m.n_rep], 0, m.n_rep * sizeof(int32_t))
+    return r
+
+
+cdef void km_tidy(KeyMapC* m, hash_t s) noexcept nogil:
+    """Drop slot ``s``'s row when no replica has the key active, and the entry when none caches it
+    either (backward-shift deletion keeps every probe chain gap-free, no tombstones)."""
+    cdef hash_t j, home
+    cdef KeyEntC* x = &m.e[s]
+    if x.am == 0 and x.crow >= 0:
+        m.row_next[x.crow] = m.row_free
+        m.row_free = <int32_t>x.crow
+        x.crow = -1
+    if x.am != 0 or x.cm != 0:
+        return
+    x.key = 0
+    m.n -= 1
+    j = s
+    while True:
+        j = (j + 1) & m.mask
+        if m.e[j].key == 0:
+            return
+        home = mix64(m.e[j].key) & m.mask
+        if ((j - home) & m.mask) >= ((j - s) & m.mask):
+            m.e[s] = m.e[j]
+            m.e[j].key = 0
+            m.e[j].crow = -1
+            s = j
+
+
+# ------------------------------------------------------------------ the router
+
+
+cdef int _report(RouterC* rt, const TraceC* tr, sec_t stamp, int32_t w, int32_t kind, hash_t value) except -1 nogil:
+    """A change replica ``w`` reports: visible at once without a view delay, else queued."""
+    cdef DeltaC d
+    if rt.delay == 0:
+        d.stamp = stamp
+        d.replica = w
+        d.kind = kind
+        d.value = value
+        return _apply(rt, tr, &d)
+    return _push(&rt.q, stamp, w, kind, value)
+
+
+cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) except -1 nogil:
+    cdef int64_t i, new
+    cdef DeltaC* a
+    if q.n == q.cap:
+        new = q.cap * 2 if q.cap > 0 else 1024
+        a = <DeltaC*>mem_calloc(new, sizeof(DeltaC))
+        for i in range(q.n):
+            a[i] = q.a[(q.head + i) & (q.cap - 1)]
+        mem_free(q.a)
+        q.a = a
+        q.cap = new
+        q.head = 0
+    a = &q.a[(q.head + q.n) & (q.cap - 1)]
+    a.stamp = stamp
+    a.replica = w
+    a.kind = kind
+    a.value = value
+    q.n += 1
+    return 0
+
+
+cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
+    """Make one reported change visible to the router."""
+    cdef hash_t bit = (<hash_t>1) << d.replica
+    cdef int64_t g, k, s
+    cdef int32_t* c
+    cdef KeyMapC* m = &rt.idx
+    if d.kind == DK_KEY_ADD:
+        s = km_insert(m, d.value)
+        m.e[s].cm |= bit
+    elif d.kind == DK_KEY_DEL:
+        s = km_find(m, d.value)
+        if s >= 0:
+            m.e[s].cm &= ~bit
+            km_tidy(m, <hash_t>s)
+    elif d.kind == DK_FIRST:
+        g = <int64_t>d.value
+        rt.pf_toks[d.replica] -= rt.booked_pf[g]
+        rt.pf_open[g] = 0
+    else:
+        g = <int64_t>d.value
+        rt.out_reqs[d.replica] -= 1
+        rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
+        if rt.kv:
+            for k in range(rt.key_off[g], min(rt.key_off[g] + AHEAD, rt.key_off[g + 1])):
+                km_prefetch(m, rt.keys[k])
+            for k in range(rt.key_off[g], rt.key_off[g + 1]):
+                if k + AHEAD < rt.key_off[g + 1]:
+                    km_prefetch(m, rt.keys[k + AHEAD])
+                s = km_find(m, rt.keys[k])
+                c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
+                c[0] -= 1
+                if c[0] == 0:
+                    rt.act_n[d.replica] -= 1
+                    m.e[s].am &= ~bit
+                    km_tidy(m, <hash_t>s)
+    return 0
+
+
+cdef int _apply_visible(RouterC* rt, const TraceC* tr, sec_t t) except -1 nogil:
+    """Everything reported by iterations that started before ``t - view_delay_s``."""
+    cdef DeltaQC* q = &rt.q
+    while q.n > 0 and (rt.delay == 0 or q.a[q.head].stamp < t - rt.delay):
+        _apply(rt, tr, &q.a[q.head])
+        q.head = (q.head + 1) & (q.cap - 1)
+        q.n -= 1
+    return 0
+
+
+cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
+    """Dynamo's classic KV-router cost for every replica (lib/kv-router scheduling/selector.rs,
+    DefaultWorkerSelector::select_worker; research notes 1a):
+    overlap_w = leading prompt blocks replica w caches (the index, one lookup per block);
+    prefill_tokens_w = booked prefill tokens + max(0, prompt - overlap_w * B);
+    decode_blocks_w = distinct active prompt blocks on w + this request's blocks not among them;
+    cost_w = weight * prefill_tokens_w / B + decode_blocks_w."""
+    cdef int32_t w, n = rt.n_rep
+    cdef int64_t k, j = 0, lo = rt.key_off[g], hi = rt.key_off[g + 1]
+    cdef int64_t alive = (<int64_t>-1) if n == 64 else ((<int64_t>1) << n) - 1
+    cdef int64_t full = alive
+    cdef int64_t m, a
+    cdef tok_t prompt = tr.prompt_len[g], new_tok
+    for w in range(n):
+        rt.overlap[w] = 0
+        rt.newb[w] = 0
+    cdef int64_t s
+    cdef KeyMapC* km = &rt.idx
+    rt.slots_grows = km.grows
+    for k in range(lo, lo + AHEAD if lo + AHEAD < hi else hi):
+        km_prefetch(km, rt.keys[k])
+    for k in range(lo, hi):
+        if k + AHEAD < hi:
+            km_prefetch(km, rt.keys[k + AHEAD])
+        s = km_find(km, rt.keys[k])
+        rt.slots[k - lo] = s
+        m = <int64_t>km.e[s].cm if s >= 0 else 0
+        a = <int64_t>km.e[s].am if s >= 0 else 0
+        if alive != 0:
+            m = m & alive
+            for w in range(n):
+                if (alive >> w) & 1 and not ((m >> w) & 1):
+                    rt.overlap[w] = j
+            alive = m
+            j += 1
+        if a != full:
+            for w in range(n):
+                if not ((a >> w) & 1):
+                    rt.newb[w] += 1
+    for w in range(n):
+        if (alive >> w) & 1:
+            rt.overlap[w] = j
+        new_tok = prompt - rt.overlap[w] * rt.block
+        if new_tok < 0:
+            new_tok = 0
+        rt.cost[w] = (rt.weight * (<double>(rt.pf_toks[w] + new_tok)) / <double>rt.block
+                      + <double>(rt.act_n[w] + rt.newb[w]))
+
+
+cdef int32_t _least(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    cdef const int64_t* load = rt.out_toks if rt.by_tokens else rt.out_reqs
+    for w in range(1, rt.n_rep):
+        if load[w] < load[best]:
+            best = w
+    return best
+
+
+cdef int32_t _cheapest(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    for w in range(1, rt.n_rep):
+        if rt.cost[w] < rt.cost[best]:
+            best = w
+    return best
+
+
+cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
+    cdef int32_t w, s
+    cdef int64_t least
+    cdef hash_t z
+    if rt.kind == RT_ROUND_ROBIN:
+        w = <int32_t>(rt.rr % rt.n_rep)
+        rt.rr += 1
+        return w
+    if rt.kind == RT_RANDOM:
+        rt.rng += <hash_t>0x9e3779b97f4a7c15
+        z = mix64(rt.rng)
+        return <int32_t>(((z >> 32) * <hash_t>rt.n_rep) >> 32)
+    if rt.kind == RT_LEAST_LOADED:
+        return _least(rt)
+    if rt.kind == RT_KV_AWARE:
+        return _cheapest(rt)
+    # session_affinity: the replica of the session's first turn, unless it holds more than
+    # ``slack`` outstanding requests above the least loaded replica; then the fallback's choice,
+    # which the session follows from then on.
+    s = <int32_t>rt.session[g]
+    if s >= 0 and rt.sticky[s] >= 0:
+        w = rt.sticky[s]
+        least = rt.out_reqs[_least_reqs(rt)]
+        if rt.out_reqs[w] <= least + rt.slack:
+            return w
+    w = _cheapest(rt) if rt.fallback == RT_KV_AWARE else _least(rt)
+    if s >= 0:
+        rt.sticky[s] = w
+    return w
+
+
+cdef int32_t _least_reqs(const RouterC* rt) noexcept nogil:
+    cdef int32_t w, best = 0
+    for w in range(1, rt.n_rep):
+        if rt.out_reqs[w] < rt.out_reqs[best]:
+            best = w
+    return best
+
+
+cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
+    """The router's own accounting of a request it sent to ``w`` (immediate)."""
+    cdef hash_t bit = (<hash_t>1) << w
+    cdef int64_t k, pf, s
+    cdef int32_t* c
+    cdef KeyMapC* m = &rt.idx
+    rt.out_reqs[w] += 1
+    rt.out_toks[w] += tr.prompt_len[g] + tr.max_tokens[g]
+    if not rt.kv:
+        return 0
+    pf = tr.prompt_len[g] - rt.overlap[w] * rt.block
+    rt.booked_pf[g] = pf if pf > 0 else 0
+    rt.pf_toks[w] += rt.booked_pf[g]
+    rt.pf_open[g] = 1
+    for k in range(rt.key_off[g], rt.key_off[g + 1]):
+        # The slots _kv_scores found just now, unless the table was rebuilt since (an insertion
+        # into an empty slot moves no other entry).
+        s = rt.slots[k - rt.key_off[g]] if rt.slots_grows == m.grows else -1
+        if s < 0:
+            s = km_insert(m, rt.keys[k])
+        if m.e[s].crow < 0:
+            m.e[s].crow = _km_row(m)
+        c = &m.cnt[m.e[s].crow * m.n_rep + w]
+        c[0] += 1
+        if c[0] == 1:
+            rt.act_n[w] += 1
+            m.e[s].am |= bit
+    return 0
+
+
+cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, int32_t gid,
+                          hash_t* out) noexcept nogil:
+    """The pool keys of request ``i``'s full prompt blocks (``group_key`` of the full-attention
+    group, over the chain hashing.pyx computes): written to ``out`` when given; returns how many."""
+    cdef int64_t n_raw = tr.prompt_len[i] // hbs
+    cdef int64_t j, n = 0
+    cdef int32_t so = tr.seg_off[i], seg = 0
+    cdef tok_t off = 0, need, take, avail, length
+    cdef hash_t h = <hash_t>NONE_HASH_SEED
+    if out == NULL:
+        return n_raw // ratio
+    for j in range(n_raw):
+        need = hbs
+        while need > 0:
+            length = tr.seg_len[so + seg]
+            avail = length - off
+            take = need if need < avail else avail
+            h = hash_run(h, tr.seg_stream[so + seg], tr.seg_first[so + seg] + off, take)
+            off += take
+            need -= take
+            if off == length:
+                seg += 1
+                off = 0
+        h = hash_finish(h)
+        if (j + 1) % ratio == 0:
+            out[n] = group_key(h, gid)
+            n += 1
+    return n
+
+
+# ------------------------------------------------------------------ the deployment
+
+
+def _c(a, dtype):
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+cdef class Deployment:
+    """N replicas of one engine configuration behind a router, replayed once.
+
+    Made by ``aisim.replay.run_deployment``, which validates every argument (a time-clocked,
+    open-loop trace; at most 64 replicas); this class trusts them.
+    """
+
+    cdef RouterC rt
+    cdef TraceC tr
+    cdef tuple engines
+    cdef list _keep
+    cdef int64_t** rep_glob      # [n_rep] trace index of each replica's k-th request
+    cdef int64_t* rep_n
+    cdef int64_t* rep_cap
+    cdef int32_t* route          # [n] replica of each request
+    cdef bint record
+    cdef double* rec             # [n * n_rep * N_FIELDS] router inputs (record_routing)
+    cdef bint done
+
+    def __cinit__(self):
+        self.rep_glob = NULL
+        self.done = True
+
+    def __init__(self, config not None, trace not None, int n_rep, dict router not None,
+                 bint record_events=False, bint record_routing=False):
+        """Build the replicas and the router.
+
+        Parameters
+        ----------
+        config : aisim.core_input.CoreConfig
+        trace : aisim.core_input.CoreTrace
+            Time-clocked, open loop (no ``next_turn``).
+        n_rep : int
+            Replicas, 1 to 64.
+        router : dict
+            ``kind`` (RouterKind), ``by_tokens``, ``weight``, ``fallback``, ``slack``,
+            ``view_delay_s``, ``seed``, ``session`` (int64 per request, -1: none),
+            ``n_sessions``, ``group`` and ``block`` (the full-attention group's id and block
+            size; -1 without one).
+        """
+        cdef int64_t n = len(trace.prompt_len), i, total = 0, longest
+        cdef int32_t w
+        cdef Engine e
+        cdef RouterC* rt = &self.rt
+        memset(rt, 0, sizeof(RouterC))
+        memset(&self.tr, 0, sizeof(TraceC))
+        keep = []
+        cdef const tok_t[::1] p_len = _c(trace.prompt_len, np.int64)
+        cdef const tok_t[::1] m_tok = _c(trace.max_tokens, np.int64)
+        cdef const int32_t[::1] prio = _c(trace.priority, np.int32)
+        cdef const sec_t[::1] a_key = _c(trace.arrival_key, np.float64)
+        cdef const int32_t[::1] rank = _c(trace.id_rank, np.int32)
+        cdef const int32_t[::1] s_off = _c(trace.seg_off, np.int32)
+        cdef const int32_t[::1] s_cnt = _c(trace.seg_cnt, np.int32)
+        cdef const hash_t[::1] o_str = _c(trace.out_stream, np.uint64)
+        cdef const hash_t[::1] g_str = _c(trace.seg_stream, np.uint64)
+        cdef const tok_t[::1] g_first = _c(trace.seg_first, np.int64)
+        cdef const tok_t[::1] g_len = _c(trace.seg_len, np.int64)
+        cdef const sec_t[::1] a_time = _c(trace.arrival_time, np.float64)
+        cdef const int64_t[::1] sess = _c(router["session"], np.int64)
+        keep += [p_len, m_tok, prio, a_key, rank, s_off, s_cnt, o_str, g_str, g_first, g_len, a_time, sess]
+        cdef const int32_t[::1] acc_o
+        cdef const int32_t[::1] acc_c
+        cdef const int64_t[::1] acc_v
+        self.tr.n = n
+        if n:
+            self.tr.prompt_len = &p_len[0]
+            self.tr.max_tokens = &m_tok[0]
+            self.tr.priority = &prio[0]
+            self.tr.arrival_key = &a_key[0]
+            self.tr.id_rank = &rank[0]
+            self.tr.seg_off = &s_off[0]
+            self.tr.seg_cnt = &s_cnt[0]
+            self.tr.out_stream = &o_str[0]
+            self.tr.arrival_time = &a_time[0]
+            rt.session = <int64_t*>&sess[0]
+        if g_str.shape[0]:
+            self.tr.seg_stream = &g_str[0]
+            self.tr.seg_first = &g_first[0]
+            self.tr.seg_len = &g_len[0]
+        if n and trace.accept_values is not None and len(trace.accept_values) > 0:
+            acc_o = _c(trace.accept_off, np.int32)
+            acc_c = _c(trace.accept_cnt, np.int32)
+            acc_v = _c(trace.accept_values, np.int64)
+            keep += [acc_o, acc_c, acc_v]
+            self.tr.acc_off = &acc_o[0]
+            self.tr.acc_cnt = &acc_c[0]
+            self.tr.acc_values = &acc_v[0]
+        self._keep = keep
+        rt.kind = router["kind"]
+        rt.n_rep = n_rep
+        rt.by_tokens = router["by_tokens"]
+        rt.weight = router["weight"]
+        rt.fallback = router["fallback"]
+        rt.slack = router["slack"]
+        rt.delay = router["view_delay_s"]
+        rt.rng = <hash_t>router["seed"]
+        rt.kv = rt.kind == RT_KV_AWARE or (rt.kind == RT_SESSION and rt.fallback == RT_KV_AWARE)
+        rt.block = router["block"]
+        rt.hash_block = config.hash_block_size
+        rt.group = router["group"]
+        rt.out_reqs = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.out_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.pf_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.act_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.overlap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.newb = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        rt.cost = <double*>mem_calloc(n_rep, sizeof(double))
+        rt.key_off = <int64_t*>mem_calloc(n + 1, sizeof(int64_t))
+        rt.booked_pf = <int64_t*>mem_calloc(n if n else 1, sizeof(int64_t))
+        rt.pf_open = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
+        rt.sticky = <int32_t*>mem_calloc(max(router["n_sessions"], 1), sizeof(int32_t))
+        for i in range(max(router["n_sessions"], 1)):
+            rt.sticky[i] = -1
+        km_init(&rt.idx, 1024, n_rep)
+        rt.idx.row_free = -1
+        cdef int32_t ratio = <int32_t>(rt.block // rt.hash_block) if rt.kv else 1
+        with nogil:
+            if rt.kv:
+                for i in range(n):
+                    rt.key_off[i] = total
+                    total += _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, NULL)
+                rt.key_off[n] = total
+                rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
+                longest = 1
+                for i in range(n):
+                    if rt.key_off[i + 1] - rt.key_off[i] > longest:
+                        longest = rt.key_off[i + 1] - rt.key_off[i]
+                rt.slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
+                for i in range(n):
+                    _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
+            else:
+                rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
+                rt.slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
+        self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
+        self.rep_glob = <int64_t**>mem_calloc(n_rep, sizeof(int64_t*))
+        self.rep_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        self.rep_cap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        self.record = record_routing
+        if record_routing:
+            self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
+        engines = []
+        for w in range(n_rep):
+            e = Engine(config, record_events=record_events, timed=True, expected=max(n // n_rep, 1),
+                       out_rows=1 << 62, replica=True)
+            if rt.kv:
+                bp_log_keys(&e.kv.pool)
+            engines.append(e)
+        self.engines = tuple(engines)
+        self.done = False
+
+    def __dealloc__(self):
+        cdef int32_t w
+        cdef RouterC* rt = &self.rt
+        if self.rep_glob == NULL:
+            return
+        for w in range(rt.n_rep):
+            mem_free(self.rep_glob[w])
+        mem_free(self.rep_glob)
+        mem_free(self.rep_n)
+        mem_free(self.rep_cap)
+        mem_free(self.route)
+        mem_free(self.rec)
+        mem_free(rt.out_reqs)
+        mem_free(rt.out_toks)
+        mem_free(rt.pf_toks)
+        mem_free(rt.act_n)
+        mem_free(rt.overlap)
+        mem_free(rt.newb)
+        mem_free(rt.cost)
+        mem_free(rt.key_off)
+        mem_free(rt.keys)
+        mem_free(rt.slots)
+        mem_free(rt.booked_pf)
+        mem_free(rt.pf_open)
+        mem_free(rt.sticky)
+        mem_free(rt.q.a)
+        km_release(&rt.idx)
+
+    cdef int _record(self, int64_t g) except -1:
+        """The router inputs of decision ``g``, with the overlap read off each replica's own pool
+        (the truth the index must agree with when there is no view delay)."""
+        cdef RouterC* rt = &self.rt
+        cdef double* row
+        cdef int32_t w
+        cdef int64_t k, true_n
+        cdef Engine e
+        for w in range(rt.n_rep):
+            row = &self.rec[(g * rt.n_rep + w) * N_FIELDS]
+            row[0] = <double>rt.out_reqs[w]
+            row[1] = <double>rt.out_toks[w]
+            if rt.kv:
+                e = <Engine>self.engines[w]
+                true_n = 0
+                for k in range(rt.key_off[g], rt.key_off[g + 1]):
+                    if bp_lookup(&e.kv.pool, rt.keys[k]) < 0:
+                        break
+                    true_n += 1
+                row[2] = <double>rt.overlap[w]
+                row[3] = <double>true_n
+                row[4] = <double>(rt.pf_toks[w] + max(self.tr.prompt_len[g] - rt.overlap[w] * rt.block, 0))
+                row[5] = <double>(rt.act_n[w] + rt.newb[w])
+                row[6] = rt.cost[w]
+        return 0
+
+    cdef int _assign(self, int32_t w, int64_t g) except -1 nogil:
+        cdef int64_t new
+        if self.rep_n[w] == self.rep_cap[w]:
+            new = self.rep_cap[w] * 2 if self.rep_cap[w] > 0 else 1024
+            mem_grow(<void**>&self.rep_glob[w], self.rep_cap[w], new, sizeof(int64_t))
+            self.rep_cap[w] = new
+        self.rep_glob[w][self.rep_n[w]] = g
+        self.rep_n[w] += 1
+        self.route[g] = w
+        return 0
+
+    cdef int _collect(self, int32_t w, Engine e, sec_t stamp) except -1:
+        """What replica ``w``'s last iteration reports to the router."""
+        cdef RouterC* rt = &self.rt
+        cdef int64_t k, g
+        cdef int32_t i
+        cdef req_t s
+        cdef BatchC* b = e.upd_batch
+        cdef const int64_t* glob = self.rep_glob[w]
+        if rt.kv:
+            if rt.delay == 0:
+                for k in range(min(AHEAD, e.kv.pool.ev_n)):
+                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k])
+            for k in range(e.kv.pool.ev_n):
+                if rt.delay == 0 and k + AHEAD < e.kv.pool.ev_n:
+                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k + AHEAD])
+                _report(rt, &self.tr, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
+            e.kv.pool.ev_n = 0
+            if b != NULL:
+                for i in range(b.n):
+                    s = b.req[i]
+                    if e.reqs[s].num_output > 0:
+                        g = glob[e.slot_global[s]]
+                        if rt.pf_open[g] == 1:
+                            rt.pf_open[g] = 2  # reported, not yet visible
+                            _report(rt, &self.tr, stamp, w, DK_FIRST, <hash_t>g)
+        if b != NULL:
+            for i in range(e.sched.n_finished):
+                g = glob[e.slot_global[e.sched.finished[i]]]
+                _report(rt, &self.tr, stamp, w, DK_FINISH, <hash_t>g)
+        return 0
+
+    def run(self):
+        """Replay the trace through the deployment, once.
+
+        Returns
+        -------
+        dict
+            ``route``: the replica of each request (trace order); ``replicas``: per replica its
+            ``steps``, ``requests`` (its share, in trace order), ``events`` and ``spec`` (as
+            ``Engine.run`` returns them) and ``index``, the trace indices of its share;
+            ``routing``: the router inputs per decision (``ROUTING_FIELDS`` x replica), when
+            recorded.
+        """
+        cdef RouterC* rt = &self.rt
+        cdef const TraceC* tr = &self.tr
+        cdef int64_t nxt = 0, n = tr.n
+        cdef int32_t w, best
+        cdef sec_t bc, t, stamp
+        cdef Engine e
+        if self.done:
+            raise RuntimeError("Deployment.run replays once")
+        self.done = True
+        while True:
+            best = -1
+            bc = 0
+            for w in range(rt.n_rep):
+                e = <Engine>self.engines[w]
+                if e.q_len > 0 or e.open_n > 0 or sched_has_requests(&e.sched):
+                    if best < 0 or e.clock < bc:
+                        best = w
+                        bc = e.clock
+            if nxt < n and (best < 0 or tr.arrival_time[nxt] <= bc):
+                t = tr.arrival_time[nxt]
+                _apply_visible(rt, tr, t)
+                if rt.kv:
+                    _kv_scores(rt, tr, nxt)
+                if self.record:
+                    self._record(nxt)
+                w = _choose(rt, tr, nxt)
+                _book(rt, tr, nxt, w)
+                self._assign(w, nxt)
+                (<Engine>self.engines[w])._add_one(tr, nxt)
+                nxt += 1
+                continue
+            if best < 0:
+                break
+            e = <Engine>self.engines[best]
+            stamp = e.clock
+            e._replica_step()
+            self._collect(best, e, stamp)
+        out = []
+        for w in range(rt.n_rep):
+            e = <Engine>self.engines[w]
+            e._replica_end()
+            idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
+                np.zeros(0, np.int64)
+            out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
+                        "spec": e.spec_counts, "index": idx})
+        result = {"route": np.array(<int32_t[:n]>self.route, copy=True) if n else np.zeros(0, np.int32),
+                  "replicas": out}
+        if self.record:
+            result["routing"] = (np.array(<double[:n * rt.n_rep * N_FIELDS]>self.rec, copy=True)
+                                 .reshape(n, rt.n_rep, N_FIELDS) if n else np.zeros((0, rt.n_rep, N_FIELDS)))
+        return result

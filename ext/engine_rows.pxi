@@ -1,0 +1,219 @@
+# The engine's result rows, included into engine.pyx (one module, so the calls stay inlinable):
+# the step and request columns (names and dtypes, growth, typed writes), the decision-log
+# events, the arenas of variable-length request data, and the copy of columns out to numpy.
+
+# ------------------------------------------------------------------ result columns
+
+# The step columns: (name, numpy dtype) in StepCol order (engine.pxd).  The
+# Python catalogue of output columns is checked against this table.
+STEP_COLUMNS = (
+    ("step", "int64"),
+    ("kind", "int32"),
+    ("updated_step", "int64"),
+    ("clock_s", "float64"),
+    ("duration_s", "float64"),
+    ("num_reqs", "int32"),
+    ("prefill_tokens", "int64"),
+    ("decode_tokens", "int64"),
+    ("num_new", "int32"),
+    ("num_resumed", "int32"),
+    ("num_preempted", "int32"),
+    ("num_finished", "int32"),
+    ("running", "int32"),
+    ("waiting", "int32"),
+    ("free_blocks_sched", "int32"),
+    ("free_blocks", "int32"),
+    ("cached_blocks", "int32"),
+    ("prefix_queries", "int64"),
+    ("prefix_hits", "int64"),
+    ("preempted_prefix_queries", "int64"),
+    ("preempted_prefix_hits", "int64"),
+    ("spec_tokens", "int64"),
+    ("spec_accepted", "int64"),
+)
+
+# The request columns: (name, numpy dtype) in ReqCol order (engine.pxd).
+REQUEST_COLUMNS = (
+    ("status", "int8"),
+    ("output_tokens", "int64"),
+    ("cached_tokens", "int64"),
+    ("cached_tokens_all_admissions", "int64"),
+    ("preemptions", "int32"),
+    ("arrival_s", "float64"),
+    ("first_scheduled_s", "float64"),
+    ("first_token_s", "float64"),
+    ("finish_s", "float64"),
+    ("spec_drafts", "int64"),
+    ("spec_accepted", "int64"),
+)
+
+if len(STEP_COLUMNS) != N_STEP_COLS or len(REQUEST_COLUMNS) != N_REQ_COLS:
+    raise ImportError("aisim._core.engine: column tables and enums disagree")
+
+# Bytes per item of each step column, from its dtype (set once at import).
+cdef size_t STEP_ITEM[N_STEP_COLS]
+for _k, (_name, _dtype) in enumerate(STEP_COLUMNS):
+    STEP_ITEM[_k] = np.dtype(_dtype).itemsize
+
+
+cdef int _cols_reserve(StepColsC* c) except -1 nogil:
+    # Room for one more row: every column doubles together.
+    cdef int64_t new
+    cdef int k
+    if c.n < c.cap:
+        return 0
+    new = c.cap * 2 if c.cap > 0 else 1024
+    for k in range(N_STEP_COLS):
+        mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
+    c.cap = new
+    return 0
+
+
+cdef void _cols_release(StepColsC* c) noexcept nogil:
+    cdef int k
+    for k in range(N_STEP_COLS):
+        mem_free(c.col[k])
+    memset(c, 0, sizeof(StepColsC))
+
+
+# Typed writes into one row; each column's type is its STEP_COLUMNS dtype.
+cdef inline void _put_i64(StepColsC* c, int k, int64_t row, int64_t v) noexcept nogil:
+    (<int64_t*>c.col[k])[row] = v
+
+
+cdef inline void _put_i32(StepColsC* c, int k, int64_t row, int32_t v) noexcept nogil:
+    (<int32_t*>c.col[k])[row] = v
+
+
+cdef inline void _put_f64(StepColsC* c, int k, int64_t row, double v) noexcept nogil:
+    (<double*>c.col[k])[row] = v
+
+
+cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
+    # Integer request columns (ReqCol).
+    if k == RC_STATUS:
+        return r.status
+    if k == RC_OUTPUT:
+        return r.num_output
+    if k == RC_CACHED:
+        return r.cached_first
+    if k == RC_CACHED_ALL:
+        return r.cached_total
+    if k == RC_SPEC_DRAFTS:
+        return r.spec_drafts
+    if k == RC_SPEC_ACCEPTED:
+        return r.spec_accepted
+    return r.num_preemptions
+
+
+cdef inline sec_t _req_sec(const ReqC* r, int k) noexcept nogil:
+    # Time request columns (ReqCol).
+    if k == RC_ARRIVAL:
+        return r.arrival_s
+    if k == RC_FIRST_SCHED:
+        return r.first_sched_s
+    if k == RC_FIRST_TOKEN:
+        return r.first_token_s
+    return r.finish_s
+
+
+cdef int _event(EventsC* e, int64_t line, int32_t kind, req_t r, tok_t value) except -1 nogil:
+    cdef int64_t new
+    if e.n == e.cap:
+        new = e.cap * 2 if e.cap > 0 else 4096
+        mem_grow(<void**>&e.line, e.cap, new, sizeof(int64_t))
+        mem_grow(<void**>&e.kind, e.cap, new, sizeof(int32_t))
+        mem_grow(<void**>&e.req, e.cap, new, sizeof(req_t))
+        mem_grow(<void**>&e.value, e.cap, new, sizeof(tok_t))
+        e.cap = new
+    e.line[e.n] = line
+    e.kind[e.n] = kind
+    e.req[e.n] = r
+    e.value[e.n] = value
+    e.n += 1
+    return 0
+
+
+cdef void _events_release(EventsC* e) noexcept nogil:
+    mem_free(e.line)
+    mem_free(e.kind)
+    mem_free(e.req)
+    mem_free(e.value)
+    memset(e, 0, sizeof(EventsC))
+
+
+cdef int _arena_init(ArenaC* a, int64_t cap, int32_t n_cols, size_t i0, size_t i1, size_t i2) except -1 nogil:
+    cdef int32_t k
+    memset(a, 0, sizeof(ArenaC))
+    a.n_cols = n_cols
+    a.item[0], a.item[1], a.item[2] = i0, i1, i2
+    a.cap = cap
+    for k in range(n_cols):
+        a.col[k] = mem_calloc(cap if cap > 0 else 1, a.item[k])
+    return 0
+
+
+cdef void _arena_release(ArenaC* a) noexcept nogil:
+    cdef int32_t k
+    for k in range(a.n_cols):
+        mem_free(a.col[k])
+    memset(a, 0, sizeof(ArenaC))
+
+
+# Bytes per item, and C type (0 int8, 1 int32, 2 int64, 3 seconds), of each request column
+# (REQUEST_COLUMNS; set once at import).
+cdef size_t REQ_ITEM[N_REQ_COLS]
+cdef int REQ_KIND[N_REQ_COLS]
+for _k, (_name, _dtype) in enumerate(REQUEST_COLUMNS):
+    REQ_ITEM[_k] = np.dtype(_dtype).itemsize
+    REQ_KIND[_k] = {"int8": 0, "int32": 1, "int64": 2, "float64": 3}[_dtype]
+
+
+cdef int _rcols_reserve(ReqColsC* c) except -1 nogil:
+    # Room for one more row: every column doubles together.
+    cdef int64_t new
+    cdef int k
+    if c.n < c.cap:
+        return 0
+    new = c.cap * 2 if c.cap > 0 else 1024
+    for k in range(N_REQ_COLS):
+        mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
+    c.cap = new
+    return 0
+
+
+cdef void _rcols_release(ReqColsC* c) noexcept nogil:
+    cdef int k
+    for k in range(N_REQ_COLS):
+        mem_free(c.col[k])
+    memset(c, 0, sizeof(ReqColsC))
+
+
+cdef void _rcols_put(ReqColsC* c, const ReqC* r) noexcept nogil:
+    # One row from a retiring request (the caller reserved the room).
+    cdef int64_t row = c.n
+    cdef int k
+    for k in range(N_REQ_COLS):
+        if REQ_KIND[k] == 0:
+            (<flag_t*>c.col[k])[row] = <flag_t>_req_int(r, k)
+        elif REQ_KIND[k] == 1:
+            (<int32_t*>c.col[k])[row] = <int32_t>_req_int(r, k)
+        elif REQ_KIND[k] == 2:
+            (<int64_t*>c.col[k])[row] = _req_int(r, k)
+        else:
+            (<sec_t*>c.col[k])[row] = _req_sec(r, k)
+    c.n += 1
+
+
+cdef object _columns_out(void** cols, const size_t* item, columns, Py_ssize_t n):
+    # One numpy copy per column out of C buffers (which stay the engine's).
+    cdef unsigned char[::1] dst
+    cdef int k
+    out = {}
+    for k, (name, dtype) in enumerate(columns):
+        a = np.zeros(n, dtype)
+        if n:
+            dst = a.view(np.uint8)
+            memcpy(&dst[0], cols[k], n * item[k])
+        out[name] = a
+    return out
