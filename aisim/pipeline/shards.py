@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
 from aisim.pipeline.spec import canonical_json
 from aisim.pipeline.staging import STAGED_COMPRESSION
+from aisim.traces.load import LOAD_KEYS, Retimer
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
@@ -135,12 +136,18 @@ def _run_shard(desc: dict, parts: list) -> dict:
             raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
         batches = trace.batches(rank=engine.policy == "priority", closed_loop=closed_loop,
                                 think_time_s=opts.get("think_time_s"))
+        load = {k: opts[k] for k in LOAD_KEYS if k in opts}
+        if load:  # the model's merged trace re-timed, piece by piece, before the core
+            retimer = Retimer(load, timed)
+            batches, timed = map(retimer, batches), retimer.timed
+            clock = "time" if timed else clock
         requests = _Pieces(desc, "requests", REQUEST_SCHEMA)
         steps = _Pieces(desc, "steps", STEP_SCHEMA)
         kv = _KvUsage(engine)
         index = 0
         summary = None
-        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows):
+        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
+                                  reject_too_long=opts.get("reject_too_long", False)):
             if item[0] == "requests":
                 requests.add(_requests_table(desc, item[2], item[1], index))
                 index += item[1].num_rows

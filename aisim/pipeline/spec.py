@@ -11,6 +11,10 @@ shape is::
     [replay]                          # optional
     closed_loop = false               # send a session's next turn when the previous finishes
     think_time_s = 1.0                # ... plus this (default: the trace's gap between turns)
+    reject_too_long = false           # reject prompts of max_model_len tokens or more, as vLLM's server does
+    # rate_scale = 2.0                # load: arrivals divided by this (aisim.traces.load), or
+    # poisson_rate = 5.0              # ... requests re-timed as a Poisson process of this rate
+    # seed = 0                        # ... with this seed
 
     [landing]                         # optional
     staging = "s3://bucket/aisim"     # where workers write Parquet (default: <database>.staging)
@@ -65,7 +69,7 @@ _TOP_KEYS = ("name", "description", "database", "landing", "window", "replay", "
 _LANDING_KEYS = ("staging", "lock_timeout_s", "keep_parquet", "parquet_dir")
 # How long landing waits for another process's database lock, unless the spec says.
 LOCK_TIMEOUT_S = 60.0
-_REPLAY_KEYS = ("closed_loop", "think_time_s")
+_REPLAY_KEYS = ("closed_loop", "think_time_s", "reject_too_long", "rate_scale", "poisson_rate", "seed")
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
 _WINDOW_KEYS = ("start_s", "end_s", "start_step", "end_step")
@@ -368,6 +372,24 @@ def _replay_options(v: _Validator, raw) -> dict:
     if think is not None and not closed:
         raise v.error("replay.think_time_s", "applies to closed-loop replays; set 'replay.closed_loop = true'")
     out.update(closed_loop=closed, think_time_s=None if think is None else float(think))
+    reject = raw.get("reject_too_long", False)
+    if not isinstance(reject, bool):
+        raise v.error("replay.reject_too_long", "must be true or false")
+    if reject and closed:
+        raise v.error("replay.reject_too_long", "does not apply to closed-loop replays")
+    if reject:  # only when set: a spec without it keeps its run key
+        out["reject_too_long"] = True
+    from aisim.errors import ConfigError
+    from aisim.traces.load import LOAD_KEYS, check_load
+
+    try:
+        load = check_load({k: raw[k] for k in LOAD_KEYS if k in raw}, v.where, "replay.")
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
+    if load and closed:
+        raise v.error("replay.rate_scale" if "rate_scale" in load else "replay.poisson_rate",
+                      "re-times open-loop replays; a closed loop paces each turn by the previous one")
+    out.update(load)  # likewise only when set
     return out
 
 
