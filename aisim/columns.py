@@ -251,7 +251,7 @@ REQUESTS = Table("requests", (
     C("cached_tokens_all_admissions", "INTEGER", "tokens", "summed over every admission (after preemptions too)",
       core="int64"),
     C("preemptions", "INTEGER", "count", "times preempted", core="int32"),
-    C("status", "VARCHAR", "", "finished, running, waiting, preempted or pending at the end", arrow=LABEL,
+    C("status", "VARCHAR", "", "finished, running, waiting, preempted, pending or rejected at the end", arrow=LABEL,
       core="int8"),
     C("spec_drafts", "INTEGER", "tokens", "speculative decoding: draft tokens scheduled for verification "
       "(vLLM's -1 padding included; 0 without it)", core="int64"),

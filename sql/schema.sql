@@ -122,7 +122,7 @@ CREATE TABLE IF NOT EXISTS requests (
     cached_tokens                 INTEGER,           -- prefix-cache hit tokens at first admission
     cached_tokens_all_admissions  INTEGER,           -- summed over every admission (after preemptions too)
     preemptions                   INTEGER,           -- times preempted
-    status                        VARCHAR,           -- finished, running, waiting, preempted or pending at the end
+    status                        VARCHAR,           -- finished, running, waiting, preempted, pending or rejected at the end
     spec_drafts                   INTEGER,           -- speculative decoding: draft tokens scheduled for verification (vLLM's -1 padding included; 0 without it)
     spec_accepted                 INTEGER            -- of those, accepted by the target model (acceptance rate: spec_accepted / spec_drafts)
 );
