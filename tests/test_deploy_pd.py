@@ -239,3 +239,31 @@ def test_finite_link_needs_block_bytes():
     eng = engine_config_from_dict({"num_gpu_blocks": 4000, "time_model": {"kind": "linear", "base_s": 0.01}})
     with pytest.raises(ConfigError, match="block bytes are unknown"):
         deploy(_trace([0.0]), eng, _pd(bandwidth=1.0))
+
+
+def test_cli_replays_a_disaggregated_deployment(tmp_path):
+    import json
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from test_deploy import _cli
+
+    src = os.path.join(ORACLE, "timed")
+    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
+    (tmp_path / "dep.toml").write_text('[deployment]\nprefill = { replicas = 2, router = "kv_aware" }\n'
+                                       'decode = { replicas = 1 }\nlink = { bandwidth_gb_s = inf, latency_s = 0.001 }\n')
+    out, log = tmp_path / "out", tmp_path / "log.jsonl"
+    r = _cli("replay", "--engine", str(tmp_path / "engine.json"), "--trace", str(tmp_path / "trace.jsonl"),
+             "--deployment", str(tmp_path / "dep.toml"), "--out", str(out), "--decision-log", str(log))
+    assert r.exit_code == 0, r.output
+    assert "2 prefill replicas, router kv_aware; 1 decode replicas, router round_robin" in r.output
+    requests = pq.read_table(out / "requests.parquet")
+    assert requests.num_rows == 300
+    assert set(requests.column("prefill_replica").to_pylist()) == {0, 1}
+    assert set(requests.column("decode_replica").to_pylist()) == {2}
+    assert set(requests.column("transfer_s").to_pylist()) == {0.001}
+    summary = json.loads((out / "summary.json").read_text())
+    assert [s["pool"] for s in summary["replicas"]] == ["prefill", "prefill", "decode"]
+    assert all((tmp_path / f"log.replica{w}.jsonl").exists() for w in range(3))
