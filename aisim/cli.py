@@ -185,7 +185,13 @@ def _print_summary(result, trace_path):
     if len(usage):
         t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
     if "replicas" in s:
-        t.add_row("deployment", f"{len(s['replicas'])} replicas, router {s['deployment']['router']['kind']}")
+        d = s["deployment"]
+        if "prefill" in d:
+            t.add_row("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
+                                    f"{d['prefill']['router']['kind']}; {d['decode']['replicas']} decode replicas, "
+                                    f"router {d['decode']['router']['kind']}")
+        else:
+            t.add_row("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
         lb = s["load_balance"]
         t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
         t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")

@@ -297,8 +297,13 @@ STEPS = Table("steps", (
 # Columns a deployment (aisim.deploy) puts in front of the replay's own: where the router sent a
 # request and when; which replica ran a step.  The pipeline does not land deployments yet.
 DEPLOYMENT_REQUESTS = Table("deployment_requests", (
-    C("replica", "INTEGER", "", "replica the router sent the request to", not_null=True),
-    C("routed_s", "DOUBLE", "s", "when the router placed the request (its arrival)"),
+    C("replica", "INTEGER", "", "replica the router sent the request to (disaggregated: where it finished)",
+      not_null=True),
+    C("prefill_replica", "INTEGER", "", "replica that ran its prefill (aggregated: its replica)"),
+    C("decode_replica", "INTEGER", "", "replica that ran its decode (aggregated: its replica; null: no decode "
+      "phase)"),
+    C("routed_s", "DOUBLE", "s", "when the router placed the request: its arrival; disaggregated, when the "
+      "decode router placed it (its first token)"),
     C("transfer_s", "DOUBLE", "s", "prefill-to-decode KV transfer time (null: aggregated replicas)"),
 ))
 

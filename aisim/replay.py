@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from aisim._core.constants import REQUEST_STATUS, names_by_code
+from aisim._core.constants import GROUP_KINDS, REQUEST_STATUS, names_by_code
 from aisim.arrowwrap import arrow_array
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
@@ -274,20 +274,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     if (trace.schema.metadata or {}).get(b"clock") != b"time":
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
                          "needs arrivals in seconds (arrival_s), the one clock its replicas share")
-    _validate(trace, engine)
     if CORE_ROUTERS != ROUTERS:
         raise ImportError("aisim._core.deploy: router table and aisim.config.deployment disagree")
-    config = core_config(engine)
-    opts = deployment.options
-    kind = ROUTERS.index(deployment.router)
-    kv = deployment.router == "kv_aware" or (deployment.router == "session_affinity" and opts["fallback"] == "kv_aware")
-    full = [i for i, g in enumerate(config.groups) if g["kind"] == 0]  # GROUP_KINDS["full"]
-    if kv and not full:
-        raise ConfigError(f"router {deployment.router!r} reads the prefix cache of a full-attention group; "
-                          "this engine has none")
-    if kv and config.speculative is not None and config.speculative["num_hash_lookahead_tokens"] > 0:
-        raise ConfigError(f"router {deployment.router!r}: the engine's block keys cover EAGLE lookahead tokens "
-                          f"(vLLM {engine.version}), which the router cannot see; use another router")
     sessions = np.full(trace.num_rows, -1, dtype=np.int64)
     if "session_id" in trace.column_names:
         sid = trace.column("session_id").to_pylist()
@@ -295,19 +283,84 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         for i, s in enumerate(sid):
             if s is not None:
                 sessions[i] = seen.setdefault(s, len(seen))
-    router = {
+    pd = None
+    if deployment.disaggregated:
+        p_eng, d_eng = deployment_engines(deployment, engine)
+        for eng in (p_eng, d_eng):
+            _validate(trace, eng)
+            _pd_supported(eng)
+        config = core_config(p_eng)
+        d_config = core_config(d_eng)
+        link = deployment.link
+        d_router = _router(deployment.decode.router, deployment.decode.options, d_config, d_eng, sessions)
+        if link.transfer == "missing" and d_router["group"] < 0:
+            raise ConfigError("'deployment.link.transfer' missing reads the decode engine's prefix cache of a "
+                              "full-attention group; it has none")
+        from aisim.config.kvgroups import block_bytes
+
+        bb = block_bytes(p_eng)
+        if bb == 0 and math.isfinite(link.bandwidth_gb_s):
+            raise ConfigError("'deployment.link.bandwidth_gb_s': the prefill engine's block bytes are unknown "
+                              "(give the model's geometry), so a transfer cannot be timed; use inf")
+        pd = {"config": d_config, "replicas": deployment.decode.replicas, "router": d_router,
+              "bandwidth": link.bandwidth_gb_s * 1e9, "latency_s": link.latency_s,
+              "missing": link.transfer == "missing", "block_bytes": float(bb)}
+        n_rep, router = deployment.prefill.replicas, _router(deployment.prefill.router, deployment.prefill.options,
+                                                             config, p_eng, sessions)
+    else:
+        _validate(trace, engine)
+        config = core_config(engine)
+        n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
+    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
+    try:
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd).run()
+    except (ValueError, RuntimeError) as exc:
+        raise ReplayError(str(exc)) from None
+    return trace, out
+
+
+def deployment_engines(deployment, engine: EngineConfig):
+    """The prefill and decode pools' engines of a disaggregated ``deployment`` (a pool's own engine
+    file, or ``engine``)."""
+    from aisim.config.engine import load_engine_config
+
+    out = []
+    for pool in (deployment.prefill, deployment.decode):
+        e = pool.engine
+        out.append(engine if e is None else load_engine_config(e) if isinstance(e, str) else e)
+    return out
+
+
+def _pd_supported(engine: EngineConfig) -> None:
+    """Refuse what disaggregated pools do not model: drafts and Mamba state groups."""
+    if engine.speculative is not None:
+        raise ConfigError("a disaggregated deployment does not model speculative decoding yet; "
+                          "remove the engine's 'speculative' section")
+    if any(g["kind"] == GROUP_KINDS["state"] for g in core_config(engine).groups):
+        raise ConfigError("a disaggregated deployment does not model Mamba state groups yet (vLLM's connectors "
+                          "back off one token for them)")
+
+
+def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:
+    """The core's settings of one router over replicas of ``engine``."""
+    from aisim.config.deployment import ROUTERS
+
+    kind = ROUTERS.index(name)
+    kv = name == "kv_aware" or (name == "session_affinity" and opts["fallback"] == "kv_aware")
+    full = [i for i, g in enumerate(config.groups) if g["kind"] == GROUP_KINDS["full"]]
+    if kv and not full:
+        raise ConfigError(f"router {name!r} reads the prefix cache of a full-attention group; "
+                          "this engine has none")
+    if kv and config.speculative is not None and config.speculative["num_hash_lookahead_tokens"] > 0:
+        raise ConfigError(f"router {name!r}: the engine's block keys cover EAGLE lookahead tokens "
+                          f"(vLLM {engine.version}), which the router cannot see; use another router")
+    return {
         "kind": kind, "by_tokens": opts["by"] == "tokens", "weight": opts["overlap_weight"],
         "fallback": ROUTERS.index(opts["fallback"]), "slack": opts["slack"],
         "view_delay_s": opts["view_delay_s"], "seed": opts["seed"], "session": sessions,
         "n_sessions": int(sessions.max()) + 1 if len(sessions) else 0,
         "group": full[0] if full else -1, "block": config.groups[full[0]]["block_size"] if full else 1,
     }
-    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
-    try:
-        out = Deployment(config, core_trace, deployment.replicas, router, record_events, record_routing).run()
-    except (ValueError, RuntimeError) as exc:
-        raise ReplayError(str(exc)) from None
-    return trace, out
 
 
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,

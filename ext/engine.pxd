@@ -184,7 +184,7 @@ cdef class Engine:
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
-    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil
+    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil
     cdef int _replica_step(self) except -1 nogil
     cdef int _replica_end(self) except -1 nogil
     cdef req_t _pop_release(self) noexcept nogil

@@ -651,7 +651,7 @@ cdef class Engine:
                 self.slot_pin[b.req[i]] = 1
         while self.retired < self.loaded:
             s = self.win[self.retired & mask]
-            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s]):
+            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s] or self.reqs[s].held):
                 break
             _rcols_reserve(&self.rcols)
             _rcols_put(&self.rcols, &self.reqs[s])
@@ -790,12 +790,13 @@ cdef class Engine:
 
     # -------------------------------------------------------------- a deployment's replica
 
-    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil:
-        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arrival ``t.arrival_time[i]``).
+    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil:
+        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arriving at ``at``); its slot.
 
         What :meth:`feed` does for one request of a chunk, read from borrowed C arrays: its
         segments (and accept list) are copied into the arenas, so nothing is allocated per request
-        but the arenas' and slots' geometric growth.  Between iterations only.
+        but the arenas' and slots' geometric growth.  Between iterations only; the caller may
+        adjust the slot's request (a disaggregated deployment's pools) before the next iteration.
         """
         cdef int32_t n_seg = t.seg_cnt[i]
         cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
@@ -837,7 +838,7 @@ cdef class Engine:
         r.first_token_s = -1
         r.finish_s = -1
         self.slot_global[s] = g
-        self.slot_time[s] = t.arrival_time[i]
+        self.slot_time[s] = at
         self.slot_step[s] = 0
         self.slot_next[s] = -1
         self.slot_next_think[s] = 0
@@ -850,9 +851,9 @@ cdef class Engine:
         self.accs.n += n_acc
         self.loaded += 1
         if self.open_n == 1 and not sched_has_requests(&self.sched) and self.q_len == 0 \
-                and t.arrival_time[i] > self.clock:
-            self.clock = t.arrival_time[i]  # an idle engine jumps to the arrival
-        return 0
+                and at > self.clock:
+            self.clock = at  # an idle engine jumps to the arrival
+        return s
 
     cdef int _replica_step(self) except -1 nogil:
         """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
