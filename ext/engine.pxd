@@ -191,6 +191,8 @@ cdef class Engine:
     cdef int _grow_pool(self, req_t need) except -1 nogil
     cdef int _grow_window(self, int64_t need) except -1 nogil
     cdef int _grow_open(self) except -1 nogil
+    cdef req_t _occupy(self, int64_t g, sec_t a_time, step_t a_step, int64_t next_turn, sec_t next_think,
+                       bint opens) except -1 nogil
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
     cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil
     cdef void _point_at_arenas(self) noexcept nogil
