@@ -31,6 +31,14 @@ def main():
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
+@click.option("--rate-scale", type=float,
+              help="Scale the arrival rate: every arrival divided by this factor (steps stay whole).")
+@click.option("--poisson-rate", type=float,
+              help="Re-time the requests, in trace order, as a Poisson process of this many requests/s.")
+@click.option("--seed", type=int, help="Seed of --poisson-rate's gaps (default 0).")
+@click.option("--reject-too-long", is_flag=True,
+              help="Reject prompts of max_model_len tokens or more (status 'rejected'), as vLLM's server does, "
+                   "instead of refusing the trace.")
 @out_option("--out", "out_dir", kind="dir", help="Write requests.parquet, steps.parquet and summary.json here.")
 @out_option("--decision-log", "decision_log",
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
@@ -41,8 +49,8 @@ def main():
                    "engine behind the router; --decision-log then writes one log per replica (LOG.replicaN.EXT).")
 @format_option()
 @progress_option()
-def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_dir, decision_log, vllm_version,
-           deployment_path, fmt, progress):
+def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
+           reject_too_long, out_dir, decision_log, vllm_version, deployment_path, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -58,6 +66,15 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
         if deployment_path and closed_loop:
             raise ConfigError("--closed-loop: a deployment replays session turns at their trace timestamps; "
                               "closed-loop deployments are not modelled yet")
+        if deployment_path and reject_too_long:
+            raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
+        from aisim.traces.load import check_load
+
+        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed},
+                          " (--rate-scale, --poisson-rate, --seed)")
+        if load and closed_loop:
+            raise ConfigError("--rate-scale and --poisson-rate re-time open-loop replays; a closed loop paces "
+                              "each turn by the previous one")
         with phases:
             deployment = None
             if deployment_path:
@@ -72,9 +89,13 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
                 from aisim.traces import guess_format
 
                 fmt_in = guess_format(trace_path)
-            options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" else {}
+            options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" and not reject_too_long else {}
             phases("reading trace")
             trace = read_trace(trace_path, fmt_in, **options)
+            if load:
+                from aisim.traces.load import retime
+
+                trace = retime(trace, **load)
             if progress is None and trace.num_rows <= PROGRESS_REQUESTS:
                 phases.quiet()
             phases("replaying", f"{trace.num_rows:,} requests")
@@ -87,7 +108,7 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, out_d
                     logs = write_deployment(result, out_dir, decision_log)
             else:
                 result = run_replay(trace, engine, record_decisions=decision_log is not None,
-                                    closed_loop=closed_loop, think_time_s=think_time)
+                                    closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long)
             if deployment is None and (out_dir or decision_log):
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:
@@ -143,6 +164,8 @@ def _print_summary(result, trace_path):
                   title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
     t.columns[0].style = "bold"
     t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
+    if s.get("rejected"):
+        t.add_row("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
     t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
@@ -162,7 +185,13 @@ def _print_summary(result, trace_path):
     if len(usage):
         t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
     if "replicas" in s:
-        t.add_row("deployment", f"{len(s['replicas'])} replicas, router {s['deployment']['router']['kind']}")
+        d = s["deployment"]
+        if "prefill" in d:
+            t.add_row("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
+                                    f"{d['prefill']['router']['kind']}; {d['decode']['replicas']} decode replicas, "
+                                    f"router {d['decode']['router']['kind']}")
+        else:
+            t.add_row("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
         lb = s["load_balance"]
         t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
         t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")

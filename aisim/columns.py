@@ -253,14 +253,20 @@ REPLICAS = Table("replicas", (
 # Columns a deployment (aisim.deploy) puts in front of the replay's own: where the router sent a
 # request and when; which replica ran a step.  The pipeline lands them too (:func:`_landed`).
 DEPLOYMENT_REQUESTS = Table("deployment_requests", (
-    C("replica", "INTEGER", "", "replica the router sent the request to", not_null=True),
-    C("routed_s", "DOUBLE", "s", "when the router placed the request (its arrival)"),
+    C("replica", "INTEGER", "", "replica the router sent the request to (disaggregated: where it finished)",
+      not_null=True),
+    C("prefill_replica", "INTEGER", "", "replica that ran its prefill (aggregated: its replica)"),
+    C("decode_replica", "INTEGER", "", "replica that ran its decode (aggregated: its replica; null: no decode "
+      "phase)"),
+    C("routed_s", "DOUBLE", "s", "when the router placed the request: its arrival; disaggregated, when the "
+      "decode router placed it (its first token)"),
     C("transfer_s", "DOUBLE", "s", "prefill-to-decode KV transfer time (null: aggregated replicas)"),
 ))
 
 DEPLOYMENT_STEPS = Table("deployment_steps", (
     C("replica", "INTEGER", "", "replica that ran the step", not_null=True),
 ))
+
 
 def _landed(col: Column) -> Column:
     """A deployment column as the pipeline lands it: a pipeline column, NULL on a single engine's rows."""
@@ -290,7 +296,7 @@ REQUESTS = Table("requests", (
     C("cached_tokens_all_admissions", "INTEGER", "tokens", "summed over every admission (after preemptions too)",
       core="int64"),
     C("preemptions", "INTEGER", "count", "times preempted", core="int32"),
-    C("status", "VARCHAR", "", "finished, running, waiting, preempted or pending at the end", arrow=LABEL,
+    C("status", "VARCHAR", "", "finished, running, waiting, preempted, pending or rejected at the end", arrow=LABEL,
       core="int8"),
     C("spec_drafts", "INTEGER", "tokens", "speculative decoding: draft tokens scheduled for verification "
       "(vLLM's -1 padding included; 0 without it)", core="int64"),

@@ -21,7 +21,7 @@ from aisim.config.deployment import DeploymentConfig, parse_deployment
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
-from aisim.replay import Totals, result_of, run_deployment
+from aisim.replay import Totals, deployment_engines, result_of, run_deployment
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
 # in the order of the core's ROUTING_FIELDS.
@@ -102,37 +102,114 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
                                 record_routing=record_routing)
     route = out["route"]
+    n_p = deployment.prefill.replicas if deployment.disaggregated else len(out["replicas"])
+    engines = deployment_engines(deployment, engine) if deployment.disaggregated else (engine, engine)
     parts = []
-    for rep in out["replicas"]:
+    for w, rep in enumerate(out["replicas"]):
         share = table.take(pa.array(rep["index"], pa.int64()))
-        parts.append(result_of(share, engine, rep, True, record_decisions))
-    requests = _requests(table, parts, out["replicas"], route)
+        parts.append(result_of(share, engines[0] if w < n_p else engines[1], rep, True, record_decisions))
+    if deployment.disaggregated:
+        requests, status = _pd_requests(table, parts, out, n_p)
+    else:
+        requests = _requests(table, parts, out["replicas"], route)
+        status = None
     steps = _steps(parts)
     routing = None
     if record_routing:
         routing = {"replica": route}
         for k, name_ in enumerate(ROUTING_FIELDS):
             routing[name_] = out["routing"][:, :, k]
-    summary = _summary(parts, out["replicas"], engine, deployment)
+    summary = _summary(parts, out["replicas"], engine, deployment, requests, status, n_p)
     return DeploymentResult(requests, steps, summary, engine, deployment, parts, routing)
+
+
+def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
+    """The replicas' request rows (each replica's share) put back in trace order."""
+    order = np.concatenate([r["index"] for r in reps]) if reps else np.zeros(0, np.int64)
+    where = np.empty(n, dtype=np.int64)
+    where[order] = np.arange(n)
+    return pa.concat_tables([p.requests for p in parts]).take(pa.array(where, pa.int64())) if n else \
+        parts[0].requests
 
 
 def _requests(table: pa.Table, parts: list, reps: list, route) -> pa.Table:
     """Every replica's request rows put back in trace order, the placement in front."""
     n = table.num_rows
-    order = np.concatenate([r["index"] for r in reps]) if reps else np.zeros(0, np.int64)
-    where = np.empty(n, dtype=np.int64)
-    where[order] = np.arange(n)
-    merged = pa.concat_tables([p.requests for p in parts]).take(pa.array(where, pa.int64())) if n else \
-        parts[0].requests
+    merged = _in_trace_order(n, parts, reps)
     cols = {
         "replica": route.astype(np.int32),
+        "prefill_replica": route.astype(np.int32),
+        "decode_replica": route.astype(np.int32),
         "routed_s": table.column("arrival_s").to_numpy(zero_copy_only=False).astype(np.float64),
     }
     schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
     arrays = [arrow_array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) if f.name == "transfer_s"
               else merged.column(f.name) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
+    """A disaggregated deployment's request rows: the prefill replica's row (arrival, first
+    scheduling, first token, prompt cache hit), completed by the decode replica's (finish, output
+    tokens, status); the latencies recomputed over the two.  Also the core status codes."""
+    n = table.num_rows
+    reps = out["replicas"]
+    pre = _in_trace_order(n, parts[:n_p], reps[:n_p])
+    dec_w = out["decode"]
+    routed = dec_w >= 0
+    d_idx = np.nonzero(routed)[0]
+    p_status = np.empty(n, dtype=np.int8)
+    p_status[np.concatenate([r["index"] for r in reps[:n_p]])] = np.concatenate(
+        [np.asarray(r["requests"]["status"]) for r in reps[:n_p]]) if n else []
+
+    def col(t, name):
+        return t.column(name).to_numpy(zero_copy_only=False)
+
+    cols = {c: col(pre, c).copy() for c in ("finish_s", "output_tokens", "cached_tokens_all_admissions",
+                                            "preemptions", "spec_drafts", "spec_accepted")}
+    status = p_status.copy()
+    if len(d_idx):
+        d_parts, d_reps = parts[n_p:], reps[n_p:]
+        rows = pa.concat_tables([p.requests for p in d_parts])
+        glob = np.concatenate([r["index"] for r in d_reps])
+        for c in cols:
+            v = col(rows, c)
+            cols[c][glob] = v if c in ("finish_s", "output_tokens") else cols[c][glob] + v
+        status[glob] = np.concatenate([np.asarray(r["requests"]["status"]) for r in d_reps])
+    arrival, first = col(pre, "arrival_s"), col(pre, "first_token_s")
+    out_tok = cols["output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cols["e2e_s"] = cols["finish_s"] - arrival
+        cols["tpot_s"] = np.where(out_tok > 1, (cols["finish_s"] - first) / (out_tok - 1), np.nan)
+    labels = dict(zip(p_status.tolist(), pre.column("status").to_pylist()))
+    for part, rep in zip(parts[n_p:], reps[n_p:]):
+        labels.update(zip(np.asarray(rep["requests"]["status"]).tolist(), part.requests.column("status").to_pylist()))
+    cols["status"] = [labels[c] for c in status.tolist()]
+    front = {
+        "replica": np.where(routed, dec_w, out["route"]).astype(np.int32),
+        "prefill_replica": out["route"].astype(np.int32),
+        "decode_replica": dec_w.astype(np.int32),
+        "routed_s": out["routed_d"],
+        "transfer_s": out["transfer_s"],
+    }
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
+    arrays = []
+    for f in schema:
+        if f.name in front:
+            v = front[f.name]
+            mask = ~routed if f.name in ("decode_replica", "routed_s", "transfer_s") else None
+            arrays.append(pa.array(v, f.type, mask=mask))
+        elif f.name in cols:
+            v = cols[f.name]
+            if f.name == "status":
+                arrays.append(pa.array(v).cast(f.type) if not pa.types.is_dictionary(f.type) else
+                              pa.array(v).dictionary_encode().cast(f.type))
+            else:
+                arrays.append(pa.array(v, f.type, from_pandas=True) if pa.types.is_floating(f.type)
+                              else pa.array(v).cast(f.type))
+        else:
+            arrays.append(pre.column(f.name))
+    return pa.Table.from_arrays(arrays, schema=schema), status
 
 
 def _steps(parts: list) -> pa.Table:
@@ -144,14 +221,22 @@ def _steps(parts: list) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def _summary(parts: list, reps: list, engine: EngineConfig, deployment: DeploymentConfig) -> dict:
-    """The deployment's summary: every replica's rows added up, plus balance and utilisation."""
+def _summary(parts: list, reps: list, engine: EngineConfig, deployment: DeploymentConfig, requests: pa.Table,
+             status, n_p: int) -> dict:
+    """The deployment's summary: every replica's rows added up, plus balance and utilisation
+    (disaggregated: the steps of both pools, each request once, as the merged rows give it)."""
     totals = Totals()
+    cols = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")
     for p, rep in zip(parts, reps):
         totals.add_steps(rep["steps"])
-        rq = {c: p.requests.column(c).to_numpy(zero_copy_only=False)
-              for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
-        rq["status"] = rep["requests"]["status"]
+        if status is None:
+            rq = {c: p.requests.column(c).to_numpy(zero_copy_only=False) for c in cols}
+            rq["status"] = rep["requests"]["status"]
+            totals.add_requests(rq)
+    if status is not None:
+        rq = {c: requests.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
+              if c.endswith("_s") else requests.column(c).to_numpy(zero_copy_only=False) for c in cols}
+        rq["status"] = status
         totals.add_requests(rq)
     counts = {k: sum(rep["spec"][k] for rep in reps) for k in reps[0]["spec"]}
     summary = totals.summary(engine, True, counts)
@@ -160,6 +245,8 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     for w, (p, rep) in enumerate(zip(parts, reps)):
         s = dict(p.summary)
         s["replica"] = w
+        if deployment.disaggregated:
+            s["pool"] = "prefill" if w < n_p else "decode"
         busy = float(rep["steps"]["duration_s"].sum())
         s["busy_s"] = busy
         s["utilisation"] = busy / span if span > 0 else 0.0

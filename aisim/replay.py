@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from aisim._core.constants import REQUEST_STATUS, names_by_code
+from aisim._core.constants import GROUP_KINDS, REQUEST_STATUS, names_by_code
 from aisim.arrowwrap import arrow_array
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
@@ -26,6 +26,10 @@ from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA, output_streams
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
 STATUS_NAMES = names_by_code(REQUEST_STATUS)
 STEP_KINDS = names_by_code(STEP_KIND_CODES)
+# A request vLLM's server refuses before it reaches the engine (``reject_too_long``): the core
+# never sees it, so its label follows the core's statuses in the requests table's dictionary.
+REJECTED = len(STATUS_NAMES)
+STATUS_LABELS = STATUS_NAMES + ["rejected"]
 
 
 def _labels(codes, names) -> pa.DictionaryArray:
@@ -80,25 +84,61 @@ def _segments_arrays(trace: pa.Table):
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
-def _validate(trace: pa.Table, engine: EngineConfig):
+def _validate(trace: pa.Table, engine: EngineConfig, reject_too_long: bool = False):
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
     missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names and f.name not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
+    fault = check_trace(trace, engine, reject_too_long=reject_too_long)
+    if fault is not None:
+        raise TraceError(fault)
+
+
+def check_trace(trace: pa.Table, engine: EngineConfig, *, reject_too_long: bool = False) -> str | None:
+    """Why ``engine`` cannot replay ``trace``, or None when it can.
+
+    The checks :func:`replay` runs before it starts (see :func:`_row_faults`):
+    a configuration sweep asks them of every candidate before replaying any.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A trace table (:mod:`aisim.traces.schema`).
+    engine : EngineConfig
+    reject_too_long : bool
+        Prompts of ``max_model_len`` tokens or more are rejected, not an error
+        (as :func:`replay` takes it).
+
+    Returns
+    -------
+    str or None
+        The message :func:`replay` would raise as a :class:`~aisim.errors.TraceError`.
+    """
     timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
-    found = _row_faults(trace, engine, timed)
-    if found:
-        raise TraceError(found[min(found)])
+    found = _row_faults(trace, engine, timed, reject_too_long)
+    return found[min(found)] if found else None
 
 
-def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
+def too_long(prompt, engine: EngineConfig):
+    """Which prompts vLLM's server rejects on ``engine``: ``prompt_len >= max_model_len``.
+
+    vLLM: ``vllm/v1/engine/input_processor.py`` ``InputProcessor._validate_prompt_len``
+    refuses a decoder prompt longer than ``max_model_len``, and one of exactly
+    ``max_model_len`` tokens, which leaves no room for an output token.
+    """
+    return np.asarray(prompt) >= engine.max_model_len
+
+
+def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_long: bool = False) -> dict:
     """The first row (in trace order) failing each check: check number -> message.
 
     The checks run in this order, and a replay reports the first check any
     row fails (its first such row): counts of at least 1, a finite
     non-negative arrival, a prompt below ``max_model_len``, a request that
-    fits an empty pool, segments covering the prompt.
+    fits an empty pool, segments covering the prompt.  With
+    ``reject_too_long`` a prompt of ``max_model_len`` tokens or more is no
+    fault (it is rejected), and the pool need only hold the other requests.
     """
     found = {}
     n = trace.num_rows
@@ -122,8 +162,9 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
     if bad.size:
         v = arrival[int(bad[0])].as_py()
         found[1] = f"request '{rid(bad[0])}': {name} must be a finite non-negative number, got {v!r}"
-    bad = np.flatnonzero(prompt >= engine.max_model_len)
-    if bad.size:
+    rejected = too_long(prompt, engine)
+    bad = np.flatnonzero(rejected) if not reject_too_long else ()
+    if len(bad):
         i = bad[0]
         found[2] = (f"request '{rid(i)}': prompt_tokens ({prompt[i]}) must be below max_model_len "
                     f"({engine.max_model_len}); vLLM rejects such a prompt")
@@ -135,7 +176,7 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
         extra = view["num_speculative_tokens"] - 1 + view["num_lookahead_tokens"]
     longest = np.minimum(prompt.astype(np.int64) + out + extra, engine.max_model_len)
     need = request_blocks(engine, longest)
-    bad = np.flatnonzero(need > engine.num_gpu_blocks - 1)
+    bad = np.flatnonzero((need > engine.num_gpu_blocks - 1) & ~rejected)
     if bad.size:
         i = bad[0]
         found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
@@ -233,20 +274,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     if (trace.schema.metadata or {}).get(b"clock") != b"time":
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
                          "needs arrivals in seconds (arrival_s), the one clock its replicas share")
-    _validate(trace, engine)
     if CORE_ROUTERS != ROUTERS:
         raise ImportError("aisim._core.deploy: router table and aisim.config.deployment disagree")
-    config = core_config(engine)
-    opts = deployment.options
-    kind = ROUTERS.index(deployment.router)
-    kv = deployment.router == "kv_aware" or (deployment.router == "session_affinity" and opts["fallback"] == "kv_aware")
-    full = [i for i, g in enumerate(config.groups) if g["kind"] == 0]  # GROUP_KINDS["full"]
-    if kv and not full:
-        raise ConfigError(f"router {deployment.router!r} reads the prefix cache of a full-attention group; "
-                          "this engine has none")
-    if kv and config.speculative is not None and config.speculative["num_hash_lookahead_tokens"] > 0:
-        raise ConfigError(f"router {deployment.router!r}: the engine's block keys cover EAGLE lookahead tokens "
-                          f"(vLLM {engine.version}), which the router cannot see; use another router")
     sessions = np.full(trace.num_rows, -1, dtype=np.int64)
     if "session_id" in trace.column_names:
         sid = trace.column("session_id").to_pylist()
@@ -254,23 +283,89 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         for i, s in enumerate(sid):
             if s is not None:
                 sessions[i] = seen.setdefault(s, len(seen))
-    router = {
+    pd = None
+    if deployment.disaggregated:
+        p_eng, d_eng = deployment_engines(deployment, engine)
+        for eng in (p_eng, d_eng):
+            _validate(trace, eng)
+            _pd_supported(eng)
+        config = core_config(p_eng)
+        d_config = core_config(d_eng)
+        link = deployment.link
+        d_router = _router(deployment.decode.router, deployment.decode.options, d_config, d_eng, sessions)
+        if link.transfer == "missing" and d_router["group"] < 0:
+            raise ConfigError("'deployment.link.transfer' missing reads the decode engine's prefix cache of a "
+                              "full-attention group; it has none")
+        from aisim.config.kvgroups import block_bytes
+
+        bb = block_bytes(p_eng)
+        if bb == 0 and math.isfinite(link.bandwidth_gb_s):
+            raise ConfigError("'deployment.link.bandwidth_gb_s': the prefill engine's block bytes are unknown "
+                              "(give the model's geometry), so a transfer cannot be timed; use inf")
+        pd = {"config": d_config, "replicas": deployment.decode.replicas, "router": d_router,
+              "bandwidth": link.bandwidth_gb_s * 1e9, "latency_s": link.latency_s,
+              "missing": link.transfer == "missing", "block_bytes": float(bb)}
+        n_rep, router = deployment.prefill.replicas, _router(deployment.prefill.router, deployment.prefill.options,
+                                                             config, p_eng, sessions)
+    else:
+        _validate(trace, engine)
+        config = core_config(engine)
+        n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
+    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
+    try:
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd).run()
+    except (ValueError, RuntimeError) as exc:
+        raise ReplayError(str(exc)) from None
+    return trace, out
+
+
+def deployment_engines(deployment, engine: EngineConfig):
+    """The prefill and decode pools' engines of a disaggregated ``deployment`` (a pool's own engine
+    file, or ``engine``)."""
+    from aisim.config.engine import load_engine_config
+
+    out = []
+    for pool in (deployment.prefill, deployment.decode):
+        e = pool.engine
+        out.append(engine if e is None else load_engine_config(e) if isinstance(e, str) else e)
+    return out
+
+
+def _pd_supported(engine: EngineConfig) -> None:
+    """Refuse what disaggregated pools do not model: drafts and Mamba state groups."""
+    if engine.speculative is not None:
+        raise ConfigError("a disaggregated deployment does not model speculative decoding yet; "
+                          "remove the engine's 'speculative' section")
+    if any(g["kind"] == GROUP_KINDS["state"] for g in core_config(engine).groups):
+        raise ConfigError("a disaggregated deployment does not model Mamba state groups yet (vLLM's connectors "
+                          "back off one token for them)")
+
+
+def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:
+    """The core's settings of one router over replicas of ``engine``."""
+    from aisim.config.deployment import ROUTERS
+
+    kind = ROUTERS.index(name)
+    kv = name == "kv_aware" or (name == "session_affinity" and opts["fallback"] == "kv_aware")
+    full = [i for i, g in enumerate(config.groups) if g["kind"] == GROUP_KINDS["full"]]
+    if kv and not full:
+        raise ConfigError(f"router {name!r} reads the prefix cache of a full-attention group; "
+                          "this engine has none")
+    if kv and config.speculative is not None and config.speculative["num_hash_lookahead_tokens"] > 0:
+        raise ConfigError(f"router {name!r}: the engine's block keys cover EAGLE lookahead tokens "
+                          f"(vLLM {engine.version}), which the router cannot see; use another router")
+    return {
         "kind": kind, "by_tokens": opts["by"] == "tokens", "weight": opts["overlap_weight"],
         "fallback": ROUTERS.index(opts["fallback"]), "slack": opts["slack"],
         "view_delay_s": opts["view_delay_s"], "seed": opts["seed"], "session": sessions,
         "n_sessions": int(sessions.max()) + 1 if len(sessions) else 0,
         "group": full[0] if full else -1, "block": config.groups[full[0]]["block_size"] if full else 1,
     }
-    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
-    try:
-        out = Deployment(config, core_trace, deployment.replicas, router, record_events, record_routing).run()
-    except (ValueError, RuntimeError) as exc:
-        raise ReplayError(str(exc)) from None
-    return trace, out
 
 
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
-           closed_loop: bool = False, think_time_s: float | None = None) -> ReplayResult:
+           closed_loop: bool = False, think_time_s: float | None = None,
+           reject_too_long: bool = False) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
@@ -289,6 +384,13 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     think_time_s : float, optional
         Think time of every closed-loop turn; default: the trace's gap between
         the two turns' arrivals.
+    reject_too_long : bool
+        Reject a prompt of ``max_model_len`` tokens or more, as vLLM's server
+        does (an error for that request; the engine never sees it), instead of
+        refusing the trace.  A rejected request keeps its row in
+        ``requests``, status ``rejected``, with no times (its ``arrival_s``
+        only on a trace clocked in seconds) and no tokens out; the summary
+        counts it in ``requests`` and ``rejected``.  Not with ``closed_loop``.
 
     Returns
     -------
@@ -305,10 +407,17 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         if isinstance(think_time_s, bool) or not isinstance(think_time_s, (int, float)) \
                 or not math.isfinite(think_time_s) or think_time_s < 0:
             raise ConfigError(f"think_time_s must be a finite non-negative number of seconds, got {think_time_s!r}")
+    if reject_too_long and closed_loop:
+        raise ConfigError("reject_too_long does not apply to closed-loop replays (a session's next turn "
+                          "would follow a turn that never ran)")
     timed = isinstance(trace, pa.Table) and (trace.schema.metadata or {}).get(b"clock") == b"time"
     if closed_loop and not timed:
         raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
-    _validate(trace, engine)
+    _validate(trace, engine, reject_too_long)
+    whole = trace
+    rejected = _rejected_mask(trace, engine, reject_too_long)
+    if rejected is not None:
+        trace = trace.filter(pa.array(~rejected))  # the core never sees them
     arrays = _whole_arrays(trace, engine, timed)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
@@ -319,19 +428,54 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         # The core's own refusals (ext/engine.pyx): a stalled engine, a step
         # outside the step-time profile's measured range.
         raise ReplayError(str(exc)) from None
-    return result_of(trace, engine, out, timed, record_decisions)
+    return result_of(whole, engine, out, timed, record_decisions, rejected)
 
 
-def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, events: bool) -> ReplayResult:
-    """The :class:`ReplayResult` of the core's columns ``out`` (``Engine.run``'s) for ``trace``."""
-    requests = _requests_table(trace, out["requests"])
+def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, events: bool,
+              rejected=None) -> ReplayResult:
+    """The :class:`ReplayResult` of the core's columns ``out`` (``Engine.run``'s) for ``trace``.
+
+    ``rejected`` marks the rows of ``trace`` the core never saw (``reject_too_long``); they
+    are put back in trace order.
+    """
+    r = out["requests"] if rejected is None else _with_rejected(out["requests"], rejected, trace, timed)
+    requests = _requests_table(trace, r)
     steps = _steps_table(out["steps"], engine)
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
-    rq["status"] = out["requests"]["status"]
+    rq["status"] = r["status"]
     summary = summarize(out["steps"], rq, engine, timed, out["spec"])
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine))
+
+
+def _rejected_mask(trace: pa.Table, engine: EngineConfig, reject_too_long: bool):
+    """The rows vLLM's server rejects (:func:`too_long`), or None when there are none to reject."""
+    if not reject_too_long or trace.num_rows == 0:
+        return None
+    mask = too_long(trace.column("prompt_tokens").to_numpy(zero_copy_only=False), engine)
+    return mask if mask.any() else None
+
+
+def _with_rejected(r: dict, rejected, trace: pa.Table, timed: bool) -> dict:
+    """The core's request columns ``r`` (rows not rejected) with the rejected rows put back, in trace order.
+
+    A rejected request never reached the engine: no times (-1, NULL in the
+    table) but its arrival on a trace clocked in seconds, no tokens, status
+    :data:`REJECTED`.
+    """
+    out = {}
+    for k, v in r.items():
+        full = np.zeros(len(rejected), dtype=v.dtype)
+        full[~rejected] = v
+        if k in ("first_scheduled_s", "first_token_s", "finish_s") or (k == "arrival_s" and not timed):
+            full[rejected] = -1
+        elif k == "arrival_s":
+            full[rejected] = trace.column("arrival_s").to_numpy(zero_copy_only=False)[rejected]
+        elif k == "status":
+            full[rejected] = REJECTED
+        out[k] = full
+    return out
 
 
 def _spec_summary(drafts: int, accepted: int, counts: dict) -> dict:
@@ -361,7 +505,7 @@ STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
 
 
 def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, out_rows: int = 65536,
-                  stats: dict | None = None):
+                  stats: dict | None = None, reject_too_long: bool = False):
     """Replay a trace given in pieces, holding only the requests in flight; yield the results in pieces.
 
     The same replay as :func:`replay`, row for row and bit for bit, for a
@@ -389,6 +533,9 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     stats : dict, optional
         Filled at the end with ``slots``: the request slots the core grew to
         (its memory follows them: the requests in flight, not the trace).
+    reject_too_long : bool
+        Reject over-long prompts as :func:`replay` does (not with the
+        closed-loop columns).
 
     Yields
     ------
@@ -414,7 +561,8 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
 
     config = core_config(engine)
     core = Engine(config, timed=timed, expected=max(int(expected), 1), out_rows=out_rows)
-    pending = deque()  # trace rows fed and not yet handed back, in trace order
+    # Trace rows fed and not yet handed back, in trace order, each piece with its rejected rows (or None).
+    pending = deque()
     faults = {}
     totals = Totals()
     source = iter(batches)
@@ -427,13 +575,18 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             core.end_input()
             return
         table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
-        for k, msg in _row_faults(table, engine, timed).items():
+        for k, msg in _row_faults(table, engine, timed, reject_too_long).items():
             faults.setdefault(k, msg)
         if faults:
             return  # nothing more is replayed; the rest of the input is only checked
-        core.feed(_core_chunk(table, timed, fed, engine.speculative is not None))
-        pending.append(table.select(["request_id", "prompt_tokens", "session_id", "turn", "priority"]))
-        fed += table.num_rows
+        rejected = _rejected_mask(table, engine, reject_too_long)
+        kept = table if rejected is None else table.filter(pa.array(~rejected))
+        if kept.num_rows:  # a piece of rejected rows only: the core asks for input again
+            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None))
+        rows = table.select(_ROW_COLUMNS + (["arrival_s"] if reject_too_long and timed else []))
+        if table.num_rows:
+            pending.append((rows, rejected))
+        fed += kept.num_rows
 
     def check_rest():
         for piece in source:
@@ -460,8 +613,12 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             yield "steps", _steps_table(st, engine)
         r = core.take_requests()
         n = len(r["status"])
-        if n:
-            rows = _take_rows(pending, n)
+        # At the end, the rejected rows after the last request the core finished.
+        if n or (code == ADVANCE["done"] and pending):
+            rows, rejected = _take_rows(pending, n, until_end=code == ADVANCE["done"])
+            if rejected is not None:
+                r = _with_rejected(r, rejected, rows, timed)
+            rows = rows.select(_ROW_COLUMNS)
             requests = _requests_table(rows, r)
             totals.add_requests(_summary_columns(requests, r))
             yield "requests", requests, rows
@@ -473,19 +630,48 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     yield "summary", totals.summary(engine, timed, core.spec_counts)
 
 
-def _take_rows(pending, n: int) -> pa.Table:
-    """The first ``n`` trace rows of ``pending`` (a deque of tables), removed from it."""
-    parts, left = [], n
-    while left:
-        head = pending[0]
-        if head.num_rows <= left:
-            parts.append(pending.popleft())
-            left -= head.num_rows
+# The trace columns a streamed replay hands back with each request row.
+_ROW_COLUMNS = ["request_id", "prompt_tokens", "session_id", "turn", "priority"]
+
+
+def _take_rows(pending, n: int, until_end: bool = False):
+    """The trace rows of the next ``n`` requests the core handed back, removed from ``pending``.
+
+    ``pending`` is a deque of ``(rows, rejected)`` pieces (``rejected``: a
+    mask, or None).  Rejected rows before and among those ``n`` come along in
+    trace order (every row left with ``until_end``).  Returns the rows and
+    their rejected mask (None when none is rejected).
+    """
+    parts, masks, left = [], [], n
+    while pending and (left or until_end or _rejected_head(pending)):
+        head, mask = pending[0]
+        if mask is None:
+            take = head.num_rows if until_end else min(head.num_rows, left)
         else:
-            parts.append(head.slice(0, left))
-            pending[0] = head.slice(left)
-            left = 0
-    return pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+            kept = np.cumsum(~mask)  # requests the core saw, up to and with each row
+            if until_end or kept[-1] <= left:
+                take = head.num_rows
+            elif left:
+                take = int(np.searchsorted(kept, left)) + 1  # through the left-th request the core saw
+            else:
+                take = int(np.argmin(mask))  # the rejected rows in front
+        if take < head.num_rows:
+            pending[0] = (head.slice(take), None if mask is None else mask[take:])
+        else:
+            pending.popleft()
+        part_mask = np.zeros(take, dtype=bool) if mask is None else mask[:take]
+        parts.append(head.slice(0, take))
+        masks.append(part_mask)
+        left -= int((~part_mask).sum())
+    rows = pa.concat_tables(parts).combine_chunks() if len(parts) > 1 else parts[0]
+    rejected = np.concatenate(masks) if len(masks) > 1 else masks[0]
+    return rows, (rejected if rejected.any() else None)
+
+
+def _rejected_head(pending) -> bool:
+    """Whether ``pending`` starts with a rejected row (handed back with the requests before it)."""
+    mask = pending[0][1]
+    return mask is not None and bool(mask[0])
 
 
 def _summary_columns(requests: pa.Table, r: dict) -> dict:
@@ -554,7 +740,7 @@ def _requests_table(trace: pa.Table, r: dict) -> pa.Table:
         "cached_tokens": r["cached_tokens"].astype(np.int32),
         "cached_tokens_all_admissions": r["cached_tokens_all_admissions"].astype(np.int32),
         "preemptions": r["preemptions"],
-        "status": _labels(r["status"], STATUS_NAMES),
+        "status": _labels(r["status"], STATUS_LABELS),
         "spec_drafts": r["spec_drafts"].astype(np.int32),
         "spec_accepted": r["spec_accepted"].astype(np.int32),
     }
@@ -633,7 +819,7 @@ class Totals:
         self.last_step = 0
         self.sums = dict.fromkeys(self._STEP_SUMS, 0)
         self.end = None
-        self.n_reqs = self.n_done = self.prompt_tokens = self.output_tokens = self.cached_tokens = 0
+        self.n_reqs = self.n_done = self.n_rejected = self.prompt_tokens = self.output_tokens = self.cached_tokens = 0
         self.start = None
         self.latencies = {name: [] for name in LATENCIES}
 
@@ -657,6 +843,7 @@ class Totals:
             return
         self.n_reqs += n
         self.n_done += int((rq["status"] == REQUEST_STATUS["finished"]).sum())
+        self.n_rejected += int((rq["status"] == REJECTED).sum())
         self.prompt_tokens += int(rq["prompt_tokens"].sum())
         self.output_tokens += int(rq["output_tokens"].sum())
         self.cached_tokens += int(rq["cached_tokens"].sum())
@@ -678,7 +865,8 @@ class Totals:
         summary = {
             "requests": self.n_reqs,
             "finished": self.n_done,
-            "unfinished": self.n_reqs - self.n_done,
+            "unfinished": self.n_reqs - self.n_done - self.n_rejected,
+            "rejected": self.n_rejected,
             "steps": self.n_steps,
             "empty_steps": self.empty_steps,
             "last_step_index": self.last_step if self.n_step_lines else 0,

@@ -89,3 +89,10 @@ cdef struct RouterC:
     double* cost               # [n_rep]
     int64_t* slots             # [longest prompt in blocks] index slots _kv_scores found, for _book
     int64_t slots_grows        # the index's ``grows`` when they were found
+
+cdef struct LinkC:
+    # The prefill-to-decode KV transfer link of a disaggregated deployment.
+    double bandwidth           # bytes per second (may be infinite)
+    double latency             # seconds added to every transfer
+    bint missing               # move only the blocks the decode replica does not cache
+    double block_bytes         # bytes of one block id (aisim.config.kvgroups.block_bytes)

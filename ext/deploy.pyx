@@ -18,17 +18,21 @@ bitmask of the replicas caching it, kept from the replicas' block-pool key event
 once per prompt block.
 """
 
+from libc.math cimport INFINITY
 from libc.string cimport memset
 
 import numpy as np
 
 from aisim._core.blockpool cimport bp_log_keys, bp_lookup
 from aisim._core.engine cimport Engine, TraceC
+from aisim._core.heap cimport HeapC, heap_init, heap_pop, heap_push, heap_release
+from aisim._core.kvcache cimport KVCacheC
+from aisim._core.kvrows cimport kv_table
 from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_finish, hash_run, mix64
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.scheduler cimport BatchC, sched_has_requests
-from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
+from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
 
 # Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
 ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
@@ -420,152 +424,107 @@ def _c(a, dtype):
     return np.ascontiguousarray(a, dtype=dtype)
 
 
+include "deploy_setup.pxi"
+
+
+cdef object _arr_i32(int32_t* a, int64_t n):
+    return np.array(<int32_t[:n]>a, copy=True) if n else np.zeros(0, np.int32)
+
+
 cdef class Deployment:
-    """N replicas of one engine configuration behind a router, replayed once.
+    """N replicas of one engine configuration behind a router, replayed once; or, disaggregated,
+    a prefill pool and a decode pool, each behind its own router, joined by a KV transfer link.
 
     Made by ``aisim.replay.run_deployment``, which validates every argument (a time-clocked,
-    open-loop trace; at most 64 replicas); this class trusts them.
+    open-loop trace; at most 64 replicas a pool); this class trusts them.
     """
 
-    cdef RouterC rt
+    cdef RouterC rt              # the router (the prefill pool's when disaggregated)
+    cdef RouterC rd              # the decode pool's router (disaggregated)
     cdef TraceC tr
-    cdef tuple engines
+    cdef tuple engines           # the replicas: the prefill pool's first, then the decode pool's
     cdef list _keep
-    cdef int64_t** rep_glob      # [n_rep] trace index of each replica's k-th request
+    cdef int32_t n_all           # replicas in all
+    cdef int64_t** rep_glob      # [n_all] trace index of each replica's k-th request
     cdef int64_t* rep_n
     cdef int64_t* rep_cap
-    cdef int32_t* route          # [n] replica of each request
+    cdef int32_t* route          # [n] replica of each request (its prefill replica when disaggregated)
     cdef bint record
     cdef double* rec             # [n * n_rep * N_FIELDS] router inputs (record_routing)
     cdef bint done
+    # disaggregated prefill/decode
+    cdef bint pd
+    cdef LinkC link
+    cdef HeapC ev                # routing (tie 2g) and landing (tie 2g + 1) events, by time
+    cdef int32_t* route_d        # [n] decode replica (-1: none)
+    cdef sec_t* routed_d         # [n] when the decode router placed it
+    cdef sec_t* xfer_s           # [n] transfer seconds
+    cdef int64_t* xfer_blocks    # [n] blocks moved
+    cdef req_t* p_slot           # [n] its slot on its prefill replica
 
     def __cinit__(self):
         self.rep_glob = NULL
         self.done = True
 
     def __init__(self, config not None, trace not None, int n_rep, dict router not None,
-                 bint record_events=False, bint record_routing=False):
-        """Build the replicas and the router.
+                 bint record_events=False, bint record_routing=False, dict pd=None):
+        """Build the replicas and the router(s).
 
         Parameters
         ----------
         config : aisim.core_input.CoreConfig
+            Every replica's engine (the prefill pool's when disaggregated).
         trace : aisim.core_input.CoreTrace
             Time-clocked, open loop (no ``next_turn``).
         n_rep : int
-            Replicas, 1 to 64.
+            Replicas (the prefill pool's when disaggregated), 1 to 64.
         router : dict
             ``kind`` (RouterKind), ``by_tokens``, ``weight``, ``fallback``, ``slack``,
             ``view_delay_s``, ``seed``, ``session`` (int64 per request, -1: none),
             ``n_sessions``, ``group`` and ``block`` (the full-attention group's id and block
             size; -1 without one).
+        pd : dict, optional
+            Disaggregated: ``config`` (the decode pool's CoreConfig), ``replicas``, ``router``
+            (as ``router``), ``bandwidth`` (bytes per second, may be inf), ``latency_s``,
+            ``missing`` (move only the blocks the decode replica lacks) and ``block_bytes``.
         """
-        cdef int64_t n = len(trace.prompt_len), i, total = 0, longest
-        cdef int32_t w
+        cdef int64_t n = len(trace.prompt_len)
+        cdef int32_t w, n_d = pd["replicas"] if pd is not None else 0
         cdef Engine e
         cdef RouterC* rt = &self.rt
         memset(rt, 0, sizeof(RouterC))
+        memset(&self.rd, 0, sizeof(RouterC))
         memset(&self.tr, 0, sizeof(TraceC))
-        keep = []
-        cdef const tok_t[::1] p_len = _c(trace.prompt_len, np.int64)
-        cdef const tok_t[::1] m_tok = _c(trace.max_tokens, np.int64)
-        cdef const int32_t[::1] prio = _c(trace.priority, np.int32)
-        cdef const sec_t[::1] a_key = _c(trace.arrival_key, np.float64)
-        cdef const int32_t[::1] rank = _c(trace.id_rank, np.int32)
-        cdef const int32_t[::1] s_off = _c(trace.seg_off, np.int32)
-        cdef const int32_t[::1] s_cnt = _c(trace.seg_cnt, np.int32)
-        cdef const hash_t[::1] o_str = _c(trace.out_stream, np.uint64)
-        cdef const hash_t[::1] g_str = _c(trace.seg_stream, np.uint64)
-        cdef const tok_t[::1] g_first = _c(trace.seg_first, np.int64)
-        cdef const tok_t[::1] g_len = _c(trace.seg_len, np.int64)
-        cdef const sec_t[::1] a_time = _c(trace.arrival_time, np.float64)
-        cdef const int64_t[::1] sess = _c(router["session"], np.int64)
-        keep += [p_len, m_tok, prio, a_key, rank, s_off, s_cnt, o_str, g_str, g_first, g_len, a_time, sess]
-        cdef const int32_t[::1] acc_o
-        cdef const int32_t[::1] acc_c
-        cdef const int64_t[::1] acc_v
-        self.tr.n = n
-        if n:
-            self.tr.prompt_len = &p_len[0]
-            self.tr.max_tokens = &m_tok[0]
-            self.tr.priority = &prio[0]
-            self.tr.arrival_key = &a_key[0]
-            self.tr.id_rank = &rank[0]
-            self.tr.seg_off = &s_off[0]
-            self.tr.seg_cnt = &s_cnt[0]
-            self.tr.out_stream = &o_str[0]
-            self.tr.arrival_time = &a_time[0]
-            rt.session = <int64_t*>&sess[0]
-        if g_str.shape[0]:
-            self.tr.seg_stream = &g_str[0]
-            self.tr.seg_first = &g_first[0]
-            self.tr.seg_len = &g_len[0]
-        if n and trace.accept_values is not None and len(trace.accept_values) > 0:
-            acc_o = _c(trace.accept_off, np.int32)
-            acc_c = _c(trace.accept_cnt, np.int32)
-            acc_v = _c(trace.accept_values, np.int64)
-            keep += [acc_o, acc_c, acc_v]
-            self.tr.acc_off = &acc_o[0]
-            self.tr.acc_cnt = &acc_c[0]
-            self.tr.acc_values = &acc_v[0]
-        self._keep = keep
-        rt.kind = router["kind"]
-        rt.n_rep = n_rep
-        rt.by_tokens = router["by_tokens"]
-        rt.weight = router["weight"]
-        rt.fallback = router["fallback"]
-        rt.slack = router["slack"]
-        rt.delay = router["view_delay_s"]
-        rt.rng = <hash_t>router["seed"]
-        rt.kv = rt.kind == RT_KV_AWARE or (rt.kind == RT_SESSION and rt.fallback == RT_KV_AWARE)
-        rt.block = router["block"]
-        rt.hash_block = config.hash_block_size
-        rt.group = router["group"]
-        rt.out_reqs = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.out_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.pf_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.act_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.overlap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.newb = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        rt.cost = <double*>mem_calloc(n_rep, sizeof(double))
-        rt.key_off = <int64_t*>mem_calloc(n + 1, sizeof(int64_t))
-        rt.booked_pf = <int64_t*>mem_calloc(n if n else 1, sizeof(int64_t))
-        rt.pf_open = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
-        rt.sticky = <int32_t*>mem_calloc(max(router["n_sessions"], 1), sizeof(int32_t))
-        for i in range(max(router["n_sessions"], 1)):
-            rt.sticky[i] = -1
-        km_init(&rt.idx, 1024, n_rep)
-        rt.idx.row_free = -1
-        cdef int32_t ratio = <int32_t>(rt.block // rt.hash_block) if rt.kv else 1
-        with nogil:
-            if rt.kv:
-                for i in range(n):
-                    rt.key_off[i] = total
-                    total += _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, NULL)
-                rt.key_off[n] = total
-                rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
-                longest = 1
-                for i in range(n):
-                    if rt.key_off[i + 1] - rt.key_off[i] > longest:
-                        longest = rt.key_off[i + 1] - rt.key_off[i]
-                rt.slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
-                for i in range(n):
-                    _prompt_keys(&self.tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
-            else:
-                rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
-                rt.slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
+        memset(&self.link, 0, sizeof(LinkC))
+        self._keep = _borrow_trace(&self.tr, trace)
+        _router_init(rt, router, n_rep, config.hash_block_size, &self.tr, self._keep, False)
+        self.pd = pd is not None
+        self.n_all = n_rep + n_d
+        if self.pd:
+            _router_init(&self.rd, pd["router"], n_d, pd["config"].hash_block_size, &self.tr, self._keep,
+                         pd["missing"])
+            self.link.bandwidth = pd["bandwidth"]
+            self.link.latency = pd["latency_s"]
+            self.link.missing = pd["missing"]
+            self.link.block_bytes = pd["block_bytes"]
+            heap_init(&self.ev, <int32_t>(2 * n + 1))
         self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
-        self.rep_glob = <int64_t**>mem_calloc(n_rep, sizeof(int64_t*))
-        self.rep_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-        self.rep_cap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
+        self.route_d = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
+        self.routed_d = <sec_t*>mem_calloc(n if n else 1, sizeof(sec_t))
+        self.xfer_s = <sec_t*>mem_calloc(n if n else 1, sizeof(sec_t))
+        self.xfer_blocks = <int64_t*>mem_calloc(n if n else 1, sizeof(int64_t))
+        self.p_slot = <req_t*>mem_calloc(n if n else 1, sizeof(req_t))
+        self.rep_glob = <int64_t**>mem_calloc(self.n_all, sizeof(int64_t*))
+        self.rep_n = <int64_t*>mem_calloc(self.n_all, sizeof(int64_t))
+        self.rep_cap = <int64_t*>mem_calloc(self.n_all, sizeof(int64_t))
         self.record = record_routing
         if record_routing:
             self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
         engines = []
-        for w in range(n_rep):
-            e = Engine(config, record_events=record_events, timed=True, expected=max(n // n_rep, 1),
-                       out_rows=1 << 62, replica=True)
-            if rt.kv:
+        for w in range(self.n_all):
+            e = Engine(config if w < n_rep else pd["config"], record_events=record_events, timed=True,
+                       expected=max(n // (n_rep if w < n_rep else n_d), 1), out_rows=1 << 62, replica=True)
+            if (rt.kv and w < n_rep) or (w >= n_rep and self.rd.kv):
                 bp_log_keys(&e.kv.pool)
             engines.append(e)
         self.engines = tuple(engines)
@@ -573,31 +532,23 @@ cdef class Deployment:
 
     def __dealloc__(self):
         cdef int32_t w
-        cdef RouterC* rt = &self.rt
         if self.rep_glob == NULL:
             return
-        for w in range(rt.n_rep):
+        for w in range(self.n_all):
             mem_free(self.rep_glob[w])
         mem_free(self.rep_glob)
         mem_free(self.rep_n)
         mem_free(self.rep_cap)
         mem_free(self.route)
+        mem_free(self.route_d)
+        mem_free(self.routed_d)
+        mem_free(self.xfer_s)
+        mem_free(self.xfer_blocks)
+        mem_free(self.p_slot)
         mem_free(self.rec)
-        mem_free(rt.out_reqs)
-        mem_free(rt.out_toks)
-        mem_free(rt.pf_toks)
-        mem_free(rt.act_n)
-        mem_free(rt.overlap)
-        mem_free(rt.newb)
-        mem_free(rt.cost)
-        mem_free(rt.key_off)
-        mem_free(rt.keys)
-        mem_free(rt.slots)
-        mem_free(rt.booked_pf)
-        mem_free(rt.pf_open)
-        mem_free(rt.sticky)
-        mem_free(rt.q.a)
-        km_release(&rt.idx)
+        _router_release(&self.rt)
+        _router_release(&self.rd)
+        heap_release(&self.ev)
 
     cdef int _record(self, int64_t g) except -1:
         """The router inputs of decision ``g``, with the overlap read off each replica's own pool
@@ -633,12 +584,11 @@ cdef class Deployment:
             self.rep_cap[w] = new
         self.rep_glob[w][self.rep_n[w]] = g
         self.rep_n[w] += 1
-        self.route[g] = w
         return 0
 
-    cdef int _collect(self, int32_t w, Engine e, sec_t stamp) except -1:
-        """What replica ``w``'s last iteration reports to the router."""
-        cdef RouterC* rt = &self.rt
+    cdef int _collect(self, RouterC* rt, int32_t wl, int32_t w, Engine e, sec_t stamp) except -1:
+        """What replica ``w`` (``wl`` in its router's pool) reports after its last iteration; a
+        prefill replica's finished requests are routed to the decode pool at their first token."""
         cdef int64_t k, g
         cdef int32_t i
         cdef req_t s
@@ -651,7 +601,7 @@ cdef class Deployment:
             for k in range(e.kv.pool.ev_n):
                 if rt.delay == 0 and k + AHEAD < e.kv.pool.ev_n:
                     km_prefetch(&rt.idx, e.kv.pool.ev_key[k + AHEAD])
-                _report(rt, &self.tr, stamp, w, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
+                _report(rt, &self.tr, stamp, wl, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
             e.kv.pool.ev_n = 0
             if b != NULL:
                 for i in range(b.n):
@@ -660,12 +610,30 @@ cdef class Deployment:
                         g = glob[e.slot_global[s]]
                         if rt.pf_open[g] == 1:
                             rt.pf_open[g] = 2  # reported, not yet visible
-                            _report(rt, &self.tr, stamp, w, DK_FIRST, <hash_t>g)
+                            _report(rt, &self.tr, stamp, wl, DK_FIRST, <hash_t>g)
         if b != NULL:
             for i in range(e.sched.n_finished):
-                g = glob[e.slot_global[e.sched.finished[i]]]
-                _report(rt, &self.tr, stamp, w, DK_FINISH, <hash_t>g)
+                s = e.sched.finished[i]
+                g = glob[e.slot_global[s]]
+                _report(rt, &self.tr, stamp, wl, DK_FINISH, <hash_t>g)
+                if self.pd and rt == &self.rt and e.reqs[s].held:
+                    heap_push(&self.ev, 0, max(e.reqs[s].finish_s, stamp), 2 * g, <req_t>g)
         return 0
+
+    cdef sec_t _ready(self, int32_t w, Engine e) noexcept:
+        """When replica ``w`` next iterates (-1: idle).  A decode replica whose only work is waiting
+        for transfers (or whose last iteration made no progress while one waits) sleeps until the
+        earliest lands."""
+        cdef SchedC* sc = &e.sched
+        cdef bint busy = e.q_len > 0 or e.open_n > 0 or sched_has_requests(sc)
+        if not busy:
+            return -1
+        if not self.pd or w < self.rt.n_rep or (sc.n_remote == 0 and e.open_n == 0):
+            return e.clock
+        if e.stalled == 0 and (e.q_len > 0 or sc.n_running > 0 or sc.finished_pending
+                               or sc.n_waiting > sc.n_remote):
+            return e.clock
+        return max(e.clock, _landing(e))
 
     def run(self):
         """Replay the trace through the deployment, once.
@@ -673,17 +641,21 @@ cdef class Deployment:
         Returns
         -------
         dict
-            ``route``: the replica of each request (trace order); ``replicas``: per replica its
-            ``steps``, ``requests`` (its share, in trace order), ``events`` and ``spec`` (as
-            ``Engine.run`` returns them) and ``index``, the trace indices of its share;
-            ``routing``: the router inputs per decision (``ROUTING_FIELDS`` x replica), when
-            recorded.
+            ``route``: the replica of each request (trace order; its prefill replica when
+            disaggregated); ``replicas``: per replica (the prefill pool's first) its ``steps``,
+            ``requests`` (its share, in trace order), ``events`` and ``spec`` (as ``Engine.run``
+            returns them) and ``index``, the trace indices of its share; ``routing``: the
+            router inputs per decision (``ROUTING_FIELDS`` x replica), when recorded.
+            Disaggregated, also ``decode`` (decode replica, numbered after the prefill pool),
+            ``routed_d`` (when the decode router placed it), ``transfer_s`` and
+            ``transfer_blocks``.
         """
         cdef RouterC* rt = &self.rt
         cdef const TraceC* tr = &self.tr
-        cdef int64_t nxt = 0, n = tr.n
+        cdef int64_t nxt = 0, n = tr.n, g
         cdef int32_t w, best
-        cdef sec_t bc, t, stamp
+        cdef sec_t bc, t, stamp, te
+        cdef req_t s
         cdef Engine e
         if self.done:
             raise RuntimeError("Deployment.run replays once")
@@ -691,13 +663,13 @@ cdef class Deployment:
         while True:
             best = -1
             bc = 0
-            for w in range(rt.n_rep):
-                e = <Engine>self.engines[w]
-                if e.q_len > 0 or e.open_n > 0 or sched_has_requests(&e.sched):
-                    if best < 0 or e.clock < bc:
-                        best = w
-                        bc = e.clock
-            if nxt < n and (best < 0 or tr.arrival_time[nxt] <= bc):
+            for w in range(self.n_all):
+                t = self._ready(w, <Engine>self.engines[w])
+                if t >= 0 and (best < 0 or t < bc):
+                    best = w
+                    bc = t
+            te = self.ev.a[0].key if self.ev.n > 0 else -1
+            if nxt < n and (best < 0 or tr.arrival_time[nxt] <= bc) and (te < 0 or tr.arrival_time[nxt] <= te):
                 t = tr.arrival_time[nxt]
                 _apply_visible(rt, tr, t)
                 if rt.kv:
@@ -707,26 +679,84 @@ cdef class Deployment:
                 w = _choose(rt, tr, nxt)
                 _book(rt, tr, nxt, w)
                 self._assign(w, nxt)
-                (<Engine>self.engines[w])._add_one(tr, nxt)
+                self.route[nxt] = w
+                self.route_d[nxt] = -1
+                e = <Engine>self.engines[w]
+                s = e._add_one(tr, nxt, t)
+                if self.pd:
+                    # The prefill replica runs it with max_tokens = 1 (the P/D proxy's request); its
+                    # blocks outlive the finish while a decode replica pulls them.
+                    e.reqs[s].max_tokens = 1
+                    e.reqs[s].held = tr.max_tokens[nxt] > 1
+                    self.p_slot[nxt] = s
                 nxt += 1
+                continue
+            if te >= 0 and (best < 0 or te <= bc):
+                g = self.ev.a[0].tie
+                heap_pop(&self.ev)
+                if g % 2 == 0:
+                    self._to_decode(g // 2, te)
+                else:
+                    e = <Engine>self.engines[self.route[g // 2]]
+                    sched_free_held(&e.sched, self.p_slot[g // 2])
                 continue
             if best < 0:
                 break
             e = <Engine>self.engines[best]
+            if bc > e.clock:
+                e.clock = bc  # a decode replica waking for a transfer
             stamp = e.clock
             e._replica_step()
-            self._collect(best, e, stamp)
+            if best < rt.n_rep:
+                self._collect(rt, best, best, e, stamp)
+            else:
+                self._collect(&self.rd, best - rt.n_rep, best, e, stamp)
         out = []
-        for w in range(rt.n_rep):
+        for w in range(self.n_all):
             e = <Engine>self.engines[w]
             e._replica_end()
             idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
                 np.zeros(0, np.int64)
             out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
                         "spec": e.spec_counts, "index": idx})
-        result = {"route": np.array(<int32_t[:n]>self.route, copy=True) if n else np.zeros(0, np.int32),
-                  "replicas": out}
+        result = {"route": _arr_i32(self.route, n), "replicas": out}
+        if self.pd:
+            result["decode"] = _arr_i32(self.route_d, n)
+            result["routed_d"] = np.array(<sec_t[:n]>self.routed_d, copy=True) if n else np.zeros(0)
+            result["transfer_s"] = np.array(<sec_t[:n]>self.xfer_s, copy=True) if n else np.zeros(0)
+            result["transfer_blocks"] = np.array(<int64_t[:n]>self.xfer_blocks, copy=True) if n else \
+                np.zeros(0, np.int64)
         if self.record:
             result["routing"] = (np.array(<double[:n * rt.n_rep * N_FIELDS]>self.rec, copy=True)
                                  .reshape(n, rt.n_rep, N_FIELDS) if n else np.zeros((0, rt.n_rep, N_FIELDS)))
         return result
+
+    cdef int _to_decode(self, int64_t g, sec_t t) except -1:
+        """Request ``g`` produced its first token on its prefill replica at ``t``: the decode router
+        places it, the transfer is priced and the decode replica admits it to wait for the KV."""
+        cdef RouterC* rd = &self.rd
+        cdef int32_t wl, w
+        cdef Engine pe = <Engine>self.engines[self.route[g]]
+        cdef Engine de
+        cdef req_t s
+        cdef ReqC* r
+        _apply_visible(rd, &self.tr, t)
+        if rd.kv:
+            _kv_scores(rd, &self.tr, g)
+        wl = _choose(rd, &self.tr, g)
+        _book(rd, &self.tr, g, wl)
+        w = self.rt.n_rep + wl
+        de = <Engine>self.engines[w]
+        self.xfer_blocks[g] = _blocks_to_move(&self.link, rd, &pe.kv, &pe.reqs[self.p_slot[g]], &de.kv, g)
+        self.xfer_s[g] = _transfer_s(&self.link, self.xfer_blocks[g])
+        self.route_d[g] = w
+        self.routed_d[g] = t
+        self._assign(w, g)
+        s = de._add_one(&self.tr, g, t)
+        r = &de.reqs[s]
+        # It carries the prefill replica's first token: the prompt's KV arrives, the rest is local.
+        r.num_output = 1
+        r.remote = 1
+        r.remote_s = t + self.xfer_s[g]
+        heap_push(&self.ev, 0, r.remote_s, 2 * g + 1, <req_t>g)
+        return 0

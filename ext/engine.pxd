@@ -184,13 +184,15 @@ cdef class Engine:
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
-    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil
+    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil
     cdef int _replica_step(self) except -1 nogil
     cdef int _replica_end(self) except -1 nogil
     cdef req_t _pop_release(self) noexcept nogil
     cdef int _grow_pool(self, req_t need) except -1 nogil
     cdef int _grow_window(self, int64_t need) except -1 nogil
     cdef int _grow_open(self) except -1 nogil
+    cdef req_t _occupy(self, int64_t g, sec_t a_time, step_t a_step, int64_t next_turn, sec_t next_think,
+                       bint opens) except -1 nogil
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
     cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil
     cdef void _point_at_arenas(self) noexcept nogil

@@ -297,7 +297,7 @@ cdef class Engine:
         from ``next_turn`` and ``think_s`` within the chunk (a whole trace).
         """
         cdef Py_ssize_t i, n
-        cdef int64_t base = self.loaded, g, mask
+        cdef int64_t base = self.loaded
         cdef req_t s
         cdef ReqC* r
         if self.ended:
@@ -352,13 +352,9 @@ cdef class Engine:
                 memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &g_len[0], n_seg * sizeof(tok_t))
             if n_acc:
                 memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &acc_v[0], n_acc * sizeof(int64_t))
-            mask = self.win_cap - 1
             for i in range(n):
-                self.n_free -= 1
-                s = self.free_slots[self.n_free]
-                g = base + i
+                s = self._occupy(base + i, a_time[i], a_step[i], nt[i], nth[i], not fol[i])
                 r = &self.reqs[s]
-                memset(r, 0, sizeof(ReqC))
                 r.next_turn = <int32_t>nt[i]
                 r.think_s = th[i]
                 r.prompt_len = p_len[i]
@@ -370,29 +366,42 @@ cdef class Engine:
                 r.seg_cnt = s_cnt[i]
                 r.acc_off = <int32_t>(self.accs.n + acc_o[i])
                 r.acc_cnt = acc_c[i]
-                r.trace_index = g
                 r.out_stream = o_str[i]
-                r.status = ST_PENDING
-                r.slot = -1
-                r.arrival_s = -1
-                r.first_sched_s = -1
-                r.first_token_s = -1
-                r.finish_s = -1
-                self.slot_global[s] = g
-                self.slot_time[s] = a_time[i]
-                self.slot_step[s] = a_step[i]
-                self.slot_next[s] = nt[i]
-                self.slot_next_think[s] = nth[i]
-                self.win[g & mask] = s
-                if not fol[i]:
-                    if self.open_n == self.open_cap:
-                        self._grow_open()
-                    self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
-                    self.open_n += 1
             self.segs.n += n_seg
             self.accs.n += n_acc
             self._point_at_arenas()
             self.loaded += n
+
+    cdef req_t _occupy(self, int64_t g, sec_t a_time, step_t a_step, int64_t next_turn, sec_t next_think,
+                       bint opens) except -1 nogil:
+        """A free slot for trace index ``g``, its request zeroed and pending, mapped in the window
+        and, unless a finish sends it (``opens`` false), queued to arrive; the caller fills in the
+        trace's fields.  The caller made room (slots, window) beforehand."""
+        cdef req_t s
+        cdef ReqC* r
+        self.n_free -= 1
+        s = self.free_slots[self.n_free]
+        r = &self.reqs[s]
+        memset(r, 0, sizeof(ReqC))
+        r.trace_index = g
+        r.status = ST_PENDING
+        r.slot = -1
+        r.arrival_s = -1
+        r.first_sched_s = -1
+        r.first_token_s = -1
+        r.finish_s = -1
+        self.slot_global[s] = g
+        self.slot_time[s] = a_time
+        self.slot_step[s] = a_step
+        self.slot_next[s] = next_turn
+        self.slot_next_think[s] = next_think
+        self.win[g & (self.win_cap - 1)] = s
+        if opens:
+            if self.open_n == self.open_cap:
+                self._grow_open()
+            self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
+            self.open_n += 1
+        return s
 
     def end_input(self):
         """No more requests will be fed."""
@@ -651,7 +660,7 @@ cdef class Engine:
                 self.slot_pin[b.req[i]] = 1
         while self.retired < self.loaded:
             s = self.win[self.retired & mask]
-            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s]):
+            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s] or self.reqs[s].held):
                 break
             _rcols_reserve(&self.rcols)
             _rcols_put(&self.rcols, &self.reqs[s])
@@ -790,12 +799,13 @@ cdef class Engine:
 
     # -------------------------------------------------------------- a deployment's replica
 
-    cdef int _add_one(self, const TraceC* t, int64_t i) except -1 nogil:
-        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arrival ``t.arrival_time[i]``).
+    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil:
+        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arriving at ``at``); its slot.
 
         What :meth:`feed` does for one request of a chunk, read from borrowed C arrays: its
         segments (and accept list) are copied into the arenas, so nothing is allocated per request
-        but the arenas' and slots' geometric growth.  Between iterations only.
+        but the arenas' and slots' geometric growth.  Between iterations only; the caller may
+        adjust the slot's request (a disaggregated deployment's pools) before the next iteration.
         """
         cdef int32_t n_seg = t.seg_cnt[i]
         cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
@@ -814,10 +824,8 @@ cdef class Engine:
             memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &t.seg_len[so], n_seg * sizeof(tok_t))
         if n_acc:
             memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &t.acc_values[t.acc_off[i]], n_acc * sizeof(int64_t))
-        self.n_free -= 1
-        s = self.free_slots[self.n_free]
+        s = self._occupy(g, at, 0, -1, 0, True)
         r = &self.reqs[s]
-        memset(r, 0, sizeof(ReqC))
         r.next_turn = -1
         r.prompt_len = t.prompt_len[i]
         r.max_tokens = t.max_tokens[i]
@@ -828,31 +836,14 @@ cdef class Engine:
         r.seg_cnt = n_seg
         r.acc_off = <int32_t>self.accs.n
         r.acc_cnt = n_acc
-        r.trace_index = g
         r.out_stream = t.out_stream[i]
-        r.status = ST_PENDING
-        r.slot = -1
-        r.arrival_s = -1
-        r.first_sched_s = -1
-        r.first_token_s = -1
-        r.finish_s = -1
-        self.slot_global[s] = g
-        self.slot_time[s] = t.arrival_time[i]
-        self.slot_step[s] = 0
-        self.slot_next[s] = -1
-        self.slot_next_think[s] = 0
-        self.win[g & (self.win_cap - 1)] = s
-        if self.open_n == self.open_cap:
-            self._grow_open()
-        self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
-        self.open_n += 1
         self.segs.n += n_seg
         self.accs.n += n_acc
         self.loaded += 1
         if self.open_n == 1 and not sched_has_requests(&self.sched) and self.q_len == 0 \
-                and t.arrival_time[i] > self.clock:
-            self.clock = t.arrival_time[i]  # an idle engine jumps to the arrival
-        return 0
+                and at > self.clock:
+            self.clock = at  # an idle engine jumps to the arrival
+        return s
 
     cdef int _replica_step(self) except -1 nogil:
         """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the

@@ -109,7 +109,7 @@ cdef void kv_new_step_starts(KVCacheC* kv) noexcept nogil
 cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
                            bint full_sequence_must_fit, bint has_scheduled_reqs,
-                           tok_t num_lookahead) except -1 nogil
+                           tok_t num_lookahead, bint delay_cache) except -1 nogil
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogil
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil

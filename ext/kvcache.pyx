@@ -561,7 +561,7 @@ cdef int _allocate_new_blocks(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens,
 
 cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t num_new_computed,
                            bint full_sequence_must_fit, bint has_scheduled_reqs,
-                           tok_t num_lookahead) except -1 nogil:
+                           tok_t num_lookahead, bint delay_cache) except -1 nogil:
     """KVCacheManager.allocate_slots; 1 when allocated, 0 when it returns None.
 
     ``num_new_computed`` > 0 adopts the blocks of the last lookup.  On failure
@@ -569,6 +569,7 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     ``num_lookahead`` slots past the scheduled tokens are reserved for the
     drafter (speculative decoding; never cached); Mamba in align mode ignores
     them (``MambaManager.get_num_blocks_to_allocate`` counts the main model's tokens).
+    ``delay_cache`` skips caching the blocks (a KV connector's asynchronous load).
     """
     cdef bint use_hits = num_new_computed > 0
     cdef tok_t local = r.num_computed + num_new_computed
@@ -614,7 +615,8 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
                 _add_hits(kv, gi, r, local)
     for gi in range(kv.n_groups):
         _allocate_new_blocks(kv, gi, r, need_slot, main_tokens)
-    if kv.caching:
+    if kv.caching and not delay_cache:
+        # delay_cache_blocks (an asynchronous KV load): no block is cached before its KV is there.
         kv_cache_blocks(kv, r, tmin(total + num_new_tokens, num_tokens(r)))
     return 1
 

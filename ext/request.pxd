@@ -50,3 +50,8 @@ cdef struct ReqC:
     tok_t spec_drafts          # draft tokens scheduled for verification (-1 padding included)
     tok_t spec_accepted        # of those, accepted by the target model
     int64_t trace_index        # its place in the trace: seeds the acceptance rule
+    # --- disaggregated prefill/decode (untouched in a single engine or an aggregated deployment)
+    flag_t remote              # decode replica: 1 = its prompt KV comes from a prefill replica, not yet
+                               # admitted; 2 = admitted, blocks held (WAITING_FOR_REMOTE_KVS); 0 = none
+    flag_t held                # prefill replica: its blocks outlive its finish until the transfer lands
+    sec_t remote_s             # decode replica: when the transfer lands

@@ -101,6 +101,8 @@ cdef struct SchedC:
     int64_t stat_drafts              # SpecDecodingStats.num_drafts (update_from_output)
     int64_t stat_draft_tokens        # SpecDecodingStats.num_draft_tokens
     int64_t stat_accepted            # SpecDecodingStats.num_accepted_tokens
+    # disaggregated prefill/decode (a deployment's pools)
+    int32_t n_remote                 # decode replica: waiting requests whose KV comes from a prefill replica
 
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
 cdef void sched_release(SchedC* s) noexcept nogil
@@ -111,3 +113,5 @@ cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil
 cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil
+cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
+cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil

@@ -234,6 +234,8 @@ cdef void _wq_remove(SchedC* s, req_t r) noexcept nogil:
 
 cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil:
     s.reqs[r].status = ST_WAITING
+    if s.reqs[r].remote != 0:
+        s.n_remote += 1
     _wq_push_back(s, r)
 
 
@@ -421,7 +423,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
             req_index += 1
             continue
         while True:
-            ok = kv_allocate_slots(s.kv, r, n, 0, False, True, c.num_lookahead) == 1
+            ok = kv_allocate_slots(s.kv, r, n, 0, False, True, c.num_lookahead, False) == 1
             if ok:
                 break
             # Preempt: FCFS takes the tail of running; priority the max of
@@ -483,9 +485,23 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
                 s.skipped[n_skipped] = _wq_pop(s)
                 n_skipped += 1
                 continue
-            kv_acquire_slot(s.kv, r)
-            # New or preempted request: local prefix-cache lookup.
-            hit = kv_get_computed_blocks(s.kv, r)
+            if r.remote != 0:
+                # Its prompt's KV comes from a prefill replica (a deployment's decode pool).
+                ok = _remote_kv(s, b, r, b.start_s)
+                if not ok:
+                    if r.remote == 1:
+                        break  # allocate_slots returned None: the waiting pass stops
+                    s.skipped[n_skipped] = _wq_pop(s)
+                    n_skipped += 1
+                    continue
+            if r.num_computed > 0:
+                # The transfer landed: num_computed_tokens is set, no lookup
+                # (Scheduler.schedule, the num_computed_tokens > 0 branch).
+                hit = r.num_computed
+            else:
+                kv_acquire_slot(s.kv, r)
+                # New or preempted request: local prefix-cache lookup.
+                hit = kv_get_computed_blocks(s.kv, r)
             req_budget = tmin(token_budget, input_budget - draft_slots)
             n = num_tokens(r) - hit
             pad = False
@@ -511,11 +527,12 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
                     # Alignment clipped the padding rows: drop the padding.
                     n = 1
                     pad = False
-            if kv_allocate_slots(s.kv, r, n, hit, c.reserve_full_isl, s.n_running > 0,
-                                 c.num_lookahead) == 0:
+            if kv_allocate_slots(s.kv, r, n, hit if r.num_computed == 0 else 0, c.reserve_full_isl,
+                                 s.n_running > 0, c.num_lookahead, False) == 0:
                 break
-            # record_prefix_cache_stats, once per successful admission.
-            if s.kv.caching:
+            # record_prefix_cache_stats, once per successful admission (a remote
+            # request's lookup was recorded when it was admitted to wait).
+            if s.kv.caching and r.num_computed == 0:
                 if r.num_preemptions > 0:
                     b.p_requests += 1
                     b.p_queries += num_tokens(r)
@@ -527,12 +544,14 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
             _wq_pop(s)
             s.running[s.n_running] = ri
             s.n_running += 1
-            r.cached_total += hit
+            if r.num_computed == 0:
+                r.cached_total += hit
             if r.status == ST_WAITING:
                 b.new_req[b.n_new] = ri
                 b.new_computed[b.n_new] = hit
                 b.n_new += 1
-                r.cached_first = hit
+                if r.num_computed == 0:
+                    r.cached_first = hit
             else:
                 b.res_req[b.n_resumed] = ri
                 b.res_computed[b.n_resumed] = hit
@@ -590,6 +609,10 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     s.finished_pending = False
     b.free_after_schedule = s.kv.pool.num_free
     return 0
+
+
+# KV from a prefill replica (disaggregated prefill/decode): compiled into this module.
+include "remote_kv.pxi"
 
 
 # ------------------------------------------------------------------ update_from_output()
@@ -697,11 +720,15 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
                     kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
             stopped = num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens
         if stopped:
-            # _free_request: blocks back to the pool now.
+            # _free_request: blocks back to the pool now; a prefill replica's request whose KV a
+            # decode replica will pull keeps them until the transfer is done (the KV connector's
+            # request_finished answers delay_free_blocks: Scheduler._free_request ->
+            # _connector_finished).
             r.status = ST_FINISHED
             r.finish_s = b.end_s
-            kv_free(s.kv, r)
-            kv_release_slot(s.kv, r)
+            if not r.held:
+                kv_free(s.kv, r)
+                kv_release_slot(s.kv, r)
             s.finished[s.n_finished] = ri
             s.n_finished += 1
             if was_running:

@@ -334,7 +334,7 @@ cdef class KVCache:
         before = self.blocks(r)
         hits = self.get_hits()
         if not kv_allocate_slots(&self.c, q, num_new_tokens, num_new_computed,
-                                 full_sequence_must_fit, has_scheduled_reqs, num_lookahead_tokens):
+                                 full_sequence_must_fit, has_scheduled_reqs, num_lookahead_tokens, False):
             return None
         after = self.blocks(r)
         if self.c.n_groups == 1:

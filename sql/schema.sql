@@ -146,8 +146,10 @@ CREATE TABLE IF NOT EXISTS requests (
     session_id                    VARCHAR,           -- multi-turn session, if the trace has one
     turn                          INTEGER,           -- turn within the session (0 = first)
     priority                      INTEGER,           -- lower runs first (priority policy)
-    replica                       INTEGER,           -- replica the router sent the request to; NULL without a deployment
-    routed_s                      DOUBLE,            -- when the router placed the request (its arrival); NULL without a deployment
+    replica                       INTEGER,           -- replica the router sent the request to (disaggregated: where it finished); NULL without a deployment
+    prefill_replica               INTEGER,           -- replica that ran its prefill (aggregated: its replica); NULL without a deployment
+    decode_replica                INTEGER,           -- replica that ran its decode (aggregated: its replica; null: no decode phase); NULL without a deployment
+    routed_s                      DOUBLE,            -- when the router placed the request: its arrival; disaggregated, when the decode router placed it (its first token); NULL without a deployment
     transfer_s                    DOUBLE,            -- prefill-to-decode KV transfer time (null: aggregated replicas); NULL without a deployment
     arrival_s                     DOUBLE,            -- arrival
     first_scheduled_s             DOUBLE,            -- first scheduled (start of that step)
@@ -161,7 +163,7 @@ CREATE TABLE IF NOT EXISTS requests (
     cached_tokens                 INTEGER,           -- prefix-cache hit tokens at first admission
     cached_tokens_all_admissions  INTEGER,           -- summed over every admission (after preemptions too)
     preemptions                   INTEGER,           -- times preempted
-    status                        VARCHAR,           -- finished, running, waiting, preempted or pending at the end
+    status                        VARCHAR,           -- finished, running, waiting, preempted, pending or rejected at the end
     spec_drafts                   INTEGER,           -- speculative decoding: draft tokens scheduled for verification (vLLM's -1 padding included; 0 without it)
     spec_accepted                 INTEGER            -- of those, accepted by the target model (acceptance rate: spec_accepted / spec_drafts)
 );

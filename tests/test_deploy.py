@@ -60,7 +60,7 @@ def test_one_replica_is_the_single_engine(router):
     single = replay(trace, eng, record_decisions=True)
     dep = deploy(trace, eng, {"replicas": 1, "router": router}, record_decisions=True)
     assert _log(dep.replicas[0]) == _log(single)
-    assert dep.requests.drop_columns(["replica", "routed_s", "transfer_s"]).equals(single.requests)
+    assert dep.requests.drop_columns(["replica", "prefill_replica", "decode_replica", "routed_s", "transfer_s"]).equals(single.requests)
     assert dep.steps.drop_columns(["replica"]).equals(single.steps)
     for key in ("requests", "finished", "steps", "preemptions", "prefix_cache_stats", "clock_end_s", "ttft_s",
                 "tpot_s", "e2e_s", "scheduled_tokens"):
@@ -346,7 +346,7 @@ def test_step_clocked_trace_is_refused_naming_it():
     ({"router": {"kind": "least_loaded", "by": "bytes"}}, "'deployment.router.by' must be requests or tokens"),
     ({"router": {"kind": "session_affinity", "slack": -1}}, "'deployment.router.slack' must be an integer >= 0"),
     ({"router": {"kind": "kv_aware", "view_delay_s": -0.1}}, "'deployment.router.view_delay_s' must be"),
-    ({"prefill": {"replicas": 1}}, "'deployment.prefill': disaggregated prefill/decode pools are not modelled"),
+    ({"prefill": {"replicas": 1}}, "'deployment.decode' is missing"),
 ])
 def test_bad_deployment_names_the_key(raw, message):
     with pytest.raises(ConfigError) as e:
@@ -402,7 +402,7 @@ def test_cli_replays_a_deployment_with_one_log_per_replica(tmp_path):
     assert r.exit_code == 0, r.output
     assert "3 replicas, router kv_aware" in r.output
     requests = pq.read_table(out / "requests.parquet")
-    assert requests.num_rows == 300 and requests.column_names[:3] == ["replica", "routed_s", "transfer_s"]
+    assert requests.num_rows == 300 and requests.column_names[:5] == ["replica", "prefill_replica", "decode_replica", "routed_s", "transfer_s"]
     summary = json.loads((out / "summary.json").read_text())
     assert [s["replica"] for s in summary["replicas"]] == [0, 1, 2]
     assert summary["deployment"]["router"]["kind"] == "kv_aware"

@@ -102,13 +102,38 @@ def test_the_deployment_file_is_part_of_the_run_key(tmp_path):
     ({"engine": ENGINE, "deployment": "nowhere.toml"}, SpecError, "names 'nowhere.toml', which is not a file"),
     ({"engine": ENGINE, "deployment": {"replicas": 0}}, ConfigError,
      "'deployment.replicas' in spec.toml [deployments[0].engines.x] must be an integer from 1 to 64, got 0"),
-    ({"engine": ENGINE, "deployment": {"replicas": 2, "prefill": {}}}, ConfigError,
-     "'deployment.prefill' in spec.toml [deployments[0].engines.x]: disaggregated"),
+    ({"engine": ENGINE, "deployment": {"replicas": 2, "prefill": {"replicas": 1}}}, ConfigError,
+     "'deployment.replicas' in spec.toml [deployments[0].engines.x]: a disaggregated deployment gives"),
+    ({"engine": ENGINE, "deployment": {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
+                                       "link": {"bandwidth_gb_s": 50.0, "latency_s": 0.0}}}, SpecError,
+     "'deployments[0].engines.x.deployment' in spec.toml is disaggregated (prefill and decode pools): the "
+     "pipeline replays aggregated deployments"),
 ])
 def test_bad_deployment_entries_are_named(tmp_path, entry, error, message):
     with pytest.raises(error) as err:
         spec_from_dict(_fleet_dict(tmp_path / "db.duckdb", {"x": entry}), source="spec.toml", base_dir=str(tmp_path))
     assert message in str(err.value)
+
+
+def test_reject_too_long_is_for_a_single_engine(tmp_path):
+    raw = _fleet_dict(tmp_path / "db.duckdb", {"x": {"engine": ENGINE, "deployment": {"replicas": 2}}},
+                      replay={"reject_too_long": True})
+    with pytest.raises(SpecError, match=r"'replay.reject_too_long' in spec.toml applies to a single engine's "
+                                        r"replay, not to deployment 'llama-3.1-8b/x'"):
+        spec_from_dict(raw, source="spec.toml", base_dir=str(tmp_path))
+
+
+def test_a_deployment_replays_the_re_timed_trace(tmp_path):
+    """[replay] rate_scale re-times the trace before the router sees it: arrivals halve at rate_scale 2."""
+    raw = _fleet_dict(tmp_path / "db.duckdb", {"x": {"engine": ENGINE, "deployment": {"replicas": 2}}},
+                      replay={"rate_scale": 2.0})
+    assert run_pipeline(spec_from_dict(raw, base_dir=str(tmp_path)), scheduler="sync").landed
+    trace = read_trace(FLEET_TRACE, "mooncake", unit_tokens=64)
+    with duckdb.connect(str(tmp_path / "db.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT routed_s, replica FROM requests ORDER BY request_index").fetchall()
+    arrivals = trace.column("arrival_s").to_numpy() / 2.0
+    assert [g[0] for g in got] == arrivals.tolist()
+    assert [g[1] for g in got] == [i % 2 for i in range(600)]  # round robin
 
 
 def test_closed_loop_deployments_are_refused(tmp_path):

@@ -12,10 +12,19 @@ from aisim.sweep import load_sweep, run_sweep
 
 
 
+def _toml(v) -> str:
+    """A value as TOML: JSON's spelling, but tables inline."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return json.dumps(v)
+
+
 def _write(tmp_path, base, grid, slo, trace_lines):
     (tmp_path / "trace.jsonl").write_text("\n".join(json.dumps(t) for t in trace_lines) + "\n")
     (tmp_path / "base.json").write_text(json.dumps(base))
-    grid_toml = "\n".join(f"{k} = {json.dumps(v)}" for k, v in grid.items())
+    grid_toml = "\n".join(f"{k} = {_toml(v)}" for k, v in grid.items())
     slo_toml = "\n".join(f"{k} = {v}" for k, v in slo.items())
     (tmp_path / "sweep.toml").write_text(
         'name = "s"\ndatabase = "s.duckdb"\nmodel = "m"\nbase = "base.json"\nbest = "best.toml"\n'
@@ -29,7 +38,7 @@ def test_best_candidate_known_by_construction(tmp_path):
     # max_num_seqs 8 all start at once and every TTFT is 10 ms; with 1 they run
     # one after another (request k waits ~11 k steps) and only the first five
     # meet TTFT <= 0.5 s.  200 and 400 blocks both hold everything, so they tie
-    # and the cheaper 200 wins.
+    # in goodput, GPUs and p99 TTFT, and grid order puts 200 first.
     trace = [{"request_id": f"r{i}", "prompt_len": 100, "max_tokens": 10, "arrival_step": 0} for i in range(8)]
     base = {"num_gpu_blocks": 400, "max_model_len": 1024, "max_num_batched_tokens": 2048, "max_num_seqs": 8}
     path = _write(tmp_path, base, {"max_num_seqs": [1, 8], "num_gpu_blocks": [200, 400]}, {"ttft_s": 0.5}, trace)
@@ -57,7 +66,8 @@ def test_best_candidate_known_by_construction(tmp_path):
     assert r.stderr.startswith("best configuration (c002) written to ")
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.splitlines()[0] == "rank,candidate,knobs,goodput_req_s,slo_attainment,kv_tokens"
+    assert r.stdout.splitlines()[0] == ("rank,candidate,knobs,goodput_req_s,slo_attainment,rejected,ttft_p99_s,"
+                                          "tpot_p99_s,gpus,kv_tokens")
     assert r.stdout.splitlines()[1].startswith('1,c002,"{""max_num_seqs"": 8, ""num_gpu_blocks"": 200}",')
 
 

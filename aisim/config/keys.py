@@ -182,9 +182,28 @@ DEPLOYMENT_KEYS = (
               low=1),
     ConfigKey("router", "round_robin", "`round_robin`, `random`, `least_loaded`, `kv_aware` or "
               "`session_affinity`; or a mapping with `kind` and the router keys below"),
-    ConfigKey("prefill", None, "disaggregated prefill pool (not modelled yet: refused)", shown="—"),
-    ConfigKey("decode", None, "disaggregated decode pool (not modelled yet: refused)", shown="—"),
-    ConfigKey("link", None, "prefill-to-decode KV transfer link (not modelled yet: refused)", shown="—"),
+    ConfigKey("prefill", None, "disaggregated: the prefill pool, a mapping of the pool keys below (with `decode`; "
+              "then no `replicas` or `router` here)", shown="—"),
+    ConfigKey("decode", None, "disaggregated: the decode pool, a mapping of the pool keys below", shown="—"),
+    ConfigKey("link", None, "disaggregated: the prefill-to-decode KV transfer link, a mapping of the link keys "
+              "below", shown="—"),
+)
+
+# ``deployment.prefill`` / ``deployment.decode`` keys (a disaggregated deployment's pools).
+POOL_KEYS = (
+    ConfigKey("replicas", 1, "engines in the pool (1 to 64)", low=1),
+    ConfigKey("router", "round_robin", "the pool's router: a name or a mapping of the router keys below"),
+    ConfigKey("engine", None, "the pool's engine file (relative to the deployment file); default the "
+              "deployment's engine", shown="—"),
+)
+
+# ``deployment.link`` keys.
+LINK_KEYS = (
+    ConfigKey("bandwidth_gb_s", None, "transfer bandwidth in GB/s (10^9 bytes per second; `inf`: no transfer time "
+              "but the latency)", shown="required"),
+    ConfigKey("latency_s", 0.0, "seconds added to every transfer"),
+    ConfigKey("transfer", "all", "`all`: every block the prefill replica holds for the request; `missing`: only "
+              "those past the decode replica's prefix hit when it is chosen"),
 )
 
 # ``deployment.router`` keys (given as a mapping).

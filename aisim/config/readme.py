@@ -10,7 +10,7 @@ from __future__ import annotations
 from aisim.config.catalog import MODELS
 from aisim.config.gpus import GPUS
 from aisim.config.keys import (ACCEPTANCE_KEYS, DEPLOYMENT_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS,
-                               ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
+                               LINK_KEYS, POOL_KEYS, ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
 from aisim.config.kvgroups import KINDS
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 
@@ -68,6 +68,8 @@ def render_deployment_tables() -> str:
     """The README's deployment-file tables (Markdown), rendered from the key catalogues."""
     lines = ["`deployment` keys:", ""] + _table(DEPLOYMENT_KEYS)
     lines += ["", "`deployment.router` keys (given as a mapping):", ""] + _table(ROUTER_KEYS)
+    lines += ["", "`deployment.prefill` and `deployment.decode` keys:", ""] + _table(POOL_KEYS)
+    lines += ["", "`deployment.link` keys:", ""] + _table(LINK_KEYS)
     return "\n".join(lines) + "\n"
 
 

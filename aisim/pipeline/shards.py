@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from aisim.columns import REPLICAS, REQUESTS, SHARDS, STEPS, SUMMARIES
 from aisim.pipeline.spec import canonical_json
 from aisim.pipeline.staging import STAGED_COMPRESSION
+from aisim.traces.load import LOAD_KEYS, Retimer
 
 # Columns every requests/steps row carries in front of the replay's own.
 KEY_COLUMNS = ("run_id", "shard_id")
@@ -139,18 +140,26 @@ def _run_shard(desc: dict, parts: list) -> dict:
             from aisim.errors import TraceError
 
             raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
+        fleet = desc.get("deployment")
+        # A deployment ranks the request ids itself (aisim.replay.run_deployment).
+        batches = trace.batches(rank=engine.policy == "priority" and fleet is None, closed_loop=closed_loop,
+                                think_time_s=opts.get("think_time_s"))
+        load = {k: opts[k] for k in LOAD_KEYS if k in opts}
+        if load:  # the model's merged trace re-timed, piece by piece, before the core
+            retimer = Retimer(load, timed)
+            batches, timed = map(retimer, batches), retimer.timed
+            clock = "time" if timed else clock
         requests = _Pieces(desc, "requests", REQUEST_SCHEMA)
         steps = _Pieces(desc, "steps", STEP_SCHEMA)
         kv = _KvUsage(engine)
         replicas = []
-        if desc.get("deployment") is not None and trace.rows:
-            summary, replicas = _run_deployment(desc, trace, parts, requests, steps, kv)
+        if fleet is not None and trace.rows:
+            summary, replicas = _run_deployment(desc, trace.rows, batches, clock, parts, requests, steps, kv)
         else:
-            batches = trace.batches(rank=engine.policy == "priority", closed_loop=closed_loop,
-                                    think_time_s=opts.get("think_time_s"))
             index = 0
             summary = None
-            for item in replay_stream(batches, engine, timed=timed, expected=trace.rows):
+            for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
+                                      reject_too_long=opts.get("reject_too_long", False)):
                 if item[0] == "requests":
                     requests.add(_requests_table(desc, item[2], item[1], index))
                     index += item[1].num_rows
@@ -162,7 +171,6 @@ def _run_shard(desc: dict, parts: list) -> dict:
     finally:
         trace.close()
     config = _engine_dict(engine)
-    fleet = desc.get("deployment")
     shard = {
         "run_id": desc["run_id"],
         "shard_id": desc["shard_id"],
@@ -184,8 +192,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
     return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps, replicas)
 
 
-def _run_deployment(desc: dict, trace, parts: list, requests, steps, kv) -> tuple:
-    """Replay the shard's whole trace through its deployment (:func:`aisim.deploy.deploy`).
+def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv) -> tuple:
+    """Replay the shard's whole trace (``batches``, ``rows`` requests clocked by ``clock``) through its
+    deployment (:func:`aisim.deploy.deploy`).
 
     Deployments do not stream: the trace is read whole, and the results are staged once the
     replay ends.  Returns the deployment's summary and its ``replicas`` rows.
@@ -193,12 +202,12 @@ def _run_deployment(desc: dict, trace, parts: list, requests, steps, kv) -> tupl
     from aisim.deploy import deploy
     from aisim.errors import ShardError
 
-    if trace.rows > MAX_DEPLOYMENT_REQUESTS:
+    if rows > MAX_DEPLOYMENT_REQUESTS:
         raise ShardError(f"a deployment replays at most {MAX_DEPLOYMENT_REQUESTS:,} requests (it holds the "
-                         f"whole trace; deployments do not stream yet); this shard has {trace.rows:,}: "
+                         f"whole trace; deployments do not stream yet); this shard has {rows:,}: "
                          "narrow it with [window] or split the sources")
     engine = desc["engine_config"]
-    table = pa.concat_tables(list(trace.batches())).replace_schema_metadata({"clock": trace.clock})
+    table = pa.concat_tables(list(batches)).replace_schema_metadata({"clock": clock})
     name = ", ".join(dict.fromkeys(display for display, _ in parts))
     result = deploy(table, engine, desc["deployment"], name=name)
     requests.add(_requests_table(desc, table, result.requests))

@@ -11,6 +11,10 @@ shape is::
     [replay]                          # optional
     closed_loop = false               # send a session's next turn when the previous finishes
     think_time_s = 1.0                # ... plus this (default: the trace's gap between turns)
+    reject_too_long = false           # reject prompts of max_model_len tokens or more, as vLLM's server does
+    # rate_scale = 2.0                # load: arrivals divided by this (aisim.traces.load), or
+    # poisson_rate = 5.0              # ... requests re-timed as a Poisson process of this rate
+    # seed = 0                        # ... with this seed
 
     [landing]                         # optional
     staging = "s3://bucket/aisim"     # where workers write Parquet (default: <database>.staging)
@@ -67,7 +71,7 @@ _TOP_KEYS = ("name", "description", "database", "landing", "window", "replay", "
 _LANDING_KEYS = ("staging", "lock_timeout_s", "keep_parquet", "parquet_dir")
 # How long landing waits for another process's database lock, unless the spec says.
 LOCK_TIMEOUT_S = 60.0
-_REPLAY_KEYS = ("closed_loop", "think_time_s")
+_REPLAY_KEYS = ("closed_loop", "think_time_s", "reject_too_long", "rate_scale", "poisson_rate", "seed")
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
 # An engine entry that replays a deployment: the engine (file or inline table) and the deployment
@@ -311,12 +315,16 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
     replay = _replay_options(v, raw.get("replay"))
     sources = _sources(v, raw.get("sources"))
     deployments = _deployments(v, raw.get("deployments"), base_dir)
-    if replay["closed_loop"]:
-        for d in deployments:
-            for e in d.engines:
-                if e.deployment is not None:
-                    raise v.error("replay.closed_loop", f"cannot drive deployment '{d.model}/{e.name}': "
-                                  "deployments replay session turns at their timestamps (open loop)")
+    for d in deployments:
+        for e in d.engines:
+            if e.deployment is None:
+                continue
+            if replay["closed_loop"]:
+                raise v.error("replay.closed_loop", f"cannot drive deployment '{d.model}/{e.name}': "
+                              "deployments replay session turns at their timestamps (open loop)")
+            if replay.get("reject_too_long"):
+                raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
+                              f"'{d.model}/{e.name}'")
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
                         window=window, description=description, replay=replay, landing=landing,
@@ -388,6 +396,24 @@ def _replay_options(v: _Validator, raw) -> dict:
     if think is not None and not closed:
         raise v.error("replay.think_time_s", "applies to closed-loop replays; set 'replay.closed_loop = true'")
     out.update(closed_loop=closed, think_time_s=None if think is None else float(think))
+    reject = raw.get("reject_too_long", False)
+    if not isinstance(reject, bool):
+        raise v.error("replay.reject_too_long", "must be true or false")
+    if reject and closed:
+        raise v.error("replay.reject_too_long", "does not apply to closed-loop replays")
+    if reject:  # only when set: a spec without it keeps its run key
+        out["reject_too_long"] = True
+    from aisim.errors import ConfigError
+    from aisim.traces.load import LOAD_KEYS, check_load
+
+    try:
+        load = check_load({k: raw[k] for k in LOAD_KEYS if k in raw}, v.where, "replay.")
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from None
+    if load and closed:
+        raise v.error("replay.rate_scale" if "rate_scale" in load else "replay.poisson_rate",
+                      "re-times open-loop replays; a closed loop paces each turn by the previous one")
+    out.update(load)  # likewise only when set
     return out
 
 
@@ -596,11 +622,16 @@ def _deployment_entry(v: _Validator, entry: dict, key: str, base_dir: str) -> di
         file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(raw)))
         if not os.path.isfile(file):
             raise v.error(f"{key}.deployment", f"names {raw!r}, which is not a file")
-        return {"deployment": load_deployment_config(file), "deployment_path": raw, "deployment_source": file}
-    if isinstance(raw, dict):
+        out = {"deployment": load_deployment_config(file), "deployment_path": raw, "deployment_source": file}
+    elif isinstance(raw, dict):
         where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
-        return {"deployment": parse_deployment(raw, source=where)}
-    raise v.error(f"{key}.deployment", "must be a deployment file or an inline table (replicas, router)")
+        out = {"deployment": parse_deployment(raw, source=where)}
+    else:
+        raise v.error(f"{key}.deployment", "must be a deployment file or an inline table (replicas, router)")
+    if out["deployment"].disaggregated:
+        raise v.error(f"{key}.deployment", "is disaggregated (prefill and decode pools): the pipeline replays "
+                      "aggregated deployments (replicas, router) only so far; use aisim replay --deployment")
+    return out
 
 
 def _check_routing(v: _Validator, sources, deployments) -> None:

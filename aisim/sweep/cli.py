@@ -6,7 +6,8 @@ import json
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, fmt_num, fmt_pct, format_option, new_table
+from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
+                            fmt_seconds, format_option, new_table, progress_option)
 
 
 def _knobs(knobs: dict) -> str:
@@ -20,23 +21,33 @@ def _knobs(knobs: dict) -> str:
 @click.option("--workers", type=int, help="Worker processes of the local cluster.")
 @click.option("--force", is_flag=True, help="Replay again even if the database has this sweep's run.")
 @format_option()
-def sweep(spec_path, scheduler, workers, force, fmt):
+@progress_option()
+def sweep(spec_path, scheduler, workers, force, fmt, progress):
     """Replay every candidate of SPEC.toml and rank them by SLO goodput."""
     from aisim.errors import AisimError
+    from aisim.pipeline.progress import LineProgress, Quiet
     from aisim.sweep import load_sweep, run_sweep
 
+    phases = Phases(progress)
+    # A line per candidate replayed, as aisim pipeline run logs its shards (under the phase's spinner).
+    reporter = LineProgress(console(stderr=True)) if phases.enabled else Quiet()
     try:
         spec = load_sweep(spec_path)
-        result = run_sweep(spec, scheduler=scheduler, workers=workers, force=force)
+        with phases:
+            result = run_sweep(spec, scheduler=scheduler, workers=workers, force=force, progress=reporter,
+                               phases=phases)
     except AisimError as exc:
         fail(exc)
     rows = [{"rank": c.rank, "candidate": c.name, "knobs": c.knobs, "goodput_req_s": c.goodput_req_s,
-             "slo_attainment": c.slo_attainment, "kv_tokens": c.cost_tokens} for c in result.ranked]
+             "slo_attainment": c.slo_attainment, "rejected": c.rejected, "ttft_p99_s": c.ttft_p99_s,
+             "tpot_p99_s": c.tpot_p99_s, "gpus": c.gpus, "kv_tokens": c.cost_tokens} for c in result.ranked]
     refused = [{"candidate": c.name, "knobs": c.knobs, "reason": c.reason} for c in result.candidates if c.refused]
+    runs = f"run {result.run_id}" if len(result.run_ids) == 1 else f"runs {', '.join(result.run_ids)}"
     where = (f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
-             f"{spec.database} (run {result.run_id}, table sweep_candidates)")
+             f"{spec.database} ({runs}, table sweep_candidates)")
     if fmt == "json":
         echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,
+                   "run_ids": result.run_ids,
                    "best": result.best.name, "best_file": str(spec.best), "ranked": rows, "refused": refused})
         console(stderr=True).print(where)
         return
@@ -46,13 +57,16 @@ def sweep(spec_path, scheduler, workers, force, fmt):
         return
     out = console()
     slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.items())
-    t = new_table(*[(col, {"justify": "left" if col in ("candidate", "knobs") else "right"})
-                    for col in ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "KV tokens")],
+    headers = ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "rejected", "TTFT p99", "TPOT p99",
+               "GPUs", "KV tokens")
+    t = new_table(*[(col, {"justify": "left" if col in ("candidate", "knobs") else "right"}) for col in headers],
                   title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
     for r in rows:
         t.add_row(str(r["rank"]), r["candidate"], _knobs(r["knobs"]), fmt_num(r["goodput_req_s"]),
-                  fmt_pct(r["slo_attainment"]), fmt_num(r["kv_tokens"]))
+                  fmt_pct(r["slo_attainment"]), fmt_num(r["rejected"]), fmt_seconds(r["ttft_p99_s"]),
+                  fmt_seconds(r["tpot_p99_s"]), str(r["gpus"]), fmt_num(r["kv_tokens"]))
     out.print(t)
     for c in refused:
         out.print(f"refused {c['candidate']} ({_knobs(c['knobs'])}): {c['reason']}")
+    out.print("ties in goodput go to fewer GPUs, then to the lower p99 TTFT")
     out.print(where)

@@ -17,22 +17,36 @@ trace, a grid of knobs and SLO thresholds::
     max_num_batched_tokens = [2048, 4096]
     max_num_seqs = [64, 128]
     num_gpu_blocks = [1024, 2048]      # or kv_cache_bytes
-    block_size = [16]
-    enable_prefix_caching = [true, false]
-    enable_chunked_prefill = [true]
-    async_scheduling = [false]
+    max_model_len = [4096, 8192]       # a knob: over-long prompts are rejected, not an error
+    long_prefill_token_threshold = [0, "unset"]  # "unset": the base's key removed (its default)
+    time_model = [{kind = "roofline", gpu = "H100", model = "llama-3.1-8b", tp = 1}]
+
+    [load]                             # optional: load levels, each a pipeline run of every candidate
+    rate_scale = [1.0, 2.0]            # arrivals divided by the factor; or poisson_rate = [...] (seed = N)
 
     [slo]                              # at least one threshold, seconds
     ttft_s = 2.0
     tpot_s = 0.05
     e2e_s = 30.0
 
-Candidates the configuration rules refuse (the grouped-prefix rule among
-them) are reported with their reason and not replayed.  The others run
-through the pipeline (one shard per candidate, the same Dask and DuckDB path)
-and are ranked by goodput: requests that finished within every threshold per
-second of the shard's duration; ties go to the cheaper deployment (fewer KV
-tokens of capacity, then the smaller budgets).  Every candidate, refused or
+A knob is any top-level engine key (:data:`aisim.config.keys.ENGINE_KEYS`,
+``plan_notes`` aside); its value replaces the base's, a table value whole.
+A load level (:mod:`aisim.traces.load`) is a knob of the trace: the
+candidates are every grid point at every level, ``c000`` ... by level, then
+in grid order.
+
+A candidate is refused, with its reason, when the configuration rules
+refuse it (the grouped-prefix rule among them) or when it cannot hold a
+request of the trace (:func:`aisim.replay.check_trace`, as the replay would
+refuse it: a pool too small for the longest request, or a prompt of
+``max_model_len`` tokens or more while ``max_model_len`` is no knob).  Where
+``max_model_len`` is a knob, such a prompt is rejected as vLLM's server
+rejects it: the request counts, fails the SLO, and the replay goes on.  The
+others run through the pipeline (one shard per candidate, the same Dask and
+DuckDB path) and are ranked by goodput: requests that finished within every
+threshold per second of the shard's duration.  Ties go to fewer GPUs
+(``time_model.tp``), then to the lower p99 TTFT, then to grid order: a
+larger KV pool on the same GPUs costs nothing.  Every candidate, refused or
 ranked, lands in the ``sweep_candidates`` table next to the run's results.
 """
 
@@ -42,14 +56,21 @@ import itertools
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 
-from aisim.errors import ConfigError, SweepError
+from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
-GRID_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks", "kv_cache_bytes", "block_size",
-              "enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
+from aisim.config.keys import ENGINE_KEYS
+
+# Every top-level engine key but the notes a sweep writes itself.
+GRID_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
+# A grid value that removes the key from the base configuration (TOML has no null).
+UNSET = "unset"
+# The load axes of a [load] table (aisim.traces.load), one per sweep.
+LOAD_AXES = ("rate_scale", "poisson_rate")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
-_TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "slo")
+_TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "load", "slo")
 _TRACE = ("paths", "format", "options")
 
 
@@ -68,6 +89,8 @@ class SweepSpec:
     slo: dict
     description: str = ""
     path: str | None = None
+    # The load levels, each a transform of aisim.traces.load (one empty transform: the trace as it is).
+    loads: list = field(default_factory=lambda: [{}])
 
 
 @dataclass
@@ -89,6 +112,12 @@ class Candidate:
     finished: int | None = None
     rank: int | None = None
     cost_tokens: int | None = None
+    gpus: int | None = None         # GPUs of the deployment (time_model.tp)
+    rejected: int | None = None     # requests rejected for a prompt of max_model_len tokens or more
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    load: dict = field(default_factory=dict)  # its load level (aisim.traces.load; empty: as traced)
+    run_id: str | None = None       # the pipeline run that replayed it
 
     @property
     def refused(self) -> bool:
@@ -97,9 +126,16 @@ class Candidate:
 
 @dataclass
 class SweepResult:
+    """Every candidate of a sweep, and its pipeline runs (one per load level)."""
+
     spec: SweepSpec
-    run_id: str
+    run_ids: list
     candidates: list = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        """The run of the first load level (the only one without a ``[load]`` table)."""
+        return self.run_ids[0]
 
     @property
     def ranked(self) -> list:
@@ -162,6 +198,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
             raise SweepError(f"'grid.{k}'{where} must be a non-empty list of values")
         if len(set(map(json.dumps, vals))) != len(vals):
             raise SweepError(f"'grid.{k}'{where} repeats a value")
+    loads = _loads(raw.get("load"), where)
     slo = raw["slo"]
     if not isinstance(slo, dict) or not slo:
         raise SweepError(f"'slo'{where} must give at least one of {', '.join(SLO_KEYS)}")
@@ -179,29 +216,64 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
                      trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
                             "format": trace.get("format"), "options": dict(trace.get("options", {}))},
                      grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
-                     description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None)
+                     description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None,
+                     loads=loads)
+
+
+def _loads(raw, where: str) -> list:
+    """``[load]``: one axis of load levels, ``rate_scale = [...]`` or ``poisson_rate = [...]`` (with ``seed``)."""
+    from aisim.traces.load import check_load
+
+    if raw is None:
+        return [{}]
+    if not isinstance(raw, dict):
+        raise SweepError(f"'load'{where} must be a table")
+    for k in raw:
+        if k not in LOAD_AXES + ("seed",):
+            raise SweepError(f"unknown key 'load.{k}'{where}; known keys: {', '.join(LOAD_AXES + ('seed',))}")
+    axes = [k for k in LOAD_AXES if k in raw]
+    if len(axes) != 1:
+        raise SweepError(f"'load'{where} must give one of {', '.join(LOAD_AXES)}, a list of levels")
+    key, vals = axes[0], raw[axes[0]]
+    if not isinstance(vals, list) or not vals:
+        raise SweepError(f"'load.{key}'{where} must be a non-empty list of levels")
+    if len(set(map(json.dumps, vals))) != len(vals):
+        raise SweepError(f"'load.{key}'{where} repeats a value")
+    seed = {"seed": raw["seed"]} if "seed" in raw else {}
+    try:
+        return [check_load({key: v, **seed}, where, "load.") for v in vals]
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
 
 
 def candidates(spec: SweepSpec) -> list:
-    """Every grid point, validated once by the configuration rules.
+    """Every grid point at every load level, validated by the configuration rules.
 
     Returns
     -------
     list of Candidate
-        In grid order; an accepted one keeps its ``engine``, a refused one its ``reason``.
+        By load level, then in grid order; an accepted one keeps its
+        ``engine``, a refused one its ``reason``.  A load level is a knob too
+        (``rate_scale`` or ``poisson_rate``).
     """
     from aisim.config.engine import engine_config_from_dict
 
     keys = list(spec.grid)
+    points = list(itertools.product(*(spec.grid[k] for k in keys)))
     out = []
-    for i, values in enumerate(itertools.product(*(spec.grid[k] for k in keys))):
+    for i, (load, values) in enumerate(itertools.product(spec.loads, points)):
         knobs = dict(zip(keys, values))
+        knobs.update({k: v for k, v in load.items() if k != "seed"})
         name = f"c{i:03d}"
         cfg = dict(spec.base)
-        cfg.update(knobs)
-        if "kv_cache_bytes" in knobs:
+        for k, v in zip(keys, values):
+            if v == UNSET:
+                cfg.pop(k, None)
+            else:
+                cfg[k] = v
+        if knobs.get("kv_cache_bytes", UNSET) != UNSET:
             cfg.pop("num_gpu_blocks", None)
-        cand = Candidate(name=name, knobs=knobs)
+        cand = Candidate(name=name, knobs=knobs, load=load)
         try:
             engine = engine_config_from_dict(cfg, source=f"candidate {name} {json.dumps(knobs, sort_keys=True)}")
         except ConfigError as exc:
@@ -210,77 +282,199 @@ def candidates(spec: SweepSpec) -> list:
             cand.config = cfg
             cand.engine = engine
             cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
+            cand.gpus = engine.time_model.tp
         out.append(cand)
     return out
 
 
-def _pipeline_spec(spec: SweepSpec, cands: list) -> dict:
+def rejects_too_long(spec: SweepSpec) -> bool:
+    """Whether the sweep rejects over-long prompts (``max_model_len`` is a knob) rather than refusing them."""
+    return "max_model_len" in spec.grid
+
+
+def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
+    """Refuse, with its reason, every accepted candidate that cannot replay the trace.
+
+    The trace is read once, here, and each candidate asked what the replay
+    would ask of it (:func:`aisim.replay.check_trace`), so that none fails
+    inside the pipeline run and stops the sweep.
+    """
+    from aisim.replay import check_trace
+    from aisim.traces import read_trace
+
+    reject = rejects_too_long(spec)
+    for path in spec.trace["paths"]:
+        if progress is not None:
+            progress(f"reading {os.path.basename(path)}")
+        try:
+            trace = read_trace(path, spec.trace["format"], **spec.trace["options"])
+        except TraceError as exc:
+            raise SweepError(f"sweep {spec.name}: {exc}") from None
+        if progress is not None:
+            progress(f"checking {sum(not c.refused for c in cands)} candidates", f"{trace.num_rows:,} requests")
+        faults = {}  # by configuration: the load levels of one grid point share its answer
+        for c in cands:
+            if not c.refused:
+                key = json.dumps(c.config, sort_keys=True)
+                if key not in faults:
+                    faults[key] = check_trace(trace, c.engine, reject_too_long=reject)
+                if faults[key] is not None:
+                    c.reason = f"{os.path.basename(path)}: {faults[key]}"
+
+
+def _pipeline_spec(spec: SweepSpec, cands: list, load: dict) -> dict:
+    """The pipeline spec of one load level: its accepted candidates, one shard each."""
     trace = {"name": "trace", "paths": spec.trace["paths"], "model": spec.model, "options": spec.trace["options"]}
     if spec.trace["format"]:
         trace["format"] = spec.trace["format"]
-    return {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
-            "database": spec.database, "sources": [trace],
+    out = {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
+           "database": spec.database, "sources": [trace],
             # The validated EngineConfig of each candidate, reused by the pipeline spec as it is.
-            "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}]}
+           "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}],
+           "replay": dict(load)}
+    if rejects_too_long(spec):
+        out["replay"]["reject_too_long"] = True
+    return out
 
 
 def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None = None, force: bool = False,
-              progress=None) -> SweepResult:
+              progress=None, phases=None) -> SweepResult:
     """Replay every accepted candidate through the pipeline and rank them.
+
+    Parameters
+    ----------
+    spec : SweepSpec
+    scheduler, workers, force, progress
+        As :func:`aisim.pipeline.run.run_pipeline` takes them (``progress``:
+        the run's reporter, per shard).
+    phases : callable, optional
+        Told each phase of the sweep, as :class:`aisim.cli_util.Phases` is.
 
     Returns
     -------
     SweepResult
-        Every candidate with its rank (accepted) or reason (refused).
-    """
-    from aisim import sql
-    from aisim.pipeline.landing import connect
-    from aisim.query.runner import bind_sql
-    from aisim.pipeline.run import run_pipeline
-    from aisim.pipeline.spec import spec_from_dict
+        Every candidate with its rank (accepted) or reason (refused); one
+        pipeline run per load level.
 
+    Raises
+    ------
+    SweepError
+        The trace cannot be read, or every candidate is refused.
+    """
+    from aisim.traces.load import describe_load
+
+    phases = phases or (lambda name, note="": None)
     cands = candidates(spec)
+    check_candidates(spec, cands, phases)
     accepted = [c for c in cands if not c.refused]
     if not accepted:
         raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
-    pspec = spec_from_dict(_pipeline_spec(spec, cands), source=spec.path,
-                           base_dir=os.path.dirname(spec.path) if spec.path else None)
-    report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+    note = f"{len(cands) - len(accepted)} of {len(cands)} refused"
+    run_ids = []
+    for load in spec.loads:
+        level = [c for c in cands if c.load == load]
+        at = f" at {describe_load(load)}" if load else ""
+        phases(f"replaying {sum(not c.refused for c in level)} candidates{at}", note)
+        run_id = _replay_level(spec, cands, level, load, scheduler, workers, force, progress) \
+            if any(not c.refused for c in level) else None
+        if run_id is not None:
+            run_ids.append(run_id)
+        note = f"run {run_id[:8]}" if run_id else "every candidate refused"
+        for c in level:
+            c.run_id = run_id
+    for c in cands:  # a level whose every candidate was refused lands with the sweep's first run
+        c.run_id = c.run_id or run_ids[0]
+    phases("ranking", note)
+    _rank(spec, run_ids, cands)
+    result = SweepResult(spec=spec, run_ids=run_ids, candidates=cands)
+    write_best(result)
+    return result
+
+
+def _replay_level(spec, cands, level, load, scheduler, workers, force, progress) -> str:
+    """Replay one load level's accepted candidates in one pipeline run; return its run id.
+
+    A candidate whose replay fails (a step outside its profile's measured
+    range, say) is refused with the replay's reason, and the others run
+    again without it.
+    """
+    from aisim.pipeline.run import run_pipeline
+    from aisim.pipeline.spec import spec_from_dict
+
+    while True:
+        pspec = spec_from_dict(_pipeline_spec(spec, level, load), source=spec.path,
+                               base_dir=os.path.dirname(spec.path) if spec.path else None)
+        try:
+            report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
+        except ShardFailed as exc:
+            failed = _failed_candidate(str(exc), level)
+            if failed is None:
+                raise
+            failed.reason = f"its replay failed: {str(exc).split(' failed: ', 1)[1]}"
+            if all(c.refused for c in cands):
+                raise SweepError(f"every candidate of sweep {spec.name} is refused; the last because: "
+                                 f"{failed.reason}") from None
+            if all(c.refused for c in level):
+                return None
+            continue
+        return report.run_id
+
+
+def _failed_candidate(message: str, cands: list) -> Candidate | None:
+    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``)."""
+    m = re.match(r"shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
+    c = {c.name: c for c in cands}.get(m.group(1)) if m else None
+    return c if c is not None and not c.refused else None
+
+
+def rank_key(c: Candidate) -> tuple:
+    """Best first: goodput, then fewer GPUs, then the lower p99 TTFT, then grid order.
+
+    A larger KV pool on the same GPUs costs nothing, so it only wins by its latency.
+    """
+    ttft = c.ttft_p99_s if c.ttft_p99_s is not None else math.inf
+    return (-c.goodput_req_s, c.gpus, ttft, c.name)
+
+
+def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
+    """Read each run's goodput per candidate, rank them all and land ``sweep_candidates``."""
+    from aisim import sql
+    from aisim.pipeline.landing import connect
+    from aisim.query.runner import bind_sql
+
     library = sql.sweep()
     # The SLO as slo_attainment (sql/views) defines it; a threshold the spec leaves out is no limit.
-    goodput = bind_sql(library["goodput"], {"run": report.run_id, **{k: spec.slo.get(k) for k in SLO_KEYS}})
+    slo = {k: spec.slo.get(k) for k in SLO_KEYS}
     con = connect(spec.database)
     try:
-        rows = con.execute(*goodput).fetchall()
         by_name = {c.name: c for c in cands}
-        for engine, _good, finished, _requests, goodput_req_s, attainment in rows:
+        rows = [row for run_id in run_ids
+                for row in con.execute(*bind_sql(library["goodput"], {"run": run_id, **slo})).fetchall()]
+        for engine, _good, finished, _requests, goodput_req_s, attainment, rejected, ttft_p99, tpot_p99 in rows:
             c = by_name[engine]
-            c.goodput_req_s = goodput_req_s
-            c.slo_attainment = attainment
-            c.finished = finished
-        order = sorted(accepted, key=lambda c: (-c.goodput_req_s, c.cost_tokens,
-                                                 c.config.get("max_num_batched_tokens", 0),
-                                                 c.config.get("max_num_seqs", 0), c.name))
-        for rank, c in enumerate(order, 1):
+            c.goodput_req_s, c.slo_attainment, c.finished = goodput_req_s, attainment, finished
+            c.rejected, c.ttft_p99_s, c.tpot_p99_s = rejected, ttft_p99, tpot_p99
+        for rank, c in enumerate(sorted((c for c in cands if not c.refused), key=rank_key), 1):
             c.rank = rank
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(library["sweep_candidates"].sql)
-            con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [report.run_id])
+            for run_id in run_ids:
+                con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
+            cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
+                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s")
+            insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
-                con.execute("INSERT INTO sweep_candidates VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            [report.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
-                             "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
-                             c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True)])
+                con.execute(insert, [c.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
+                                     "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
+                                     c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
+                                     c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
     finally:
         con.close()
-    result = SweepResult(spec=spec, run_id=report.run_id, candidates=cands)
-    write_best(result)
-    return result
 
 
 def write_best(result: SweepResult) -> None:
@@ -294,8 +488,12 @@ def write_best(result: SweepResult) -> None:
 
     best = result.best
     slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
-    notes = [f"best of {len(result.candidates)} candidates of sweep {result.spec.name} (run {result.run_id})",
+    notes = [f"best of {len(result.candidates)} candidates of sweep {result.spec.name} (run {best.run_id})",
              f"goodput {best.goodput_req_s:.3f} requests/s within {slo}; knobs {json.dumps(best.knobs, sort_keys=True)}"]
+    if best.load:
+        from aisim.traces.load import describe_load
+
+        notes.append(f"at load {describe_load(best.load)} (a transform of the trace, not of the engine)")
     cfg = best.engine.replace(plan_notes=notes).raw  # validated: the file written loads back
     write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
                                                + notes)])

@@ -3,15 +3,25 @@
 -- grain:   one row per (run_id, candidate).
 -- sources: aisim.sweep, after the sweep's pipeline run landed (runs.run_id; engine = candidate).
 CREATE TABLE IF NOT EXISTS sweep_candidates (
-    run_id          VARCHAR NOT NULL,   -- runs.run_id of the sweep's pipeline run (engine = candidate)
+    run_id          VARCHAR NOT NULL,   -- runs.run_id of the pipeline run of its load level (engine = candidate);
+                                        -- a level whose every candidate was refused: the sweep's first run
     candidate       VARCHAR NOT NULL,   -- c000, c001, ... in grid order
-    knobs           VARCHAR NOT NULL,   -- JSON of the grid values of this candidate
+    knobs           VARCHAR NOT NULL,   -- JSON of its grid values ("unset": the base's key removed) and load level
     status          VARCHAR NOT NULL,   -- 'ranked' or 'refused'
-    reason          VARCHAR,            -- why the configuration rules refused it
+    reason          VARCHAR,            -- why it was refused: a configuration rule, or a request it cannot hold
     rank            INTEGER,            -- 1 = best
     goodput_req_s   DOUBLE,             -- requests meeting every SLO threshold per second
     slo_attainment  DOUBLE,             -- share of requests meeting every threshold
     cost_tokens     BIGINT,             -- KV capacity in tokens (num_gpu_blocks * block_size)
     slo             VARCHAR NOT NULL,   -- JSON of the thresholds
+    gpus            INTEGER,            -- GPUs of the deployment (time_model.tp)
+    rejected        BIGINT,             -- requests rejected for a prompt of max_model_len tokens or more
+    ttft_p99_s      DOUBLE,             -- p99 TTFT of the requests that got a first token
+    tpot_p99_s      DOUBLE,             -- p99 TPOT of the finished requests
     PRIMARY KEY (run_id, candidate)
 );
+-- A table made by an earlier aisim gains the columns it lacks.
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS gpus INTEGER;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS rejected BIGINT;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS tpot_p99_s DOUBLE;
