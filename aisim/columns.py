@@ -1,7 +1,7 @@
 """The output column catalogue: every column aisim writes, declared once.
 
 Each table a replay or a pipeline run produces (``runs``, ``shards``,
-``summaries``, ``requests``, ``steps``) is an ordered tuple of
+``summaries``, ``replicas``, ``requests``, ``steps``) is an ordered tuple of
 :class:`Column`: its name, DuckDB type (and the Arrow type it travels as),
 unit and meaning.  Everything else reads them from here:
 
@@ -26,7 +26,7 @@ steps, the summaries (``kv_usage_mean``/``kv_usage_max``) and the decision log.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -173,6 +173,10 @@ SHARDS = Table("shards", (
     C("engine_sha256", "VARCHAR", "", "SHA-256 of engine_config", not_null=True),
     C("engine_config", "VARCHAR", "", "resolved engine configuration (JSON, every default filled in)",
       not_null=True),
+    C("replicas", "INTEGER", "count", "deployment: engines behind the router; NULL for a single engine"),
+    C("router", "VARCHAR", "", "deployment: its router (aisim.config.deployment.ROUTERS); NULL for a single engine"),
+    C("deployment_config", "VARCHAR", "", "deployment: its resolved settings (JSON, every default filled in); "
+      "NULL for a single engine"),
     C("vllm_version", "VARCHAR", "", "vLLM release whose rules were replayed"),
     C("clock", "VARCHAR", "", "'step' or 'time' arrivals; NULL for a shard without requests"),
     C("sources", "VARCHAR", "", "JSON list of input files and their row counts for this model", not_null=True),
@@ -229,6 +233,46 @@ SUMMARIES = Table("summaries", (
     C("summary_json", "VARCHAR", "", "the replay summary as JSON, every field"),
 ), primary_key=("run_id", "shard_id"))
 
+# The replicas of a deployment shard, one row each: the replica's own replay summary (the
+# ``replicas`` list of aisim.deploy's summary), flattened with the summaries' columns, plus its busy
+# time and utilisation.  A shard without a deployment has no rows here.
+REPLICAS = Table("replicas", (
+    _run_key(),
+    _shard_key(),
+    C("replica", "INTEGER", "", "replica within the deployment (0, 1, ...)", not_null=True, summary=("replica",)),
+    *(SUMMARIES[n] for n in (
+        "requests", "finished", "unfinished", "steps", "preemptions", "scheduled_tokens", "prompt_tokens",
+        "output_tokens", "prefix_hit_tokens_at_admission", "prefix_hit_rate", "prefix_queries", "prefix_hits",
+        "clock_end_s", "duration_s", "throughput_tok_s", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
+        "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "kv_usage_mean", "kv_usage_max", "kv_physical_usage_max")),
+    C("busy_s", "DOUBLE", "s", "the replica's step time, summed", summary=("busy_s",)),
+    C("utilisation", "DOUBLE", "fraction", "busy_s over the deployment's duration_s", summary=("utilisation",)),
+), primary_key=("run_id", "shard_id", "replica"))
+
+
+# Columns a deployment (aisim.deploy) puts in front of the replay's own: where the router sent a
+# request and when; which replica ran a step.  The pipeline lands them too (:func:`_landed`).
+DEPLOYMENT_REQUESTS = Table("deployment_requests", (
+    C("replica", "INTEGER", "", "replica the router sent the request to (disaggregated: where it finished)",
+      not_null=True),
+    C("prefill_replica", "INTEGER", "", "replica that ran its prefill (aggregated: its replica)"),
+    C("decode_replica", "INTEGER", "", "replica that ran its decode (aggregated: its replica; null: no decode "
+      "phase)"),
+    C("routed_s", "DOUBLE", "s", "when the router placed the request: its arrival; disaggregated, when the "
+      "decode router placed it (its first token)"),
+    C("transfer_s", "DOUBLE", "s", "prefill-to-decode KV transfer time (null: aggregated replicas)"),
+))
+
+DEPLOYMENT_STEPS = Table("deployment_steps", (
+    C("replica", "INTEGER", "", "replica that ran the step", not_null=True),
+))
+
+
+def _landed(col: Column) -> Column:
+    """A deployment column as the pipeline lands it: a pipeline column, NULL on a single engine's rows."""
+    return replace(col, not_null=False, replay=False, meaning=f"{col.meaning}; NULL without a deployment")
+
+
 REQUESTS = Table("requests", (
     _run_key(LABEL),
     _shard_key(),
@@ -238,6 +282,7 @@ REQUESTS = Table("requests", (
     C("session_id", "VARCHAR", "", "multi-turn session, if the trace has one", replay=False),
     C("turn", "INTEGER", "", "turn within the session (0 = first)", replay=False),
     C("priority", "INTEGER", "", "lower runs first (priority policy)", replay=False),
+    *(_landed(c) for c in DEPLOYMENT_REQUESTS.columns),
     C("arrival_s", "DOUBLE", "s", "arrival", core="float64"),
     C("first_scheduled_s", "DOUBLE", "s", "first scheduled (start of that step)", core="float64"),
     C("first_token_s", "DOUBLE", "s", "first output token", core="float64"),
@@ -262,7 +307,9 @@ REQUESTS = Table("requests", (
 STEPS = Table("steps", (
     _run_key(LABEL),
     _shard_key(),
-    C("step", "BIGINT", "", "engine iteration (unique within a shard)", not_null=True, core="int64"),
+    *(_landed(c) for c in DEPLOYMENT_STEPS.columns),
+    C("step", "BIGINT", "", "engine iteration (unique within a shard's engine or replica)", not_null=True,
+      core="int64"),
     C("kind", "VARCHAR", "", "'step', or 'drain' (async scheduling's last output)", arrow=LABEL, core="int32"),
     C("updated_step", "BIGINT", "", "the step whose output this line applied", core="int64"),
     C("clock_s", "DOUBLE", "s", "start of the step", core="float64"),
@@ -294,24 +341,6 @@ STEPS = Table("steps", (
     C("spec_accepted", "BIGINT", "tokens", "of those, accepted", core="int64"),
 ))
 
-# Columns a deployment (aisim.deploy) puts in front of the replay's own: where the router sent a
-# request and when; which replica ran a step.  The pipeline does not land deployments yet.
-DEPLOYMENT_REQUESTS = Table("deployment_requests", (
-    C("replica", "INTEGER", "", "replica the router sent the request to (disaggregated: where it finished)",
-      not_null=True),
-    C("prefill_replica", "INTEGER", "", "replica that ran its prefill (aggregated: its replica)"),
-    C("decode_replica", "INTEGER", "", "replica that ran its decode (aggregated: its replica; null: no decode "
-      "phase)"),
-    C("routed_s", "DOUBLE", "s", "when the router placed the request: its arrival; disaggregated, when the "
-      "decode router placed it (its first token)"),
-    C("transfer_s", "DOUBLE", "s", "prefill-to-decode KV transfer time (null: aggregated replicas)"),
-))
-
-DEPLOYMENT_STEPS = Table("deployment_steps", (
-    C("replica", "INTEGER", "", "replica that ran the step", not_null=True),
-))
-
-
 def deployment_schema(extra: Table, table: Table) -> pa.Schema:
     """A deployment's table: the columns of ``extra``, then ``table``'s replay columns."""
     return pa.schema([(c.name, c.arrow_type) for c in extra.columns]
@@ -319,7 +348,11 @@ def deployment_schema(extra: Table, table: Table) -> pa.Schema:
 
 
 # Landing order (a run's rows are deleted in reverse).
-TABLES = {t.name: t for t in (RUNS, SHARDS, SUMMARIES, REQUESTS, STEPS)}
+TABLES = {t.name: t for t in (RUNS, SHARDS, SUMMARIES, REPLICAS, REQUESTS, STEPS)}
+
+# The tables that grow with the trace (a row per request, per step): kept as Parquet files with
+# ``landing.keep_parquet``; the others always live in the database.
+LARGE_TABLES = ("requests", "steps")
 
 SCHEMA_MARK = "-- Generated from aisim/columns.py by `python -m aisim.columns --write`; do not edit below."
 
@@ -376,8 +409,9 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ARROW_TYPES", "LABEL", "LATENCIES", "LATENCY_STATS", "REQUESTS", "RUNS", "SHARDS", "STEPS",
-           "SUMMARIES", "TABLES", "Column", "Table", "render_schema", "render_table", "schema_header"]
+__all__ = ["ARROW_TYPES", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES", "LATENCIES",
+           "LATENCY_STATS", "REPLICAS", "REQUESTS", "RUNS", "SHARDS", "STEPS", "SUMMARIES", "TABLES", "Column", "Table",
+           "render_schema", "render_table", "schema_header"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ installs as the package ``aisim.sql`` (this loader is its ``__init__.py``).
 
 ``schema.sql``
     The tables a pipeline run lands in (``runs``, ``shards``, ``summaries``,
-    ``requests``, ``steps``); the ``CREATE TABLE`` statements are generated
+    ``replicas``, ``requests``, ``steps``); the ``CREATE TABLE`` statements are generated
     from the column catalogue, :mod:`aisim.columns`.
 ``views/*.sql``
     One view or macro per file, created in every database a run lands in.
@@ -117,7 +117,7 @@ def _parse(name: str, kind: str, text: str) -> SqlFile:
 
 
 def schema() -> SqlFile:
-    """``schema.sql``: ``CREATE TABLE IF NOT EXISTS`` for the five tables."""
+    """``schema.sql``: ``CREATE TABLE IF NOT EXISTS`` for the tables of :data:`aisim.columns.TABLES`."""
     return _parse("schema", "schema", (_root() / "schema.sql").read_text(encoding="utf-8"))
 
 

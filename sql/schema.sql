@@ -1,8 +1,8 @@
--- schema: the five tables a pipeline run lands in (aisim.pipeline.landing).
+-- schema: the six tables a pipeline run lands in (aisim.pipeline.landing).
 --
 -- purpose: keep every run's replay results, keyed by run and shard, for SQL analysis.
--- grain:   runs (run_id); shards, summaries (run_id, shard_id);
---          requests (run_id, shard_id, request_index); steps (run_id, shard_id, step).
+-- grain:   runs (run_id); shards, summaries (run_id, shard_id); replicas (run_id, shard_id, replica);
+--          requests (run_id, shard_id, request_index); steps (run_id, shard_id, replica, step).
 -- sources: the shard tasks of aisim.pipeline.shards (Arrow tables), landed in one
 --          transaction per run; run_id is the run key (spec + input fingerprints).
 --
@@ -44,19 +44,22 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 
 CREATE TABLE IF NOT EXISTS shards (
-    run_id         VARCHAR NOT NULL,  -- runs.run_id
-    shard_id       INTEGER NOT NULL,  -- 0, 1, ... in (model, engine) order
-    model          VARCHAR NOT NULL,  -- the model whose requests this shard replays
-    engine         VARCHAR NOT NULL,  -- the engine configuration's name in the deployment
-    engine_path    VARCHAR,           -- the configuration file as the spec names it; NULL when inline
-    engine_sha256  VARCHAR NOT NULL,  -- SHA-256 of engine_config
-    engine_config  VARCHAR NOT NULL,  -- resolved engine configuration (JSON, every default filled in)
-    vllm_version   VARCHAR,           -- vLLM release whose rules were replayed
-    clock          VARCHAR,           -- 'step' or 'time' arrivals; NULL for a shard without requests
-    sources        VARCHAR NOT NULL,  -- JSON list of input files and their row counts for this model
-    requests       BIGINT NOT NULL,   -- requests replayed
-    steps          BIGINT NOT NULL,   -- step rows
-    task_s         DOUBLE,            -- bookkeeping: wall time of the shard task
+    run_id             VARCHAR NOT NULL,  -- runs.run_id
+    shard_id           INTEGER NOT NULL,  -- 0, 1, ... in (model, engine) order
+    model              VARCHAR NOT NULL,  -- the model whose requests this shard replays
+    engine             VARCHAR NOT NULL,  -- the engine configuration's name in the deployment
+    engine_path        VARCHAR,           -- the configuration file as the spec names it; NULL when inline
+    engine_sha256      VARCHAR NOT NULL,  -- SHA-256 of engine_config
+    engine_config      VARCHAR NOT NULL,  -- resolved engine configuration (JSON, every default filled in)
+    replicas           INTEGER,           -- deployment: engines behind the router; NULL for a single engine
+    router             VARCHAR,           -- deployment: its router (aisim.config.deployment.ROUTERS); NULL for a single engine
+    deployment_config  VARCHAR,           -- deployment: its resolved settings (JSON, every default filled in); NULL for a single engine
+    vllm_version       VARCHAR,           -- vLLM release whose rules were replayed
+    clock              VARCHAR,           -- 'step' or 'time' arrivals; NULL for a shard without requests
+    sources            VARCHAR NOT NULL,  -- JSON list of input files and their row counts for this model
+    requests           BIGINT NOT NULL,   -- requests replayed
+    steps              BIGINT NOT NULL,   -- step rows
+    task_s             DOUBLE,            -- bookkeeping: wall time of the shard task
     PRIMARY KEY (run_id, shard_id)
 );
 
@@ -102,6 +105,39 @@ CREATE TABLE IF NOT EXISTS summaries (
     PRIMARY KEY (run_id, shard_id)
 );
 
+CREATE TABLE IF NOT EXISTS replicas (
+    run_id                          VARCHAR NOT NULL,  -- runs.run_id
+    shard_id                        INTEGER NOT NULL,  -- shards.shard_id
+    replica                         INTEGER NOT NULL,  -- replica within the deployment (0, 1, ...)
+    requests                        BIGINT,            -- requests in the trace share
+    finished                        BIGINT,            -- requests that finished
+    unfinished                      BIGINT,            -- requests that did not
+    steps                           BIGINT,            -- engine steps (not drain lines)
+    preemptions                     BIGINT,            -- preemptions, all requests
+    scheduled_tokens                BIGINT,            -- prefill + decode tokens scheduled
+    prompt_tokens                   BIGINT,            -- prompt tokens, all requests
+    output_tokens                   BIGINT,            -- output tokens, all requests
+    prefix_hit_tokens_at_admission  BIGINT,            -- cached tokens at first admission, all requests
+    prefix_hit_rate                 DOUBLE,            -- prefix_hits / prefix_queries
+    prefix_queries                  BIGINT,            -- tokens looked up in the prefix cache (vLLM PrefixCacheStats)
+    prefix_hits                     BIGINT,            -- of those, hits
+    clock_end_s                     DOUBLE,            -- end of the last step
+    duration_s                      DOUBLE,            -- from the first arrival to the end of the last step
+    throughput_tok_s                DOUBLE,            -- output tokens / duration_s
+    ttft_mean_s                     DOUBLE,            -- time to first token: mean
+    ttft_p50_s                      DOUBLE,            -- median
+    ttft_p99_s                      DOUBLE,            -- 99th percentile
+    tpot_p50_s                      DOUBLE,            -- median
+    e2e_p50_s                       DOUBLE,            -- median
+    e2e_p99_s                       DOUBLE,            -- 99th percentile
+    kv_usage_mean                   DOUBLE,            -- vLLM's kv_usage (active / usable blocks), mean over steps
+    kv_usage_max                    DOUBLE,            -- its peak
+    kv_physical_usage_max           DOUBLE,            -- peak of active + cached blocks over usable blocks
+    busy_s                          DOUBLE,            -- the replica's step time, summed
+    utilisation                     DOUBLE,            -- busy_s over the deployment's duration_s
+    PRIMARY KEY (run_id, shard_id, replica)
+);
+
 CREATE TABLE IF NOT EXISTS requests (
     run_id                        VARCHAR NOT NULL,  -- runs.run_id
     shard_id                      INTEGER NOT NULL,  -- shards.shard_id
@@ -110,6 +146,11 @@ CREATE TABLE IF NOT EXISTS requests (
     session_id                    VARCHAR,           -- multi-turn session, if the trace has one
     turn                          INTEGER,           -- turn within the session (0 = first)
     priority                      INTEGER,           -- lower runs first (priority policy)
+    replica                       INTEGER,           -- replica the router sent the request to (disaggregated: where it finished); NULL without a deployment
+    prefill_replica               INTEGER,           -- replica that ran its prefill (aggregated: its replica); NULL without a deployment
+    decode_replica                INTEGER,           -- replica that ran its decode (aggregated: its replica; null: no decode phase); NULL without a deployment
+    routed_s                      DOUBLE,            -- when the router placed the request: its arrival; disaggregated, when the decode router placed it (its first token); NULL without a deployment
+    transfer_s                    DOUBLE,            -- prefill-to-decode KV transfer time (null: aggregated replicas); NULL without a deployment
     arrival_s                     DOUBLE,            -- arrival
     first_scheduled_s             DOUBLE,            -- first scheduled (start of that step)
     first_token_s                 DOUBLE,            -- first output token
@@ -130,7 +171,8 @@ CREATE TABLE IF NOT EXISTS requests (
 CREATE TABLE IF NOT EXISTS steps (
     run_id                    VARCHAR NOT NULL,  -- runs.run_id
     shard_id                  INTEGER NOT NULL,  -- shards.shard_id
-    step                      BIGINT NOT NULL,   -- engine iteration (unique within a shard)
+    replica                   INTEGER,           -- replica that ran the step; NULL without a deployment
+    step                      BIGINT NOT NULL,   -- engine iteration (unique within a shard's engine or replica)
     kind                      VARCHAR,           -- 'step', or 'drain' (async scheduling's last output)
     updated_step              BIGINT,            -- the step whose output this line applied
     clock_s                   DOUBLE,            -- start of the step

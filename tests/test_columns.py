@@ -66,7 +66,7 @@ def test_replay_tables_have_the_catalogue_schemas(replayed):
 
 def test_shard_results_have_the_catalogue_schemas(demo):
     _, tables = demo
-    for name in ("shards", "summaries", "requests", "steps"):
+    for name in ("shards", "summaries", "replicas", "requests", "steps"):
         assert tables[name].schema == TABLES[name].arrow_schema(), name
 
 

@@ -104,7 +104,8 @@ def test_check_and_run_formats(spec, db):
     assert [(s["shard_id"], s["model"], s["engine"]) for s in doc["shards"]] == [
         (0, "llama-3.1-8b", "base"), (1, "llama-3.1-8b", "seqs64"), (2, "qwen3-next-80b", "align")]
     r = _run("pipeline", "check", spec, "--format", "csv")
-    assert r.exit_code == 0 and r.stdout.splitlines()[0] == "shard_id,model,engine,engine_path,input_files"
+    assert r.exit_code == 0
+    assert r.stdout.splitlines()[0] == "shard_id,model,engine,engine_path,input_files,replicas,router"
     assert r.stdout.splitlines()[3].startswith("2,qwen3-next-80b,align,")
     r = _run("pipeline", "run", spec, "--scheduler", "sync", "--format", "json")
     assert r.exit_code == 0, r.output

@@ -692,3 +692,96 @@ def test_browser_probe_catches_errors(tmp_path):
 
     errors = json.loads(htmlmod.unescape(re.search(r'data-probe-errors="([^"]*)"', dom).group(1)))
     assert any("custom failure" in e for e in errors) and any("TypeError" in e for e in errors)
+
+
+# ---------------------------------------------------------------------------- deployments
+
+
+@pytest.fixture(scope="module")
+def fleet_db(tmp_path_factory):
+    """pipelines/fleet.toml landed in a fresh database: one engine, two deployments of four replicas."""
+    from aisim.pipeline.run import run_pipeline
+
+    db = str(tmp_path_factory.mktemp("report-fleet") / "fleet.duckdb")
+    assert run_pipeline(os.path.join(ROOT, "pipelines", "fleet.toml"), scheduler="sync", database=db).landed
+    return db
+
+
+def _replica_table(html: str, sid: int) -> dict:
+    """The deployment panel's table of shard ``sid``: row key -> {data-key: data-value}."""
+    m = re.search(rf'<table class="summary replicas" id="replicas-{sid}">(.*?)</table>', html, re.S)
+    assert m, f"shard {sid} has no replica table"
+    rows = {}
+    for key, body in re.findall(r'<tr[^>]* data-replica="(\w+)">(.*?)</tr>', m.group(1), re.S):
+        rows[key] = {k: float(v) if v else None
+                     for k, v in re.findall(r'data-key="(\w+)"(?: data-value="([^"]*)")?', body)}
+    return rows
+
+
+def test_deployment_shard_shows_its_replicas_beside_its_totals(fleet_db):
+    html, rd = build_report(fleet_db)
+    shards = {r["engine"]: r["shard_id"] for r in _sql(fleet_db, "SELECT engine, shard_id FROM shards")}
+    for engine in ("kv4", "rr4"):
+        sid = shards[engine]
+        table = _replica_table(html, sid)
+        reps = _sql(fleet_db, "SELECT * FROM replicas WHERE shard_id = ? ORDER BY replica", [sid])
+        assert list(table) == ["0", "1", "2", "3", "all"]
+        for r in reps:
+            got = table[str(r["replica"])]
+            assert got["requests"] == r["requests"] and got["share"] == r["requests"] / 600
+            for k in ("prefix_hit_rate", "busy_s", "utilisation", "ttft_p50_s", "ttft_p99_s", "kv_usage_max"):
+                assert got[k] == r[k], (engine, r["replica"], k)
+        [s] = _sql(fleet_db, "SELECT * FROM summaries WHERE shard_id = ?", [sid])
+        total = table["all"]
+        assert total["requests"] == 600 and total["share"] == 1.0
+        for k in ("prefix_hit_rate", "ttft_p50_s", "ttft_p99_s", "kv_usage_max"):
+            assert total[k] == s[k], (engine, k)
+        assert total["busy_s"] == pytest.approx(sum(r["busy_s"] for r in reps), rel=1e-15)
+        assert total["utilisation"] == pytest.approx(np.mean([r["utilisation"] for r in reps]), rel=1e-15)
+        # The imbalance shown is the load_balance query's (which keeps 4 decimals, the page 3).
+        [q] = _sql(fleet_db, "SELECT DISTINCT request_imbalance, busy_imbalance FROM replica_balance "
+                             "WHERE shard_id = ?", [sid])
+        m = re.search(rf'id="shard-{sid}".*?data-request-imbalance="([\d.]+)" data-busy-imbalance="([\d.]+)"',
+                      html, re.S)
+        assert m.groups() == (f"{q['request_imbalance']:.3f}", f"{q['busy_imbalance']:.3f}")
+        page = parse(html)
+        bars = {c["id"]: c["bars"] for c in page.charts if c["shard"] == sid}
+        assert len(bars[f"replica-requests-{sid}"]) == 4 and min(bars[f"replica-requests-{sid}"]) > 0
+        assert len(bars[f"replica-util-{sid}"]) == 8 and min(bars[f"replica-util-{sid}"]) > 0
+    # Round robin dealt 150 requests to each replica: the balance is perfect.
+    assert re.search(rf'id="shard-{shards["rr4"]}".*?data-request-imbalance="1.000"', html, re.S)
+    # The single engine's section has no deployment panel.
+    single = re.search(rf'<section class="shard" id="shard-{shards["single"]}".*?</section>', html, re.S).group(0)
+    assert "replicas-" not in single and "<h3>Replicas</h3>" not in single
+    assert [len(sd.replicas) for sd in rd.shards] == [4 if sd.shard["engine"] != "single" else 0 for sd in rd.shards]
+
+
+def test_deployment_steps_are_drawn_by_start_time(fleet_db):
+    _, rd = build_report(fleet_db)
+    for sd in rd.shards:
+        t = sd.steps["clock_s"]
+        assert sd.n_steps == _sql(fleet_db, "SELECT count(*) AS n FROM steps WHERE shard_id = ?",
+                                  [sd.shard_id])[0]["n"]
+        assert np.all(np.diff(t) >= 0), sd.shard["engine"]
+
+
+def test_browser_renders_deployment_report(fleet_db, tmp_path):
+    """Headless Chromium on the deployment example's report: no errors, every chart (the replica bars too) drawn."""
+    exe = _chromium()
+    out = tmp_path / "fleet.html"
+    write_report(fleet_db, str(out))
+    html = out.read_text(encoding="utf-8")
+    probed = tmp_path / "probed.html"
+    probed.write_text(html.replace("<head>", "<head>" + _PROBE, 1), encoding="utf-8")
+    [(rc, dom, err)] = _run_browsers([_browser_cmd(exe, probed.as_uri(), tmp_path / "profile", "--dump-dom",
+                                                   "--window-size=1400,3000")])
+    assert rc == 0, err[-2000:]
+    assert _console_errors(err) == []
+    import html as htmlmod
+
+    assert json.loads(htmlmod.unescape(re.search(r'data-probe-errors="([^"]*)"', dom).group(1))) == []
+    page = parse(dom)
+    ids = [c["id"] for c in page.charts]
+    assert sum(1 for i in ids if i.startswith("replica-")) == 4
+    for c in page.charts:
+        assert [d for d in c["paths"] if _points(d) >= 2] + [w for w in c["bars"] if w > 0], c["id"]

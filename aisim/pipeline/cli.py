@@ -135,7 +135,10 @@ def check_cmd(spec, database, fmt):
     except AisimError as exc:
         fail(exc)
     shards = [{"shard_id": sh["shard_id"], "model": sh["model"], "engine": sh["engine"],
-               "engine_path": sh["engine_path"], "input_files": len(sh["reads"])} for sh in plan["shards"]]
+               "engine_path": sh["engine_path"], "input_files": len(sh["reads"]),
+               "replicas": sh["deployment"].replicas if sh["deployment"] is not None else None,
+               "router": sh["deployment"].router if sh["deployment"] is not None else None}
+              for sh in plan["shards"]]
     if fmt == "json":
         echo_json({"spec": str(s.path), "name": s.name, "run_key": key, "database": str(db), "landed": bool(landed),
                    "inputs": [{"path": f.display, "format": f.format, "bytes": f.size,
@@ -150,5 +153,7 @@ def check_cmd(spec, database, fmt):
     for f in inputs:
         out.print(f"  input  {f.display} ({f.format}, {fmt_num(f.size)} bytes, source '{s.sources[f.source].name}')")
     for sh in plan["shards"]:
+        fleet = sh["deployment"]
+        fleet = f"; {fleet.replicas} replicas behind the {fleet.router} router" if fleet is not None else ""
         out.print(f"  shard {sh['shard_id']}: {sh['model']} on {sh['engine']} "
-                  f"({sh['engine_path'] or 'inline'}; {len(sh['reads'])} input file(s))")
+                  f"({sh['engine_path'] or 'inline'}{fleet}; {len(sh['reads'])} input file(s))")

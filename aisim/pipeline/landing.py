@@ -5,7 +5,7 @@ in the run's staging directory (:mod:`aisim.pipeline.staging`) and the driver
 writes the manifest; :func:`land_staged` opens the database and, in one
 transaction, creates the tables and views (the SQL library ``sql/``,
 :mod:`aisim.sql`), removes the run's earlier rows when forced, inserts the
-``runs`` row and then ``shards``, ``summaries``, ``requests`` and ``steps``
+``runs`` row and then ``shards``, ``summaries``, ``replicas``, ``requests`` and ``steps``
 with ``INSERT ... SELECT ... FROM read_parquet([...])`` over the staged files
 in shard order (DuckDB streams them: the driver never holds the rows).  Any
 failure, ``KeyboardInterrupt`` included, rolls the transaction back; a
@@ -19,7 +19,7 @@ failed landing and before the next one (for a landing killed outright).
 With ``keep_parquet`` (:func:`land_staged`), ``requests`` and ``steps`` are not
 copied into the database: the files move to the Parquet store and the two
 tables become views over every landed run's files (``_aisim_parquet_files``
-lists them); the other three tables, and every view, are as usual.
+lists them); the other tables, and every view, are as usual.
 
 DuckDB lets one process write a database file at a time.  When another
 process holds it, :class:`DatabaseLocked` says so, naming the process.
@@ -39,6 +39,9 @@ from aisim import columns
 
 # Landing order (the column catalogue's); deletion runs in reverse.
 TABLES = tuple(columns.TABLES)
+# Kept as Parquet files with keep_parquet; the rest always live in the database.
+LARGE = columns.LARGE_TABLES
+SMALL = tuple(t for t in TABLES if t not in LARGE)
 
 
 def _locked_message(path: str, exc: Exception, read_only: bool) -> str:
@@ -269,7 +272,7 @@ def _schema(con, keep_parquet: bool) -> None:
     if not keep_parquet:
         sql.apply_schema(con)
         return
-    for name in TABLES[:3]:
+    for name in SMALL:
         con.execute(render_table(columns.TABLES[name]))
     con.execute("CREATE TABLE IF NOT EXISTS _aisim_parquet_files (run_id VARCHAR NOT NULL, "
                 "table_name VARCHAR NOT NULL, seq INTEGER NOT NULL, path VARCHAR NOT NULL)")
@@ -279,7 +282,7 @@ def _parquet_views(con) -> None:
     """(Re)create ``requests`` and ``steps`` as views over the landed runs' files, then the SQL library's views."""
     from aisim import sql
 
-    for name in TABLES[3:]:
+    for name in LARGE:
         files = [r[0] for r in con.execute(
             "SELECT f.path FROM _aisim_parquet_files f JOIN runs r USING (run_id) WHERE f.table_name = ? "
             "ORDER BY r.run_seq, f.seq", [name]).fetchall()]
@@ -331,7 +334,7 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
             con.execute("ROLLBACK")
             return {"landed": False, "replaced": False, "run_seq": found[0], "rows": {}}
         if found:
-            for t in reversed(TABLES[:3] if store is not None else TABLES):
+            for t in reversed(SMALL if store is not None else TABLES):
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
             if store is not None:
                 con.execute("DELETE FROM _aisim_parquet_files WHERE run_id = ?", [run_id])
@@ -339,13 +342,13 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
         insert_run(con, dict(run, run_seq=seq))
         rows = {"runs": 1}
         for t in TABLES[1:]:
-            if store is not None and t in TABLES[3:]:
+            if store is not None and t in LARGE:
                 paths = manifest["stored"][t]
                 for i, p in enumerate(paths):
                     con.execute("INSERT INTO _aisim_parquet_files VALUES (?, ?, ?, ?)", [run_id, t, i, store.path(p)])
                 rows[t] = manifest["rows"][t]
             else:
-                rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"][t]])
+                rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"].get(t, [])])
         if store is not None:
             _parquet_views(con)
         con.execute("COMMIT")
@@ -514,7 +517,7 @@ def _store_files(manifest: dict, staging, store):
     run_id = manifest["run"]["run_id"]
     had = store.exists(store.run_path(run_id))
     stored = {}
-    for t in TABLES[3:]:
+    for t in LARGE:
         stored[t] = []
         for rel in manifest["files"][t]:
             dest = posixpath.join(run_id, rel)

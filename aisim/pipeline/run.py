@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from aisim.columns import TABLES
 from aisim.errors import PipelineError
 from aisim.pipeline.progress import Quiet
 from aisim.pipeline.spec import PipelineSpec, canonical_json, load_spec, resolve_inputs, run_key
@@ -122,6 +123,7 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str, staging=None) -> d
         shards.append({
             "run_id": run_id, "shard_id": i, "model": model, "engine": eng.name,
             "engine_config": eng.engine, "engine_source": eng.source, "engine_path": eng.path,
+            "deployment": eng.deployment,
             "replay": dict(spec.replay), "staging": staging,
             "reads": relevant,
         })
@@ -288,7 +290,7 @@ def manifest(run: dict, results: list, db: str) -> dict:
     row = dict(run)
     if row.get("started_at") is not None:
         row["started_at"] = row["started_at"].isoformat()
-    files = {t: [f for r in results for f in r["files"][t]] for t in ("shards", "summaries", "requests", "steps")}
+    files = {t: [f for r in results for f in r["files"][t]] for t in list(TABLES)[1:]}
     rows = {t: sum(r["rows"][t] for r in results) for t in files}
     return {"format": MANIFEST_FORMAT, "run": row, "database": db, "files": files, "rows": rows,
             "shards": _shard_rows(results)}

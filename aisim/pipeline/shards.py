@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aisim.columns import REQUESTS, SHARDS, STEPS, SUMMARIES
+from aisim.columns import REPLICAS, REQUESTS, SHARDS, STEPS, SUMMARIES
 from aisim.pipeline.spec import canonical_json
 from aisim.pipeline.staging import STAGED_COMPRESSION
 from aisim.traces.load import LOAD_KEYS, Retimer
@@ -46,6 +46,12 @@ SUMMARY_SCHEMA = SUMMARIES.arrow_schema()
 SHARD_SCHEMA = SHARDS.arrow_schema()
 REQUEST_SCHEMA = REQUESTS.arrow_schema()
 STEP_SCHEMA = STEPS.arrow_schema()
+REPLICA_SCHEMA = REPLICAS.arrow_schema()
+
+# The most requests a deployment shard replays: the core numbers a deployment's requests (and
+# their id ranks) with 32-bit integers.  Deployments hold the whole trace in memory (they do not
+# stream yet), so memory, not this, is what bounds them in practice.
+MAX_DEPLOYMENT_REQUESTS = 2 ** 31 - 1
 
 
 def failure(message: str) -> dict:
@@ -134,7 +140,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
             from aisim.errors import TraceError
 
             raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
-        batches = trace.batches(rank=engine.policy == "priority", closed_loop=closed_loop,
+        fleet = desc.get("deployment")
+        # A deployment ranks the request ids itself (aisim.replay.run_deployment).
+        batches = trace.batches(rank=engine.policy == "priority" and fleet is None, closed_loop=closed_loop,
                                 think_time_s=opts.get("think_time_s"))
         load = {k: opts[k] for k in LOAD_KEYS if k in opts}
         if load:  # the model's merged trace re-timed, piece by piece, before the core
@@ -144,18 +152,22 @@ def _run_shard(desc: dict, parts: list) -> dict:
         requests = _Pieces(desc, "requests", REQUEST_SCHEMA)
         steps = _Pieces(desc, "steps", STEP_SCHEMA)
         kv = _KvUsage(engine)
-        index = 0
-        summary = None
-        for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
-                                  reject_too_long=opts.get("reject_too_long", False)):
-            if item[0] == "requests":
-                requests.add(_requests_table(desc, item[2], item[1], index))
-                index += item[1].num_rows
-            elif item[0] == "steps":
-                kv.add(item[1])
-                steps.add(_steps_table(desc, item[1]))
-            else:
-                summary = item[1]
+        replicas = []
+        if fleet is not None and trace.rows:
+            summary, replicas = _run_deployment(desc, trace.rows, batches, clock, parts, requests, steps, kv)
+        else:
+            index = 0
+            summary = None
+            for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
+                                      reject_too_long=opts.get("reject_too_long", False)):
+                if item[0] == "requests":
+                    requests.add(_requests_table(desc, item[2], item[1], index))
+                    index += item[1].num_rows
+                elif item[0] == "steps":
+                    kv.add(item[1])
+                    steps.add(_steps_table(desc, item[1]))
+                else:
+                    summary = item[1]
     finally:
         trace.close()
     config = _engine_dict(engine)
@@ -167,6 +179,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "engine_path": desc["engine_path"],
         "engine_sha256": _sha256(canonical_json(config)),
         "engine_config": canonical_json(config),
+        "replicas": fleet.replicas if fleet is not None else None,
+        "router": fleet.router if fleet is not None else None,
+        "deployment_config": canonical_json(fleet.to_dict()) if fleet is not None else None,
         "vllm_version": config.get("vllm_version"),
         "clock": clock,
         "sources": canonical_json(_sources(parts)),
@@ -174,7 +189,36 @@ def _run_shard(desc: dict, parts: list) -> dict:
         "steps": steps.total,
         "task_s": time.perf_counter() - t0,
     }
-    return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps)
+    return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps, replicas)
+
+
+def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv) -> tuple:
+    """Replay the shard's whole trace (``batches``, ``rows`` requests clocked by ``clock``) through its
+    deployment (:func:`aisim.deploy.deploy`).
+
+    Deployments do not stream: the trace is read whole, and the results are staged once the
+    replay ends.  Returns the deployment's summary and its ``replicas`` rows.
+    """
+    from aisim.deploy import deploy
+    from aisim.errors import ShardError
+
+    if rows > MAX_DEPLOYMENT_REQUESTS:
+        raise ShardError(f"a deployment replays at most {MAX_DEPLOYMENT_REQUESTS:,} requests (it holds the "
+                         f"whole trace; deployments do not stream yet); this shard has {rows:,}: "
+                         "narrow it with [window] or split the sources")
+    engine = desc["engine_config"]
+    table = pa.concat_tables(list(batches)).replace_schema_metadata({"clock": clock})
+    name = ", ".join(dict.fromkeys(display for display, _ in parts))
+    result = deploy(table, engine, desc["deployment"], name=name)
+    requests.add(_requests_table(desc, table, result.requests))
+    steps.add(_steps_table(desc, result.steps))
+    kv.add(result.steps)
+    rows = []
+    for per, rep in zip(result.summary["replicas"], result.replicas):
+        usage = _KvUsage(engine)
+        usage.add(rep.steps)
+        rows.append(flatten(REPLICAS, desc, per, usage))
+    return result.summary, rows
 
 
 class _KvUsage:
@@ -220,7 +264,7 @@ def shard_dir(shard_id: int) -> str:
     return f"shards/{shard_id:05d}"
 
 
-def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> dict:
+def write_results(desc: dict, shard: dict, summary: dict, requests, steps, replicas=()) -> dict:
     """Write a shard's one-row tables to the run's staging directory; return the small part the driver needs.
 
     Parameters
@@ -232,6 +276,8 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         The shard's one ``shards`` and ``summaries`` row.
     requests, steps : _Pieces
         The rows, staged as they came (closed here).
+    replicas : list of dict
+        A deployment shard's ``replicas`` rows (none for a single engine).
 
     Returns
     -------
@@ -246,6 +292,9 @@ def write_results(desc: dict, shard: dict, summary: dict, requests, steps) -> di
         rel = f"{base}/{name}.parquet"
         staging.write_parquet(staging.run_path(run_id, rel), pa.Table.from_pylist([row], schema=schema))
         files[name], rows[name] = [rel], 1
+    rel = f"{base}/replicas.parquet"  # no rows for a single engine
+    staging.write_parquet(staging.run_path(run_id, rel), pa.Table.from_pylist(list(replicas), schema=REPLICA_SCHEMA))
+    files["replicas"], rows["replicas"] = [rel], len(replicas)
     for pieces in (requests, steps):
         files[pieces.name], rows[pieces.name] = pieces.close()
     return {"shard": shard, "summary": summary, "files": files, "rows": rows}
@@ -342,7 +391,8 @@ def _null_nan(col):
 
 def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table, first: int = 0) -> pa.Table:
     """The shard's ``requests`` rows (trace indices from ``first``): keys and trace columns in front of
-    the replay's (NaN as NULL)."""
+    the replay's (NaN as NULL); a deployment's ``replica``, ``routed_s`` and ``transfer_s`` when
+    ``requests`` has them, else NULL."""
     n = requests.num_rows
     cols = _key_columns(desc, n)
     cols["request_index"] = pa.array(np.arange(first, first + n, dtype=np.int32))
@@ -350,41 +400,51 @@ def _requests_table(desc: dict, trace: pa.Table, requests: pa.Table, first: int 
         cols[name] = trace.column(name)
     for name in requests.column_names:
         cols[name] = _null_nan(requests.column(name))
-    return pa.Table.from_arrays([cols[f.name] for f in REQUEST_SCHEMA], schema=REQUEST_SCHEMA)
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in REQUEST_SCHEMA],
+                                schema=REQUEST_SCHEMA)
 
 
 def _steps_table(desc: dict, steps: pa.Table) -> pa.Table:
-    """The shard's ``steps`` rows: keys in front of the replay's step columns."""
-    cols = _key_columns(desc, steps.num_rows)
+    """The shard's ``steps`` rows: keys in front of the replay's step columns (``replica``: a
+    deployment's, else NULL)."""
+    n = steps.num_rows
+    cols = _key_columns(desc, n)
     for name in steps.column_names:
         cols[name] = steps.column(name)
-    return pa.Table.from_arrays([cols[f.name] for f in STEP_SCHEMA], schema=STEP_SCHEMA)
+    return pa.Table.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in STEP_SCHEMA],
+                                schema=STEP_SCHEMA)
 
 
 def summary_row(desc: dict, summary: dict, kv) -> dict:
-    """The one ``summaries`` row of a shard: the replay summary, flattened.
+    """The one ``summaries`` row of a shard: the replay summary, flattened (:func:`flatten`).
 
-    Each column of :data:`aisim.columns.SUMMARIES` with a ``summary`` path
-    takes that value of the summary (``("ttft_s", "p50")`` for
-    ``ttft_p50_s``); integers missing from it count 0, floats missing or NaN
-    are NULL.  KV-cache usage mean and peak come from the steps (``kv``, a
-    :class:`_KvUsage`).  The whole summary is kept as ``summary_json`` too.
+    The whole summary is kept as ``summary_json`` too.
+    """
+    row = flatten(SUMMARIES, desc, summary, kv)
+    row["summary_json"] = canonical_json(summary)
+    return row
+
+
+def flatten(table, desc: dict, summary: dict, kv) -> dict:
+    """A replay summary as one row of ``table`` (``summaries``, or a replica's ``replicas`` row).
+
+    Each column of ``table`` with a ``summary`` path takes that value of the
+    summary (``("ttft_s", "p50")`` for ``ttft_p50_s``); integers missing from it
+    count 0, floats missing or NaN are NULL.  KV-cache usage mean and peak come
+    from the steps (``kv``, a :class:`_KvUsage`).
     """
     row = {"run_id": desc["run_id"], "shard_id": desc["shard_id"]}
-    for col in SUMMARIES.columns:
+    for col in table.columns:
         if col.summary is None:
             continue
         v = summary
         for key in col.summary:
             v = (v or {}).get(key)
-        if col.sql == "BIGINT":
+        if col.sql in ("BIGINT", "INTEGER"):
             row[col.name] = int(v or 0)
         else:
             row[col.name] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
     usage = kv.columns()
-    if usage is not None:
-        row.update(usage)
-    else:
-        row["kv_usage_mean"] = row["kv_usage_max"] = row["kv_physical_usage_max"] = None
-    row["summary_json"] = canonical_json(summary)
+    for name in ("kv_usage_mean", "kv_usage_max", "kv_physical_usage_max"):
+        row[name] = usage[name] if usage is not None else None
     return row

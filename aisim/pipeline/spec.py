@@ -41,6 +41,8 @@ shape is::
     [[deployments]]
     model = "llama-3.1-8b"
     engines = { base = "../examples/engine.json" }   # name -> file or inline table
+    # or replicas of an engine behind a router (aisim.deploy), one shard:
+    # engines.fleet = { engine = "../examples/engine.json", deployment = "fleet.toml" }
 
 Loading is strict: an unknown key, a wrong type or a missing required key is
 a :class:`SpecError` naming the key and the file.  Relative paths are relative
@@ -72,6 +74,9 @@ LOCK_TIMEOUT_S = 60.0
 _REPLAY_KEYS = ("closed_loop", "think_time_s", "reject_too_long", "rate_scale", "poisson_rate", "seed")
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
+# An engine entry that replays a deployment: the engine (file or inline table) and the deployment
+# (a deployment file, or the inline mapping of replicas and router).
+_ENGINE_ENTRY_KEYS = ("engine", "deployment")
 _WINDOW_KEYS = ("start_s", "end_s", "start_step", "end_step")
 
 
@@ -153,7 +158,9 @@ class Engine:
     ``config`` is the raw dictionary (vLLM key names) as the file or the inline
     table gives it (the run key hashes it); ``engine`` is the
     :class:`~aisim.config.engine.EngineConfig` validated from it once, when the
-    spec loads, and handed to the shard task as it is.
+    spec loads, and handed to the shard task as it is.  With ``deployment``
+    (a :class:`~aisim.config.deployment.DeploymentConfig`) the shard replays
+    that many replicas of the engine behind its router (:func:`aisim.deploy.deploy`).
     """
 
     name: str
@@ -161,9 +168,16 @@ class Engine:
     path: str | None = None  # as written in the spec; None for an inline table
     source: str = ""  # where the configuration came from, for messages
     engine: object = field(default=None, hash=False, compare=False, repr=False)  # the EngineConfig
+    deployment: object = field(default=None, hash=False)  # the DeploymentConfig, or None: one engine
+    deployment_path: str | None = None  # the deployment file as written; None when inline or absent
+    deployment_source: str = ""  # the deployment file (absolute), for the run key
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "path": self.path, "config": self.config}
+        out = {"name": self.name, "path": self.path, "config": self.config}
+        if self.deployment is not None:  # absent otherwise: a spec without deployments keeps its run key
+            out["deployment"] = self.deployment.to_dict()
+            out["deployment_path"] = self.deployment_path
+        return out
 
 
 @dataclass(frozen=True)
@@ -301,6 +315,16 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
     replay = _replay_options(v, raw.get("replay"))
     sources = _sources(v, raw.get("sources"))
     deployments = _deployments(v, raw.get("deployments"), base_dir)
+    for d in deployments:
+        for e in d.engines:
+            if e.deployment is None:
+                continue
+            if replay["closed_loop"]:
+                raise v.error("replay.closed_loop", f"cannot drive deployment '{d.model}/{e.name}': "
+                              "deployments replay session turns at their timestamps (open loop)")
+            if replay.get("reject_too_long"):
+                raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
+                              f"'{d.model}/{e.name}'")
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
                         window=window, description=description, replay=replay, landing=landing,
@@ -554,24 +578,60 @@ def _deployments(v: _Validator, raw, base_dir) -> tuple:
             key = f"{p}engines.{ename}"
             if not _NAME_RE.match(ename):
                 raise v.error(key, "is not a valid engine name (letters, digits, '_', '.', '-')")
+            fleet = {}
+            if isinstance(spec, dict) and "deployment" in spec:  # replicas of the engine behind a router
+                fleet = _deployment_entry(v, spec, key, base_dir)
+                spec = spec["engine"]
             # Each engine is validated here, once; shard tasks receive the EngineConfig.
             if isinstance(spec, str):
                 file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(spec)))
                 cfg = read_config_file(file, f"'{key}'{v.where}")
                 built.append(Engine(name=ename, config=cfg, path=spec, source=file,
-                                    engine=engine_config_from_dict(cfg, source=file)))
+                                    engine=engine_config_from_dict(cfg, source=file), **fleet))
             elif isinstance(spec, dict):
                 where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
                 built.append(Engine(name=ename, config=dict(spec), path=None, source=where,
-                                    engine=engine_config_from_dict(spec, source=where)))
+                                    engine=engine_config_from_dict(spec, source=where), **fleet))
             elif isinstance(spec, EngineConfig):  # validated already (a sweep candidate)
                 where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
                 built.append(Engine(name=ename, config=copy.deepcopy(spec.raw), path=None, source=where,
-                                    engine=spec))
+                                    engine=spec, **fleet))
             else:
                 raise v.error(key, "must be a file name or an inline table of engine keys")
         out[model] = Deployment(model=model, engines=tuple(built))
     return tuple(out[m] for m in sorted(out))
+
+
+def _deployment_entry(v: _Validator, entry: dict, key: str, base_dir: str) -> dict:
+    """An engine entry ``{ engine = ..., deployment = ... }``: the :class:`Engine` fields of its deployment.
+
+    ``deployment`` is a deployment file (JSON, TOML or YAML holding one mapping, ``deployment``)
+    or the inline mapping itself (``{ replicas = 4, router = "kv_aware" }``); both are validated
+    by :mod:`aisim.config.deployment`, whose errors name the key.
+    """
+    from aisim.config.deployment import load_deployment_config, parse_deployment
+
+    v.mapping(entry, f"{key}.", _ENGINE_ENTRY_KEYS)
+    if "engine" not in entry:
+        raise SpecError(f"missing required key '{key}.engine'{v.where}: a deployment entry names its engine "
+                        "(a file or an inline table) and its deployment")
+    if not isinstance(entry["engine"], (str, dict)):
+        raise v.error(f"{key}.engine", "must be a file name or an inline table of engine keys")
+    raw = entry["deployment"]
+    if isinstance(raw, str):
+        file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(raw)))
+        if not os.path.isfile(file):
+            raise v.error(f"{key}.deployment", f"names {raw!r}, which is not a file")
+        out = {"deployment": load_deployment_config(file), "deployment_path": raw, "deployment_source": file}
+    elif isinstance(raw, dict):
+        where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
+        out = {"deployment": parse_deployment(raw, source=where)}
+    else:
+        raise v.error(f"{key}.deployment", "must be a deployment file or an inline table (replicas, router)")
+    if out["deployment"].disaggregated:
+        raise v.error(f"{key}.deployment", "is disaggregated (prefill and decode pools): the pipeline replays "
+                      "aggregated deployments (replicas, router) only so far; use aisim replay --deployment")
+    return out
 
 
 def _check_routing(v: _Validator, sources, deployments) -> None:
@@ -689,6 +749,10 @@ def run_key(spec: PipelineSpec, inputs: list) -> str:
             if e.path is not None:
                 engines[f"{d.model}/{e.name}"] = {"path": e.path, "size": os.path.getsize(e.source),
                                                  "sha256": file_sha256(e.source)}
+            if e.deployment_path is not None:
+                engines[f"{d.model}/{e.name}/deployment"] = {
+                    "path": e.deployment_path, "size": os.path.getsize(e.deployment_source),
+                    "sha256": file_sha256(e.deployment_source)}
     doc = {"aisim": __version__, "spec": spec.canonical(),
            "inputs": [f.fingerprint() for f in inputs], "engine_files": engines}
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]

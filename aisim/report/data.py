@@ -49,11 +49,14 @@ class ShardData:
     summary : dict
         The ``summaries`` row (``summary_json`` parsed into ``summary_detail``), or {}.
     steps : dict of numpy.ndarray
-        :data:`STEP_COLUMNS`, ordered by step; NULL as NaN.
+        :data:`STEP_COLUMNS`, ordered by step (a deployment's: by start time, every
+        replica's steps); NULL as NaN.
     requests : dict of numpy.ndarray
         :data:`REQUEST_COLUMNS` in request order; NULL as NaN.
     status : dict
         Request status -> count.
+    replicas : list of dict
+        A deployment shard's ``replicas`` rows, by replica; [] for a single engine.
     """
 
     shard: dict
@@ -61,6 +64,7 @@ class ShardData:
     steps: dict
     requests: dict
     status: dict = field(default_factory=dict)
+    replicas: list = field(default_factory=list)
 
     @property
     def shard_id(self) -> int:
@@ -69,6 +73,11 @@ class ShardData:
     @property
     def label(self) -> str:
         return f"{self.shard['model']} / {self.shard['engine']}"
+
+    @property
+    def deployment(self) -> bool:
+        """Whether the shard replayed a deployment (replicas behind a router)."""
+        return self.shard.get("replicas") is not None
 
     @property
     def n_steps(self) -> int:
@@ -212,7 +221,8 @@ def _shard(con, run_id: str, row: dict) -> ShardData:
         except ValueError:
             summary["summary_detail"] = {}
     cols = ", ".join(STEP_COLUMNS)
-    raw = con.execute(f"SELECT {cols} FROM steps WHERE run_id = ? AND shard_id = ? ORDER BY step",
+    order = "step" if row.get("replicas") is None else "clock_s, replica, step"
+    raw = con.execute(f"SELECT {cols} FROM steps WHERE run_id = ? AND shard_id = ? ORDER BY {order}",
                       [run_id, sid]).fetchnumpy()
     steps = {c: _float(raw[c]) for c in STEP_COLUMNS}
     cols = ", ".join(REQUEST_COLUMNS)
@@ -221,7 +231,8 @@ def _shard(con, run_id: str, row: dict) -> ShardData:
     requests = {c: _float(raw[c]) for c in REQUEST_COLUMNS}
     status = dict(con.execute("SELECT CAST(status AS VARCHAR), count(*) FROM requests WHERE run_id = ? "
                               "AND shard_id = ? GROUP BY ALL ORDER BY 1", [run_id, sid]).fetchall())
-    return ShardData(shard=row, summary=summary, steps=steps, requests=requests, status=status)
+    replicas = _rows(con, "SELECT * FROM replicas WHERE run_id = ? AND shard_id = ? ORDER BY replica", [run_id, sid])
+    return ShardData(shard=row, summary=summary, steps=steps, requests=requests, status=status, replicas=replicas)
 
 
 def load_run(path: str, run: str | None = None) -> RunData:

@@ -3,7 +3,8 @@
 :func:`render` turns a :class:`~aisim.report.data.RunData` into HTML: the run's
 header, a summary table (one row per shard), comparison bars across shards,
 and one section per (model, engine) shard with its headline numbers and
-charts (with speculative decoding, the panel of :mod:`aisim.report.spec`).  CSS and the small script (hover values, legend toggles) are inline;
+charts (with speculative decoding, the panel of :mod:`aisim.report.spec`; for a deployment, the
+replicas' balance of :mod:`aisim.report.replicas`).  CSS and the small script (hover values, legend toggles) are inline;
 the page loads nothing (its Content-Security-Policy forbids every fetch).
 
 Numbers are computed on the full data: the summary table shows the landed
@@ -21,6 +22,7 @@ import numpy as np
 
 from aisim.report import downsample as ds
 from aisim.report.data import RunData, ShardData
+from aisim.report.replicas import replica_panel
 from aisim.report.spec import spec_comparison, spec_panel
 from aisim.report.svg import (Ref, Series, bar_chart, fmt_bytes, fmt_count, fmt_duration, fmt_pct, line_chart)
 
@@ -191,6 +193,9 @@ def _engine_line(sd: ShardData) -> str:
         bits.append("KV-cache groups: " + " + ".join(kinds))
     if sd.shard.get("clock"):
         bits.append("arrivals by " + ("engine step" if sd.shard["clock"] == "step" else "time"))
+    if sd.deployment:
+        bits.append(f"deployment: {sd.shard['replicas']} replicas of this engine behind the {sd.shard['router']} "
+                    "router (the charts below draw every replica's steps by start time)")
     return " · ".join(bits)
 
 
@@ -412,7 +417,7 @@ def _shard_section(sd: ShardData, mp: int) -> str:
         return head + ('<p class="empty">This shard replayed no requests (the model had no rows in this run\'s '
                        "inputs).</p></section>")
     figs, cdfs = _charts(sd, mp)
-    return (head + _stats(sd) + f'<div class="grid">{"".join(figs)}</div>' + spec_panel(sd, mp) +
+    return (head + _stats(sd) + replica_panel(sd) + f'<div class="grid">{"".join(figs)}</div>' + spec_panel(sd, mp) +
             f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div></section>')
 
 
@@ -446,6 +451,9 @@ table.summary td{padding:6px 7px;border-bottom:1px solid var(--line);white-space
 table.summary td.num{text-align:right}
 table.summary tbody tr:hover{background:#f9fafb}
 table.summary a{color:var(--accent);text-decoration:none;font-weight:500}
+table.replicas th:first-child{text-align:left}
+table.replicas th:nth-child(2){text-align:right}
+table.replicas tr.total td{font-weight:600;border-top:2px solid var(--line)}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:16px}
 .grid.three{grid-template-columns:repeat(auto-fit,minmax(360px,1fr))}
 .grid.compare{align-items:start}

@@ -3,7 +3,7 @@
 --          (active), free blocks still holding a reusable prefix (cached) and free empty ones, as
 --          usage fractions (kv_usage is vLLM's: active blocks; physical usage counts cached blocks
 --          too) and bytes, with the running and waiting queues beside them.
--- grain:   one row per (run_id, shard_id, step).
+-- grain:   one row per (run_id, shard_id, replica, step); replica is NULL for a single engine.
 -- sources: steps, run_shards (runs, shards).
 CREATE OR REPLACE VIEW kv_cache_timeline AS
 SELECT
@@ -13,6 +13,7 @@ SELECT
     rs.shard_id,                                                 -- shard
     rs.model,                                                    -- model
     rs.engine,                                                   -- engine configuration
+    st.replica,                                                  -- replica of a deployment (NULL: one engine)
     st.step,                                                     -- engine iteration
     st.clock_s,                                                  -- start of the step (simulated seconds)
     st.duration_s,                                               -- step time
