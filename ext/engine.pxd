@@ -179,6 +179,7 @@ cdef class Engine:
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
+    cdef int _schedule_batch(self, BatchC* b) except -1 nogil
     cdef int _release_next_turns(self) except -1 nogil
     cdef bint _open_due(self) noexcept nogil
     cdef int _retire(self, bint all_of_them) except -1 nogil

@@ -637,6 +637,16 @@ cdef class Engine:
                 heap_push(&self.rel, 0, t, nx, <req_t>nx)
         return 0
 
+    cdef int _schedule_batch(self, BatchC* b) except -1 nogil:
+        """Schedule the next iteration into ``b`` at this clock and price it (Scheduler.schedule)."""
+        b.step = self.step
+        b.start_s = self.clock
+        sched_schedule(&self.sched, b)
+        b.end_s = self.clock + tm_step_time(&self.time_model, b)
+        if self.time_model.out_of_range:
+            self._range_error(self.step)
+        return 0
+
     cdef int _range_error(self, step_t step) except -1 nogil:
         with gil:
             raise ValueError(f"engine step {step} falls outside the step-time profile's measured range "
@@ -745,12 +755,7 @@ cdef class Engine:
         self.upd_batch = NULL
         if not self.sched.conf.async_scheduling:
             b = &self.batches[0]
-            b.step = self.step
-            b.start_s = self.clock
-            sched_schedule(&self.sched, b)
-            b.end_s = self.clock + tm_step_time(&self.time_model, b)
-            if self.time_model.out_of_range:
-                self._range_error(self.step)
+            self._schedule_batch(b)
             free_sched = self.kv.pool.num_free
             sched_update(&self.sched, b)
             self.upd_batch = b
@@ -766,12 +771,7 @@ cdef class Engine:
         b = NULL
         if sched_has_requests(&self.sched):
             b = &self.batches[(self.q_head + self.q_len) % 2]
-            b.step = self.step
-            b.start_s = self.clock
-            sched_schedule(&self.sched, b)
-            b.end_s = self.clock + tm_step_time(&self.time_model, b)
-            if self.time_model.out_of_range:
-                self._range_error(self.step)
+            self._schedule_batch(b)
             free_sched = self.kv.pool.num_free
             self.q_len += 1
             scheduled = True
