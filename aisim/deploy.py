@@ -21,7 +21,8 @@ from aisim.config.deployment import DeploymentConfig, parse_deployment
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
-from aisim.replay import Totals, deployment_engines, result_of, run_deployment
+from aisim.replay import deployment_engines, result_of, run_deployment
+from aisim.summary import Totals
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
 # in the order of the core's ROUTING_FIELDS.

@@ -13,22 +13,20 @@ import pyarrow as pa
 from aisim._core.constants import GROUP_KINDS, REQUEST_STATUS, names_by_code
 from aisim.arrowwrap import arrow_array
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
-from aisim.columns import LATENCIES, LATENCY_STATS, REQUESTS, STEPS
+from aisim.columns import REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.speculative import scheduler_view
 from aisim.core_input import CoreTrace, core_config
 from aisim.errors import ConfigError, ReplayError, TraceError
-from aisim.stats import percentiles
+from aisim.summary import REJECTED, Totals, summarize
 from aisim.traces.frame import from_frame
 from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA, output_streams
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
 STATUS_NAMES = names_by_code(REQUEST_STATUS)
 STEP_KINDS = names_by_code(STEP_KIND_CODES)
-# A request vLLM's server refuses before it reaches the engine (``reject_too_long``): the core
-# never sees it, so its label follows the core's statuses in the requests table's dictionary.
-REJECTED = len(STATUS_NAMES)
+# The requests table's status labels: the core's, then ``rejected`` (aisim.summary.REJECTED).
 STATUS_LABELS = STATUS_NAMES + ["rejected"]
 
 
@@ -478,28 +476,6 @@ def _with_rejected(r: dict, rejected, trace: pa.Table, timed: bool) -> dict:
     return out
 
 
-def _spec_summary(drafts: int, accepted: int, counts: dict) -> dict:
-    """Speculative-decoding totals: aisim's verifications and vLLM's ``SpecDecodingStats``.
-
-    ``drafts`` and ``accepted`` sum the steps' ``spec_tokens`` and ``spec_accepted``;
-    ``counts`` are the core's (``Engine.spec_counts``).
-    """
-    return {
-        "spec": {
-            "draft_tokens": drafts,
-            "accepted_tokens": accepted,
-            "verifications": counts["verifications"],
-            "padded_requests": counts["padded_requests"],
-            "padded_tokens": counts["padded_tokens"],
-            "draft_feeds": counts["draft_feeds"],
-            "acceptance_rate": accepted / drafts if drafts else None,
-            "accepted_per_verification": accepted / counts["verifications"] if counts["verifications"] else None,
-        },
-        # vLLM's SpecDecodingStats, summed over update_from_output calls (padding included).
-        "spec_decoding_stats": {k: counts[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")},
-    }
-
-
 # Columns a streamed trace chunk may carry besides the trace table's (see replay_stream).
 STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
 
@@ -775,137 +751,6 @@ def _steps_table(s: dict, engine: EngineConfig) -> pa.Table:
 def _table(cols: dict, schema: pa.Schema) -> pa.Table:
     """``cols`` as a table of exactly ``schema``: its columns, in its order, of its types (no casts)."""
     return pa.Table.from_arrays([arrow_array(cols[f.name], f.type) for f in schema], schema=schema)
-
-
-def time_model_label(engine: EngineConfig) -> str:
-    """How the replay's step times were made: ``roofline``, ``table``, ``linear`` or ``linear-default``.
-
-    ``linear-default`` is the bare default, a constant :data:`aisim.config.keys.TIME_MODEL_KEYS`
-    ``base_s`` per step whatever ran: latencies then count steps, not seconds of any GPU.
-    """
-    tm = engine.time_model
-    raw = engine.raw.get("time_model") or {}
-    if tm.kind == "linear" and not set(raw) - {"kind"}:
-        return "linear-default"
-    return tm.kind
-
-
-def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
-    """Totals, prefix-cache statistics and latency percentiles of one replay.
-
-    ``st`` and ``rq`` are the step and request columns as numpy arrays;
-    ``spec_counts`` the core's speculative-decoding counters.
-    """
-    totals = Totals()
-    totals.add_steps(st)
-    totals.add_requests(rq)
-    return totals.summary(engine, timed, spec_counts)
-
-
-class Totals:
-    """What a replay's summary adds up, given its step and request rows in pieces, in order.
-
-    Counts and sums add up exactly; the latency statistics keep each
-    latency's values (8 bytes a request each), so that their mean and
-    percentiles are those of the whole replay to the last bit.
-    """
-
-    _STEP_SUMS = ("num_preempted", "prefill_tokens", "decode_tokens", "num_reqs", "num_new", "prefix_queries",
-                  "prefix_hits", "num_resumed", "preempted_prefix_queries", "preempted_prefix_hits",
-                  "spec_tokens", "spec_accepted")
-
-    def __init__(self):
-        self.n_steps = self.n_step_lines = self.empty_steps = 0
-        self.last_step = 0
-        self.sums = dict.fromkeys(self._STEP_SUMS, 0)
-        self.end = None
-        self.n_reqs = self.n_done = self.n_rejected = self.prompt_tokens = self.output_tokens = self.cached_tokens = 0
-        self.start = None
-        self.latencies = {name: [] for name in LATENCIES}
-
-    def add_steps(self, st: dict) -> None:
-        n = len(st["step"])
-        if n == 0:
-            return
-        is_step = st["kind"] == STEP_KIND_CODES["step"]
-        self.n_step_lines += n
-        self.n_steps += int(is_step.sum())
-        self.empty_steps += int((is_step & (st["num_reqs"] == 0)).sum())
-        self.last_step = int(st["step"][-1])
-        for k in self._STEP_SUMS:
-            self.sums[k] += int(st[k].sum())
-        end = float((st["clock_s"] + st["duration_s"]).max())
-        self.end = end if self.end is None or end > self.end else self.end
-
-    def add_requests(self, rq: dict) -> None:
-        n = len(rq["status"])
-        if n == 0:
-            return
-        self.n_reqs += n
-        self.n_done += int((rq["status"] == REQUEST_STATUS["finished"]).sum())
-        self.n_rejected += int((rq["status"] == REJECTED).sum())
-        self.prompt_tokens += int(rq["prompt_tokens"].sum())
-        self.output_tokens += int(rq["output_tokens"].sum())
-        self.cached_tokens += int(rq["cached_tokens"].sum())
-        arrival = rq["arrival_s"]
-        if not np.isnan(arrival).all():
-            start = float(np.nanmin(arrival))
-            self.start = start if self.start is None or start < self.start else self.start
-        for name in LATENCIES:
-            v = rq[name]
-            self.latencies[name].append(v[~np.isnan(v)])
-
-    def summary(self, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
-        """The replay summary (see :func:`summarize`); with speculative decoding, its totals too."""
-        sums = self.sums
-        end = self.end if self.end is not None else 0.0
-        start = (self.start if self.start is not None else float("nan")) if self.n_reqs else 0.0
-        span = max(end - start, 0.0)
-        caching = engine.enable_prefix_caching
-        summary = {
-            "requests": self.n_reqs,
-            "finished": self.n_done,
-            "unfinished": self.n_reqs - self.n_done - self.n_rejected,
-            "rejected": self.n_rejected,
-            "steps": self.n_steps,
-            "empty_steps": self.empty_steps,
-            "last_step_index": self.last_step if self.n_step_lines else 0,
-            "preemptions": sums["num_preempted"],
-            "scheduled_tokens": sums["prefill_tokens"] + sums["decode_tokens"],
-            "scheduled_req_steps": sums["num_reqs"],
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            # PrefixCacheStats: one record per admission that performed a lookup.
-            "prefix_cache_stats": {
-                "requests": sums["num_new"] if caching else 0,
-                "queries": sums["prefix_queries"],
-                "hits": sums["prefix_hits"],
-                "preempted_requests": sums["num_resumed"] if caching else 0,
-                "preempted_queries": sums["preempted_prefix_queries"],
-                "preempted_hits": sums["preempted_prefix_hits"],
-            },
-            "prefix_hit_tokens_at_admission": self.cached_tokens,
-            "clock_end_s": end,
-            "duration_s": span,
-            "throughput_req_s": self.n_done / span if span > 0 else None,
-            "throughput_tok_s": self.output_tokens / span if span > 0 else None,
-            "timed": timed,
-            "time_model": time_model_label(engine),
-        }
-        # The statistics the summaries table flattens (aisim.columns.LATENCY_STATS; a test checks the keys).
-        for name in LATENCIES:
-            parts = self.latencies[name]
-            v = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0))
-            if v.size:
-                p50, p90, p99 = percentiles(v)
-                summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
-            else:
-                summary[name] = dict.fromkeys(LATENCY_STATS)
-        q = summary["prefix_cache_stats"]
-        summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
-        if engine.speculative is not None:
-            summary.update(_spec_summary(sums["spec_tokens"], sums["spec_accepted"], spec_counts))
-        return summary
 
 
 class _ReplayModule(types.ModuleType):
