@@ -124,36 +124,23 @@ def block_text(path: str, start: int, end: int, breaks_before: int) -> tuple:
                     return b"", line
                 line += _breaks_between(path, start, skipped)
                 begin = skipped
-        fh.seek(begin)
         if end <= begin:
             return b"", line
-        data = fh.read(end - begin)
-        if data.endswith(b"\n") or not data:
-            return data, line
-        if data.endswith(b"\r"):
-            nxt = fh.read(1)
-            if nxt != b"\n":
-                return data, line  # a lone "\r" ends the last line
-            return data + nxt, line
-        # The last line runs past ``end``: read to its break.
-        tail = []
-        while True:
-            chunk = fh.read(_TAIL_READ)
-            if not chunk:
-                break
-            cut = _first_break(chunk)
-            if cut is None:
-                tail.append(chunk)
-                continue
-            stop, _ = cut
-            if chunk[stop - 1:stop] == b"\r" and stop == len(chunk):
-                nxt = fh.read(1)
-                if nxt == b"\n":
-                    chunk += nxt
-                    stop += 1
-            tail.append(chunk[:stop])
-            break
-        return data + b"".join(tail), line
+        stop = _line_end(fh, end)
+        fh.seek(begin)
+        return fh.read(stop - begin), line  # one read, one copy: the block and its last line's tail
+
+
+def _line_end(fh, end: int) -> int:
+    """The position just past the line break that ends the line holding byte ``end - 1`` (or the file's end)."""
+    fh.seek(end - 1)
+    last = fh.read(1)
+    if not last or last == b"\n":
+        return end
+    if last == b"\r":
+        return end + 1 if fh.read(1) == b"\n" else end  # "\r\n" across ``end``, or a lone "\r" ending the line
+    stop = _skip_line(fh, end)
+    return fh.seek(0, os.SEEK_END) if stop is None else stop
 
 
 def block_texts(path: str, ranges: list):
@@ -164,10 +151,11 @@ def block_texts(path: str, ranges: list):
     separate count of the file's line breaks).
     """
     breaks = 0
-    for a, b in ranges:
+    for k, (a, b) in enumerate(ranges):
         data, _ = block_text(path, a, b, 0)
         yield data, breaks + 1
-        breaks += _breaks(data, b"")
+        if k + 1 < len(ranges):  # the last block's breaks number no later line
+            breaks += _breaks(data, b"")
 
 
 def _first_break(chunk: bytes):

@@ -86,18 +86,23 @@ def _matches(data: bytes, pattern: str) -> bool:
     return pc.match_substring_regex(whole, pattern)[0].as_py()
 
 
-def _columns(data: bytes, k: int):
-    """The text between the line's colons: ``k`` keys make ``k + 1`` columns, or None (a string holds a colon)."""
+def _columns(data: bytes, types: list):
+    """The text between the line's colons: ``k`` keys make ``k + 1`` columns, or None (a string holds a colon).
+
+    ``types``: the Arrow type of each key's value; a string's column is read as (checked) UTF-8, the
+    others as bytes (the pattern let only ASCII through there).
+    """
     import pyarrow.csv as pcsv
 
-    names = [f"c{j}" for j in range(k + 1)]
+    names = [f"c{j}" for j in range(len(types) + 1)]
+    text = {names[j + 1]: pa.string() if pa.types.is_string(t) else pa.binary() for j, t in enumerate(types)}
     try:
         return pcsv.read_csv(
-            io.BytesIO(data),
+            pa.BufferReader(data),
             read_options=pcsv.ReadOptions(use_threads=False, column_names=names, block_size=1 << 22),
             parse_options=pcsv.ParseOptions(delimiter=":", quote_char=False, double_quote=False, escape_char=False,
                                             newlines_in_values=False, ignore_empty_lines=False),
-            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in names}, include_columns=names[1:],
+            convert_options=pcsv.ConvertOptions(column_types=text, include_columns=names[1:],
                                                 strings_can_be_null=False, check_utf8=True))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
@@ -149,7 +154,8 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
     Returns
     -------
     pyarrow.Table or None
-        The table, or None when a line differs from the first line's shape,
+        The table, one row per line of ``data`` in order (every line was
+        checked, so none is blank), or None when a line differs from the first line's shape,
         has a key outside ``schema`` or a value this reader does not
         convert exactly as ``pyarrow.json`` does.
     """
@@ -160,7 +166,7 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
     pattern = _block_pattern(keys, item_sep, key_sep, schema)
     if pattern is None or not _matches(data, pattern):
         return None
-    cols = _columns(data, len(keys))
+    cols = _columns(data, [schema.field(k).type for k in keys])
     if cols is None:
         return None
     n = cols.num_rows

@@ -158,14 +158,16 @@ class MooncakeFormat:
             # A null reads as an absent field everywhere but in 'model', whose absence means the option.
             return None
         table = read_uniform(data, _JSON_SCHEMA)
-        if table is None:
+        uniform = table is not None
+        if not uniform:
             table = _read_json(data, _JSON_SCHEMA, "ignore")
         if table is None:
             return None
         n = table.num_rows
         if n == 0:
             return Parsed(_empty(), [], {})
-        line = line_numbers(data, first_line, n)
+        # A uniform block is one row a line (no blank ones); else the JSON reader skipped the blank lines.
+        line = np.arange(first_line, first_line + n, dtype=np.int64) if uniform else line_numbers(data, first_line, n)
         if line is None:
             return None
         inp, out = table.column("input_length"), table.column("output_length")
