@@ -116,15 +116,17 @@ def _convert(col: pa.Array, typ: pa.DataType, lead: int, tail: int, item_sep: st
     import numpy as np
     import pyarrow.compute as pc
 
-    # The cuts are ASCII (the pattern's separators, quotes and brackets): cut as bytes, still UTF-8.
-    col = pc.binary_slice(col.view(pa.binary()), lead, -tail).view(pa.string())
-    is_null = pc.equal(col, "null") if null_seen else None
+    # A value is null iff it starts with "n" (a number starts with "-" or a digit, a string with '"', a list
+    # with "["); the cuts are ASCII (the pattern's separators, quotes and brackets): cut as bytes, still UTF-8.
+    raw = col.view(pa.binary())
+    is_null = pc.starts_with(raw, " " * lead + "n") if null_seen else None
     nulls = is_null.true_count if null_seen else 0
     if pa.types.is_int64(typ) or pa.types.is_float64(typ):
+        col = pc.binary_slice(raw, lead, -tail).view(pa.string())
         if not nulls:
             return col.cast(typ)
         return pc.if_else(is_null, pa.scalar(None, typ), pc.if_else(is_null, "0", col).cast(typ))
-    inner = pc.binary_slice(col.view(pa.binary()), 1, -1).view(pa.string())  # the quotes, or the brackets
+    inner = pc.binary_slice(raw, lead + 1, -tail - 1).view(pa.string())  # inside the quotes, or the brackets
     if pa.types.is_string(typ):
         return pc.if_else(is_null, pa.scalar(None, pa.string()), inner) if nulls else inner
     none = pc.or_(is_null, pc.equal(inner, "")) if nulls else pc.equal(inner, "")
