@@ -99,7 +99,8 @@ def _columns(data: bytes, types: list):
     try:
         return pcsv.read_csv(
             pa.BufferReader(data),
-            read_options=pcsv.ReadOptions(use_threads=False, column_names=names, block_size=1 << 22),
+            read_options=pcsv.ReadOptions(use_threads=False, column_names=names,
+                                          block_size=max(len(data) + 1, 1 << 20)),
             parse_options=pcsv.ParseOptions(delimiter=":", quote_char=False, double_quote=False, escape_char=False,
                                             newlines_in_values=False, ignore_empty_lines=False),
             convert_options=pcsv.ConvertOptions(column_types=text, include_columns=names[1:],
@@ -178,7 +179,8 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
         # Column i + 1 holds keys[i]'s value after the key separator's colon, then the item separator and the
         # next key in quotes, or the closing brace.
         tail = len(item_sep) + len(keys[i + 1]) + 2 if i + 1 < len(keys) else 1
-        out[key] = _convert(cols.column(i).combine_chunks(), schema.field(key).type, len(key_sep) - 1, tail, item_sep,
-                            null_seen)
+        col = cols.column(i)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # one chunk: the block is one CSV block
+        out[key] = _convert(col, schema.field(key).type, len(key_sep) - 1, tail, item_sep, null_seen)
     arrays = [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
