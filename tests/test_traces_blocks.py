@@ -246,14 +246,27 @@ def test_uniform_lines_values():
     (b'{"input_length":1}', b'{"input_length":1.0}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[1,-2]}'),
     (b'{"model":"a"}', b'{"model":"a\\"b"}'), (b'{"model":"a"}', b'{"model":"a:b"}'),
     (b'{"model":"a"}', b'{"model":1}'), (b'{"model":"a"}', b'{"model":"\xff"}'),
-    (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}')])
+    (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}'),
+    (b'{"input_length":1}', b'{"input_length":9223372036854775808}'),
+    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,9223372036854775808]}')])
 def test_uniform_lines_leave_other_lines_to_other_readers(first, line):
     """A line unlike the first, or with what this reader does not convert exactly, leaves the block to others.
 
     Leading zeros, a plus sign, a float for an int, a negative id, an escape, a colon in a string, a number
-    for a string, bytes that are not UTF-8, another key, other spacing.
+    for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64.
     """
     from aisim.traces.jsonlines import read_uniform
 
     assert read_uniform(first + b"\n" + first + b"\n", mooncake._JSON_SCHEMA) is not None
     assert read_uniform(first + b"\n" + line + b"\n", mooncake._JSON_SCHEMA) is None
+
+
+def test_a_hash_id_beyond_int64_is_read_line_by_line(tmp_path):
+    path = tmp_path / "big.jsonl"
+    ids = ["5", "5", str(2**64 + 3), "5"]
+    path.write_text("".join(f'{{"timestamp":{i},"input_length":600,"output_length":3,"hash_ids":[1,{x}]}}\n'
+                            for i, x in enumerate(ids)))
+    t = read_blocks(str(path), mooncake.MooncakeFormat())
+    streams = [[s["stream"] for s in segs] for segs in t.column("segments").to_pylist()]
+    assert streams[2] == [mooncake.unit_stream(1), mooncake.unit_stream(2**64 + 3)] and streams[0] == streams[1]
+    assert t.column("prompt_tokens").to_pylist() == [600] * 4

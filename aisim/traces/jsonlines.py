@@ -160,7 +160,7 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
         The table, one row per line of ``data`` in order (every line was
         checked, so none is blank), or None when a line differs from the first line's shape,
         has a key outside ``schema`` or a value this reader does not
-        convert exactly as ``pyarrow.json`` does.
+        convert exactly as ``pyarrow.json`` does (or an integer beyond int64).
     """
     shape = _shape(data, schema)
     if shape is None:
@@ -181,6 +181,9 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
         tail = len(item_sep) + len(keys[i + 1]) + 2 if i + 1 < len(keys) else 1
         col = cols.column(i)
         col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # one chunk: the block is one CSV block
-        out[key] = _convert(col, schema.field(key).type, len(key_sep) - 1, tail, item_sep, null_seen)
+        try:
+            out[key] = _convert(col, schema.field(key).type, len(key_sep) - 1, tail, item_sep, null_seen)
+        except pa.ArrowInvalid:  # an integer beyond int64: the JSON reader refuses it too, the line path reads it
+            return None
     arrays = [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
