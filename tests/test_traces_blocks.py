@@ -270,3 +270,13 @@ def test_a_hash_id_beyond_int64_is_read_line_by_line(tmp_path):
     streams = [[s["stream"] for s in segs] for segs in t.column("segments").to_pylist()]
     assert streams[2] == [mooncake.unit_stream(1), mooncake.unit_stream(2**64 + 3)] and streams[0] == streams[1]
     assert t.column("prompt_tokens").to_pylist() == [600] * 4
+
+
+def test_line_breaks_of_a_long_block_are_counted_exactly():
+    from aisim.traces.blocks import _breaks, _count_newlines
+
+    data = bytearray(b"x" * (3 << 20) + b"\r")
+    for at in (0, (1 << 18) - 1, 1 << 18, (1 << 18) + 1, 5 * (1 << 18), len(data) - 2):
+        data[at] = 10
+    data[7] = 13  # a lone "\r" counts, as the line readers see it
+    assert _count_newlines(bytes(data)) == 6 and _breaks(bytes(data), b"") == 8 and _breaks(bytes(data), b"\n") == 7

@@ -50,11 +50,22 @@ def _open(path: str):
 
 def _breaks(data: bytes, next_byte: bytes) -> int:
     """Universal line breaks in ``data``: ``\\n``, and ``\\r`` not followed by ``\\n`` (``next_byte`` follows)."""
-    n = data.count(b"\n")
+    n = _count_newlines(data)
     cr = b"\r" in data and data.count(b"\r")
     if cr:
         n += cr - data.count(b"\r\n") - (1 if data.endswith(b"\r") and next_byte == b"\n" else 0)
     return n
+
+
+def _count_newlines(data: bytes) -> int:
+    """``data.count(b"\\n")``; numpy's vectorised compare is faster on a long block."""
+    if len(data) < 1 << 20:
+        return data.count(b"\n")
+    import numpy as np
+
+    arr = np.frombuffer(data, dtype=np.uint8)
+    step = 1 << 18  # compared a piece at a time: the temporary stays in cache
+    return sum(int(np.count_nonzero(arr[i:i + step] == 10)) for i in range(0, len(arr), step))
 
 
 def count_breaks(path: str, start: int, end: int) -> int:
@@ -223,7 +234,7 @@ def line_numbers(data: bytes, first_line: int, rows: int):
     """
     import numpy as np
 
-    total = data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
+    total = _count_newlines(data) + (0 if data.endswith(b"\n") or not data else 1)
     if total == rows:
         return np.arange(first_line, first_line + rows, dtype=np.int64)
     arr = np.frombuffer(data, dtype=np.uint8)
