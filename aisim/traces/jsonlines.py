@@ -25,7 +25,6 @@ read with another delimiter.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 
