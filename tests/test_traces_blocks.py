@@ -211,3 +211,72 @@ def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch
     assert ids_named_twice(Blocks.of(parsed)) == {"a1"}
     got = read_blocks(str(path), oracle.OracleFormat(skip_bad_rows=True), 300)
     assert got.equals(want) and bad_rows(got) == 1 and got.num_rows == 39
+
+
+_UNIFORM = [
+    # Every type null somewhere, empty and absent lists, non-ASCII strings, the last line without a break.
+    b'{"timestamp":1.5,"input_length":3,"hash_ids":[7,0,12],"session_id":"s\xc3\xa9","model":"m/1"}\n'
+    b'{"timestamp":null,"input_length":null,"hash_ids":[],"session_id":null,"model":"n"}\n'
+    b'{"timestamp":-2e3,"input_length":-4,"hash_ids":null,"session_id":"ul","model":""}',
+    # Spaces after the separators, CRLF line breaks.
+    b'{"input_length": 0, "model": "x", "hash_ids": [1, 2]}\r\n{"input_length": 9, "model": null, "hash_ids": [3]}\r\n',
+]
+
+
+@pytest.mark.parametrize("data", _UNIFORM)
+def test_uniform_lines_read_as_the_json_reader_reads_them(data):
+    from aisim.traces.jsonlines import read_uniform
+    from aisim.traces.oracle import _read_json
+
+    got = read_uniform(data, mooncake._JSON_SCHEMA)
+    assert got is not None and got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
+
+
+def test_uniform_lines_values():
+    from aisim.traces.jsonlines import read_uniform
+
+    got = read_uniform(_UNIFORM[0], mooncake._JSON_SCHEMA).to_pydict()
+    assert got["timestamp"] == [1.5, None, -2000.0] and got["input_length"] == [3, None, -4]
+    assert got["hash_ids"] == [[7, 0, 12], [], None] and got["session_id"] == ["s\u00e9", None, "ul"]
+    assert got["model"] == ["m/1", "n", ""] and got["delay"] == [None] * 3
+
+
+@pytest.mark.parametrize("first,line", [
+    (b'{"input_length":1}', b'{"input_length":007}'), (b'{"input_length":1}', b'{"input_length":+5}'),
+    (b'{"input_length":1}', b'{"input_length":1.0}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[1,-2]}'),
+    (b'{"model":"a"}', b'{"model":"a\\"b"}'), (b'{"model":"a"}', b'{"model":"a:b"}'),
+    (b'{"model":"a"}', b'{"model":1}'), (b'{"model":"a"}', b'{"model":"\xff"}'),
+    (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}'),
+    (b'{"input_length":1}', b'{"input_length":9223372036854775808}'),
+    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,9223372036854775808]}')])
+def test_uniform_lines_leave_other_lines_to_other_readers(first, line):
+    """A line unlike the first, or with what this reader does not convert exactly, leaves the block to others.
+
+    Leading zeros, a plus sign, a float for an int, a negative id, an escape, a colon in a string, a number
+    for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64.
+    """
+    from aisim.traces.jsonlines import read_uniform
+
+    assert read_uniform(first + b"\n" + first + b"\n", mooncake._JSON_SCHEMA) is not None
+    assert read_uniform(first + b"\n" + line + b"\n", mooncake._JSON_SCHEMA) is None
+
+
+def test_a_hash_id_beyond_int64_is_read_line_by_line(tmp_path):
+    path = tmp_path / "big.jsonl"
+    ids = ["5", "5", str(2**64 + 3), "5"]
+    path.write_text("".join(f'{{"timestamp":{i},"input_length":600,"output_length":3,"hash_ids":[1,{x}]}}\n'
+                            for i, x in enumerate(ids)))
+    t = read_blocks(str(path), mooncake.MooncakeFormat())
+    streams = [[s["stream"] for s in segs] for segs in t.column("segments").to_pylist()]
+    assert streams[2] == [mooncake.unit_stream(1), mooncake.unit_stream(2**64 + 3)] and streams[0] == streams[1]
+    assert t.column("prompt_tokens").to_pylist() == [600] * 4
+
+
+def test_line_breaks_of_a_long_block_are_counted_exactly():
+    from aisim.traces.blocks import _breaks, _count_newlines
+
+    data = bytearray(b"x" * (3 << 20) + b"\r")
+    for at in (0, (1 << 18) - 1, 1 << 18, (1 << 18) + 1, 5 * (1 << 18), len(data) - 2):
+        data[at] = 10
+    data[7] = 13  # a lone "\r" counts, as the line readers see it
+    assert _count_newlines(bytes(data)) == 6 and _breaks(bytes(data), b"") == 8 and _breaks(bytes(data), b"\n") == 7

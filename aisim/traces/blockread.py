@@ -218,7 +218,7 @@ def trace_rows(cols: dict, n: int) -> pa.Table:
     for f in TRACE_SCHEMA:
         v = cols.get(f.name)
         if v is None:
-            v = pa.array([0] * n if f.name == "turn" else [None] * n, f.type)
+            v = pa.array(np.zeros(n, np.int32)) if f.name == "turn" else pa.nulls(n, f.type)
         elif not isinstance(v, (pa.Array, pa.ChunkedArray)):
             v = pa.array(v, f.type)
         elif v.type != f.type:

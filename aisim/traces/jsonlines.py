@@ -25,7 +25,6 @@ read with another delimiter.
 
 from __future__ import annotations
 
-import io
 import json
 import re
 
@@ -86,18 +85,24 @@ def _matches(data: bytes, pattern: str) -> bool:
     return pc.match_substring_regex(whole, pattern)[0].as_py()
 
 
-def _columns(data: bytes, k: int):
-    """The text between the line's colons: ``k`` keys make ``k + 1`` columns, or None (a string holds a colon)."""
+def _columns(data: bytes, types: list):
+    """The text between the line's colons: ``k`` keys make ``k + 1`` columns, or None (a string holds a colon).
+
+    ``types``: the Arrow type of each key's value; a string's column is read as (checked) UTF-8, the
+    others as bytes (the pattern let only ASCII through there).
+    """
     import pyarrow.csv as pcsv
 
-    names = [f"c{j}" for j in range(k + 1)]
+    names = [f"c{j}" for j in range(len(types) + 1)]
+    text = {names[j + 1]: pa.string() if pa.types.is_string(t) else pa.binary() for j, t in enumerate(types)}
     try:
         return pcsv.read_csv(
-            io.BytesIO(data),
-            read_options=pcsv.ReadOptions(use_threads=False, column_names=names, block_size=1 << 22),
+            pa.BufferReader(data),
+            read_options=pcsv.ReadOptions(use_threads=False, column_names=names,
+                                          block_size=max(len(data) + 1, 1 << 20)),
             parse_options=pcsv.ParseOptions(delimiter=":", quote_char=False, double_quote=False, escape_char=False,
                                             newlines_in_values=False, ignore_empty_lines=False),
-            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in names}, include_columns=names[1:],
+            convert_options=pcsv.ConvertOptions(column_types=text, include_columns=names[1:],
                                                 strings_can_be_null=False, check_utf8=True))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
@@ -111,15 +116,17 @@ def _convert(col: pa.Array, typ: pa.DataType, lead: int, tail: int, item_sep: st
     import numpy as np
     import pyarrow.compute as pc
 
-    # The cuts are ASCII (the pattern's separators, quotes and brackets): cut as bytes, still UTF-8.
-    col = pc.binary_slice(col.view(pa.binary()), lead, -tail).view(pa.string())
-    is_null = pc.equal(col, "null") if null_seen else None
+    # A value is null iff it starts with "n" (a number starts with "-" or a digit, a string with '"', a list
+    # with "["); the cuts are ASCII (the pattern's separators, quotes and brackets): cut as bytes, still UTF-8.
+    raw = col.view(pa.binary())
+    is_null = pc.starts_with(raw, " " * lead + "n") if null_seen else None
     nulls = is_null.true_count if null_seen else 0
     if pa.types.is_int64(typ) or pa.types.is_float64(typ):
+        col = pc.binary_slice(raw, lead, -tail).view(pa.string())
         if not nulls:
             return col.cast(typ)
         return pc.if_else(is_null, pa.scalar(None, typ), pc.if_else(is_null, "0", col).cast(typ))
-    inner = pc.binary_slice(col.view(pa.binary()), 1, -1).view(pa.string())  # the quotes, or the brackets
+    inner = pc.binary_slice(raw, lead + 1, -tail - 1).view(pa.string())  # inside the quotes, or the brackets
     if pa.types.is_string(typ):
         return pc.if_else(is_null, pa.scalar(None, pa.string()), inner) if nulls else inner
     none = pc.or_(is_null, pc.equal(inner, "")) if nulls else pc.equal(inner, "")
@@ -149,9 +156,10 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
     Returns
     -------
     pyarrow.Table or None
-        The table, or None when a line differs from the first line's shape,
+        The table, one row per line of ``data`` in order (every line was
+        checked, so none is blank), or None when a line differs from the first line's shape,
         has a key outside ``schema`` or a value this reader does not
-        convert exactly as ``pyarrow.json`` does.
+        convert exactly as ``pyarrow.json`` does (or an integer beyond int64).
     """
     shape = _shape(data, schema)
     if shape is None:
@@ -160,7 +168,7 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
     pattern = _block_pattern(keys, item_sep, key_sep, schema)
     if pattern is None or not _matches(data, pattern):
         return None
-    cols = _columns(data, len(keys))
+    cols = _columns(data, [schema.field(k).type for k in keys])
     if cols is None:
         return None
     n = cols.num_rows
@@ -170,7 +178,11 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
         # Column i + 1 holds keys[i]'s value after the key separator's colon, then the item separator and the
         # next key in quotes, or the closing brace.
         tail = len(item_sep) + len(keys[i + 1]) + 2 if i + 1 < len(keys) else 1
-        out[key] = _convert(cols.column(i).combine_chunks(), schema.field(key).type, len(key_sep) - 1, tail, item_sep,
-                            null_seen)
+        col = cols.column(i)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()  # one chunk: the block is one CSV block
+        try:
+            out[key] = _convert(col, schema.field(key).type, len(key_sep) - 1, tail, item_sep, null_seen)
+        except pa.ArrowInvalid:  # an integer beyond int64: the JSON reader refuses it too, the line path reads it
+            return None
     arrays = [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)

@@ -154,18 +154,20 @@ class MooncakeFormat:
     def _fast(self, path, data, first_line):
         import pyarrow.compute as pc
 
-        if not plain_lines(data) or (self.model is not None and b"null" in data):
+        if self.model is not None and b"null" in data:
             # A null reads as an absent field everywhere but in 'model', whose absence means the option.
             return None
-        table = read_uniform(data, _JSON_SCHEMA)
-        if table is None:
-            table = _read_json(data, _JSON_SCHEMA, "ignore")
+        table = read_uniform(data, _JSON_SCHEMA)  # its lines end in "\n" or "\r\n" (no lone "\r")
+        uniform = table is not None
+        if not uniform:
+            table = _read_json(data, _JSON_SCHEMA, "ignore") if plain_lines(data) else None
         if table is None:
             return None
         n = table.num_rows
         if n == 0:
             return Parsed(_empty(), [], {})
-        line = line_numbers(data, first_line, n)
+        # A uniform block is one row a line (no blank ones); else the JSON reader skipped the blank lines.
+        line = np.arange(first_line, first_line + n, dtype=np.int64) if uniform else line_numbers(data, first_line, n)
         if line is None:
             return None
         inp, out = table.column("input_length"), table.column("output_length")
@@ -176,10 +178,10 @@ class MooncakeFormat:
             return None
         rid = table.column("request_id")
         if rid.null_count < n:
-            if rid.null_count or pc.any(pc.equal(pc.utf8_length(rid), 0)).as_py():
+            if rid.null_count or pc.any(pc.equal(rid, "")).as_py():
                 return None
         sid = table.column("session_id")
-        if sid.null_count < n and pc.any(pc.equal(pc.utf8_length(sid.drop_null()), 0)).as_py():
+        if sid.null_count < n and pc.any(pc.equal(sid, "")).as_py():  # nulls skipped
             return None
         ts = table.column("timestamp")
         delay = table.column("delay")
@@ -449,13 +451,11 @@ class MooncakeFormat:
             first_of = np.maximum.accumulate(np.where(starts, np.arange(len(order)), 0))
             turn[order] = np.arange(len(order)) - first_of + carry[grouped]
             last = order[np.concatenate([grouped[1:] != grouped[:-1], [True]])]
-            ts = rows.column("ts_ms").to_numpy(zero_copy_only=False)
-            prompt = rows.column("prompt_tokens").to_numpy(zero_copy_only=False)
-            out = rows.column("output_tokens").to_numpy(zero_copy_only=False)
-            rid = rows.column("request_id")
-            for i in last.tolist():
-                sessions[names[code[i]]] = _Turn(int(turn[i]), float(ts[i]), None, int(prompt[i]), int(out[i]),
-                                                 rid[i].as_py())
+            at = pa.array(last)
+            ts, prompt, out, rid = (rows.column(c).take(at).to_pylist()
+                                    for c in ("ts_ms", "prompt_tokens", "output_tokens", "request_id"))
+            for c, tn, a, pr, o, r in zip(code[last].tolist(), turn[last].tolist(), ts, prompt, out, rid):
+                sessions[names[c]] = _Turn(tn, a, None, pr, o, r)
         t = pc.min(rows.column("ts_ms")).as_py()
         state["t0"] = t if state["t0"] is None or t < state["t0"] else state["t0"]
         out = rows.set_column(rows.schema.get_field_index("turn"), "turn", pa.array(turn.astype(np.int32)))
