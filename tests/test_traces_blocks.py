@@ -248,12 +248,21 @@ def test_uniform_lines_values():
     (b'{"model":"a"}', b'{"model":1}'), (b'{"model":"a"}', b'{"model":"\xff"}'),
     (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}'),
     (b'{"input_length":1}', b'{"input_length":9223372036854775808}'),
-    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,9223372036854775808]}')])
+    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,9223372036854775808]}'),
+    (b'{"model":"a"}', b'{"model":"a"b"}'), (b'{"model":"a"}', b'{"model":"a\x01"}'),
+    (b'{"model":"a"}', b'{"model":"a"} '), (b'{"model":"a"}', b' {"model":"a"}'),
+    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,,2]}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[01]}'),
+    (b'{"hash_ids":[1]}', b'{"hash_ids":[1,2,]}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[[1]]}'),
+    (b'{"input_length":1}', b'{"input_length":-}'), (b'{"input_length":1}', b'{"input_length":nul}'),
+    (b'{"input_length":1}', b'{"input_length":nulll}'), (b'{"input_length":1}', b'{"input_length":1-2}'),
+    (b'{"input_length":1}', b'{"input_length":-01}'), (b'{"timestamp":1}', b'{"timestamp":1.}')])
 def test_uniform_lines_leave_other_lines_to_other_readers(first, line):
     """A line unlike the first, or with what this reader does not convert exactly, leaves the block to others.
 
     Leading zeros, a plus sign, a float for an int, a negative id, an escape, a colon in a string, a number
-    for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64.
+    for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64, a quote or a
+    control character in a string, text around the object, empty or nested items, a lone minus, a misspelt
+    null, a float with no digit after its point.
     """
     from aisim.traces.jsonlines import read_uniform
 
@@ -280,3 +289,37 @@ def test_line_breaks_of_a_long_block_are_counted_exactly():
         data[at] = 10
     data[7] = 13  # a lone "\r" counts, as the line readers see it
     assert _count_newlines(bytes(data)) == 6 and _breaks(bytes(data), b"") == 8 and _breaks(bytes(data), b"\n") == 7
+
+
+def test_uniform_lines_never_read_what_the_json_reader_reads_otherwise():
+    """Lines one byte away from uniform ones: read as ``pyarrow.json`` reads them, or left to other readers."""
+    import json
+    import random
+
+    from aisim.traces.jsonlines import read_uniform
+    from aisim.traces.oracle import _read_json
+
+    base = [b'{"timestamp":10,"input_length":300,"output_length":7,"hash_ids":[0,12,3],"session_id":"s1","model":"m"}',
+            b'{"timestamp":20,"input_length":-1,"output_length":null,"hash_ids":[],"session_id":null,"model":"m/2"}',
+            b'{"timestamp":2.5e1,"input_length":0,"output_length":9,"hash_ids":null,"session_id":"x","model":""}']
+    alphabet = b'0123456789-+.eEnul"[],: {}\\\x01xz'
+    rng = random.Random(7)
+    read = 0
+    for _ in range(1500):
+        lines = [bytearray(x) for x in base[:rng.choice((2, 3))]]  # with or without the float line
+        line = rng.choice(lines[1:])
+        k = rng.randrange(len(line))
+        op = rng.randrange(3)
+        if op == 0:
+            line[k:k + 1] = b""
+        else:
+            line[k:k + op - 1] = bytes([rng.choice(alphabet)])
+        data = b"\n".join(bytes(x) for x in lines) + b"\n"
+        got = read_uniform(data, mooncake._JSON_SCHEMA)
+        if got is None:
+            continue
+        read += 1
+        for x in lines:
+            json.loads(x)  # every line read is JSON
+        assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore")), data
+    assert 50 < read < 1500  # some mutations still make uniform lines (a digit for a digit), most do not
