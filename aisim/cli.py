@@ -36,6 +36,9 @@ def main():
 @click.option("--poisson-rate", type=float,
               help="Re-time the requests, in trace order, as a Poisson process of this many requests/s.")
 @click.option("--seed", type=int, help="Seed of --poisson-rate's gaps (default 0).")
+@click.option("--max-concurrency", type=int,
+              help="Send at most this many requests at a time (as vllm bench serve --max-concurrency); a request "
+                   "due while that many are in flight is sent when one finishes.")
 @click.option("--reject-too-long", is_flag=True,
               help="Reject prompts of max_model_len tokens or more (status 'rejected'), as vLLM's server does, "
                    "instead of refusing the trace.")
@@ -50,7 +53,7 @@ def main():
 @format_option()
 @progress_option()
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
-           reject_too_long, out_dir, decision_log, vllm_version, deployment_path, fmt, progress):
+           max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -70,11 +73,15 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
         from aisim.traces.load import check_load
 
-        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed},
-                          " (--rate-scale, --poisson-rate, --seed)")
+        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed,
+                           "max_concurrency": max_concurrency},
+                          " (--rate-scale, --poisson-rate, --seed, --max-concurrency)")
         if load and closed_loop:
-            raise ConfigError("--rate-scale and --poisson-rate re-time open-loop replays; a closed loop paces "
-                              "each turn by the previous one")
+            raise ConfigError("--rate-scale, --poisson-rate and --max-concurrency shape open-loop replays; a closed "
+                              "loop paces each turn by the previous one")
+        if deployment_path and max_concurrency is not None:
+            raise ConfigError("--max-concurrency applies to a single engine's replay; a deployment's clients "
+                              "are not capped yet")
         with phases:
             deployment = None
             if deployment_path:
@@ -108,7 +115,8 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
                     logs = write_deployment(result, out_dir, decision_log)
             else:
                 result = run_replay(trace, engine, record_decisions=decision_log is not None,
-                                    closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long)
+                                    closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long,
+                                    max_concurrency=max_concurrency)
             if deployment is None and (out_dir or decision_log):
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:

@@ -363,7 +363,7 @@ def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> di
 
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None,
-           reject_too_long: bool = False) -> ReplayResult:
+           reject_too_long: bool = False, max_concurrency: int | None = None) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
@@ -389,6 +389,11 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         ``requests``, status ``rejected``, with no times (its ``arrival_s``
         only on a trace clocked in seconds) and no tokens out; the summary
         counts it in ``requests`` and ``rejected``.  Not with ``closed_loop``.
+    max_concurrency : int, optional
+        The client sends at most this many requests at a time, as ``vllm bench
+        serve --max-concurrency``: a request due while that many are in flight
+        is sent when one finishes, in trace order; its ``arrival_s`` (and so
+        its latencies) count from then.  Not with ``closed_loop``.
 
     Returns
     -------
@@ -405,6 +410,7 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         if isinstance(think_time_s, bool) or not isinstance(think_time_s, (int, float)) \
                 or not math.isfinite(think_time_s) or think_time_s < 0:
             raise ConfigError(f"think_time_s must be a finite non-negative number of seconds, got {think_time_s!r}")
+    max_concurrency = _check_concurrency(max_concurrency, closed_loop)
     if reject_too_long and closed_loop:
         raise ConfigError("reject_too_long does not apply to closed-loop replays (a session's next turn "
                           "would follow a turn that never ran)")
@@ -421,12 +427,24 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:
-        out = Engine(config, core_trace, record_events=record_decisions).run()
+        out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency).run()
     except (ValueError, RuntimeError) as exc:
         # The core's own refusals (ext/engine.pyx): a stalled engine, a step
         # outside the step-time profile's measured range.
         raise ReplayError(str(exc)) from None
     return result_of(whole, engine, out, timed, record_decisions, rejected)
+
+
+def _check_concurrency(max_concurrency, closed_loop: bool) -> int:
+    """``max_concurrency`` as the core takes it (0: no cap), or a ConfigError naming it."""
+    if max_concurrency is None:
+        return 0
+    from aisim.traces.load import check_load
+
+    n = check_load({"max_concurrency": max_concurrency})["max_concurrency"]
+    if closed_loop:
+        raise ConfigError("max_concurrency caps an open-loop client; a closed loop paces each session's turns itself")
+    return n
 
 
 def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, events: bool,
@@ -481,7 +499,7 @@ STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
 
 
 def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, out_rows: int = 65536,
-                  stats: dict | None = None, reject_too_long: bool = False):
+                  stats: dict | None = None, reject_too_long: bool = False, max_concurrency: int | None = None):
     """Replay a trace given in pieces, holding only the requests in flight; yield the results in pieces.
 
     The same replay as :func:`replay`, row for row and bit for bit, for a
@@ -512,6 +530,9 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     reject_too_long : bool
         Reject over-long prompts as :func:`replay` does (not with the
         closed-loop columns).
+    max_concurrency : int, optional
+        Cap the requests in flight as :func:`replay` does (not with the
+        closed-loop columns).
 
     Yields
     ------
@@ -536,7 +557,8 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     from aisim._core.engine import ADVANCE, Engine
 
     config = core_config(engine)
-    core = Engine(config, timed=timed, expected=max(int(expected), 1), out_rows=out_rows)
+    core = Engine(config, timed=timed, expected=max(int(expected), 1), out_rows=out_rows,
+                  max_concurrency=_check_concurrency(max_concurrency, False))
     # Trace rows fed and not yet handed back, in trace order, each piece with its rejected rows (or None).
     pending = deque()
     faults = {}

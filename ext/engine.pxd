@@ -169,6 +169,8 @@ cdef class Engine:
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef object _spec_keep         # acceptance arrays the C side points into
     cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)
+    cdef int64_t max_conc          # the client's cap on requests in flight (0: none)
+    cdef int64_t in_flight         # requests sent and not finished
     # the loop's own state, kept between advance() calls
     cdef step_t step               # the next engine iteration
     cdef sec_t clock               # simulated time

@@ -84,7 +84,7 @@ cdef class Engine:
         self.finished = True
 
     def __init__(self, config not None, trace=None, bint record_events=False, *, timed=None, expected=None,
-                 out_rows=None, bint replica=False):
+                 out_rows=None, bint replica=False, int64_t max_concurrency=0):
         """Read the resolved configuration, and the whole trace when given.
 
         Parameters
@@ -105,6 +105,10 @@ cdef class Engine:
         replica : bool
             Streaming: a replica of a deployment (``aisim._core.deploy``), fed one request at a
             time and stepped by the deployment's clock; it may record decision-log events.
+        max_concurrency : int
+            The client sends at most this many requests at a time (0: no cap): a request due
+            while that many are in flight is sent when one finishes (``vllm bench serve
+            --max-concurrency``).  Open-loop arrivals only.
         """
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
@@ -114,6 +118,9 @@ cdef class Engine:
         cdef req_t cap
         cdef req_t i
         memset(&conf, 0, sizeof(SchedConfC))
+        if max_concurrency < 0:
+            raise ValueError(f"max_concurrency must be >= 0, got {max_concurrency}")
+        self.max_conc = max_concurrency
         self.whole = trace is not None
         if self.whole:
             n = len(trace.prompt_len)
@@ -602,9 +609,11 @@ cdef class Engine:
 
 
     cdef bint _open_due(self) noexcept nogil:
-        # The next open-loop request (trace order) has arrived by this clock / engine step.
+        # The next open-loop request (trace order) has arrived by this clock / engine step, and the
+        # client may send it: vllm/benchmarks/serve.py (benchmark, limited_request_func) holds a
+        # request until fewer than max_concurrency are in flight (an asyncio.Semaphore: in order).
         cdef req_t s
-        if self.open_n == 0:
+        if self.open_n == 0 or (self.max_conc and self.in_flight >= self.max_conc):
             return False
         s = self.open_q[self.open_head]
         if self.timed:
@@ -620,11 +629,13 @@ cdef class Engine:
         return s
 
     cdef int _release_next_turns(self) except -1 nogil:
-        """Closed loop: a finished turn sends its session's next turn after its think time."""
+        """The finished requests leave the client's in-flight count; closed loop: a finished turn
+        sends its session's next turn after its think time."""
         cdef int32_t i
         cdef req_t f
         cdef int64_t nx
         cdef sec_t t
+        self.in_flight -= self.sched.n_finished
         for i in range(self.sched.n_finished):
             f = self.sched.finished[i]
             nx = self.slot_next[f]
@@ -725,6 +736,7 @@ cdef class Engine:
                     break
                 self.reqs[r_new].arrival_s = self.clock
                 sched_add_request(&self.sched, r_new)
+                self.in_flight += 1
                 if self.record_events:
                     _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
             if not sched_has_requests(&self.sched) and self.q_len == 0:
@@ -862,6 +874,7 @@ cdef class Engine:
             self.open_n -= 1
             self.reqs[r_new].arrival_s = self.clock
             sched_add_request(&self.sched, r_new)
+            self.in_flight += 1
             if self.record_events:
                 _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
         self._iterate()

@@ -73,7 +73,7 @@ def test_poisson_retiming_is_seeded_and_the_same_in_pieces():
     ({"poisson_rate": float("nan")}, "'poisson_rate' must be a finite positive number, got nan"),
     ({"rate_scale": 2, "seed": 1}, "'seed' seeds a Poisson re-timing; set 'poisson_rate'"),
     ({"poisson_rate": 2, "seed": -1}, "'seed' must be a non-negative integer, got -1"),
-    ({"rate": 2}, "unknown key 'rate'; known keys: rate_scale, poisson_rate, seed"),
+    ({"rate": 2}, "unknown key 'rate'; known keys: rate_scale, poisson_rate, seed, max_concurrency"),
 ])
 def test_bad_load_is_named(load, message):
     with pytest.raises(ConfigError) as exc:
@@ -103,10 +103,10 @@ def test_the_replay_command_scales_and_retimes(tmp_path):
     assert r.exit_code == 0, r.output
     assert pq.read_table(tmp_path / "p" / "requests.parquet").column("arrival_s").to_pylist() == _poisson(2, 4, 1)
     r = CliRunner().invoke(main, args + ["--rate-scale", "2", "--poisson-rate", "4"])
-    assert r.output == ("error: 'rate_scale' and 'poisson_rate' (--rate-scale, --poisson-rate, --seed) are "
-                        "alternatives; give one\n")
+    assert r.output == ("error: 'rate_scale' and 'poisson_rate' (--rate-scale, --poisson-rate, --seed, "
+                        "--max-concurrency) are alternatives; give one\n")
     r = CliRunner().invoke(main, args + ["--rate-scale", "2", "--closed-loop"])
-    assert r.exit_code == 2 and "re-time open-loop replays" in r.output
+    assert r.exit_code == 2 and "shape open-loop replays" in r.output
 
 
 def _pipeline(tmp_path, replay):
@@ -136,7 +136,7 @@ def test_the_pipeline_retimes_each_model_s_trace(tmp_path):
         assert con.execute("SELECT clock FROM shards WHERE run_id = ?", [poisson.run_id]).fetchone() == ("time",)
     with pytest.raises(SpecError, match=r"'replay.rate_scale' and 'replay.poisson_rate' are alternatives"):
         _pipeline(tmp_path, {"rate_scale": 2, "poisson_rate": 1})
-    with pytest.raises(SpecError, match=r"'replay.rate_scale'.* re-times open-loop replays"):
+    with pytest.raises(SpecError, match=r"'replay.rate_scale'.* shapes open-loop replays"):
         _pipeline(tmp_path, {"rate_scale": 2, "closed_loop": True})
 
 
@@ -175,7 +175,7 @@ def test_a_sweep_with_load_levels(tmp_path):
     ({"rate_scale": []}, "'load.rate_scale' must be a non-empty list of levels"),
     ({"rate_scale": [2.0], "seed": 1}, "'load.seed' seeds a Poisson re-timing; set 'load.poisson_rate'"),
     ({"poisson_rate": [-1.0]}, "'load.poisson_rate' must be a finite positive number, got -1.0"),
-    ({"rate": [1.0]}, "unknown key 'load.rate'; known keys: rate_scale, poisson_rate, seed"),
+    ({"rate": [1.0]}, "unknown key 'load.rate'; known keys: rate_scale, poisson_rate, max_concurrency, seed"),
 ])
 def test_bad_load_axis_is_named(tmp_path, load, message):
     (tmp_path / "b.json").write_text('{"num_gpu_blocks": 10}')

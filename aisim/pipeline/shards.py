@@ -159,7 +159,8 @@ def _run_shard(desc: dict, parts: list) -> dict:
             index = 0
             summary = None
             for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
-                                      reject_too_long=opts.get("reject_too_long", False)):
+                                      reject_too_long=opts.get("reject_too_long", False),
+                                      max_concurrency=load.get("max_concurrency")):
                 if item[0] == "requests":
                     requests.add(_requests_table(desc, item[2], item[1], index))
                     index += item[1].num_rows

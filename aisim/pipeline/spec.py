@@ -15,6 +15,7 @@ shape is::
     # rate_scale = 2.0                # load: arrivals divided by this (aisim.traces.load), or
     # poisson_rate = 5.0              # ... requests re-timed as a Poisson process of this rate
     # seed = 0                        # ... with this seed
+    # max_concurrency = 16            # the client sends at most this many requests at a time
 
     [landing]                         # optional
     staging = "s3://bucket/aisim"     # where workers write Parquet (default: <database>.staging)
@@ -64,6 +65,7 @@ from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError, SpecError
 from aisim.textin import decode_utf8
+from aisim.traces.load import LOAD_KEYS
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -71,7 +73,7 @@ _TOP_KEYS = ("name", "description", "database", "landing", "window", "replay", "
 _LANDING_KEYS = ("staging", "lock_timeout_s", "keep_parquet", "parquet_dir")
 # How long landing waits for another process's database lock, unless the spec says.
 LOCK_TIMEOUT_S = 60.0
-_REPLAY_KEYS = ("closed_loop", "think_time_s", "reject_too_long", "rate_scale", "poisson_rate", "seed")
+_REPLAY_KEYS = ("closed_loop", "think_time_s", "reject_too_long") + LOAD_KEYS
 _SOURCE_KEYS = ("name", "paths", "format", "model", "model_column", "model_map", "request_id_prefix", "options")
 _DEPLOYMENT_KEYS = ("model", "engines")
 # An engine entry that replays a deployment: the engine (file or inline table) and the deployment
@@ -325,6 +327,9 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
             if replay.get("reject_too_long"):
                 raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
                               f"'{d.model}/{e.name}'")
+            if replay.get("max_concurrency"):
+                raise v.error("replay.max_concurrency", f"caps a single engine's client; deployment "
+                              f"'{d.model}/{e.name}' does not cap its clients yet")
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
                         window=window, description=description, replay=replay, landing=landing,
@@ -403,16 +408,15 @@ def _replay_options(v: _Validator, raw) -> dict:
         raise v.error("replay.reject_too_long", "does not apply to closed-loop replays")
     if reject:  # only when set: a spec without it keeps its run key
         out["reject_too_long"] = True
-    from aisim.errors import ConfigError
-    from aisim.traces.load import LOAD_KEYS, check_load
+    from aisim.traces.load import check_load
 
     try:
         load = check_load({k: raw[k] for k in LOAD_KEYS if k in raw}, v.where, "replay.")
     except ConfigError as exc:
         raise SpecError(str(exc)) from None
     if load and closed:
-        raise v.error("replay.rate_scale" if "rate_scale" in load else "replay.poisson_rate",
-                      "re-times open-loop replays; a closed loop paces each turn by the previous one")
+        key = next(k for k in ("rate_scale", "poisson_rate", "max_concurrency") if k in load)
+        raise v.error(f"replay.{key}", "shapes open-loop replays; a closed loop paces each turn by the previous one")
     out.update(load)  # likewise only when set
     return out
 

@@ -22,7 +22,8 @@ trace, a grid of knobs and SLO thresholds::
     time_model = [{kind = "roofline", gpu = "H100", model = "llama-3.1-8b", tp = 1}]
 
     [load]                             # optional: load levels, each a pipeline run of every candidate
-    rate_scale = [1.0, 2.0]            # arrivals divided by the factor; or poisson_rate = [...] (seed = N)
+    rate_scale = [1.0, 2.0]            # arrivals divided by the factor; or poisson_rate = [...] (seed = N),
+                                       # or max_concurrency = [...] (requests in flight)
 
     [slo]                              # at least one threshold, seconds
     ttft_s = 2.0
@@ -68,7 +69,7 @@ GRID_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
 # A grid value that removes the key from the base configuration (TOML has no null).
 UNSET = "unset"
 # The load axes of a [load] table (aisim.traces.load), one per sweep.
-LOAD_AXES = ("rate_scale", "poisson_rate")
+LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "load", "slo")
 _TRACE = ("paths", "format", "options")
@@ -221,7 +222,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
 
 
 def _loads(raw, where: str) -> list:
-    """``[load]``: one axis of load levels, ``rate_scale = [...]`` or ``poisson_rate = [...]`` (with ``seed``)."""
+    """``[load]``: one axis of load levels, ``rate_scale``, ``poisson_rate`` (with ``seed``) or ``max_concurrency``."""
     from aisim.traces.load import check_load
 
     if raw is None:
@@ -254,7 +255,7 @@ def candidates(spec: SweepSpec) -> list:
     list of Candidate
         By load level, then in grid order; an accepted one keeps its
         ``engine``, a refused one its ``reason``.  A load level is a knob too
-        (``rate_scale`` or ``poisson_rate``).
+        (``rate_scale``, ``poisson_rate`` or ``max_concurrency``).
     """
     from aisim.config.engine import engine_config_from_dict
 

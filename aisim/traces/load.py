@@ -16,8 +16,16 @@ Two transforms, one at a time (``load`` is a dict of :data:`LOAD_KEYS`):
     pieces (:class:`Retimer`, as the pipeline's shards stream it) gets the
     same arrivals, bit for bit, as the whole trace (:func:`retime`).
 
+``max_concurrency = n``
+    Not a transform of the trace but of the client that sends it: at most
+    ``n`` requests in flight, as ``vllm bench serve --max-concurrency``; a
+    request due while ``n`` are in flight is sent when one finishes (in
+    trace order), and its latencies count from then.  The core enforces it
+    (``aisim._core.engine.Engine(max_concurrency=n)``); it combines with
+    either transform.
+
 Sessions keep their turns; a closed-loop replay paces turns by their
-previous turn, so the transforms apply to open-loop replays only.
+previous turn, so load applies to open-loop replays only.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ import pyarrow as pa
 
 from aisim.errors import ConfigError
 
-LOAD_KEYS = ("rate_scale", "poisson_rate", "seed")
+LOAD_KEYS = ("rate_scale", "poisson_rate", "seed", "max_concurrency")
+# The keys that re-time the trace (the rest shape the client).
+TRANSFORM_KEYS = ("rate_scale", "poisson_rate", "seed")
 
 
 def check_load(raw: dict, where: str = "", prefix: str = "") -> dict:
@@ -70,16 +80,25 @@ def check_load(raw: dict, where: str = "", prefix: str = "") -> dict:
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(f"'{prefix}seed'{where} must be a non-negative integer, got {v!r}")
         out["seed"] = v
+    if "max_concurrency" in raw:
+        v = raw["max_concurrency"]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"'{prefix}max_concurrency'{where} must be a positive integer, got {v!r}")
+        out["max_concurrency"] = v
     return out
 
 
 def describe_load(load: dict) -> str:
-    """``rate x2``, ``Poisson 5 req/s (seed 0)``, or ``as traced``."""
+    """``rate x2``, ``Poisson 5 req/s (seed 0)`` or ``as traced``, then ``, at most 16 in flight``."""
     if "rate_scale" in load:
-        return f"rate x{load['rate_scale']:g}"
-    if "poisson_rate" in load:
-        return f"Poisson {load['poisson_rate']:g} req/s (seed {load.get('seed', 0)})"
-    return "as traced"
+        text = f"rate x{load['rate_scale']:g}"
+    elif "poisson_rate" in load:
+        text = f"Poisson {load['poisson_rate']:g} req/s (seed {load.get('seed', 0)})"
+    else:
+        text = "as traced"
+    if "max_concurrency" in load:
+        text += f", at most {load['max_concurrency']} in flight"
+    return text
 
 
 class Retimer:
@@ -88,7 +107,7 @@ class Retimer:
     Parameters
     ----------
     load : dict
-        A transform as :func:`check_load` returns it (empty: pieces pass unchanged).
+        Load as :func:`check_load` returns it (no transform: pieces pass unchanged).
     timed : bool
         The trace is clocked in seconds (``arrival_s``), else in engine steps.
 
@@ -99,7 +118,7 @@ class Retimer:
     """
 
     def __init__(self, load: dict, timed: bool):
-        self.load = dict(load)
+        self.load = {k: v for k, v in load.items() if k in TRANSFORM_KEYS}  # max_concurrency is the core's
         self.timed = timed or "poisson_rate" in load
         self._was_timed = timed
         self._rng = np.random.default_rng(load.get("seed", 0)) if "poisson_rate" in load else None
@@ -130,7 +149,7 @@ class Retimer:
 
 
 def retime(trace: pa.Table, **load) -> pa.Table:
-    """``trace`` with its arrivals transformed by ``load`` (:data:`LOAD_KEYS`; see the module docstring).
+    """``trace`` with its arrivals transformed by ``load`` (:data:`LOAD_KEYS`, ``max_concurrency`` aside).
 
     Returns
     -------
