@@ -1,11 +1,11 @@
 """A deployment: N replicas of the exact engine behind a router, on one simulated clock.
 
 Each replica is a complete :class:`aisim._core.engine.Engine` (its own scheduler, KV cache and
-step time), fed one request at a time (``Engine._add_one``) and stepped one iteration at a time
-(``Engine._replica_step``).  The event loop: the next event is the earliest of the next arrival
-and every busy replica's next iteration start (its clock); an arrival at t is routed and added
-before any iteration starting at or after t (the single engine's rule); ties between replicas go
-to the lowest index.  An idle replica's clock jumps to the arrival it is given.  A replica's
+step time), fed one request at a time (``replica_add``) and stepped one iteration at a time
+(``replica_step``; both in engine_replica.pxi).  The event loop: the next event is the earliest
+of the next arrival and every busy replica's next iteration start (its clock); an arrival at t
+is routed and added before any iteration starting at or after t (the single engine's rule);
+ties between replicas go to the lowest index.  An idle replica's clock jumps to the arrival it is given.  A replica's
 decisions therefore depend only on the requests routed to it: its decision log equals a
 single-engine replay of its share (the tests check it).
 
@@ -24,7 +24,7 @@ from libc.string cimport memset
 import numpy as np
 
 from aisim._core.blockpool cimport bp_log_keys, bp_lookup
-from aisim._core.engine cimport Engine, TraceC
+from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step
 from aisim._core.heap cimport HeapC, heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_table
@@ -301,10 +301,10 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
                       + <double>(rt.act_n[w] + rt.newb[w]))
 
 
-cdef int32_t _least(const RouterC* rt) noexcept nogil:
+cdef int32_t _least(const int64_t* load, int32_t n) noexcept nogil:
+    """The replica of least ``load`` (outstanding requests or tokens), ties to the lowest index."""
     cdef int32_t w, best = 0
-    cdef const int64_t* load = rt.out_toks if rt.by_tokens else rt.out_reqs
-    for w in range(1, rt.n_rep):
+    for w in range(1, n):
         if load[w] < load[best]:
             best = w
     return best
@@ -331,7 +331,7 @@ cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
         z = mix64(rt.rng)
         return <int32_t>(((z >> 32) * <hash_t>rt.n_rep) >> 32)
     if rt.kind == RT_LEAST_LOADED:
-        return _least(rt)
+        return _least(rt.out_toks if rt.by_tokens else rt.out_reqs, rt.n_rep)
     if rt.kind == RT_KV_AWARE:
         return _cheapest(rt)
     # session_affinity: the replica of the session's first turn, unless it holds more than
@@ -340,21 +340,13 @@ cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
     s = <int32_t>rt.session[g]
     if s >= 0 and rt.sticky[s] >= 0:
         w = rt.sticky[s]
-        least = rt.out_reqs[_least_reqs(rt)]
+        least = rt.out_reqs[_least(rt.out_reqs, rt.n_rep)]
         if rt.out_reqs[w] <= least + rt.slack:
             return w
-    w = _cheapest(rt) if rt.fallback == RT_KV_AWARE else _least(rt)
+    w = _cheapest(rt) if rt.fallback == RT_KV_AWARE else _least(rt.out_toks if rt.by_tokens else rt.out_reqs, rt.n_rep)
     if s >= 0:
         rt.sticky[s] = w
     return w
-
-
-cdef int32_t _least_reqs(const RouterC* rt) noexcept nogil:
-    cdef int32_t w, best = 0
-    for w in range(1, rt.n_rep):
-        if rt.out_reqs[w] < rt.out_reqs[best]:
-            best = w
-    return best
 
 
 cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
@@ -682,7 +674,7 @@ cdef class Deployment:
                 self.route[nxt] = w
                 self.route_d[nxt] = -1
                 e = <Engine>self.engines[w]
-                s = e._add_one(tr, nxt, t)
+                s = replica_add(e, tr, nxt, t)
                 if self.pd:
                     # The prefill replica runs it with max_tokens = 1 (the P/D proxy's request); its
                     # blocks outlive the finish while a decode replica pulls them.
@@ -706,7 +698,7 @@ cdef class Deployment:
             if bc > e.clock:
                 e.clock = bc  # a decode replica waking for a transfer
             stamp = e.clock
-            e._replica_step()
+            replica_step(e)
             if best < rt.n_rep:
                 self._collect(rt, best, best, e, stamp)
             else:
@@ -714,7 +706,7 @@ cdef class Deployment:
         out = []
         for w in range(self.n_all):
             e = <Engine>self.engines[w]
-            e._replica_end()
+            replica_end(e)
             idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
                 np.zeros(0, np.int64)
             out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
@@ -752,7 +744,7 @@ cdef class Deployment:
         self.route_d[g] = w
         self.routed_d[g] = t
         self._assign(w, g)
-        s = de._add_one(&self.tr, g, t)
+        s = replica_add(de, &self.tr, g, t)
         r = &de.reqs[s]
         # It carries the prefill replica's first token: the prompt's KV arrives, the rest is local.
         r.num_output = 1

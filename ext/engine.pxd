@@ -89,7 +89,7 @@ cdef struct ReqColsC:
 
 cdef struct ArenaC:
     # Variable-length data of the requests in slots, as parallel columns; a request holds
-    # entries [off, off + cnt).  Packed afresh when full (Engine._make_room).
+    # entries [off, off + cnt).  Packed afresh when full (engine_slots.pxi _make_room).
     int64_t n                  # entries used (some by retired requests until the next packing)
     int64_t cap                # entries allocated
     int32_t n_cols             # columns in use
@@ -108,7 +108,7 @@ cdef struct EventsC:
 
 cdef struct TraceC:
     # A deployment's trace as borrowed C arrays (aisim.core_input.CoreTrace, time-clocked,
-    # open loop); Engine._add_one copies one request out of it.  acc_* are NULL without accept lists.
+    # open loop); replica_add copies one request out of it.  acc_* are NULL without accept lists.
     int64_t n
     const tok_t* prompt_len
     const tok_t* max_tokens
@@ -131,7 +131,7 @@ cdef class Engine:
     # Requests live in slots from the moment they are fed until they are retired: their row
     # written out, in trace order, once they and every request before them have finished.  The
     # scheduler sees slot numbers as its request indices; its per-request arrays are sized to the
-    # slots and grow with them (_grow_pool), so memory follows the requests in flight, not the trace.
+    # slots and grow with them (engine_slots.pxi), so memory follows the requests in flight, not the trace.
     cdef ReqC* reqs                # [pool_cap] the request slots
     cdef req_t pool_cap            # slots allocated
     cdef req_t* free_slots         # [pool_cap] stack of unused slots (the top is used next)
@@ -187,15 +187,12 @@ cdef class Engine:
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
-    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil
-    cdef int _replica_step(self) except -1 nogil
-    cdef int _replica_end(self) except -1 nogil
     cdef req_t _pop_release(self) noexcept nogil
-    cdef int _grow_pool(self, req_t need) except -1 nogil
-    cdef int _grow_window(self, int64_t need) except -1 nogil
-    cdef int _grow_open(self) except -1 nogil
-    cdef req_t _occupy(self, int64_t g, sec_t a_time, step_t a_step, int64_t next_turn, sec_t next_think,
-                       bint opens) except -1 nogil
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
-    cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil
-    cdef void _point_at_arenas(self) noexcept nogil
+
+
+# A deployment's replica (engine_replica.pxi): deploy.pyx feeds it one request at a time, steps it
+# one iteration at a time at its clock, and ends it.
+cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil
+cdef int replica_step(Engine e) except -1 nogil
+cdef int replica_end(Engine e) except -1 nogil

@@ -59,6 +59,11 @@ cdef int64_t _pow2_at_least(int64_t n) noexcept nogil:
     return p
 
 
+# Free functions over an Engine (its C fields), one job per file:
+include "engine_slots.pxi"      # slots, the trace window, the open queue and the arenas grow
+include "engine_replica.pxi"    # a deployment's replica: one request fed, one iteration stepped
+
+
 cdef class Engine:
     """One replay: requests, KV cache and scheduler, built from plain arrays.
 
@@ -186,7 +191,7 @@ cdef class Engine:
         self.kv.eagle = conf.eagle_drop and config.enable_prefix_caching
         self.kv.hash_lookahead = conf.hash_lookahead
         sched_init(&self.sched, conf, &self.kv, self.reqs, cap)
-        self._point_at_arenas()
+        _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
         self.time_model.kind = TM_LINEAR
@@ -349,10 +354,10 @@ cdef class Engine:
         cdef int64_t n_acc = len(trace.accept_values) if has_acc else 0
         with nogil:
             if self.n_free < n:
-                self._grow_pool(<req_t>(self.pool_cap - self.n_free + n))
-            self._grow_window(self.loaded + n - self.retired)
-            self._make_room(&self.segs, False, n_seg)
-            self._make_room(&self.accs, True, n_acc)
+                _grow_pool(self, <req_t>(self.pool_cap - self.n_free + n))
+            _grow_window(self, self.loaded + n - self.retired)
+            _make_room(self, &self.segs, False, n_seg)
+            _make_room(self, &self.accs, True, n_acc)
             if n_seg:
                 memcpy(<hash_t*>self.segs.col[0] + self.segs.n, &g_str[0], n_seg * sizeof(hash_t))
                 memcpy(<tok_t*>self.segs.col[1] + self.segs.n, &g_first[0], n_seg * sizeof(tok_t))
@@ -360,7 +365,7 @@ cdef class Engine:
             if n_acc:
                 memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &acc_v[0], n_acc * sizeof(int64_t))
             for i in range(n):
-                s = self._occupy(base + i, a_time[i], a_step[i], nt[i], nth[i], not fol[i])
+                s = _occupy(self, base + i, a_time[i], a_step[i], nt[i], nth[i], not fol[i])
                 r = &self.reqs[s]
                 r.next_turn = <int32_t>nt[i]
                 r.think_s = th[i]
@@ -376,171 +381,12 @@ cdef class Engine:
                 r.out_stream = o_str[i]
             self.segs.n += n_seg
             self.accs.n += n_acc
-            self._point_at_arenas()
+            _point_at_arenas(self)
             self.loaded += n
-
-    cdef req_t _occupy(self, int64_t g, sec_t a_time, step_t a_step, int64_t next_turn, sec_t next_think,
-                       bint opens) except -1 nogil:
-        """A free slot for trace index ``g``, its request zeroed and pending, mapped in the window
-        and, unless a finish sends it (``opens`` false), queued to arrive; the caller fills in the
-        trace's fields.  The caller made room (slots, window) beforehand."""
-        cdef req_t s
-        cdef ReqC* r
-        self.n_free -= 1
-        s = self.free_slots[self.n_free]
-        r = &self.reqs[s]
-        memset(r, 0, sizeof(ReqC))
-        r.trace_index = g
-        r.status = ST_PENDING
-        r.slot = -1
-        r.arrival_s = -1
-        r.first_sched_s = -1
-        r.first_token_s = -1
-        r.finish_s = -1
-        self.slot_global[s] = g
-        self.slot_time[s] = a_time
-        self.slot_step[s] = a_step
-        self.slot_next[s] = next_turn
-        self.slot_next_think[s] = next_think
-        self.win[g & (self.win_cap - 1)] = s
-        if opens:
-            if self.open_n == self.open_cap:
-                self._grow_open()
-            self.open_q[(self.open_head + self.open_n) & (self.open_cap - 1)] = s
-            self.open_n += 1
-        return s
 
     def end_input(self):
         """No more requests will be fed."""
         self.ended = True
-
-    # -------------------------------------------------------------- growth (between iterations only)
-
-    cdef int _grow_pool(self, req_t need) except -1 nogil:
-        """Room for ``need`` slots; the scheduler's per-request arrays grow with them.
-
-        Slots keep their numbers (the arrays are reallocated, not renumbered),
-        so every request index the scheduler, the batches and the heaps hold
-        stays valid.  The FCFS waiting ring is laid out afresh from its head.
-        """
-        cdef req_t old = self.pool_cap
-        cdef req_t new = old * 2 if old * 2 > need else need
-        cdef req_t i
-        cdef req_t* ring
-        cdef SchedC* sc = &self.sched
-        mem_grow(<void**>&self.reqs, old, new, sizeof(ReqC))
-        mem_grow(<void**>&self.free_slots, old, new, sizeof(req_t))
-        # The new slots go under the free ones, lowest number on top of them.
-        for i in range(self.n_free - 1, -1, -1):
-            self.free_slots[i + (new - old)] = self.free_slots[i]
-        for i in range(new - old):
-            self.free_slots[i] = new - 1 - i
-        self.n_free += new - old
-        mem_grow(<void**>&self.slot_global, old, new, sizeof(int64_t))
-        mem_grow(<void**>&self.slot_time, old, new, sizeof(sec_t))
-        mem_grow(<void**>&self.slot_step, old, new, sizeof(step_t))
-        mem_grow(<void**>&self.slot_next, old, new, sizeof(int64_t))
-        mem_grow(<void**>&self.slot_next_think, old, new, sizeof(sec_t))
-        mem_grow(<void**>&self.slot_pin, old, new, sizeof(flag_t))
-        # vllm/v1/core/sched/scheduler.py keeps requests in dicts and lists that grow as they come;
-        # the scheduler here sizes its arrays by the request count, so they grow with the slots.
-        sc.reqs = self.reqs
-        mem_grow(<void**>&sc.running, old, new, sizeof(req_t))
-        mem_grow(<void**>&sc.skipped, old, new, sizeof(req_t))
-        mem_grow(<void**>&sc.finished, old, new, sizeof(req_t))
-        ring = <req_t*>mem_calloc(new + 1, sizeof(req_t))
-        for i in range(sc.n_waiting):
-            ring[i] = sc.waiting[(sc.w_head + i) % (old + 1)]
-        mem_free(sc.waiting)
-        sc.waiting = ring
-        sc.w_head = 0
-        if sc.conf.priority:
-            mem_grow(<void**>&sc.wheap.a, sc.wheap.cap, new, sizeof(sc.wheap.a[0]))
-            sc.wheap.cap = new
-        sc.n_reqs = new
-        if self.rel.cap < new:
-            mem_grow(<void**>&self.rel.a, self.rel.cap, new, sizeof(self.rel.a[0]))
-            self.rel.cap = new
-        self.pool_cap = new
-        return 0
-
-    cdef int _grow_window(self, int64_t need) except -1 nogil:
-        """Room to map ``need`` trace indices (from the oldest not retired) to their slots."""
-        cdef int64_t new, g
-        cdef req_t* w
-        if need <= self.win_cap:
-            return 0
-        new = _pow2_at_least(need)
-        w = <req_t*>mem_calloc(new, sizeof(req_t))
-        for g in range(self.retired, self.loaded):
-            w[g & (new - 1)] = self.win[g & (self.win_cap - 1)]
-        mem_free(self.win)
-        self.win = w
-        self.win_cap = new
-        return 0
-
-    cdef int _grow_open(self) except -1 nogil:
-        cdef int64_t new = self.open_cap * 2, i
-        cdef req_t* q = <req_t*>mem_calloc(new, sizeof(req_t))
-        for i in range(self.open_n):
-            q[i] = self.open_q[(self.open_head + i) & (self.open_cap - 1)]
-        mem_free(self.open_q)
-        self.open_q = q
-        self.open_cap = new
-        self.open_head = 0
-        return 0
-
-    cdef int _make_room(self, ArenaC* a, bint accepts, int64_t need) except -1 nogil:
-        """Room for ``need`` more entries in ``a`` (the segments, or with ``accepts`` the accept
-        lists): the live requests' entries are packed into fresh columns (the retired ones'
-        dropped), twice as large when they stay over half full.
-
-        Between iterations only: the KV cache and the scheduler read the
-        entries through each request's offset and the arena pointers, both
-        updated here and by :meth:`_point_at_arenas`.
-        """
-        cdef int64_t live = 0, cap, g, at = 0
-        cdef int32_t k
-        cdef req_t s
-        cdef int32_t* off
-        cdef int32_t cnt
-        cdef void* fresh[3]
-        cdef int64_t mask = self.win_cap - 1
-        if a.n + need <= a.cap:
-            return 0
-        for g in range(self.retired, self.loaded):
-            s = self.win[g & mask]
-            live += self.reqs[s].acc_cnt if accepts else self.reqs[s].seg_cnt
-        cap = a.cap if a.cap > 0 else 1
-        if live == 0:  # a whole trace, or a fresh start: exactly what is needed
-            cap = need if need > cap else cap
-        while cap < live + need or (live > 0 and cap < 2 * (live + need)):
-            cap *= 2
-        for k in range(a.n_cols):
-            fresh[k] = mem_calloc(cap, a.item[k])
-        for g in range(self.retired, self.loaded):
-            s = self.win[g & mask]
-            off = &self.reqs[s].acc_off if accepts else &self.reqs[s].seg_off
-            cnt = self.reqs[s].acc_cnt if accepts else self.reqs[s].seg_cnt
-            for k in range(a.n_cols):
-                if cnt:
-                    memcpy(<char*>fresh[k] + at * a.item[k], <char*>a.col[k] + off[0] * a.item[k], cnt * a.item[k])
-            off[0] = <int32_t>at
-            at += cnt
-        for k in range(a.n_cols):
-            mem_free(a.col[k])
-            a.col[k] = fresh[k]
-        a.cap = cap
-        a.n = at
-        self._point_at_arenas()
-        return 0
-
-    cdef void _point_at_arenas(self) noexcept nogil:
-        """The KV cache reads prompt segments, the scheduler accept lists, from the arenas."""
-        self.kv.seg_stream = <hash_t*>self.segs.col[0]
-        self.kv.seg_first = <tok_t*>self.segs.col[1]
-        self.kv.seg_len = <tok_t*>self.segs.col[2]
-        self.sched.conf.acc_list = <int64_t*>self.accs.col[0]
 
     # -------------------------------------------------------------- the loop
 
@@ -807,83 +653,6 @@ cdef class Engine:
         else:
             self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
         self.step += 1
-        return 0
-
-    # -------------------------------------------------------------- a deployment's replica
-
-    cdef req_t _add_one(self, const TraceC* t, int64_t i, sec_t at) except -1 nogil:
-        """Feed request ``i`` of a deployment's trace ``t`` (open loop, arriving at ``at``); its slot.
-
-        What :meth:`feed` does for one request of a chunk, read from borrowed C arrays: its
-        segments (and accept list) are copied into the arenas, so nothing is allocated per request
-        but the arenas' and slots' geometric growth.  Between iterations only; the caller may
-        adjust the slot's request (a disaggregated deployment's pools) before the next iteration.
-        """
-        cdef int32_t n_seg = t.seg_cnt[i]
-        cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
-        cdef int32_t so = t.seg_off[i]
-        cdef int64_t g = self.loaded
-        cdef req_t s
-        cdef ReqC* r
-        if self.n_free < 1:
-            self._grow_pool(<req_t>(self.pool_cap - self.n_free + 1))
-        self._grow_window(self.loaded + 1 - self.retired)
-        self._make_room(&self.segs, False, n_seg)
-        self._make_room(&self.accs, True, n_acc)
-        if n_seg:
-            memcpy(<hash_t*>self.segs.col[0] + self.segs.n, &t.seg_stream[so], n_seg * sizeof(hash_t))
-            memcpy(<tok_t*>self.segs.col[1] + self.segs.n, &t.seg_first[so], n_seg * sizeof(tok_t))
-            memcpy(<tok_t*>self.segs.col[2] + self.segs.n, &t.seg_len[so], n_seg * sizeof(tok_t))
-        if n_acc:
-            memcpy(<int64_t*>self.accs.col[0] + self.accs.n, &t.acc_values[t.acc_off[i]], n_acc * sizeof(int64_t))
-        s = self._occupy(g, at, 0, -1, 0, True)
-        r = &self.reqs[s]
-        r.next_turn = -1
-        r.prompt_len = t.prompt_len[i]
-        r.max_tokens = t.max_tokens[i]
-        r.priority = t.priority[i]
-        r.arrival_key = t.arrival_key[i]
-        r.id_rank = t.id_rank[i]
-        r.seg_off = <int32_t>self.segs.n
-        r.seg_cnt = n_seg
-        r.acc_off = <int32_t>self.accs.n
-        r.acc_cnt = n_acc
-        r.out_stream = t.out_stream[i]
-        self.segs.n += n_seg
-        self.accs.n += n_acc
-        self.loaded += 1
-        if self.open_n == 1 and not sched_has_requests(&self.sched) and self.q_len == 0 \
-                and at > self.clock:
-            self.clock = at  # an idle engine jumps to the arrival
-        return s
-
-    cdef int _replica_step(self) except -1 nogil:
-        """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
-        deployment's event order guarantees it) are added first, as :meth:`_run` adds them."""
-        cdef int64_t arrived_row = self.steps_taken + self.cols.n
-        cdef req_t r_new
-        if self.stalled > STALL_LIMIT:
-            with gil:
-                raise RuntimeError(
-                    f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
-                    f"{self.sched.n_waiting} waiting requests cannot be scheduled")
-        self._retire(False)
-        while self._open_due():
-            r_new = self.open_q[self.open_head]
-            self.open_head = (self.open_head + 1) & (self.open_cap - 1)
-            self.open_n -= 1
-            self.reqs[r_new].arrival_s = self.clock
-            sched_add_request(&self.sched, r_new)
-            self.in_flight += 1
-            if self.record_events:
-                _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
-        self._iterate()
-        return 0
-
-    cdef int _replica_end(self) except -1 nogil:
-        """The deployment has ended: write out every request fed."""
-        self._retire(True)
-        self.finished = True
         return 0
 
     def advance(self):

@@ -1,0 +1,82 @@
+# Included into engine.pyx: an Engine as one replica of a deployment (deploy.pyx).  The deployment
+# feeds it one routed request at a time (replica_add) and steps it one iteration at a time
+# (replica_step) on the deployment's clock, then ends it (replica_end).  Free functions over the
+# Engine's C fields, declared in engine.pxd for deploy.pyx.
+
+
+cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil:
+    """Feed request ``i`` of a deployment's trace ``t`` (open loop, arriving at ``at``); its slot.
+
+    What ``Engine.feed`` does for one request of a chunk, read from borrowed C arrays: its
+    segments (and accept list) are copied into the arenas, so nothing is allocated per request
+    but the arenas' and slots' geometric growth.  Between iterations only; the caller may
+    adjust the slot's request (a disaggregated deployment's pools) before the next iteration.
+    """
+    cdef int32_t n_seg = t.seg_cnt[i]
+    cdef int32_t n_acc = t.acc_cnt[i] if t.acc_cnt != NULL else 0
+    cdef int32_t so = t.seg_off[i]
+    cdef int64_t g = e.loaded
+    cdef req_t s
+    cdef ReqC* r
+    if e.n_free < 1:
+        _grow_pool(e, <req_t>(e.pool_cap - e.n_free + 1))
+    _grow_window(e, e.loaded + 1 - e.retired)
+    _make_room(e, &e.segs, False, n_seg)
+    _make_room(e, &e.accs, True, n_acc)
+    if n_seg:
+        memcpy(<hash_t*>e.segs.col[0] + e.segs.n, &t.seg_stream[so], n_seg * sizeof(hash_t))
+        memcpy(<tok_t*>e.segs.col[1] + e.segs.n, &t.seg_first[so], n_seg * sizeof(tok_t))
+        memcpy(<tok_t*>e.segs.col[2] + e.segs.n, &t.seg_len[so], n_seg * sizeof(tok_t))
+    if n_acc:
+        memcpy(<int64_t*>e.accs.col[0] + e.accs.n, &t.acc_values[t.acc_off[i]], n_acc * sizeof(int64_t))
+    s = _occupy(e, g, at, 0, -1, 0, True)
+    r = &e.reqs[s]
+    r.next_turn = -1
+    r.prompt_len = t.prompt_len[i]
+    r.max_tokens = t.max_tokens[i]
+    r.priority = t.priority[i]
+    r.arrival_key = t.arrival_key[i]
+    r.id_rank = t.id_rank[i]
+    r.seg_off = <int32_t>e.segs.n
+    r.seg_cnt = n_seg
+    r.acc_off = <int32_t>e.accs.n
+    r.acc_cnt = n_acc
+    r.out_stream = t.out_stream[i]
+    e.segs.n += n_seg
+    e.accs.n += n_acc
+    e.loaded += 1
+    if e.open_n == 1 and not sched_has_requests(&e.sched) and e.q_len == 0 \
+            and at > e.clock:
+        e.clock = at  # an idle engine jumps to the arrival
+    return s
+
+
+cdef int replica_step(Engine e) except -1 nogil:
+    """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
+    deployment's event order guarantees it) are added first, as ``Engine._run`` adds them."""
+    cdef int64_t arrived_row = e.steps_taken + e.cols.n
+    cdef req_t r_new
+    if e.stalled > STALL_LIMIT:
+        with gil:
+            raise RuntimeError(
+                f"replay stalled at engine step {e.step}: {e.sched.n_running} running and "
+                f"{e.sched.n_waiting} waiting requests cannot be scheduled")
+    e._retire(False)
+    while e._open_due():
+        r_new = e.open_q[e.open_head]
+        e.open_head = (e.open_head + 1) & (e.open_cap - 1)
+        e.open_n -= 1
+        e.reqs[r_new].arrival_s = e.clock
+        sched_add_request(&e.sched, r_new)
+        e.in_flight += 1
+        if e.record_events:
+            _event(&e.events, arrived_row, EV_ARRIVED, <req_t>e.slot_global[r_new], 0)
+    e._iterate()
+    return 0
+
+
+cdef int replica_end(Engine e) except -1 nogil:
+    """The deployment has ended: write out every request fed."""
+    e._retire(True)
+    e.finished = True
+    return 0
