@@ -109,6 +109,13 @@ class DeploymentConfig:
         """Prefill and decode pools joined by a link."""
         return self.prefill is not None
 
+    def describe(self) -> str:
+        """One line: ``4 replicas behind the kv_aware router``, or both pools of a disaggregated one."""
+        if self.disaggregated:
+            return (f"{self.prefill.replicas} prefill replicas behind the {self.prefill.router} router, "
+                    f"{self.decode.replicas} decode replicas behind the {self.decode.router} router")
+        return f"{self.replicas} replicas behind the {self.router} router"
+
     def to_dict(self) -> dict:
         """The deployment as a file's ``deployment`` section would give it, every key resolved."""
         if self.disaggregated:
