@@ -153,3 +153,27 @@ def test_bad_deployment_sweeps_are_named(tmp_path, grid, deployment, extra, mess
     with pytest.raises(SweepError) as err:
         load_sweep(path)
     assert message.format(path) in str(err.value)
+
+
+def test_the_fleet_sweep_example(tmp_path):
+    """pipelines/fleet-sweep.toml: replicas x router on the fleet trace."""
+    import os
+
+    from test_pipeline_common import PIPELINES
+
+    spec = load_sweep(os.path.join(PIPELINES, "fleet-sweep.toml"))
+    spec.database = str(tmp_path / "fleet-sweep.duckdb")
+    spec.best, spec.best_deployment = str(tmp_path / "best.toml"), str(tmp_path / "best-deployment.toml")
+    result = run_sweep(spec, scheduler="sync")
+    cands = result.candidates
+    assert [(c.knobs["replicas"], c.gpus) for c in cands] == [(1, 1), (1, 1), (2, 2), (2, 2), (4, 4), (4, 4)]
+    trace = read_trace(spec.trace["paths"][0], "mooncake", unit_tokens=64)
+    for c in cands:  # each candidate's p99 TTFT is its deployment's, replayed directly
+        want = deploy(trace, c.engine, c.deployment)
+        assert c.ttft_p99_s == want.summary["ttft_s"]["p99"], c.name
+    # One replica cannot keep the TTFT within 0.5 s (either router: with one replica they agree);
+    # two and four replicas meet the SLO for every request.
+    assert cands[0].goodput_req_s == cands[1].goodput_req_s and cands[0].slo_attainment < 0.5
+    assert [c.slo_attainment for c in cands[2:]] == [1.0] * 4
+    assert [c.name for c in result.ranked][-2:] == ["c000", "c001"]
+    assert load_deployment_config(spec.best_deployment) == result.best.deployment
