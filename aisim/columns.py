@@ -173,8 +173,10 @@ SHARDS = Table("shards", (
     C("engine_sha256", "VARCHAR", "", "SHA-256 of engine_config", not_null=True),
     C("engine_config", "VARCHAR", "", "resolved engine configuration (JSON, every default filled in)",
       not_null=True),
-    C("replicas", "INTEGER", "count", "deployment: engines behind the router; NULL for a single engine"),
-    C("router", "VARCHAR", "", "deployment: its router (aisim.config.deployment.ROUTERS); NULL for a single engine"),
+    C("replicas", "INTEGER", "count", "deployment: engines behind the router (disaggregated: both pools'); "
+      "NULL for a single engine"),
+    C("router", "VARCHAR", "", "deployment: its router (aisim.config.deployment.ROUTERS; disaggregated: the "
+      "prefill pool's, deployment_config has both); NULL for a single engine"),
     C("deployment_config", "VARCHAR", "", "deployment: its resolved settings (JSON, every default filled in); "
       "NULL for a single engine"),
     C("vllm_version", "VARCHAR", "", "vLLM release whose rules were replayed"),
@@ -239,7 +241,10 @@ SUMMARIES = Table("summaries", (
 REPLICAS = Table("replicas", (
     _run_key(),
     _shard_key(),
-    C("replica", "INTEGER", "", "replica within the deployment (0, 1, ...)", not_null=True, summary=("replica",)),
+    C("replica", "INTEGER", "", "replica within the deployment (0, 1, ...; disaggregated: the prefill pool's "
+      "first, then the decode pool's)", not_null=True, summary=("replica",)),
+    C("pool", "VARCHAR", "", "disaggregated: 'prefill' or 'decode', the replica's pool; NULL for replicas of "
+      "one engine", summary=("pool",)),
     *(SUMMARIES[n] for n in (
         "requests", "finished", "unfinished", "steps", "preemptions", "scheduled_tokens", "prompt_tokens",
         "output_tokens", "prefix_hit_tokens_at_admission", "prefix_hit_rate", "prefix_queries", "prefix_hits",

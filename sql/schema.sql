@@ -51,8 +51,8 @@ CREATE TABLE IF NOT EXISTS shards (
     engine_path        VARCHAR,           -- the configuration file as the spec names it; NULL when inline
     engine_sha256      VARCHAR NOT NULL,  -- SHA-256 of engine_config
     engine_config      VARCHAR NOT NULL,  -- resolved engine configuration (JSON, every default filled in)
-    replicas           INTEGER,           -- deployment: engines behind the router; NULL for a single engine
-    router             VARCHAR,           -- deployment: its router (aisim.config.deployment.ROUTERS); NULL for a single engine
+    replicas           INTEGER,           -- deployment: engines behind the router (disaggregated: both pools'); NULL for a single engine
+    router             VARCHAR,           -- deployment: its router (aisim.config.deployment.ROUTERS; disaggregated: the prefill pool's, deployment_config has both); NULL for a single engine
     deployment_config  VARCHAR,           -- deployment: its resolved settings (JSON, every default filled in); NULL for a single engine
     vllm_version       VARCHAR,           -- vLLM release whose rules were replayed
     clock              VARCHAR,           -- 'step' or 'time' arrivals; NULL for a shard without requests
@@ -108,7 +108,8 @@ CREATE TABLE IF NOT EXISTS summaries (
 CREATE TABLE IF NOT EXISTS replicas (
     run_id                          VARCHAR NOT NULL,  -- runs.run_id
     shard_id                        INTEGER NOT NULL,  -- shards.shard_id
-    replica                         INTEGER NOT NULL,  -- replica within the deployment (0, 1, ...)
+    replica                         INTEGER NOT NULL,  -- replica within the deployment (0, 1, ...; disaggregated: the prefill pool's first, then the decode pool's)
+    pool                            VARCHAR,           -- disaggregated: 'prefill' or 'decode', the replica's pool; NULL for replicas of one engine
     requests                        BIGINT,            -- requests in the trace share
     finished                        BIGINT,            -- requests that finished
     unfinished                      BIGINT,            -- requests that did not

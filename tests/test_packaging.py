@@ -78,7 +78,8 @@ def test_sql_library_ships_in_the_wheel_and_the_sdist(tmp_path):
     for name in ("setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "examples/engine.json",
                  "examples/trace.jsonl", "pipelines/demo.toml", "pipelines/README.md"):
         assert name in inside, name
-    assert not [n for n in inside if n.endswith((".c", ".so", ".duckdb", ".pyc", "-best.toml"))]
+    assert not [n for n in inside if n.endswith((".c", ".so", ".duckdb", ".pyc", "-best.toml",
+                                                 "-best-deployment.toml"))]
 
 
 def _imported_top_level_modules(root):

@@ -104,10 +104,12 @@ def test_the_deployment_file_is_part_of_the_run_key(tmp_path):
      "'deployment.replicas' in spec.toml [deployments[0].engines.x] must be an integer from 1 to 64, got 0"),
     ({"engine": ENGINE, "deployment": {"replicas": 2, "prefill": {"replicas": 1}}}, ConfigError,
      "'deployment.replicas' in spec.toml [deployments[0].engines.x]: a disaggregated deployment gives"),
-    ({"engine": ENGINE, "deployment": {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
-                                       "link": {"bandwidth_gb_s": 50.0, "latency_s": 0.0}}}, SpecError,
-     "'deployments[0].engines.x.deployment' in spec.toml is disaggregated (prefill and decode pools): the "
-     "pipeline replays aggregated deployments"),
+    ({"engine": ENGINE, "deployment": {"prefill": {"replicas": 1, "engine": "none.json"}, "decode": {"replicas": 1},
+                                       "link": {"bandwidth_gb_s": 50.0}}}, SpecError,
+     "'deployments[0].engines.x.deployment.prefill.engine' in spec.toml names "),
+    ({"engine": ENGINE, "deployment": {"prefill": {"replicas": 0}, "decode": {"replicas": 1},
+                                       "link": {"bandwidth_gb_s": 50.0}}}, ConfigError,
+     "'deployment.prefill.replicas' in spec.toml [deployments[0].engines.x] must be an integer from 1 to 64, got 0"),
 ])
 def test_bad_deployment_entries_are_named(tmp_path, entry, error, message):
     with pytest.raises(error) as err:
@@ -209,7 +211,8 @@ def test_round_robin_balance_by_hand(fleet):
     _, con = fleet
     text, values = bind("load_balance", {})
     rows = [r for r in con.execute(text, values).fetchall() if r[2] == "rr4"]
-    assert [(r[3], r[4], r[5], r[6], r[10]) for r in rows] == [("round_robin", w, 150, 0.25, 1.0) for w in range(4)]
+    assert [(r[3], r[4], r[5], r[6], r[7], r[11]) for r in rows] == [("round_robin", w, None, 150, 0.25, 1.0)
+                                                                    for w in range(4)]
 
 
 def test_load_balance_query_matches_the_deployment_summary(fleet):
@@ -220,13 +223,14 @@ def test_load_balance_query_matches_the_deployment_summary(fleet):
     rows = [r for r in con.execute(text, values).fetchall() if r[0] == sid]
     per = summary["replicas"]
     assert [r[4] for r in rows] == [0, 1, 2, 3]
-    assert [r[5] for r in rows] == [p["requests"] for p in per]
-    assert sum(r[5] for r in rows) == 600
-    assert [r[6] for r in rows] == [round(p["requests"] / 600, 4) for p in per]
-    assert [r[8] for r in rows] == [round(p["utilisation"], 4) for p in per]
-    assert {r[10] for r in rows} == {round(summary["load_balance"]["requests_max_over_mean"], 4)}
+    assert [r[5] for r in rows] == [None] * 4  # no pools: replicas of one engine
+    assert [r[6] for r in rows] == [p["requests"] for p in per]
+    assert sum(r[6] for r in rows) == 600
+    assert [r[7] for r in rows] == [round(p["requests"] / 600, 4) for p in per]
+    assert [r[9] for r in rows] == [round(p["utilisation"], 4) for p in per]
+    assert {r[11] for r in rows} == {round(summary["load_balance"]["requests_max_over_mean"], 4)}
     busy = [p["busy_s"] for p in per]
-    assert {r[11] for r in rows} == {round(max(busy) / np.mean(busy), 4)}
+    assert {r[12] for r in rows} == {round(max(busy) / np.mean(busy), 4)}
     view = con.execute("SELECT count(*) FROM replica_balance").fetchone()[0]
     assert view == 8  # two deployment shards of four replicas; the single engine has none
 

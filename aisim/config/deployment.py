@@ -30,6 +30,28 @@ _R = defaults(ROUTER_KEYS)
 _P = defaults(POOL_KEYS)
 _L = defaults(LINK_KEYS)
 
+# The routers each router option acts on (ext/deploy.pyx ``_choose``: ``by`` picks the load of
+# least_loaded, and of session_affinity falling back to it; ``overlap_weight`` prices kv_aware's
+# choice, and session_affinity's falling back to it; ``view_delay_s`` delays what the routers that
+# read the replicas' reports see).
+ROUTER_OPTIONS = {
+    "by": ("least_loaded", "session_affinity"),
+    "overlap_weight": ("kv_aware", "session_affinity"),
+    "seed": ("random",),
+    "fallback": ("session_affinity",),
+    "slack": ("session_affinity",),
+    "view_delay_s": ("least_loaded", "kv_aware", "session_affinity"),
+}
+
+
+def foreign_options(router) -> list:
+    """The options a router mapping gives that its ``kind`` does not act on (:data:`ROUTER_OPTIONS`)."""
+    if not isinstance(router, dict):
+        return []
+    kind = router.get("kind", _R["kind"])
+    return [k for k in router if k in ROUTER_OPTIONS and kind not in ROUTER_OPTIONS[k]]
+
+
 # What a link moves: every block the prefill replica holds, or only those the decode replica lacks.
 TRANSFERS = ("all", "missing")
 
@@ -108,6 +130,13 @@ class DeploymentConfig:
     def disaggregated(self) -> bool:
         """Prefill and decode pools joined by a link."""
         return self.prefill is not None
+
+    def describe(self) -> str:
+        """One line: ``4 replicas behind the kv_aware router``, or both pools of a disaggregated one."""
+        if self.disaggregated:
+            return (f"{self.prefill.replicas} prefill replicas behind the {self.prefill.router} router, "
+                    f"{self.decode.replicas} decode replicas behind the {self.decode.router} router")
+        return f"{self.replicas} replicas behind the {self.router} router"
 
     def to_dict(self) -> dict:
         """The deployment as a file's ``deployment`` section would give it, every key resolved."""

@@ -154,6 +154,6 @@ def check_cmd(spec, database, fmt):
         out.print(f"  input  {f.display} ({f.format}, {fmt_num(f.size)} bytes, source '{s.sources[f.source].name}')")
     for sh in plan["shards"]:
         fleet = sh["deployment"]
-        fleet = f"; {fleet.replicas} replicas behind the {fleet.router} router" if fleet is not None else ""
+        fleet = f"; {fleet.describe()}" if fleet is not None else ""
         out.print(f"  shard {sh['shard_id']}: {sh['model']} on {sh['engine']} "
                   f"({sh['engine_path'] or 'inline'}{fleet}; {len(sh['reads'])} input file(s))")

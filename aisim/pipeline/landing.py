@@ -271,11 +271,25 @@ def _schema(con, keep_parquet: bool) -> None:
 
     if not keep_parquet:
         sql.apply_schema(con)
+        _add_new_columns(con, columns.TABLES)
         return
     for name in SMALL:
         con.execute(render_table(columns.TABLES[name]))
+    _add_new_columns(con, SMALL)
     con.execute("CREATE TABLE IF NOT EXISTS _aisim_parquet_files (run_id VARCHAR NOT NULL, "
                 "table_name VARCHAR NOT NULL, seq INTEGER NOT NULL, path VARCHAR NOT NULL)")
+
+
+def _add_new_columns(con, names) -> None:
+    """A table made by an earlier aisim gains the catalogue's nullable columns it lacks (NULL in its rows)."""
+    kinds = _table_kinds(con)
+    for name in names:
+        if kinds.get(name) != "BASE TABLE":
+            continue
+        have = set(_columns(con, name))
+        for c in columns.TABLES[name].columns:
+            if c.name not in have and not c.not_null:
+                con.execute(f'ALTER TABLE {name} ADD COLUMN "{c.name}" {c.sql}')
 
 
 def _parquet_views(con) -> None:

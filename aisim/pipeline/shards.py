@@ -202,6 +202,7 @@ def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, req
     """
     from aisim.deploy import deploy
     from aisim.errors import ShardError
+    from aisim.replay import deployment_engines
 
     if rows > MAX_DEPLOYMENT_REQUESTS:
         raise ShardError(f"a deployment replays at most {MAX_DEPLOYMENT_REQUESTS:,} requests (it holds the "
@@ -214,9 +215,13 @@ def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, req
     requests.add(_requests_table(desc, table, result.requests))
     steps.add(_steps_table(desc, result.steps))
     kv.add(result.steps)
+    fleet = desc["deployment"]
+    # A replica's KV usage is over its own pool's engine (a disaggregated pool may have its own).
+    pools = deployment_engines(fleet, engine) if fleet.disaggregated else (engine, engine)
+    n_p = fleet.prefill.replicas if fleet.disaggregated else len(result.replicas)
     rows = []
-    for per, rep in zip(result.summary["replicas"], result.replicas):
-        usage = _KvUsage(engine)
+    for w, (per, rep) in enumerate(zip(result.summary["replicas"], result.replicas)):
+        usage = _KvUsage(pools[0] if w < n_p else pools[1])
         usage.add(rep.steps)
         rows.append(flatten(REPLICAS, desc, per, usage))
     return result.summary, rows
@@ -443,6 +448,8 @@ def flatten(table, desc: dict, summary: dict, kv) -> dict:
             v = (v or {}).get(key)
         if col.sql in ("BIGINT", "INTEGER"):
             row[col.name] = int(v or 0)
+        elif col.sql == "VARCHAR":
+            row[col.name] = v
         else:
             row[col.name] = None if v is None or (isinstance(v, float) and np.isnan(v)) else float(v)
     usage = kv.columns()

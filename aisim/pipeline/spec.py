@@ -613,28 +613,40 @@ def _deployment_entry(v: _Validator, entry: dict, key: str, base_dir: str) -> di
     or the inline mapping itself (``{ replicas = 4, router = "kv_aware" }``); both are validated
     by :mod:`aisim.config.deployment`, whose errors name the key.
     """
-    from aisim.config.deployment import load_deployment_config, parse_deployment
+    from aisim.config.deployment import DeploymentConfig, load_deployment_config, parse_deployment
+    from aisim.config.engine import EngineConfig, load_engine_config
 
     v.mapping(entry, f"{key}.", _ENGINE_ENTRY_KEYS)
     if "engine" not in entry:
         raise SpecError(f"missing required key '{key}.engine'{v.where}: a deployment entry names its engine "
                         "(a file or an inline table) and its deployment")
-    if not isinstance(entry["engine"], (str, dict)):
+    if not isinstance(entry["engine"], (str, dict, EngineConfig)):
         raise v.error(f"{key}.engine", "must be a file name or an inline table of engine keys")
     raw = entry["deployment"]
-    if isinstance(raw, str):
+    if isinstance(raw, DeploymentConfig):  # validated already (a sweep candidate)
+        out = {"deployment": raw}
+    elif isinstance(raw, str):
         file = os.path.abspath(os.path.join(base_dir, os.path.expanduser(raw)))
         if not os.path.isfile(file):
             raise v.error(f"{key}.deployment", f"names {raw!r}, which is not a file")
         out = {"deployment": load_deployment_config(file), "deployment_path": raw, "deployment_source": file}
     elif isinstance(raw, dict):
         where = f"{v.where.removeprefix(' in ')} [{key}]" if v.where else f"[{key}]"
+        raw = dict(raw)
+        for name in ("prefill", "decode"):  # a pool's engine file is relative to the spec
+            pool = raw.get(name)
+            if isinstance(pool, dict) and isinstance(pool.get("engine"), str) and pool["engine"]:
+                raw[name] = dict(pool, engine=os.path.join(base_dir, os.path.expanduser(pool["engine"])))
         out = {"deployment": parse_deployment(raw, source=where)}
     else:
         raise v.error(f"{key}.deployment", "must be a deployment file or an inline table (replicas, router)")
-    if out["deployment"].disaggregated:
-        raise v.error(f"{key}.deployment", "is disaggregated (prefill and decode pools): the pipeline replays "
-                      "aggregated deployments (replicas, router) only so far; use aisim replay --deployment")
+    fleet = out["deployment"]
+    if fleet.disaggregated:  # a pool's own engine file is validated here, as the spec's engines are
+        for name, pool in (("prefill", fleet.prefill), ("decode", fleet.decode)):
+            if isinstance(pool.engine, str):
+                if not os.path.isfile(pool.engine):
+                    raise v.error(f"{key}.deployment.{name}.engine", f"names {pool.engine!r}, which is not a file")
+                load_engine_config(pool.engine)
     return out
 
 
@@ -757,6 +769,11 @@ def run_key(spec: PipelineSpec, inputs: list) -> str:
                 engines[f"{d.model}/{e.name}/deployment"] = {
                     "path": e.deployment_path, "size": os.path.getsize(e.deployment_source),
                     "sha256": file_sha256(e.deployment_source)}
+            fleet = e.deployment
+            for pool in ((fleet.prefill, fleet.decode) if fleet is not None and fleet.disaggregated else ()):
+                if isinstance(pool.engine, str):  # a pool's own engine file
+                    engines[f"{d.model}/{e.name}/deployment/{pool.engine}"] = {
+                        "size": os.path.getsize(pool.engine), "sha256": file_sha256(pool.engine)}
     doc = {"aisim": __version__, "spec": spec.canonical(),
            "inputs": [f.fingerprint() for f in inputs], "engine_files": engines}
     return hashlib.sha256(canonical_json(doc).encode()).hexdigest()[:16]

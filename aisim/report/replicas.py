@@ -5,12 +5,14 @@ its section, beside the deployment's totals (its ``summaries`` row): one row per
 ``replicas`` table) with its requests and their share, prefix-cache hit rate, busy time and
 utilisation, TTFT and KV-cache peak; the imbalance, max over mean across the replicas of
 requests and of busy time (as the ``replica_balance`` view computes it; 1.0 is a perfect
-balance); and bars of requests and of utilisation per replica.  A shard replayed on one engine
-shows nothing of this.
+balance); and bars of requests and of utilisation per replica.  A disaggregated deployment's
+replicas name their pool (prefill or decode), and shares and imbalances are within the pool.  A
+shard replayed on one engine shows nothing of this.
 """
 
 from __future__ import annotations
 
+import json
 from html import escape
 
 from aisim.report.data import ShardData
@@ -28,13 +30,17 @@ def imbalance(values: list):
     return max(vals) / mean if mean > 0 else None
 
 
-def balance(sd: ShardData) -> dict:
+def balance(sd: ShardData, pool: str | None = None) -> dict:
     """The deployment's balance: ``replicas`` (count), ``router``, ``requests`` and ``busy_s``
-    (per replica), ``request_imbalance`` and ``busy_imbalance`` (max / mean)."""
-    reps = sd.replicas
+    (per replica), ``request_imbalance`` and ``busy_imbalance`` (max / mean); of a disaggregated
+    deployment's ``pool`` ("prefill" or "decode") when given."""
+    reps = [r for r in sd.replicas if pool is None or r.get("pool") == pool]
     req = [int(r["requests"]) for r in reps]
     busy = [_num(r["busy_s"]) for r in reps]
-    return {"replicas": len(reps), "router": sd.shard.get("router"), "requests": req, "busy_s": busy,
+    router = sd.shard.get("router")
+    if pool is not None:  # the pool's own router, as the deployment's settings give it
+        router = json.loads(sd.shard["deployment_config"])[pool]["router"]["kind"]
+    return {"replicas": len(reps), "router": router, "requests": req, "busy_s": busy,
             "request_imbalance": imbalance(req), "busy_imbalance": imbalance(busy)}
 
 
@@ -49,6 +55,14 @@ def _pct(v) -> str:
 
 def _dur(v) -> str:
     return fmt_duration(v) if v is not None else "-"
+
+
+# A disaggregated deployment's pools, in the replicas' order.
+POOLS = ("prefill", "decode")
+
+
+def _label(r: dict) -> str:
+    return f"replica {r['replica']}" + (f" ({r['pool']})" if r.get("pool") else "")
 
 
 HEADERS = ("replica", "requests", "share", "prefix hits", "busy", "utilisation", "TTFT p50", "TTFT p99",
@@ -74,10 +88,14 @@ def replica_panel(sd: ShardData) -> str:
     if not reps:
         return ""
     sid = sd.shard_id
+    pools = [p for p in POOLS if any(r.get("pool") == p for r in reps)]
     b = balance(sd)
     total = sum(b["requests"])
-    rows = [_row(f"replica {r['replica']}", str(r["replica"]), r, r["requests"] / total if total else None,
-                 _num(r.get("utilisation"))) for r in reps]
+    # A disaggregated deployment's share is within the pool: each request visits one replica of each.
+    within = {p: sum(int(r["requests"]) for r in reps if r.get("pool") == p) for p in pools}
+    rows = [_row(_label(r), str(r["replica"]), r,
+                 (r["requests"] / within[r["pool"]] if within[r["pool"]] else None) if r.get("pool") in within
+                 else r["requests"] / total if total else None, _num(r.get("utilisation"))) for r in reps]
     s = sd.summary
     busy = [v for v in b["busy_s"] if v is not None]
     utils = [_num(r.get("utilisation")) for r in reps if r.get("utilisation") is not None]
@@ -91,12 +109,25 @@ def replica_panel(sd: ShardData) -> str:
     def ratio(v):
         return f"{v:.3f}" if v is not None else "-"
 
-    note = (f'<p class="engine" data-key="balance" data-request-imbalance="{ratio(b["request_imbalance"])}" '
-            f'data-busy-imbalance="{ratio(b["busy_imbalance"])}">{b["replicas"]} replicas behind the '
-            f'{escape(str(b["router"]))} router. Imbalance (max / mean over the replicas, 1 is even): requests '
-            f'{ratio(b["request_imbalance"])}, busy time {ratio(b["busy_imbalance"])}. The last row is the '
-            "deployment's totals (utilisation: the replicas' mean).</p>")
-    cats = [f"replica {r['replica']}" for r in reps]
+    if pools:
+        parts = []
+        for p in pools:
+            pb = balance(sd, p)
+            parts.append(f'<span data-pool="{p}" data-request-imbalance="{ratio(pb["request_imbalance"])}" '
+                         f'data-busy-imbalance="{ratio(pb["busy_imbalance"])}">{pb["replicas"]} {p} replicas '
+                         f'behind the {escape(str(pb["router"]))} router (imbalance, max / mean over the pool, '
+                         f'1 is even: requests {ratio(pb["request_imbalance"])}, busy time '
+                         f'{ratio(pb["busy_imbalance"])})</span>')
+        note = (f'<p class="engine" data-key="balance">Disaggregated: {"; ".join(parts)}. Every request is '
+                "prefilled in one pool and decoded in the other, so shares are within a pool. The last row is "
+                "the deployment's totals (utilisation: the replicas' mean).</p>")
+    else:
+        note = (f'<p class="engine" data-key="balance" data-request-imbalance="{ratio(b["request_imbalance"])}" '
+                f'data-busy-imbalance="{ratio(b["busy_imbalance"])}">{b["replicas"]} replicas behind the '
+                f'{escape(str(b["router"]))} router. Imbalance (max / mean over the replicas, 1 is even): requests '
+                f'{ratio(b["request_imbalance"])}, busy time {ratio(b["busy_imbalance"])}. The last row is the '
+                "deployment's totals (utilisation: the replicas' mean).</p>")
+    cats = [_label(r) for r in reps]
     bars = [
         ("Requests per replica", bar_chart(cats, [("requests", [float(v) for v in b["requests"]], "blue")],
                                            title=f"Requests per replica, shard {sid}",

@@ -41,9 +41,13 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
     rows = [{"rank": c.rank, "candidate": c.name, "knobs": c.knobs, "goodput_req_s": c.goodput_req_s,
              "slo_attainment": c.slo_attainment, "rejected": c.rejected, "ttft_p99_s": c.ttft_p99_s,
              "tpot_p99_s": c.tpot_p99_s, "gpus": c.gpus, "kv_tokens": c.cost_tokens} for c in result.ranked]
+    if spec.deployment is not None:  # each candidate's deployment, every key resolved
+        for r, c in zip(rows, result.ranked):
+            r["deployment"] = c.deployment.to_dict()
     refused = [{"candidate": c.name, "knobs": c.knobs, "reason": c.reason} for c in result.candidates if c.refused]
     runs = f"run {result.run_id}" if len(result.run_ids) == 1 else f"runs {', '.join(result.run_ids)}"
-    where = (f"best configuration ({result.best.name}) written to {spec.best}; every candidate is in "
+    deployed = f" and its deployment to {spec.best_deployment}" if spec.deployment is not None else ""
+    where = (f"best configuration ({result.best.name}) written to {spec.best}{deployed}; every candidate is in "
              f"{spec.database} ({runs}, table sweep_candidates)")
     if fmt == "json":
         echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,

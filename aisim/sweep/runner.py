@@ -32,6 +32,11 @@ trace, a grid of knobs and SLO thresholds::
 
 A knob is any top-level engine key (:data:`aisim.config.keys.ENGINE_KEYS`,
 ``plan_notes`` aside); its value replaces the base's, a table value whole.
+A spec may also name a base deployment (``deployment = "fleet.toml"``, or the
+inline mapping) and vary it: ``replicas``, ``router``, or a disaggregated
+deployment's ``prefill_replicas``, ``decode_replicas``, ``prefill_router``,
+``decode_router`` (:mod:`aisim.sweep.deployments`); each candidate then
+replays its deployment of its engine, and its GPUs are the deployment's.
 A load level (:mod:`aisim.traces.load`) is a knob of the trace: the
 candidates are every grid point at every level, ``c000`` ... by level, then
 in grid order.
@@ -46,7 +51,7 @@ rejects it: the request counts, fails the SLO, and the replay goes on.  The
 others run through the pipeline (one shard per candidate, the same Dask and
 DuckDB path) and are ranked by goodput: requests that finished within every
 threshold per second of the shard's duration.  Ties go to fewer GPUs
-(``time_model.tp``), then to the lower p99 TTFT, then to grid order: a
+(``time_model.tp`` of every replica), then to the lower p99 TTFT, then to grid order: a
 larger KV pool on the same GPUs costs nothing.  Every candidate, refused or
 ranked, lands in the ``sweep_candidates`` table next to the run's results.
 """
@@ -63,15 +68,18 @@ from dataclasses import dataclass, field
 from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
 from aisim.config.keys import ENGINE_KEYS
+from aisim.sweep.deployments import DEPLOYMENT_KNOBS
 
-# Every top-level engine key but the notes a sweep writes itself.
-GRID_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
+# Every top-level engine key but the notes a sweep writes itself, then the deployment's knobs.
+ENGINE_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
+GRID_KNOBS = ENGINE_KNOBS + tuple(DEPLOYMENT_KNOBS)
 # A grid value that removes the key from the base configuration (TOML has no null).
 UNSET = "unset"
 # The load axes of a [load] table (aisim.traces.load), one per sweep.
 LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
-_TOP = ("name", "description", "database", "model", "base", "best", "trace", "grid", "load", "slo")
+_TOP = ("name", "description", "database", "model", "base", "best", "best_deployment", "deployment", "trace",
+        "grid", "load", "slo")
 _TRACE = ("paths", "format", "options")
 
 
@@ -92,6 +100,10 @@ class SweepSpec:
     path: str | None = None
     # The load levels, each a transform of aisim.traces.load (one empty transform: the trace as it is).
     loads: list = field(default_factory=lambda: [{}])
+    # The base DeploymentConfig the candidates replay (None: each its engine alone), and where the
+    # best candidate's deployment is written.
+    deployment: object = None
+    best_deployment: str | None = None
 
 
 @dataclass
@@ -113,7 +125,8 @@ class Candidate:
     finished: int | None = None
     rank: int | None = None
     cost_tokens: int | None = None
-    gpus: int | None = None         # GPUs of the deployment (time_model.tp)
+    gpus: int | None = None         # GPUs of the deployment (time_model.tp of every replica)
+    deployment: object = None       # the DeploymentConfig of an accepted candidate of a deployment sweep
     rejected: int | None = None     # requests rejected for a prompt of max_model_len tokens or more
     ttft_p99_s: float | None = None
     tpot_p99_s: float | None = None
@@ -170,7 +183,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     for k in ("name", "database", "model", "base", "trace", "grid", "slo"):
         if k not in raw:
             raise SweepError(f"missing required key '{k}'{where}")
-    for k in ("name", "database", "model", "base"):
+    for k in ("name", "database", "model", "base") + tuple(k for k in ("best", "best_deployment") if k in raw):
         if not isinstance(raw[k], str) or not raw[k]:
             raise SweepError(f"'{k}'{where} must be a non-empty string")
     trace = raw["trace"]
@@ -212,13 +225,23 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     base_path = os.path.abspath(os.path.join(base_dir, raw["base"]))
     base = read_config_file(base_path, f"'base'{where}")
     best = os.path.abspath(os.path.join(base_dir, raw.get("best", f"{raw['name']}-best.toml")))
+    from aisim.sweep.deployments import base_deployment
+
+    deployment = base_deployment(raw.get("deployment"), grid, base_dir, where)
+    best_deployment = None
+    if deployment is not None:
+        stem = os.path.splitext(best)[0]
+        best_deployment = os.path.abspath(os.path.join(base_dir, raw.get("best_deployment",
+                                                                          f"{stem}-deployment.toml")))
+    elif "best_deployment" in raw:
+        raise SweepError(f"'best_deployment'{where} needs a deployment: give 'deployment' or deployment knobs")
     return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
                      model=raw["model"], base=base, base_path=base_path, best=best,
                      trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
                             "format": trace.get("format"), "options": dict(trace.get("options", {}))},
                      grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
                      description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None,
-                     loads=loads)
+                     loads=loads, deployment=deployment, best_deployment=best_deployment)
 
 
 def _loads(raw, where: str) -> list:
@@ -258,6 +281,7 @@ def candidates(spec: SweepSpec) -> list:
         (``rate_scale``, ``poisson_rate`` or ``max_concurrency``).
     """
     from aisim.config.engine import engine_config_from_dict
+    from aisim.sweep.deployments import candidate_deployment, deployment_gpus
 
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys)))
@@ -268,6 +292,8 @@ def candidates(spec: SweepSpec) -> list:
         name = f"c{i:03d}"
         cfg = dict(spec.base)
         for k, v in zip(keys, values):
+            if k in DEPLOYMENT_KNOBS:
+                continue
             if v == UNSET:
                 cfg.pop(k, None)
             else:
@@ -275,15 +301,19 @@ def candidates(spec: SweepSpec) -> list:
         if knobs.get("kv_cache_bytes", UNSET) != UNSET:
             cfg.pop("num_gpu_blocks", None)
         cand = Candidate(name=name, knobs=knobs, load=load)
+        source = f"candidate {name} {json.dumps(knobs, sort_keys=True)}"
         try:
-            engine = engine_config_from_dict(cfg, source=f"candidate {name} {json.dumps(knobs, sort_keys=True)}")
+            engine = engine_config_from_dict(cfg, source=source)
+            fleet = candidate_deployment(spec.deployment, knobs, source) if spec.deployment is not None else None
+            gpus = deployment_gpus(fleet, engine) if fleet is not None else engine.time_model.tp
         except ConfigError as exc:
             cand.reason = str(exc)
         else:
             cand.config = cfg
             cand.engine = engine
+            cand.deployment = fleet
             cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
-            cand.gpus = engine.time_model.tp
+            cand.gpus = gpus
         out.append(cand)
     return out
 
@@ -301,6 +331,7 @@ def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
     inside the pipeline run and stops the sweep.
     """
     from aisim.replay import check_trace
+    from aisim.sweep.deployments import pool_engines
     from aisim.traces import read_trace
 
     reject = rejects_too_long(spec)
@@ -316,11 +347,14 @@ def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
         faults = {}  # by configuration: the load levels of one grid point share its answer
         for c in cands:
             if not c.refused:
-                key = json.dumps(c.config, sort_keys=True)
-                if key not in faults:
-                    faults[key] = check_trace(trace, c.engine, reject_too_long=reject)
-                if faults[key] is not None:
-                    c.reason = f"{os.path.basename(path)}: {faults[key]}"
+                # A disaggregated pool with its own engine file must hold the trace's requests too.
+                for engine in [c.engine] + pool_engines(c.deployment, c.engine):
+                    key = json.dumps(engine.raw, sort_keys=True)
+                    if key not in faults:
+                        faults[key] = check_trace(trace, engine, reject_too_long=reject)
+                    if faults[key] is not None:
+                        c.reason = f"{os.path.basename(path)}: {faults[key]}"
+                        break
 
 
 def _pipeline_spec(spec: SweepSpec, cands: list, load: dict) -> dict:
@@ -331,7 +365,9 @@ def _pipeline_spec(spec: SweepSpec, cands: list, load: dict) -> dict:
     out = {"name": spec.name, "description": spec.description or f"sweep of {spec.model}",
            "database": spec.database, "sources": [trace],
             # The validated EngineConfig of each candidate, reused by the pipeline spec as it is.
-           "deployments": [{"model": spec.model, "engines": {c.name: c.engine for c in cands if not c.refused}}],
+           "deployments": [{"model": spec.model, "engines": {
+               c.name: c.engine if c.deployment is None else {"engine": c.engine, "deployment": c.deployment}
+               for c in cands if not c.refused}}],
            "replay": dict(load)}
     if rejects_too_long(spec):
         out["replay"]["reject_too_long"] = True
@@ -429,7 +465,7 @@ def _failed_candidate(message: str, cands: list) -> Candidate | None:
 
 
 def rank_key(c: Candidate) -> tuple:
-    """Best first: goodput, then fewer GPUs, then the lower p99 TTFT, then grid order.
+    """Best first: goodput (of the whole deployment), then fewer GPUs, then the lower p99 TTFT, then grid order.
 
     A larger KV pool on the same GPUs costs nothing, so it only wins by its latency.
     """
@@ -463,13 +499,15 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
             for run_id in run_ids:
                 con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
             cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
-                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s")
+                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment")
             insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
                 con.execute(insert, [c.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
                                      "refused" if c.refused else "ranked", c.reason, c.rank, c.goodput_req_s,
                                      c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
-                                     c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s])
+                                     c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s,
+                                     json.dumps(c.deployment.to_dict(), sort_keys=True)
+                                     if c.deployment is not None else None])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -482,7 +520,9 @@ def write_best(result: SweepResult) -> None:
     """Write the best candidate's engine configuration (TOML) to ``spec.best``.
 
     The file holds the candidate's declared keys and the sweep's notes as
-    ``plan_notes``; it loads back to the same configuration.
+    ``plan_notes``; it loads back to the same configuration.  A deployment
+    sweep writes the best candidate's deployment to ``spec.best_deployment``
+    too (a deployment file).
     """
     from aisim.config.toml_out import dumps
     from aisim.files import write_atomic_text
@@ -495,6 +535,12 @@ def write_best(result: SweepResult) -> None:
         from aisim.traces.load import describe_load
 
         notes.append(f"at load {describe_load(best.load)} (a transform of the trace, not of the engine)")
+    if best.deployment is not None:
+        from aisim.sweep.deployments import write_best_deployment
+
+        notes.append(f"deployed as {best.deployment.describe()} ({best.gpus} GPUs; the deployment is in "
+                     f"{os.path.basename(result.spec.best_deployment)})")
+        write_best_deployment(result.spec.best_deployment, best.deployment, notes)
     cfg = best.engine.replace(plan_notes=notes).raw  # validated: the file written loads back
     write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
                                                + notes)])

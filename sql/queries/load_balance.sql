@@ -1,7 +1,8 @@
 -- query: load_balance
 -- purpose: how a run's deployments spread their load over their replicas: per replica its requests
 --          and their share, prefix-cache hit rate and utilisation, with each shard's max / mean
---          imbalance of requests and of busy time (1.0: perfectly even).
+--          imbalance of requests and of busy time (1.0: perfectly even); a disaggregated deployment's
+--          replicas name their pool, and are compared within it.
 -- grain:   one row per (deployment shard, replica) of the run; single-engine shards have none.
 -- sources: replica_balance (replicas, runs, shards), resolve_run (runs).
 -- param run VARCHAR = NULL: run name, run id or id prefix (default: the latest run)
@@ -11,6 +12,7 @@ SELECT
     engine,                                                -- engine configuration
     router,                                                -- the deployment's router
     replica,                                               -- replica
+    pool,                                                  -- disaggregated: prefill or decode; else NULL
     requests,                                              -- requests routed to it
     round(request_share, 4) AS request_share,              -- their share of the shard's
     round(prefix_hit_rate, 4) AS prefix_hit_rate,          -- its prefix-cache hit rate

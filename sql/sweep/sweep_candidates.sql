@@ -6,7 +6,8 @@ CREATE TABLE IF NOT EXISTS sweep_candidates (
     run_id          VARCHAR NOT NULL,   -- runs.run_id of the pipeline run of its load level (engine = candidate);
                                         -- a level whose every candidate was refused: the sweep's first run
     candidate       VARCHAR NOT NULL,   -- c000, c001, ... in grid order
-    knobs           VARCHAR NOT NULL,   -- JSON of its grid values ("unset": the base's key removed) and load level
+    knobs           VARCHAR NOT NULL,   -- JSON of its grid values ("unset": the base's key removed; deployment
+                                        -- knobs too) and load level
     status          VARCHAR NOT NULL,   -- 'ranked' or 'refused'
     reason          VARCHAR,            -- why it was refused: a configuration rule, or a request it cannot hold
     rank            INTEGER,            -- 1 = best
@@ -14,10 +15,12 @@ CREATE TABLE IF NOT EXISTS sweep_candidates (
     slo_attainment  DOUBLE,             -- share of requests meeting every threshold
     cost_tokens     BIGINT,             -- KV capacity in tokens (num_gpu_blocks * block_size)
     slo             VARCHAR NOT NULL,   -- JSON of the thresholds
-    gpus            INTEGER,            -- GPUs of the deployment (time_model.tp)
+    gpus            INTEGER,            -- GPUs of the deployment (time_model.tp of every replica, both pools)
     rejected        BIGINT,             -- requests rejected for a prompt of max_model_len tokens or more
     ttft_p99_s      DOUBLE,             -- p99 TTFT of the requests that got a first token
     tpot_p99_s      DOUBLE,             -- p99 TPOT of the finished requests
+    deployment      VARCHAR,            -- JSON of its deployment, every key resolved (NULL: the engine alone
+                                        -- or refused); its knobs are in knobs
     PRIMARY KEY (run_id, candidate)
 );
 -- A table made by an earlier aisim gains the columns it lacks.
@@ -25,3 +28,4 @@ ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS gpus INTEGER;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS rejected BIGINT;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS tpot_p99_s DOUBLE;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS deployment VARCHAR;
