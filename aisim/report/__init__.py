@@ -5,8 +5,9 @@ module              what it does
 ==================  =====================================================================
 ``data``            pick a run in a DuckDB run database and read its shards (bound SQL)
 ``downsample``      reduce long series for display (M4 min/max buckets, bands, CDFs)
-``svg``             dependency-free inline SVG charts (lines, steps, areas, bands, bars)
+``svg``             dependency-free inline SVG charts (lines, steps, areas, bands, points, bars)
 ``html``            the document: run summary, shard comparison, one section per shard
+``sweep``           a sweep's candidates: sortable table, goodput per GPU against p99 TTFT, load curves
 ``cli``             the ``aisim report`` command
 ==================  =====================================================================
 """
@@ -16,8 +17,10 @@ from __future__ import annotations
 from aisim.errors import ReportError
 
 
-def build_report(database: str, run: str | None = None, max_points: int | None = None):
+def build_report(database: str, run: str | None = None, max_points: int | None = None, slo: dict | None = None):
     """The HTML report of ``run`` (id, name or id prefix; default the latest) in ``database``.
+
+    ``slo``: latency thresholds to draw (``ttft_s``, ``tpot_s``, ``e2e_s``; default: the sweep's).
 
     Returns
     -------
@@ -28,15 +31,16 @@ def build_report(database: str, run: str | None = None, max_points: int | None =
     from aisim.report.downsample import MAX_POINTS
     from aisim.report.html import render
 
-    rd = load_run(database, run)
+    rd = load_run(database, run, slo)
     return render(rd, max_points or MAX_POINTS), rd
 
 
-def write_report(database: str, out: str, run: str | None = None, max_points: int | None = None):
+def write_report(database: str, out: str, run: str | None = None, max_points: int | None = None,
+                 slo: dict | None = None):
     """Write the report to ``out`` atomically (a temporary file renamed into place); returns the RunData."""
     from aisim.files import write_atomic_text
 
-    html, rd = build_report(database, run, max_points)
+    html, rd = build_report(database, run, max_points, slo)
     write_atomic_text(out, [html])
     return rd
 

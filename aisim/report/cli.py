@@ -10,6 +10,28 @@ import click
 from aisim.cli_util import CONTEXT_SETTINGS, fail, fmt_num, fmt_seconds, out_option
 
 
+def parse_slo(items) -> dict:
+    """``("ttft_s=0.5", ...)`` as ``{"ttft_s": 0.5}``; a ReportError naming the bad item."""
+    import math
+
+    from aisim.columns import LATENCIES
+    from aisim.errors import ReportError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if key not in LATENCIES or not sep:
+            raise ReportError(f"--slo {item!r}: give KEY=SECONDS with KEY one of {', '.join(LATENCIES)}")
+        try:
+            v = float(value)
+        except ValueError:
+            v = math.nan
+        if not (math.isfinite(v) and v > 0):
+            raise ReportError(f"--slo {item!r}: the threshold must be a positive number of seconds")
+        out[key] = v
+    return out
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.option("--db", "database", envvar="AISIM_DB", type=click.Path(dir_okay=False),
               help="The run database (default: $AISIM_DB).")
@@ -18,13 +40,17 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, fmt_num, fmt_seconds, out_opt
 @out_option("--out", "out", required=True, help="Write the HTML report here (replaced atomically).")
 @click.option("--max-points", type=click.IntRange(min=100), default=1500, show_default=True,
               help="Points per drawn series at most (display only; numbers use every step).")
-def report(database, run, out, max_points):
+@click.option("--slo", "slo", multiple=True, metavar="KEY=SECONDS",
+              help="A latency threshold drawn on the latency charts: ttft_s, tpot_s or e2e_s (repeatable; "
+                   "default: the sweep's SLO when the run is a sweep's).")
+def report(database, run, out, max_points, slo):
     """Write one self-contained HTML report of a pipeline run.
 
     Per model and engine configuration: KV-cache occupancy over time (active, cached, physical;
     bytes for grouped caches), running and waiting requests, scheduled prefill and decode tokens,
-    throughput, TTFT / TPOT / E2E CDFs, prefix reuse and preemptions, with a run summary table.
-    The page needs no network access to view.
+    throughput, TTFT / TPOT / E2E CDFs, prefix reuse and preemptions, with a run summary table and
+    every shard's CDFs overlaid (the SLO drawn); for a sweep's run, its candidates (sortable), goodput
+    per GPU against p99 TTFT and latency against load.  The page needs no network access to view.
 
     \b
     Example:
@@ -37,7 +63,7 @@ def report(database, run, out, max_points):
     try:
         if not database:
             raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
-        rd = write_report(database, out, run=run, max_points=max_points)
+        rd = write_report(database, out, run=run, max_points=max_points, slo=parse_slo(slo))
     except AisimError as exc:
         fail(exc)
     except OSError as exc:

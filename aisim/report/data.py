@@ -129,6 +129,12 @@ class RunData:
     runs_in_db: int
     same_name: int
     note: str = ""
+    # The sweep the run belongs to (aisim.sweep): its candidates, every load level's, in candidate order;
+    # empty for a plain pipeline run.  Knobs, SLO and deployment parsed from their JSON.
+    sweep: list = field(default_factory=list)
+    # SLO thresholds drawn on the latency charts (``ttft_s``, ``tpot_s``, ``e2e_s``): the report's
+    # ``--slo``, else the sweep's.
+    slo: dict = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -235,8 +241,34 @@ def _shard(con, run_id: str, row: dict) -> ShardData:
     return ShardData(shard=row, summary=summary, steps=steps, requests=requests, status=status, replicas=replicas)
 
 
-def load_run(path: str, run: str | None = None) -> RunData:
-    """Read run ``run`` (id, name or id prefix; default the latest) from the database at ``path``."""
+def _sweep(con, run_id: str) -> list:
+    """The candidates of the sweep that made run ``run_id`` (every load level's), or []."""
+    tables = _tables(con)
+    if "sweep_candidates" not in tables:
+        return []
+    cols = {r[0] for r in con.execute("SELECT column_name FROM information_schema.columns "
+                                      "WHERE table_name = 'sweep_candidates'").fetchall()}
+    if "sweep_run_id" in cols:  # a sweep of several load levels: its runs share the first level's run id
+        rows = _rows(con, "SELECT * FROM sweep_candidates WHERE sweep_run_id = (SELECT any_value(sweep_run_id) "
+                          "FROM sweep_candidates WHERE run_id = ?) ORDER BY candidate", [run_id])
+        if rows:
+            return [_candidate(r) for r in rows]
+    return [_candidate(r) for r in _rows(con, "SELECT * FROM sweep_candidates WHERE run_id = ? ORDER BY candidate",
+                                         [run_id])]
+
+
+def _candidate(row: dict) -> dict:
+    for k in ("knobs", "slo", "deployment"):
+        if row.get(k) is not None:
+            row[k] = json.loads(row[k])
+    return row
+
+
+def load_run(path: str, run: str | None = None, slo: dict | None = None) -> RunData:
+    """Read run ``run`` (id, name or id prefix; default the latest) from the database at ``path``.
+
+    ``slo``: thresholds to draw on the latency charts (default: the sweep's, when the run is a sweep's).
+    """
     con = connect(path)
     try:
         row, note = resolve_run(con, run, path)
@@ -245,10 +277,13 @@ def load_run(path: str, run: str | None = None) -> RunData:
         shards = [_shard(con, run_id, r) for r in shard_rows]
         total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
         same = con.execute("SELECT count(*) FROM runs WHERE name = ?", [row["name"]]).fetchone()[0]
+        sweep = _sweep(con, run_id)
     finally:
         con.close()
+    if not slo and sweep:
+        slo = sweep[0]["slo"]
     return RunData(database=os.path.abspath(path), run=row, shards=shards, runs_in_db=total, same_name=same,
-                   note=note)
+                   note=note, sweep=sweep, slo=dict(slo or {}))
 
 
 __all__ = ["LATENCIES", "REQUEST_COLUMNS", "STEP_COLUMNS", "ReportError", "RunData", "ShardData", "connect",

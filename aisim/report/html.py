@@ -24,7 +24,9 @@ from aisim.report import downsample as ds
 from aisim.report.data import RunData, ShardData
 from aisim.report.replicas import replica_panel
 from aisim.report.spec import spec_comparison, spec_panel
-from aisim.report.svg import (Ref, Series, bar_chart, fmt_bytes, fmt_count, fmt_duration, fmt_pct, line_chart)
+from aisim.report.svg import (SERIES_CYCLE, Ref, Series, XRef, bar_chart, fmt_bytes, fmt_count, fmt_duration, fmt_pct,
+                              line_chart)
+from aisim.report.sweep import sweep_section
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
@@ -135,7 +137,7 @@ def _summary_table(rd: RunData) -> str:
             v = s.get(key)
             cells.append(_cell(key, v, f(v) if v is not None else "-"))
         rows.append(f'<tr data-shard="{sd.shard_id}">{"".join(cells)}</tr>')
-    return (f'<div class="scroll"><table class="summary" id="summary"><thead><tr><th>#</th><th>model / engine</th>'
+    return (f'<div class="scroll"><table class="summary sortable" id="summary"><thead><tr><th>#</th><th>model / engine</th>'
             f'{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
 
 
@@ -268,7 +270,43 @@ def _drawn(n: int, shown: int, how: str) -> str:
     return f"{n:,} steps drawn as {shown:,} points ({how}); numbers use every step"
 
 
-def _charts(sd: ShardData, mp: int) -> list:
+def cdf_chart(curves: list, name: str, title: str, chart_id: str, slo: dict, mp: int, **size) -> str:
+    """The CDFs of ``curves`` (``(label, values, color)``) of latency ``name`` on one chart, the SLO drawn.
+
+    A log x axis when the values span more than 30x; p50/p90/p99 as horizontal lines, the SLO's
+    threshold for ``name`` (if any) as a vertical one.
+    """
+    drawn = []
+    for label, v, color in curves:
+        x, p = ds.cdf(v, mp)
+        drawn.append((label, x, p, color))
+    pos = np.concatenate([x[x > 0] for _, x, _, _ in drawn]) if drawn else np.zeros(0)
+    xlog = bool(pos.size and pos.max() / pos.min() > 30)
+    series = [Series(label, x[x > 0] if xlog else x, p[x > 0] if xlog else p, color, "step", width=1.8)
+              for label, x, p, color in drawn]
+    xrefs = [XRef(slo[name], f"SLO {fmt_duration(slo[name])}")] if slo.get(name) else []
+    return line_chart(series, title=title, chart_id=chart_id, xfmt="duration", yfmt="pct", ylim=(0.0, 1.0),
+                      xlog=xlog, refs=[Ref(0.5, "p50"), Ref(0.9, "p90", "orange"), Ref(0.99, "p99", "red")],
+                      xrefs=xrefs, xlabel=LATENCY_TITLES[name] + (" (log scale)" if xlog else ""), ylabel="requests",
+                      note="" if any(len(v) for _, v, _ in curves) else "no values", **size)
+
+
+def _overlay(rd: RunData, mp: int) -> str:
+    """Every shard's TTFT, TPOT and E2E CDFs on one chart each, the SLO drawn (two shards or more, or an SLO)."""
+    shards = [sd for sd in rd.shards if sd.n_requests]
+    if not shards or (len(shards) < 2 and not rd.slo):
+        return ""
+    figs = []
+    for name, lab in LATENCY_LABELS.items():
+        curves = [(f"{sd.shard_id}: {sd.label}", sd.latencies(name), SERIES_CYCLE[i % len(SERIES_CYCLE)])
+                  for i, sd in enumerate(shards)]
+        svg = cdf_chart(curves, name, f"{lab} CDF, every shard", f"cdf-all-{name[:-2]}", rd.slo, mp)
+        cap = f"SLO {lab} {fmt_duration(rd.slo[name])}" if rd.slo.get(name) else "no SLO threshold for this latency"
+        figs.append(_fig(f"{lab} CDF, every shard", svg, cap))
+    return f'<h2 id="latencies">Latency distributions, every shard</h2><div class="grid compare">{"".join(figs)}</div>'
+
+
+def _charts(sd: ShardData, mp: int, slo: dict) -> list:
     """The shard's figures, in page order."""
     st = sd.steps
     sid = sd.shard_id
@@ -388,37 +426,34 @@ def _charts(sd: ShardData, mp: int) -> list:
 
     # Latency CDFs.
     cdfs = []
-    for name in ("ttft_s", "tpot_s", "e2e_s"):
+    for name in LATENCY_LABELS:
         v = sd.latencies(name)
-        x, p = ds.cdf(v, mp)
-        pos = x[x > 0]
-        xlog = bool(pos.size and pos.max() / pos.min() > 30)
-        if xlog:
-            x, p = x[x > 0], p[x > 0]
-        p50, p90, p99 = np.percentile(v, [50, 90, 99]) if v.size else (None, None, None)
         lab = LATENCY_LABELS[name]
-        svg = line_chart([Series(f"{lab} CDF", x, p, "blue", "step", width=1.8)],
-                         title=f"{lab} CDF, shard {sid}", chart_id=f"cdf-{name[:-2]}-{sid}", xfmt="duration",
-                         yfmt="pct", ylim=(0.0, 1.0), xlog=xlog, width=440, height=260,
-                         refs=[Ref(0.5, "p50"), Ref(0.9, "p90", "orange"), Ref(0.99, "p99", "red")],
-                         xlabel=LATENCY_TITLES[name] + (" (log scale)" if xlog else ""), ylabel="requests",
-                         note="" if v.size else "no values")
+        svg = cdf_chart([(f"{lab} CDF", v, "blue")], name, f"{lab} CDF, shard {sid}", f"cdf-{name[:-2]}-{sid}",
+                        slo, mp, width=440, height=260)
+        p50, p90, p99 = np.percentile(v, [50, 90, 99]) if v.size else (None, None, None)
         cap = (f"{v.size:,} requests · p50 {fmt_duration(p50)} · p90 {fmt_duration(p90)} · p99 {fmt_duration(p99)}"
                if v.size else "no request has this latency")
         cdfs.append(_fig(f"{lab} CDF", svg, cap, "cdf"))
     return figs, cdfs
 
 
-def _shard_section(sd: ShardData, mp: int) -> str:
+# Runs of more shards than this show each shard's charts collapsed (its headline stays in view).
+OPEN_SHARDS = 6
+
+
+def _shard_section(sd: ShardData, mp: int, slo: dict, open_: bool) -> str:
     sid = sd.shard_id
     head = (f'<section class="shard" id="shard-{sid}" data-shard="{sid}"><h2>Shard {sid}: {escape(sd.label)}</h2>'
             f'<p class="engine">{escape(_engine_line(sd))}</p>')
     if sd.n_steps == 0:
         return head + ('<p class="empty">This shard replayed no requests (the model had no rows in this run\'s '
                        "inputs).</p></section>")
-    figs, cdfs = _charts(sd, mp)
-    return (head + _stats(sd) + replica_panel(sd) + f'<div class="grid">{"".join(figs)}</div>' + spec_panel(sd, mp) +
-            f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div></section>')
+    figs, cdfs = _charts(sd, mp, slo)
+    return (head + _stats(sd) + f'<details class="charts"{" open" if open_ else ""}><summary>charts and latency '
+            f'distributions</summary>' + replica_panel(sd) + f'<div class="grid">{"".join(figs)}</div>' +
+            spec_panel(sd, mp) + f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div>'
+            '</details></section>')
 
 
 # ---------------------------------------------------------------------------- document
@@ -489,7 +524,12 @@ padding:6px 9px;font-size:12px;line-height:1.4;white-space:nowrap;box-shadow:0 2
 .tip i{display:inline-block;width:9px;height:9px;border-radius:2px;margin-right:6px;vertical-align:middle}
 footer{color:var(--muted);font-size:12px;margin-top:36px;border-top:1px solid var(--line);padding-top:10px}
 @media (max-width:700px){.grid,.grid.three{grid-template-columns:1fr}main{padding:8px 12px}}
-@media print{nav,.tip{display:none}section.shard{break-before:page}}
+details.charts>summary{cursor:pointer;color:var(--accent);font-size:13px;margin:10px 0}
+table.sortable th{cursor:pointer}
+table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
+table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
+td.knobs{white-space:normal;word-break:break-word;min-width:220px}
+@media print{nav,.tip{display:none}section.shard{break-before:page}details.charts>summary{display:none}}
 """
 
 SCRIPT = r"""
@@ -613,6 +653,39 @@ SCRIPT = r"""
       if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); toggle(); }
     });
   });
+  // Sortable tables: a heading click sorts the rows by that column (numbers by data-value, else the text;
+  // empty cells last), a second click reverses.
+  Array.prototype.forEach.call(document.querySelectorAll("table.sortable"), function (table) {
+    var heads = table.querySelectorAll("thead th");
+    Array.prototype.forEach.call(heads, function (th, col) {
+      th.setAttribute("tabindex", "0");
+      function sort() {
+        var asc = th.getAttribute("aria-sort") !== "ascending";
+        Array.prototype.forEach.call(heads, function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        function key(row) {
+          var cell = row.cells[col];
+          if (!cell) return null;
+          if (cell.hasAttribute("data-value")) return +cell.getAttribute("data-value");
+          var t = cell.textContent.trim();
+          return t === "" || t === "-" ? null : t;
+        }
+        rows.sort(function (a, b) {
+          var x = key(a), y = key(b);
+          if (x === null || y === null) return (x === null) - (y === null);
+          var c = (typeof x === "number" && typeof y === "number") ? x - y : String(x).localeCompare(String(y));
+          return asc ? c : -c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      }
+      th.addEventListener("click", sort);
+      th.addEventListener("keydown", function (ev) {
+        if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(); }
+      });
+    });
+  });
   document.documentElement.setAttribute("data-report-ready", String(charts.length));
 })();
 """
@@ -626,7 +699,12 @@ def render(rd: RunData, max_points: int = ds.MAX_POINTS) -> str:
     if len(rd.shards) > 1:
         nav.append('<a href="#compare">compare</a>')
     nav += [f'<a href="#shard-{sd.shard_id}">{sd.shard_id}: {escape(sd.label)}</a>' for sd in rd.shards]
-    sections = "".join(_shard_section(sd, max_points) for sd in rd.shards)
+    if rd.slo or len(rd.shards) > 1:
+        nav.append('<a href="#latencies">latencies</a>')
+    if rd.sweep:
+        nav.append('<a href="#sweep">sweep</a>')
+    open_ = len(rd.shards) <= OPEN_SHARDS
+    sections = "".join(_shard_section(sd, max_points, rd.slo, open_) for sd in rd.shards)
     n_req = sum(sd.n_requests for sd in rd.shards)
     n_steps = sum(sd.n_steps for sd in rd.shards)
     if not rd.shards:
@@ -647,6 +725,8 @@ def render(rd: RunData, max_points: int = ds.MAX_POINTS) -> str:
         '<h2>Run summary</h2>',
         _summary_table(rd) if rd.shards else "",
         _comparison(rd),
+        _overlay(rd, max_points),
+        sweep_section(rd.sweep, rd.slo),
         sections,
         f'<footer>Generated by aisim {escape(__version__)} from {escape(rd.database)}. Times are simulated '
         f"seconds. Every number is computed on the full data; long series are drawn from at most "

@@ -44,8 +44,9 @@ class Series:
     """One series of a line chart.
 
     ``kind``: ``"line"`` (points joined), ``"step"`` (each value held until the
-    next x), ``"area"`` (a line filled down to zero) or ``"band"`` (``lo``..``hi``
-    shaded with ``y`` as a line over it).
+    next x), ``"area"`` (a line filled down to zero), ``"band"`` (``lo``..``hi``
+    shaded with ``y`` as a line over it) or ``"points"`` (a marker per point, each
+    with ``labels[i]`` as its tooltip when given).
     """
 
     name: str
@@ -59,6 +60,7 @@ class Series:
     width: float = 1.6
     fill_opacity: float = 0.28
     hover: bool = True
+    labels: list | None = None
 
 
 @dataclass
@@ -68,6 +70,15 @@ class Ref:
     y: float
     label: str
     color: str = "grey"
+
+
+@dataclass
+class XRef:
+    """A vertical reference line (a latency threshold) with a label."""
+
+    x: float
+    label: str
+    color: str = "red"
 
 
 def _c(name: str) -> str:
@@ -312,6 +323,8 @@ def _legend(items: list, x0: float, y: float, right: float) -> str:
                  f'stroke-width="2"/>'
         elif style == "area":
             sw = f'<rect x="{x:.1f}" y="{yy - 8:.1f}" width="12" height="10" fill="{color}" fill-opacity="0.55"/>'
+        elif style == "points":
+            sw = f'<circle cx="{x + 6:.1f}" cy="{yy - 3:.1f}" r="3.6" fill="{color}"/>'
         else:
             dash = ' stroke-dasharray="4 3"' if style == "dash" else ""
             sw = f'<line x1="{x:.1f}" y1="{yy - 3:.1f}" x2="{x + 12:.1f}" y2="{yy - 3:.1f}" stroke="{color}" ' \
@@ -323,7 +336,7 @@ def _legend(items: list, x0: float, y: float, right: float) -> str:
 
 def line_chart(series: list, *, title: str, chart_id: str, xfmt: str = "time", yfmt: str = "count",
                xlabel: str = "", ylabel: str = "", xlim=None, ylim=None, xlog: bool = False,
-               refs: list = (), note: str = "", width: int = WIDTH, height: int = HEIGHT) -> str:
+               refs: list = (), xrefs: list = (), note: str = "", width: int = WIDTH, height: int = HEIGHT) -> str:
     """A chart of one or more series sharing an x and a y axis.
 
     Parameters
@@ -341,14 +354,16 @@ def line_chart(series: list, *, title: str, chart_id: str, xfmt: str = "time", y
         Logarithmic x axis (positive x only).
     refs : list of Ref
         Horizontal reference lines.
+    xrefs : list of XRef
+        Vertical reference lines (inside the x range: the range grows to hold them).
     note : str
         Text drawn in the plot when there is nothing to draw.
     """
     items = []
     for i, s in enumerate(series):
-        style = "band" if s.kind == "band" else "area" if s.kind == "area" else "dash" if s.dash else "line"
+        style = s.kind if s.kind in ("band", "area", "points") else "dash" if s.dash else "line"
         items.append((i, s.name, _c(s.color), style))
-    for r in refs:
+    for r in list(refs) + list(xrefs):
         items.append((None, r.label, _c(r.color), "dash"))
     ml, mr, mb = 64, 18, 40
     legend_svg, rows = _legend(items, ml, 16, width - mr)
@@ -363,6 +378,8 @@ def line_chart(series: list, *, title: str, chart_id: str, xfmt: str = "time", y
             hi = max(float(np.max(x)) for x in xs)
         else:
             lo, hi = (1.0, 10.0) if xlog else (0.0, 1.0)
+        for r in xrefs:
+            lo, hi = min(lo, r.x), max(hi, r.x)
         xlim = (lo, hi)
     x0, x1 = xlim
     if xlog:
@@ -424,6 +441,15 @@ def line_chart(series: list, *, title: str, chart_id: str, xfmt: str = "time", y
             xr = np.round(x, 1)
             d = "M" + _points(xr, hi) + "L" + _points(xr[::-1], lo[::-1]) + "Z"
             g.append(f'<path class="band" d="{d}" fill="{color}" fill-opacity="{s.fill_opacity}" stroke="none"/>')
+        if s.kind == "points":
+            for k in range(len(x)):
+                if not (np.isfinite(x[k]) and np.isfinite(y[k])):
+                    continue
+                tip = f"<title>{escape(s.labels[k])}</title>" if s.labels is not None else ""
+                g.append(f'<circle class="pt" cx="{x[k]:.1f}" cy="{y[k]:.1f}" r="3.6" fill="{color}">{tip}</circle>')
+            g.append("</g>")
+            body.append("".join(g))
+            continue
         if s.kind == "step":
             x, y = step_xy(x, y)
         if s.kind == "area" and len(x):
@@ -443,6 +469,11 @@ def line_chart(series: list, *, title: str, chart_id: str, xfmt: str = "time", y
         if y0 <= r.y <= y1:
             y = float(sy(r.y))
             body.append(f'<g class="ref"><line x1="{px0}" y1="{y:.1f}" x2="{px1}" y2="{y:.1f}" stroke="{_c(r.color)}" '
+                        f'stroke-dasharray="5 4" stroke-width="1.2"/></g>')
+    for r in xrefs:
+        x = float(sx(r.x))
+        if px0 - 0.5 <= x <= px1 + 0.5:
+            body.append(f'<g class="ref"><line x1="{x:.1f}" y1="{py1}" x2="{x:.1f}" y2="{py0}" stroke="{_c(r.color)}" '
                         f'stroke-dasharray="5 4" stroke-width="1.2"/></g>')
     parts.append("".join(body))
     if note:

@@ -502,7 +502,7 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
             for run_id in run_ids:
                 con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
             cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
-                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment")
+                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment", "sweep_run_id")
             insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
                 con.execute(insert, [c.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
@@ -510,7 +510,7 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                                      c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
                                      c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s,
                                      json.dumps(c.deployment.to_dict(), sort_keys=True)
-                                     if c.deployment is not None else None])
+                                     if c.deployment is not None else None, run_ids[0]])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

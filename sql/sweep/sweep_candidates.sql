@@ -21,6 +21,8 @@ CREATE TABLE IF NOT EXISTS sweep_candidates (
     tpot_p99_s      DOUBLE,             -- p99 TPOT of the finished requests
     deployment      VARCHAR,            -- JSON of its deployment, every key resolved (NULL: the engine alone
                                         -- or refused); its knobs are in knobs
+    sweep_run_id    VARCHAR,            -- the sweep's first run (its first load level's): every candidate of one
+                                        -- sweep carries it, whatever its own level's run
     PRIMARY KEY (run_id, candidate)
 );
 -- A table made by an earlier aisim gains the columns it lacks.
@@ -29,3 +31,4 @@ ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS rejected BIGINT;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS tpot_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS deployment VARCHAR;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS sweep_run_id VARCHAR;
