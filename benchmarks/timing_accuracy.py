@@ -4,10 +4,13 @@ Every point of ``benchmarks/data/published_vllm.csv`` (sources and what each tab
 ``benchmarks/data/README.md``) is a workload of fixed input and output lengths on a named
 GPU, model and tensor-parallel size.  Each is replayed through aisim:
 
-* ``burst``: every request at once (``vllm bench serve`` at request rate ``inf``);
-* ``concurrency``: a closed loop of ``concurrency`` requests in flight
-  (``--max-concurrency``): a request is sent when another finishes;
-* ``rate``: Poisson arrivals at ``rate_rps``, seeded.
+* ``burst``: every request sent at once (``vllm bench serve`` at request rate ``inf``);
+* ``concurrency``: at most ``concurrency`` requests in flight (``--max-concurrency``):
+  ``replay(..., max_concurrency=C)``, the core sending a request when another finishes;
+* ``rate``: Poisson sends at ``rate_rps``, seeded.
+
+A burst's and a Poisson run's requests reach the engine through the API server's serial
+queue (:mod:`aisim.perf.frontend`); latencies and throughput count from the client's sends.
 
 The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's batch
 limits for the GPU, the KV cache left by the weights at the point's
@@ -20,10 +23,11 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
 
 ``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
-efficiencies, the overhead per step and per scheduled request) by Nelder-Mead on the mean
-absolute log error of the three metrics over the fitting sources' points (absolute, not
+efficiencies, the overhead per step and per scheduled request) and the API server's two
+costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
+TPOT, throughput and a burst's TTFT over the fitting sources' points (absolute, not
 squared, so that a few points the model cannot reach do not steer the fit), and prints the
-values to write into ``TIME_MODEL_KEYS``.
+values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
 """
 
 from __future__ import annotations
