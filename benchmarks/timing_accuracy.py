@@ -4,10 +4,13 @@ Every point of ``benchmarks/data/published_vllm.csv`` (sources and what each tab
 ``benchmarks/data/README.md``) is a workload of fixed input and output lengths on a named
 GPU, model and tensor-parallel size.  Each is replayed through aisim:
 
-* ``burst``: every request at once (``vllm bench serve`` at request rate ``inf``);
-* ``concurrency``: a closed loop of ``concurrency`` requests in flight
-  (``--max-concurrency``): a request is sent when another finishes;
-* ``rate``: Poisson arrivals at ``rate_rps``, seeded.
+* ``burst``: every request sent at once (``vllm bench serve`` at request rate ``inf``);
+* ``concurrency``: at most ``concurrency`` requests in flight (``--max-concurrency``):
+  ``replay(..., max_concurrency=C)``, the core sending a request when another finishes;
+* ``rate``: Poisson sends at ``rate_rps``, seeded.
+
+A burst's and a Poisson run's requests reach the engine through the API server's serial
+queue (:mod:`aisim.perf.frontend`); latencies and throughput count from the client's sends.
 
 The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's batch
 limits for the GPU, the KV cache left by the weights at the point's
@@ -20,10 +23,11 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
 
 ``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
-efficiencies, the overhead per step and per scheduled request) by Nelder-Mead on the mean
-absolute log error of the three metrics over the fitting sources' points (absolute, not
+efficiencies, the overhead per step and per scheduled request) and the API server's two
+costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
+TPOT, throughput and a burst's TTFT over the fitting sources' points (absolute, not
 squared, so that a few points the model cannot reach do not steer the fit), and prints the
-values to write into ``TIME_MODEL_KEYS``.
+values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
 """
 
 from __future__ import annotations
@@ -79,14 +83,20 @@ def engine_for(point: dict, efficiencies: dict):
 WARM_UP_S = 1000.0
 
 
-def trace_for(point: dict, cached: int = 0) -> tuple[pa.Table, dict]:
-    """The point's requests as a trace table, and the replay's keyword arguments.
+def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tuple[pa.Table, dict, np.ndarray]:
+    """The point's requests as a trace table, the replay's keyword arguments, the client's send times.
 
     ``cached``: tokens of each prompt already in the prefix cache when the run starts
     (``vllm bench serve``'s random prompts repeat when a seed is reused): one warm-up
     request per prompt computes them first, and the measured requests (ids ``r...``)
-    start ``WARM_UP_S`` later.
+    are sent ``WARM_UP_S`` later.  ``frontend``: the API server's cost per request and
+    per prompt token (:mod:`aisim.perf.frontend`); a burst's or a Poisson run's requests
+    reach the engine when the serial server has handled them, while the send times
+    (returned, one per measured request) stay the client's.  A ``concurrency`` run's
+    requests are held by the client's cap (``replay(..., max_concurrency=C)``, as
+    ``vllm bench serve --max-concurrency``); the core decides when each is sent.
     """
+    from aisim.perf.frontend import engine_arrivals
     from aisim.traces import from_frame
 
     n = point["num_prompts"]
@@ -96,20 +106,21 @@ def trace_for(point: dict, cached: int = 0) -> tuple[pa.Table, dict]:
             "prefix_len": [min(cached, point["input_len"])] * n}
     kw = {}
     if point["workload"] == "burst":
-        cols["arrival_time"] = [t0] * n
+        send = np.full(n, t0)
     elif point["workload"] == "concurrency":
-        # A closed loop of C in flight: request i follows request i - C (requests are all alike).
-        c = point["concurrency"]
-        cols["arrival_time"] = [t0] * n
-        cols["session_id"] = [f"s{i % c}" for i in range(n)]
-        kw = {"closed_loop": True, "think_time_s": 0.0}
+        send = np.full(n, t0)
+        kw = {"max_concurrency": point["concurrency"]}
     elif point["workload"] == "rate":
         rng = np.random.default_rng(point["seed"] or 0)
         gaps = rng.exponential(1.0 / point["rate_rps"], n)
         gaps[0] = 0.0
-        cols["arrival_time"] = (t0 + np.cumsum(gaps)).tolist()
+        send = t0 + np.cumsum(gaps)
     else:
         raise ValueError(f"{point['point']}: unknown workload {point['workload']!r}")
+    if point["workload"] == "concurrency":
+        cols["arrival_time"] = send.tolist()
+    else:
+        cols["arrival_time"] = engine_arrivals(send, cols["prompt_len"], *frontend).tolist()
     if cached:
         cols["request_id"] += [f"w{i}" for i in range(n)]
         cols["prompt_len"] += [cached] * n
@@ -117,9 +128,7 @@ def trace_for(point: dict, cached: int = 0) -> tuple[pa.Table, dict]:
         cols["prefix_group"] += list(range(n))
         cols["prefix_len"] += [cached] * n
         cols["arrival_time"] += [0.0] * n
-        if "session_id" in cols:
-            cols["session_id"] += [None] * n
-    return from_frame(pa.table(cols)), kw
+    return from_frame(pa.table(cols)), kw, send
 
 
 STAT = {"mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
@@ -135,26 +144,46 @@ def _stat(values: np.ndarray, stat: str) -> float:
 def predict(point: dict, efficiencies: dict) -> dict:
     """Predicted TTFT and TPOT (ms, the published statistic) and output throughput (tok/s).
 
-    A point published as the mean of several runs with different prefix-cache states
-    (``cached_prefix_by_run``) is predicted as the mean of their replays.
+    ``efficiencies``: the time model's :data:`FREE_ROOFLINE` numbers and the API server's
+    :data:`FREE_FRONTEND` costs.  Latencies count from the client's send: a burst's or
+    a Poisson run's first token comes after the API server's queue and the engine; a
+    ``concurrency`` run holds at most ``C`` requests, so the server's queue is taken as
+    empty and each request's first token comes its service time after the engine's
+    (the engine sees it at once: the core has no delay between the cap's release and
+    the engine).  A point published as the mean of several runs with different
+    prefix-cache states (``cached_prefix_by_run``) is predicted as the mean of their
+    replays.
     """
+    from aisim.perf.frontend import service_s
     from aisim.replay import replay
 
     runs = [int(c) for c in point["cached_prefix_by_run"].split(";")] if point["cached_prefix_by_run"] else [0]
     out = {m: 0.0 for m in METRICS}
-    engine = engine_for(point, efficiencies)
+    tm = {k: efficiencies[k] for k in FREE_ROOFLINE}
+    frontend = tuple(efficiencies[k] for k in FREE_FRONTEND)
+    engine = engine_for(point, tm)
     for cached in runs:
-        trace, kw = trace_for(point, cached)
+        trace, kw, send = trace_for(point, cached, frontend)
         rq = replay(trace, engine, **kw).requests
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
                for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
-        out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
+        if point["workload"] == "concurrency":
+            send = col["arrival_s"]   # when the cap let the client send it
+            ttft = col["ttft_s"] + service_s([point["input_len"]] * len(send), *frontend)
+        else:
+            ttft = col["arrival_s"] + col["ttft_s"] - send[_row_index(ids[mine])]
+        out["ttft"] += _stat(ttft, point["ttft_stat"]) * 1e3 / len(runs)
         out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
-        span = float(col["finish_s"].max() - col["arrival_s"].min())
+        span = float(col["finish_s"].max() - send.min())
         out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
     return out
+
+
+def _row_index(ids) -> np.ndarray:
+    """The send-order index of each measured request id (``r<i>``)."""
+    return np.array([int(i[1:]) for i in ids], dtype=np.int64)
 
 
 def published(point: dict) -> dict:
@@ -169,27 +198,40 @@ def errors(points, preds) -> list[dict]:
     return out
 
 
-FREE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s", "overhead_per_req_s")
+FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s",
+                 "overhead_per_req_s")
+FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
+FREE = FREE_ROOFLINE + FREE_FRONTEND
+# Bounds of the numbers searched in logs (seconds).
+LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01),
+              "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
 
 
 def _unpack(x) -> dict:
     eff = {k: float(np.clip(v, 0.2, 1.0)) for k, v in zip(FREE[:3], x[:3])}
-    eff["overhead_s"] = float(math.exp(np.clip(x[3], math.log(1e-5), math.log(0.1))))
-    eff["overhead_per_req_s"] = float(math.exp(np.clip(x[4], math.log(1e-7), math.log(0.01))))
+    for k, v in zip(FREE[3:], x[3:]):
+        lo, hi = LOG_BOUNDS[k]
+        eff[k] = float(math.exp(np.clip(v, math.log(lo), math.log(hi))))
     return eff
 
 
-# The metrics the fit follows: TTFT also holds the API server's and the client's time (receiving,
-# tokenizing, streaming), which the engine's step times do not model (benchmarks/data/README.md).
-FIT_METRICS = ("tpot", "throughput")
+# The metrics the fit follows: TPOT and throughput everywhere; TTFT of bursts only, where the API
+# server's queue is most of it.  A lightly loaded run's TTFT (a Poisson run below capacity, a
+# concurrency-capped one) also holds the client's and the server's streaming of the first token,
+# which no queue or step time holds (benchmarks/data/README.md).
+FIT_METRICS = ("ttft", "tpot", "throughput")
+
+
+def _fitted_metrics(point: dict) -> tuple:
+    return FIT_METRICS if point["workload"] == "burst" else ("tpot", "throughput")
 
 
 def loss(points, eff: dict) -> float:
-    """Mean absolute log error of :data:`FIT_METRICS` over ``points``."""
+    """Mean absolute log error of each point's fitted metrics over ``points``."""
     total, count = 0.0, 0
     for p in points:
         q, pub = predict(p, eff), published(p)
-        for m in FIT_METRICS:
+        for m in _fitted_metrics(p):
             if pub[m] and q[m]:
                 total += abs(math.log(q[m] / pub[m]))
                 count += 1
@@ -198,9 +240,8 @@ def loss(points, eff: dict) -> float:
 
 def fit(points, start: dict, iters: int = 80) -> dict:
     """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``."""
-    x0 = np.array([start[k] for k in FREE[:3]]
-                  + [math.log(max(start["overhead_s"], 1e-5)), math.log(max(start["overhead_per_req_s"], 1e-7))])
-    steps = np.array([0.15, 0.15, 0.15, 0.8, 0.8])
+    x0 = np.array([start[k] for k in FREE[:3]] + [math.log(max(start[k], LOG_BOUNDS[k][0])) for k in FREE[3:]])
+    steps = np.array([0.15] * 3 + [0.8] * (len(FREE) - 3))
     simplex = [x0] + [x0 + np.eye(len(x0))[i] * steps[i] for i in range(len(x0))]
     values = [loss(points, _unpack(x)) for x in simplex]
     for it in range(iters):
@@ -261,12 +302,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="points whose id contains this text")
     ap.add_argument("--fit-sources", help="comma-separated sources to fit on instead of the recorded split")
     args = ap.parse_args(argv)
+    from aisim.perf import frontend
+
     d = defaults(TIME_MODEL_KEYS)
-    eff = {k: d[k] for k in FREE}
+    eff = {k: d[k] for k in FREE_ROOFLINE}
+    eff.update(frontend_per_request_s=frontend.PER_REQUEST_S, frontend_per_token_s=frontend.PER_TOKEN_S)
+    start = dict(eff, frontend_per_request_s=max(eff["frontend_per_request_s"], 0.005),
+                 frontend_per_token_s=max(eff["frontend_per_token_s"], 1e-6))
     sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES
     points = [p for p in load_points(fit_sources=sources) if not args.only or args.only in p["point"]]
     if args.fit:
-        eff = fit([p for p in points if p["split"] == "fit"], eff, args.iters)
+        eff = fit([p for p in points if p["split"] == "fit"], start, args.iters)
         print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in eff.items()))
     t0 = time.perf_counter()
     preds = [predict(p, eff) for p in points]

@@ -1,0 +1,77 @@
+"""The serial API server in front of the engine, and the timing harness's use of it."""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from aisim.perf.frontend import engine_arrivals, service_s
+
+HARNESS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "timing_accuracy.py")
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("timing_accuracy", HARNESS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_service_is_per_request_plus_per_token():
+    assert service_s([100, 0], 0.002, 1e-5).tolist() == [0.002 + 100 * 1e-5, 0.002]
+
+
+def test_burst_is_spaced_by_the_service():
+    # Three requests sent at once, 10 ms + 1 us x 1,000 tokens = 11 ms each: 11, 22, 33 ms.
+    e = engine_arrivals([0.0, 0.0, 0.0], [1000, 1000, 1000], 0.010, 1e-6)
+    assert e == pytest.approx([0.011, 0.022, 0.033])
+
+
+def test_an_idle_server_takes_a_request_when_sent():
+    # 5 ms each: the second waits for the first (0.005 -> 0.010), the third finds the server idle
+    # (sent at 1.0, served by 1.005), the fourth queues behind it (1.010).
+    e = engine_arrivals([0.0, 0.001, 1.0, 1.0], [0, 0, 0, 0], 0.005, 0.0)
+    assert e == pytest.approx([0.005, 0.010, 1.005, 1.010])
+
+
+def test_free_server_keeps_the_send_times():
+    send = [0.0, 0.5, 0.5, 2.0]
+    assert engine_arrivals(send, [10, 20, 30, 40], 0.0, 0.0).tolist() == send
+
+
+@pytest.mark.parametrize("send, lens, cost, message", [
+    ([0.0, 1.0], [1], (0.0, 0.0), "2 send times for 1 prompts"),
+    ([1.0, 0.0], [1, 1], (0.0, 0.0), "non-decreasing"),
+    ([0.0], [1], (-1.0, 0.0), "non-negative"),
+])
+def test_refusals(send, lens, cost, message):
+    with pytest.raises(ValueError, match=message):
+        engine_arrivals(send, lens, *cost)
+
+
+def test_harness_caps_concurrency_and_queues_bursts():
+    h = _harness()
+    point = {"point": "p", "num_prompts": 4, "input_len": 100, "output_len": 8, "workload": "concurrency",
+             "concurrency": 2, "rate_rps": None, "seed": None}
+    trace, kw, send = h.trace_for(point, 0, (0.01, 0.0))
+    assert kw == {"max_concurrency": 2}
+    assert trace.column("arrival_s").to_pylist() == [0.0] * 4   # the core holds them, not the trace
+    burst = dict(point, workload="burst")
+    trace, kw, send = h.trace_for(burst, 0, (0.01, 0.0))
+    assert kw == {}
+    assert send.tolist() == [0.0] * 4
+    assert np.allclose(trace.column("arrival_s").to_pylist(), [0.01, 0.02, 0.03, 0.04])
+
+
+def test_published_points_name_catalog_models_and_gpus():
+    from aisim.config.catalog import get_gpu, get_model
+
+    h = _harness()
+    points = h.load_points()
+    assert len({p["point"] for p in points}) == len(points)
+    for p in points:
+        get_model(p["model"])
+        get_gpu(p["gpu"])
+        assert p["workload"] in ("burst", "concurrency", "rate")
+        assert p["workload"] != "concurrency" or p["concurrency"] >= 1
