@@ -264,6 +264,18 @@ def test_every_point_lands_once_with_its_verdict(tmp_path):
     assert f"highest rate within the SLO: {answer['rate_req_s']:.4f} requests/s (rate x" in r.output
 
 
+def test_the_fleet_question_through_the_command(tmp_path):
+    # Requests 1 s apart never wait on one engine: one replica, one GPU, the first point.
+    path = _spec(tmp_path, "[fleet]\nmax_replicas = 4\n[fleet.grid]\nmax_num_seqs = [1, 2]")
+    r = CliRunner().invoke(main, ["capacity", path, "--progress"])
+    assert r.exit_code == 0, r.output
+    assert 'smallest deployment: g000 {"layout": "aggregated", "max_num_seqs": 1}, 1 replica, 1 GPU, ' in r.output
+    assert "point 0 (bracket): as traced on 1 replica: meets, attainment 1, " in r.output
+    with duckdb.connect(str(tmp_path / "cap.duckdb"), read_only=True) as con:
+        rows = con.execute("SELECT candidate, replicas, verdict, answer FROM capacity_points ORDER BY point").fetchall()
+    assert rows == [("g000", 1, "meets", True), ("g001", 1, "meets", False)]
+
+
 def test_a_failed_landing_writes_nothing(tmp_path):
     db = str(tmp_path / "cap.duckdb")
     with duckdb.connect(db) as con:

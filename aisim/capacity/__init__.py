@@ -5,14 +5,25 @@
 replicas; :mod:`aisim.capacity.spec` reads a capacity spec (TOML) and runs it;
 :mod:`aisim.capacity.store` lands every evaluated point in ``capacity_points``;
 :mod:`aisim.capacity.cli` is the ``aisim capacity`` command.
+
+The names below are imported from their modules when first used, so that ``aisim --help``
+(which registers the command) loads no Arrow.
 """
 
-from aisim.capacity.search import (CapacityResult, Point, deployment_gpus, highest_rate, monotone_notes,
-                                   smallest_deployment)
-from aisim.capacity.slo import Slo, slo_from_dict
-from aisim.capacity.spec import CapacitySpec, capacity_from_dict, load_capacity, run_capacity
-from aisim.capacity.store import land_points
+import importlib
 
-__all__ = ["CapacityResult", "CapacitySpec", "Point", "Slo", "capacity_from_dict", "deployment_gpus",
-           "highest_rate", "land_points", "load_capacity", "monotone_notes", "run_capacity", "slo_from_dict",
-           "smallest_deployment"]
+_WHERE = {
+    "CapacityResult": "search", "Point": "search", "deployment_gpus": "search", "highest_rate": "search",
+    "monotone_notes": "search", "smallest_deployment": "search",
+    "Slo": "slo", "slo_from_dict": "slo",
+    "CapacitySpec": "spec", "capacity_from_dict": "spec", "load_capacity": "spec", "run_capacity": "spec",
+    "land_points": "store",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'aisim.capacity' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"aisim.capacity.{_WHERE[name]}"), name)

@@ -28,6 +28,10 @@ def _cell(name: str, v) -> str:
     return str(v)
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
 def _answer_line(result) -> str:
     a = result.answer
     if a is None:
@@ -36,11 +40,11 @@ def _answer_line(result) -> str:
         load = json.loads(a["load"])
         rate = f"{fmt_num(a['rate_req_s'], 4)} requests/s" if a["rate_req_s"] is not None else "-"
         how = f"rate x{fmt_num(load['rate_scale'], 4)}" if "rate_scale" in load else "Poisson"
-        return f"highest rate within the SLO: {rate} ({how}, point {a['point']}) on {a['gpus']} GPUs"
+        return f"highest rate within the SLO: {rate} ({how}, point {a['point']}) on {_gpus(a['gpus'])}"
     split = (f"{a['prefill_replicas']} prefill + {a['decode_replicas']} decode replicas"
-             if a["prefill_replicas"] is not None else f"{a['replicas']} replicas")
+             if a["prefill_replicas"] is not None else f"{a['replicas']} replica{'s' if a['replicas'] != 1 else ''}")
     cost = f", {fmt_num(a['cost_per_mtok'], 4)} per million output tokens" if a["cost_per_mtok"] is not None else ""
-    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {a['gpus']} GPUs, "
+    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {_gpus(a['gpus'])}, "
             f"{fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
 
 

@@ -164,7 +164,8 @@ class _Evaluator:
 
         transform = {k: v for k, v in load.items() if k in TRANSFORM_KEYS}
         trace = retime(self.trace, **transform) if transform else self.trace
-        what = f"{deployment.replicas} replicas" if deployment is not None else "one engine"
+        n = deployment.replicas if deployment is not None else 0
+        what = f"{n} replica{'s' if n != 1 else ''}" if deployment is not None else "one engine"
         last = self.points[-1] if self.points else None  # the running phase ends with its verdict
         self.progress(f"point {len(self.points)} ({phase}): {_describe(load)} on {what}",
                       f"{last['verdict']}, attainment {last['attainment']:.4g}" if last is not None

@@ -300,6 +300,7 @@ def run_capacity(spec: CapacitySpec, progress=None):
         result = highest_rate(trace, spec.engine, spec.slo, **common, **spec.params)
     else:
         result = smallest_deployment(trace, spec.engine, spec.slo, **common, **spec.params)
-    phase("landing", f"{len(result.points)} points")
+    last = result.points[-1] if result.points else None  # the last point's phase ends with its verdict
+    phase("landing", last["verdict"] if last is not None else "")
     land_points(spec.database, result)
     return result
