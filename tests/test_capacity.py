@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from aisim.capacity import (Point, capacity_from_dict, highest_rate, land_points, monotone_notes, slo_from_dict,
                             smallest_deployment)
+from aisim.capacity.search import POINT_COLUMNS
 from aisim.capacity.slo import KEYS
 from aisim.cli import main
 from aisim.columns import CAPACITY_POINTS
@@ -100,6 +101,19 @@ def test_smallest_deployment_by_hand():
     assert a["cost"] == a["gpu_hours"] * 3.0
     assert a["cost_per_mtok"] == a["cost"] / 210 * 1e6
     assert result.notes == []
+    assert set(a.row) == set(POINT_COLUMNS)
+    assert [c for c in POINT_COLUMNS if a[c] is None] == ["prefill_replicas", "decode_replicas", "reason"]
+
+
+def test_a_refused_grid_point_is_kept_with_its_reason():
+    slo = slo_from_dict({"ttft_s": 0.015, "attainment": 1.0})
+    result = smallest_deployment(_trace(1.0), _engine(), slo, max_replicas=2, grid={"max_num_seqs": [0, 1]})
+    refused, met = result.points
+    assert (refused["candidate"], refused["verdict"], refused["phase"], refused["gpus"]) == \
+        ("g000", "refused", "refused", None)
+    assert "max_num_seqs" in refused["reason"]
+    assert (met["candidate"], met["replicas"], met["verdict"]) == ("g001", 1, "meets")
+    assert result.answer is met
 
 
 def test_a_split_counts_both_pools_and_can_win():
