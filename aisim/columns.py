@@ -59,8 +59,8 @@ class Column:
         DuckDB type, one of :data:`ARROW_TYPES`.
     unit : str
         ``"s"``, ``"tokens"``, ``"blocks"``, ``"bytes"``, ``"fraction"``,
-        ``"requests"``, ``"steps"``, ``"count"``, ``"1/s"`` (rates) or ``""``
-        (identifiers, labels, text).
+        ``"requests"``, ``"steps"``, ``"count"``, ``"1/s"`` (rates), ``"h"``
+        (GPU-hours) or ``""`` (identifiers, labels, text, prices).
     meaning : str
         One line; the column's comment in ``sql/schema.sql``.
     not_null : bool
@@ -352,6 +352,51 @@ def deployment_schema(extra: Table, table: Table) -> pa.Schema:
                      + [(c.name, c.arrow_type) for c in table.columns if c.replay])
 
 
+# Every point ``aisim capacity`` evaluated (aisim.capacity): one replay of the trace at a load on a
+# deployment, with its SLO verdict.  Not a run's table: created by aisim.capacity from this declaration
+# in the database the search names, next to (or without) pipeline runs.
+CAPACITY_POINTS = Table("capacity_points", (
+    C("search_id", "VARCHAR", "", "search key: SHA-256 of the question, its inputs and the trace (16 hex)",
+      not_null=True),
+    C("point", "INTEGER", "", "evaluation order within the search (0, 1, ...)", not_null=True),
+    C("search", "VARCHAR", "", "the search's name", not_null=True),
+    C("question", "VARCHAR", "", "'rate' (highest rate within the SLO) or 'deployment' (smallest deployment)",
+      not_null=True),
+    C("phase", "VARCHAR", "", "'bracket' (doubling or halving), 'bisect', or 'refused' (never replayed)",
+      not_null=True),
+    C("candidate", "VARCHAR", "", "grid point of a deployment search (g000, ...); NULL for a rate search"),
+    C("knobs", "VARCHAR", "", "JSON of the grid point's engine knobs and layout ({} for a rate search)",
+      not_null=True),
+    C("deployment", "VARCHAR", "", "JSON of the deployment replayed (NULL: the engine alone)"),
+    C("replicas", "INTEGER", "count", "engines replayed (both pools of a prefill/decode split); NULL: refused "
+      "before a deployment was made"),
+    C("prefill_replicas", "INTEGER", "count", "prefill pool of a prefill/decode split; NULL: aggregated"),
+    C("decode_replicas", "INTEGER", "count", "decode pool of a prefill/decode split; NULL: aggregated"),
+    C("load", "VARCHAR", "", "JSON of the trace's load transform (aisim.traces.load; {}: as traced)",
+      not_null=True),
+    C("rate_req_s", "DOUBLE", "1/s", "offered request rate: the Poisson rate, or rate_scale x the trace's own "
+      "((requests - 1) over its arrival span); NULL for arrivals by engine step"),
+    C("verdict", "VARCHAR", "", "'meets' the SLO, 'fails' it, or 'refused' (the rules or the trace refuse it)",
+      not_null=True),
+    C("reason", "VARCHAR", "", "what failed (attainment, a percentile limit) or why it was refused"),
+    C("answer", "BOOLEAN", "", "the search's answer: the highest rate, or the smallest deployment",
+      not_null=True),
+    C("requests", "BIGINT", "requests", "requests replayed or rejected"),
+    C("finished", "BIGINT", "requests", "of those, finished"),
+    C("rejected", "BIGINT", "requests", "rejected (prompt of max_model_len tokens or more); each fails the SLO"),
+    C("slo_met", "BIGINT", "requests", "requests that finished within every threshold (slo_attainment)"),
+    C("attainment", "DOUBLE", "fraction", "slo_met / requests"),
+    *(SUMMARIES[n] for n in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p50_s", "e2e_p99_s",
+                              "throughput_req_s", "throughput_tok_s", "duration_s")),
+    C("output_tokens", "BIGINT", "tokens", "output tokens, all requests"),
+    C("gpus", "INTEGER", "count", "GPUs: every replica's time_model.tp, both pools; NULL: refused before an "
+      "engine was made"),
+    C("gpu_hours", "DOUBLE", "h", "gpus x duration_s / 3600"),
+    C("cost", "DOUBLE", "", "gpu_hours x price_per_gpu_hour (NULL: no price given)"),
+    C("cost_per_mtok", "DOUBLE", "", "cost per million output tokens (NULL: no price, or no output)"),
+    C("slo", "VARCHAR", "", "JSON of the SLO (thresholds, attainment, percentile limits)", not_null=True),
+), primary_key=("search_id", "point"))
+
 # Landing order (a run's rows are deleted in reverse).
 TABLES = {t.name: t for t in (RUNS, SHARDS, SUMMARIES, REPLICAS, REQUESTS, STEPS)}
 
@@ -414,7 +459,7 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ARROW_TYPES", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES", "LATENCIES",
+__all__ = ["ARROW_TYPES", "CAPACITY_POINTS", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES", "LATENCIES",
            "LATENCY_STATS", "REPLICAS", "REQUESTS", "RUNS", "SHARDS", "STEPS", "SUMMARIES", "TABLES", "Column", "Table",
            "render_schema", "render_table", "schema_header"]
 

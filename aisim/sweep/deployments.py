@@ -124,7 +124,12 @@ def candidate_deployment(base, knobs: dict, source: str):
 
 
 def deployment_gpus(deployment, engine) -> int:
-    """GPUs of ``deployment`` of ``engine``: every replica's ``time_model.tp`` (a pool's own engine's)."""
+    """GPUs of ``deployment`` of ``engine``: every replica's ``time_model.tp`` (a pool's own engine's).
+
+    ``deployment`` None is the engine alone: ``time_model.tp``.
+    """
+    if deployment is None:
+        return engine.time_model.tp
     if not deployment.disaggregated:
         return deployment.replicas * engine.time_model.tp
     from aisim.replay import deployment_engines

@@ -293,22 +293,13 @@ def candidates(spec: SweepSpec) -> list:
         knobs = dict(zip(keys, values))
         knobs.update({k: v for k, v in load.items() if k != "seed"})
         name = f"c{i:03d}"
-        cfg = dict(spec.base)
-        for k, v in zip(keys, values):
-            if k in DEPLOYMENT_KNOBS:
-                continue
-            if v == UNSET:
-                cfg.pop(k, None)
-            else:
-                cfg[k] = v
-        if knobs.get("kv_cache_bytes", UNSET) != UNSET:
-            cfg.pop("num_gpu_blocks", None)
+        cfg = apply_knobs(spec.base, dict(zip(keys, values)))
         cand = Candidate(name=name, knobs=knobs, load=load)
         source = f"candidate {name} {json.dumps(knobs, sort_keys=True)}"
         try:
             engine = engine_config_from_dict(cfg, source=source)
             fleet = candidate_deployment(spec.deployment, knobs, source) if spec.deployment is not None else None
-            gpus = deployment_gpus(fleet, engine) if fleet is not None else engine.time_model.tp
+            gpus = deployment_gpus(fleet, engine)
         except ConfigError as exc:
             cand.reason = str(exc)
         else:
@@ -319,6 +310,28 @@ def candidates(spec: SweepSpec) -> list:
             cand.gpus = gpus
         out.append(cand)
     return out
+
+
+def apply_knobs(base: dict, knobs: dict) -> dict:
+    """The engine configuration ``base`` (a dict) with grid ``knobs`` applied; ``base`` is left as it is.
+
+    A knob's value replaces the base's (a table whole); ``"unset"`` removes the key (its default
+    applies); a ``kv_cache_bytes`` knob drops the base's ``num_gpu_blocks`` (it sizes the pool
+    instead).  Deployment knobs and load levels are not engine keys and are skipped.
+    """
+    from aisim.traces.load import LOAD_KEYS
+
+    cfg = dict(base)
+    for k, v in knobs.items():
+        if k in DEPLOYMENT_KNOBS or k in LOAD_KEYS:
+            continue
+        if v == UNSET:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    if knobs.get("kv_cache_bytes", UNSET) != UNSET:
+        cfg.pop("num_gpu_blocks", None)
+    return cfg
 
 
 def rejects_too_long(spec: SweepSpec) -> bool:

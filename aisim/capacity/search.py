@@ -1,0 +1,512 @@
+"""Capacity searches: the highest request rate within an SLO, and the smallest deployment that serves a trace.
+
+:func:`highest_rate` replays the trace at a rate, judges the replay against the SLO
+(:class:`aisim.capacity.slo.Judge`) and bisects along the rate: from a first rate it doubles
+(or halves) until the verdict changes, then halves the bracket until its width is at most
+``rel_tol`` of its lower end.  The rate is a Poisson re-timing of the trace (``poisson_rate``,
+seeded; the default) or a scaling of its own arrivals (``rate_scale``), :mod:`aisim.traces.load`.
+
+:func:`smallest_deployment` replays the trace (at its own rate, or a given load) on deployments
+of every point of a grid (engine knobs, and the layout: aggregated replicas or a prefill/decode
+split ``[p, d]`` taken ``k`` times) and bisects along the replicas of each (doubling from one,
+then halving the bracket): the smallest count that meets the SLO.  The answer is the grid point
+with the fewest GPUs, then the fewest GPU-hours (the lowest price), then the first in grid order.
+
+Bisection assumes the verdict is monotone along its axis: that a rate above a failing one fails
+too, and that more replicas of a deployment that meets the SLO meet it too.  Nothing guarantees
+it (a larger batch can change what the scheduler does), so every evaluated point is kept, and
+:func:`monotone_notes` reports what contradicts it among them: a verdict, or an attainment, that
+moves the wrong way along the axis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field, replace
+
+import pyarrow as pa
+
+from aisim.capacity.slo import Judge, Slo
+from aisim.columns import CAPACITY_POINTS
+from aisim.errors import ConfigError
+from aisim.sweep.deployments import deployment_gpus
+
+# The columns a point fills (the search's own columns, search_id ... slo, are added when it lands).
+_SEARCH_COLUMNS = ("search_id", "search", "question", "slo")
+POINT_COLUMNS = tuple(n for n in CAPACITY_POINTS.names if n not in _SEARCH_COLUMNS)
+RATE_AXES = ("poisson_rate", "rate_scale")
+QUESTIONS = ("rate", "deployment")
+
+
+@dataclass
+class Point:
+    """One evaluated point: its row of ``capacity_points`` (without the search's columns).
+
+    Attributes
+    ----------
+    row : dict
+        :data:`POINT_COLUMNS` -> value.
+    axis : float
+        Its place on the searched axis: the rate (``poisson_rate`` or ``rate_scale``), or the
+        multiple of the layout (replicas, or splits ``k`` of a prefill/decode split).
+    """
+
+    row: dict
+    axis: float = math.nan
+
+    def __getitem__(self, name: str):
+        return self.row[name]
+
+    @property
+    def meets(self) -> bool:
+        """The point met the SLO."""
+        return self.row["verdict"] == "meets"
+
+
+@dataclass
+class CapacityResult:
+    """A search's answer and every point it evaluated.
+
+    Attributes
+    ----------
+    search_id : str
+        16 hex digits: SHA-256 of the question, its inputs and the trace (the same inputs, the
+        same id and the same points).
+    name : str
+    question : str
+        ``rate`` or ``deployment``.
+    slo : Slo
+    points : list of Point
+        In evaluation order.
+    answer : Point or None
+        The highest rate within the SLO, or the smallest deployment; None when no point meets it.
+    notes : list of str
+        What the search could not settle: an unbounded bracket, the point budget spent, and
+        every observation against monotonicity (:func:`monotone_notes`).
+    """
+
+    search_id: str
+    name: str
+    question: str
+    slo: Slo
+    points: list = field(default_factory=list)
+    answer: Point | None = None
+    notes: list = field(default_factory=list)
+
+    def rows(self) -> list:
+        """Every point as a full ``capacity_points`` row (column order of the catalogue)."""
+        extra = {"search_id": self.search_id, "search": self.name, "question": self.question,
+                 "slo": json.dumps(self.slo.to_dict(), sort_keys=True)}
+        return [[{**p.row, **extra}[n] for n in CAPACITY_POINTS.names] for p in self.points]
+
+
+def own_rate(trace: pa.Table) -> float | None:
+    """The trace's own request rate: (requests - 1) over its arrival span; None without one."""
+    if (trace.schema.metadata or {}).get(b"clock") != b"time" or trace.num_rows < 2:
+        return None
+    arrivals = trace.column("arrival_s")
+    import pyarrow.compute as pc
+
+    span = pc.max(arrivals).as_py() - pc.min(arrivals).as_py()
+    return (trace.num_rows - 1) / span if span > 0 else None
+
+
+def cost_columns(gpus: int, duration_s: float, output_tokens: int, price_per_gpu_hour: float | None) -> dict:
+    """``gpu_hours``, ``cost`` and ``cost_per_mtok`` of a replay (cost columns None without a price)."""
+    hours = gpus * duration_s / 3600.0
+    cost = hours * price_per_gpu_hour if price_per_gpu_hour is not None else None
+    per = cost / output_tokens * 1e6 if cost is not None and output_tokens > 0 else None
+    return {"gpu_hours": hours, "cost": cost, "cost_per_mtok": per}
+
+
+class _Evaluator:
+    """Replays the trace at a load on a deployment and fills a point's row."""
+
+    def __init__(self, trace, slo: Slo, price: float | None, progress):
+        self.trace = trace
+        self.own = own_rate(trace)
+        self.judge = Judge(slo)
+        self.price = price
+        self.progress = progress or (lambda name, note="": None)
+        self.points = []
+
+    def close(self) -> None:
+        self.judge.close()
+
+    def refused(self, reason: str, phase: str = "refused", **row) -> Point:
+        base = dict.fromkeys(POINT_COLUMNS)
+        base.update(point=len(self.points), phase=phase, knobs="{}", load="{}", verdict="refused", reason=reason,
+                    answer=False)
+        base.update(row)
+        p = Point(base)
+        self.points.append(p)
+        return p
+
+    def __call__(self, engine, deployment, load: dict, phase: str, axis: float, **row) -> Point:
+        from aisim.traces.load import TRANSFORM_KEYS, retime
+
+        transform = {k: v for k, v in load.items() if k in TRANSFORM_KEYS}
+        trace = retime(self.trace, **transform) if transform else self.trace
+        n = deployment.replicas if deployment is not None else 0
+        what = f"{n} replica{'s' if n != 1 else ''}" if deployment is not None else "one engine"
+        last = self.points[-1] if self.points else None  # the running phase ends with its verdict
+        self.progress(f"point {len(self.points)} ({phase}): {_describe(load)} on {what}",
+                      f"{last['verdict']}, attainment {last['attainment']:.4g}" if last is not None
+                      and last["attainment"] is not None else "")
+        if deployment is None:
+            from aisim.replay import replay
+
+            res = replay(trace, engine, reject_too_long=True, max_concurrency=load.get("max_concurrency"))
+        else:
+            from aisim.deploy import deploy
+
+            res = deploy(trace, engine, deployment)
+        s = res.summary
+        verdict = self.judge(res.requests, s)
+        gpus = deployment_gpus(deployment, engine)
+        rate = load.get("poisson_rate")
+        if rate is None:
+            rate = self.own * load.get("rate_scale", 1.0) if self.own is not None else None
+        out = dict.fromkeys(POINT_COLUMNS)
+        out.update(point=len(self.points), phase=phase, knobs="{}", load=json.dumps(load, sort_keys=True),
+                   deployment=json.dumps(deployment.to_dict(), sort_keys=True) if deployment is not None else None,
+                   replicas=deployment.replicas if deployment is not None else 1,
+                   prefill_replicas=deployment.prefill.replicas if deployment is not None and deployment.disaggregated
+                   else None,
+                   decode_replicas=deployment.decode.replicas if deployment is not None and deployment.disaggregated
+                   else None,
+                   rate_req_s=rate, verdict="meets" if verdict["meets"] else "fails", reason=verdict["reason"],
+                   answer=False, requests=verdict["requests"], finished=verdict["finished"],
+                   rejected=s.get("rejected", 0), slo_met=verdict["slo_met"], attainment=verdict["attainment"],
+                   throughput_req_s=s["throughput_req_s"], throughput_tok_s=s["throughput_tok_s"],
+                   duration_s=s["duration_s"], output_tokens=s["output_tokens"], gpus=gpus,
+                   **cost_columns(gpus, s["duration_s"], s["output_tokens"], self.price))
+        for lat in ("ttft", "tpot", "e2e"):
+            for p in ("p50", "p99"):
+                out[f"{lat}_{p}_s"] = s[f"{lat}_s"][p]
+        out.update(row)
+        point = Point(out, axis)
+        self.points.append(point)
+        return point
+
+
+def _describe(load: dict) -> str:
+    from aisim.traces.load import describe_load
+
+    return describe_load(load)
+
+
+def search_id(question: str, name: str, inputs: dict, trace: pa.Table) -> str:
+    """16 hex digits of SHA-256 over the question, its inputs (JSON) and the trace's Arrow stream."""
+    h = hashlib.sha256(json.dumps({"question": question, "name": name, **inputs}, sort_keys=True,
+                                  default=str).encode())
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, trace.schema) as w:
+        w.write_table(trace)
+    h.update(sink.getvalue().to_pybytes())
+    return h.hexdigest()[:16]
+
+
+def _deployment_dict(deployment):
+    return deployment.to_dict() if deployment is not None else None
+
+
+def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str = "poisson_rate", seed: int = 0,
+                 start: float | None = None, rel_tol: float = 0.02, max_points: int = 40,
+                 max_concurrency: int | None = None, price_per_gpu_hour: float | None = None,
+                 name: str = "capacity", progress=None) -> CapacityResult:
+    """The highest request rate ``engine`` (or ``deployment`` of it) serves within ``slo``.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        The trace (:func:`aisim.traces.read_trace`).
+    engine : EngineConfig
+    slo : Slo
+    deployment : DeploymentConfig, optional
+        Replay through this deployment (:func:`aisim.deploy.deploy`); default the engine alone,
+        whose over-long prompts are rejected as vLLM's server rejects them (each fails the SLO).
+    by : str
+        ``poisson_rate`` (the trace re-timed as a Poisson process of ``r`` requests/s, gaps from
+        ``seed``) or ``rate_scale`` (its own arrivals divided by ``f``).
+    seed : int
+        Seed of the Poisson gaps (the same gaps, scaled, at every rate).
+    start : float, optional
+        The first rate tried; default the trace's own rate (``poisson_rate``; 1 request/s when it
+        has none) or 1 (``rate_scale``).
+    rel_tol : float
+        Stop when the bracket is at most ``rel_tol`` of its lower end wide: the answer is then
+        within ``rel_tol`` of the highest rate that meets the SLO (if the verdict is monotone).
+    max_points : int
+        Replays at most; the search stops there with a note.
+    max_concurrency : int, optional
+        The client's cap on requests in flight (the engine alone only).
+    price_per_gpu_hour : float, optional
+        Fills the cost columns.
+    name : str
+    progress : callable, optional
+        Told each point, as :class:`aisim.cli_util.Phases` is.
+
+    Returns
+    -------
+    CapacityResult
+        ``answer``: the highest rate that met the SLO, or None when none did down to the
+        smallest rate tried.
+
+    Raises
+    ------
+    ConfigError
+        A bad parameter, a trace the engine cannot hold, or a deployment of a step-clocked trace.
+    """
+    from aisim.replay import check_trace
+
+    if by not in RATE_AXES:
+        raise ConfigError(f"'rate.by' must be one of {', '.join(RATE_AXES)}, got {by!r}")
+    if deployment is not None and max_concurrency is not None:
+        raise ConfigError("'rate.max_concurrency' applies to the engine alone; a deployment's clients are not "
+                          "capped yet")
+    fault = check_trace(trace, engine, reject_too_long=deployment is None)
+    if fault is not None:
+        raise ConfigError(f"the trace cannot be replayed on this engine: {fault}")
+    own = own_rate(trace)
+    x = float(start) if start is not None else (own or 1.0) if by == "poisson_rate" else 1.0
+    cap = {"max_concurrency": max_concurrency} if max_concurrency is not None else {}
+
+    def load(x):
+        return {"poisson_rate": x, "seed": seed, **cap} if by == "poisson_rate" else {"rate_scale": x, **cap}
+
+    sid = search_id("rate", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
+                                   "slo": slo.to_dict(), "by": by, "seed": seed, "start": x, "rel_tol": rel_tol,
+                                   "max_points": max_points, "cap": cap, "price": price_per_gpu_hour}, trace)
+    result = CapacityResult(sid, name, "rate", slo)
+    ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
+    try:
+        lo = hi = None
+        p = ev(engine, deployment, load(x), "bracket", x)
+        if p.meets:
+            lo = p
+            while len(ev.points) < max_points:
+                p = ev(engine, deployment, load(lo.axis * 2), "bracket", lo.axis * 2)
+                if not p.meets:
+                    hi = p
+                    break
+                lo = p
+        else:
+            hi = p
+            while len(ev.points) < max_points:
+                p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
+                if p.meets:
+                    lo = p
+                    break
+                hi = p
+        while lo is not None and hi is not None and hi.axis - lo.axis > rel_tol * lo.axis \
+                and len(ev.points) < max_points:
+            mid = (lo.axis + hi.axis) / 2
+            p = ev(engine, deployment, load(mid), "bisect", mid)
+            if p.meets:
+                lo = p
+            else:
+                hi = p
+    finally:
+        ev.close()
+    result.points = ev.points
+    unit = "requests/s" if by == "poisson_rate" else "x the trace's rate"
+    if lo is None:
+        result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO (budget of {max_points} points)")
+    elif hi is None:
+        result.notes.append(f"every rate up to {lo.axis:.6g} {unit} meets the SLO: the answer is a lower bound "
+                            f"(budget of {max_points} points)")
+    elif hi.axis - lo.axis > rel_tol * lo.axis:
+        result.notes.append(f"stopped after {max_points} points with the bracket [{lo.axis:.6g}, {hi.axis:.6g}] "
+                            f"wider than rel_tol {rel_tol:g}")
+    if lo is not None:
+        lo.row["answer"] = True
+        result.answer = lo
+    result.notes.extend(monotone_notes(result.points, rising=False))
+    return result
+
+
+def monotone_notes(points: list, rising: bool) -> list:
+    """What contradicts a monotone verdict among ``points`` of one axis.
+
+    Parameters
+    ----------
+    points : list of Point
+        Points of one searched axis (refused points are ignored).
+    rising : bool
+        True when the verdict should improve along the axis (replicas), False when it should
+        worsen (rate).
+
+    Returns
+    -------
+    list of str
+        One note per pair: a point that meets the SLO beyond one that fails it, or a higher
+        attainment beyond a lower one.
+    """
+    pts = sorted((p for p in points if p["verdict"] != "refused"), key=lambda p: p.axis)
+    if rising:
+        pts = pts[::-1]  # from more replicas to fewer: the verdict should only worsen
+    notes = []
+    for i, a in enumerate(pts):
+        for b in pts[i + 1:]:
+            if b.axis == a.axis:
+                continue
+            if b.meets and not a.meets:
+                notes.append(f"not monotone: {b.axis:.6g} meets the SLO but {a.axis:.6g} fails it")
+            elif b["attainment"] > a["attainment"]:
+                notes.append(f"attainment not monotone: {b['attainment']:.4g} at {b.axis:.6g} but "
+                             f"{a['attainment']:.4g} at {a.axis:.6g}")
+    return notes
+
+
+def _apply_knobs(engine, knobs: dict, source: str):
+    """``engine`` with grid knobs applied (aisim sweep's knobs; ``"unset"`` removes the key)."""
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.sweep.runner import apply_knobs
+
+    if not knobs:
+        return engine
+    return engine_config_from_dict(apply_knobs(engine.raw, knobs), source=source)
+
+
+def _layout_deployment(base, layout, k: int):
+    """The deployment of ``k`` times ``layout`` (None: aggregated replicas; ``(p, d)``: a split)."""
+    if layout is None:
+        return replace(base, replicas=k, prefill=None, decode=None, link=None)
+    p, d = layout
+    return replace(base, replicas=k * (p + d), prefill=replace(base.prefill, replicas=k * p),
+                   decode=replace(base.decode, replicas=k * d))
+
+
+def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int, grid: dict | None = None,
+                        splits=(), aggregated: bool = True, deployment=None, load: dict | None = None,
+                        price_per_gpu_hour: float | None = None, name: str = "capacity",
+                        progress=None) -> CapacityResult:
+    """The smallest deployment of ``engine`` that serves ``trace`` within ``slo``.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A trace clocked in seconds (deployments replay by the clock).
+    engine : EngineConfig
+        The base engine; ``grid`` varies it.
+    slo : Slo
+    max_replicas : int
+        The most replicas tried (both pools of a split counted).
+    grid : dict, optional
+        Engine knob -> list of values (``aisim sweep``'s knobs); every combination is a grid point.
+    splits : sequence of (int, int)
+        Prefill/decode splits: ``(p, d)`` is tried as ``k * p`` prefill and ``k * d`` decode
+        replicas, ``k`` bisected.  They need a disaggregated ``deployment`` (its link and pools).
+    aggregated : bool
+        Try aggregated replicas too (the base deployment's router).
+    deployment : DeploymentConfig, optional
+        The base: its router, or its pools and link (default: round-robin replicas).
+    load : dict, optional
+        A load transform of the trace (:mod:`aisim.traces.load`); default the trace as it is.
+    price_per_gpu_hour : float, optional
+    name : str
+    progress : callable, optional
+
+    Returns
+    -------
+    CapacityResult
+        ``answer``: the fewest GPUs, then the fewest GPU-hours, then grid order; None when no
+        grid point meets the SLO within ``max_replicas``.
+
+    Raises
+    ------
+    ConfigError
+        Splits without a disaggregated base deployment, no layout, or a bad load.
+    """
+    from aisim.config.deployment import MAX_REPLICAS, DeploymentConfig
+    from aisim.replay import check_trace
+    from aisim.traces.load import check_load
+
+    grid = dict(grid or {})
+    splits = [tuple(s) for s in splits]
+    load = check_load(dict(load or {}), "", "fleet.")
+    if "max_concurrency" in load:
+        raise ConfigError("'fleet.max_concurrency' applies to the engine alone; a deployment's clients are "
+                          "not capped yet")
+    if not isinstance(max_replicas, int) or isinstance(max_replicas, bool) or not 1 <= max_replicas <= MAX_REPLICAS:
+        raise ConfigError(f"'fleet.max_replicas' must be an integer from 1 to {MAX_REPLICAS}, "
+                          f"got {max_replicas!r}")
+    base = deployment if deployment is not None else DeploymentConfig()
+    if splits and not base.disaggregated:
+        raise ConfigError("'fleet.splits' need a disaggregated base deployment (its pools and link): give "
+                          "'deployment' with prefill, decode and link")
+    layouts = ([None] if aggregated else []) + splits
+    if not layouts:
+        raise ConfigError("'fleet.aggregated' is false and no 'fleet.splits' are given: nothing to try")
+    keys = list(grid)
+    sid = search_id("deployment", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
+                                         "slo": slo.to_dict(), "grid": grid, "splits": splits,
+                                         "aggregated": aggregated, "max_replicas": max_replicas, "load": load,
+                                         "price": price_per_gpu_hour}, trace)
+    result = CapacityResult(sid, name, "deployment", slo)
+    ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
+    best = []  # (gpus, gpu_hours, order, point) of each grid point's smallest deployment
+    try:
+        order = 0
+        for layout, values in itertools.product(layouts, itertools.product(*(grid[k] for k in keys))):
+            cand = f"g{order:03d}"
+            knobs = dict(zip(keys, values))
+            shown = {**knobs, "layout": "aggregated" if layout is None else list(layout)}
+            row = {"candidate": cand, "knobs": json.dumps(shown, sort_keys=True)}
+            order += 1
+            try:
+                eng = _apply_knobs(engine, knobs, f"candidate {cand} {json.dumps(knobs, sort_keys=True)}")
+            except ConfigError as exc:
+                ev.refused(str(exc), **row)
+                continue
+            fault = check_trace(trace, eng)
+            if fault is not None:
+                ev.refused(f"the trace cannot be replayed on it: {fault}", **row)
+                continue
+            size = 1 if layout is None else sum(layout)
+            top = max_replicas // size
+            if top == 0:
+                ev.refused(f"the split {list(layout)} needs {size} replicas, more than max_replicas {max_replicas}",
+                           **row)
+                continue
+            found = _bisect_replicas(ev, eng, base, layout, top, {**load}, row)
+            mine = [p for p in ev.points if p["candidate"] == cand]
+            result.notes.extend(f"{cand}: {n}" for n in monotone_notes(mine, rising=True))
+            if found is not None:
+                best.append((found["gpus"], found["gpu_hours"], order, found))
+    finally:
+        ev.close()
+    result.points = ev.points
+    if best:
+        answer = min(best, key=lambda b: b[:3])[3]
+        answer.row["answer"] = True
+        result.answer = answer
+    return result
+
+
+def _bisect_replicas(ev, engine, base, layout, top: int, load: dict, row: dict):
+    """The smallest multiple ``k`` in 1..``top`` of ``layout`` that meets the SLO (its point), or None.
+
+    Doubling from one (capped at ``top``) brackets it; bisection closes the bracket.
+    """
+    lo, hi, k = 0, None, 1  # lo: the largest k known to fail (0: none); hi: the smallest known to meet
+    while hi is None:
+        p = ev(engine, _layout_deployment(base, layout, k), load, "bracket", k, **row)
+        if p.meets:
+            hi = p
+        elif k == top:
+            return None
+        else:
+            lo, k = k, min(2 * k, top)
+    while hi.axis - lo > 1:
+        k = (lo + int(hi.axis)) // 2
+        p = ev(engine, _layout_deployment(base, layout, k), load, "bisect", k, **row)
+        if p.meets:
+            hi = p
+        else:
+            lo = k
+    return hi

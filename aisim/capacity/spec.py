@@ -1,0 +1,306 @@
+"""A capacity spec (TOML, strict): the engine, the trace, the SLO and one question.
+
+::
+
+    name = "llama-capacity"
+    database = "capacity.duckdb"        # relative to the spec; table capacity_points
+    engine = "../examples/engine.json"
+    deployment = "fleet.toml"           # optional: a deployment file, or an inline table
+    price_per_gpu_hour = 2.5            # optional: fills the cost columns
+
+    [trace]
+    path = "../examples/trace.jsonl"
+    format = "oracle"                   # optional; options = {...} for the reader
+
+    [slo]                               # aisim.capacity.slo
+    ttft_s = 2.0
+    tpot_s = 0.05
+    attainment = 0.95
+    ttft_p99_s = 1.0
+
+    [rate]                              # question 1: the highest rate within the SLO
+    by = "poisson_rate"                 # or "rate_scale"
+    seed = 0                            # of the Poisson gaps
+    start = 4.0                         # first rate tried (default: the trace's own)
+    rel_tol = 0.02
+    max_points = 40
+    max_concurrency = 64                # optional, the engine alone
+
+    [fleet]                             # or question 2: the smallest deployment that serves the trace
+    max_replicas = 16
+    aggregated = true                   # try aggregated replicas (default true)
+    splits = [[1, 1], [1, 3]]           # prefill/decode splits, k times each (needs a disaggregated deployment)
+    poisson_rate = 20.0                 # optional load (or rate_scale); default the trace as it is
+    [fleet.grid]                        # optional engine knobs, as aisim sweep's grid
+    max_num_seqs = [64, 128]
+
+A spec asks one question: it has ``[rate]`` or ``[fleet]``.  Every error names the key and the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+from aisim.errors import ConfigError
+
+_TOP = ("name", "description", "database", "engine", "deployment", "price_per_gpu_hour", "trace", "slo", "rate",
+        "fleet")
+_TRACE = ("path", "format", "options")
+_RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency")
+_FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed")
+
+
+@dataclass
+class CapacitySpec:
+    """A validated capacity spec (see the module docstring).
+
+    Attributes
+    ----------
+    question : str
+        ``rate`` or ``deployment``.
+    params : dict
+        The question's keyword arguments (:func:`aisim.capacity.search.highest_rate` or
+        :func:`~aisim.capacity.search.smallest_deployment`).
+    """
+
+    name: str
+    database: str
+    engine: object
+    trace: dict
+    slo: object
+    question: str
+    params: dict = field(default_factory=dict)
+    deployment: object = None
+    price_per_gpu_hour: float | None = None
+    description: str = ""
+    path: str | None = None
+
+
+def load_capacity(path) -> CapacitySpec:
+    """Read a capacity spec strictly; errors name the key and the file."""
+    from aisim.pipeline.spec import read_toml
+
+    path = os.fspath(path)
+    raw = read_toml(path, "capacity spec", ConfigError)
+    return capacity_from_dict(raw, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
+
+
+def _positive(v) -> bool:
+    # not (v > 0) refuses NaN too; TOML writes nan and inf
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+
+def _count(v, low: int = 1) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> CapacitySpec:
+    """Validate a parsed capacity spec.
+
+    Parameters
+    ----------
+    raw : dict
+    source : str, optional
+        The file, named in messages.
+    base_dir : str, optional
+        What relative paths are relative to (default the working directory).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key (``rate.rel_tol``, ``slo.attainment`` ...) and the file.
+    """
+    from aisim.capacity.slo import slo_from_dict
+    from aisim.config.engine import load_engine_config
+
+    where = f" in {source}" if source else ""
+    base_dir = base_dir or os.getcwd()
+    for k in raw:
+        if k not in _TOP:
+            raise ConfigError(f"unknown key '{k}'{where}; known keys: {', '.join(_TOP)}")
+    for k in ("name", "database", "engine", "trace", "slo"):
+        if k not in raw:
+            raise ConfigError(f"missing required key '{k}'{where}")
+    for k in ("name", "database", "engine"):
+        if not isinstance(raw[k], str) or not raw[k]:
+            raise ConfigError(f"'{k}'{where} must be a non-empty string")
+    asked = [k for k in ("rate", "fleet") if k in raw]
+    if len(asked) != 1:
+        raise ConfigError(f"a capacity spec asks one question{where}: give '[rate]' (the highest rate within the "
+                          "SLO) or '[fleet]' (the smallest deployment that serves the trace)")
+    price = raw.get("price_per_gpu_hour")
+    if price is not None and not _positive(price):
+        raise ConfigError(f"'price_per_gpu_hour'{where} must be a finite positive number, got {price!r}")
+    trace = _trace(raw["trace"], base_dir, where)
+    slo = slo_from_dict(raw["slo"], where)
+    engine_path = os.path.abspath(os.path.join(base_dir, raw["engine"]))
+    engine = load_engine_config(engine_path)
+    deployment = _deployment(raw.get("deployment"), base_dir, where)
+    if asked == ["rate"]:
+        question, params = "rate", _rate(raw["rate"], where)
+    else:
+        question, params = "deployment", _fleet(raw["fleet"], where)
+    return CapacitySpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
+                        engine=engine, trace=trace, slo=slo, question=question, params=params,
+                        deployment=deployment, price_per_gpu_hour=float(price) if price is not None else None,
+                        description=str(raw.get("description", "")),
+                        path=os.path.abspath(source) if source else None)
+
+
+def _trace(raw, base_dir: str, where: str) -> dict:
+    from aisim.errors import SpecError
+    from aisim.pipeline.spec import check_reader_options
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'trace'{where} must be a table")
+    for k in raw:
+        if k not in _TRACE:
+            raise ConfigError(f"unknown key 'trace.{k}'{where}; known keys: {', '.join(_TRACE)}")
+    path = raw.get("path")
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"'trace.path'{where} must name a trace file")
+    options = raw.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"'trace.options'{where} must be a table of reader options")
+    fmt = raw.get("format")
+    try:
+        check_reader_options(fmt, options, "trace.", where)
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None
+    return {"path": os.path.abspath(os.path.join(base_dir, path)), "format": fmt, "options": dict(options)}
+
+
+def _deployment(raw, base_dir: str, where: str):
+    from aisim.config.deployment import load_deployment_config, parse_deployment
+
+    if raw is None:
+        return None
+    if isinstance(raw, str) and raw:
+        return load_deployment_config(os.path.abspath(os.path.join(base_dir, raw)))
+    if isinstance(raw, dict):
+        raw = dict(raw)
+        for name in ("prefill", "decode"):  # a pool's engine file is relative to the spec
+            pool = raw.get(name)
+            if isinstance(pool, dict) and isinstance(pool.get("engine"), str) and pool["engine"]:
+                raw[name] = dict(pool, engine=os.path.join(base_dir, pool["engine"]))
+        return parse_deployment(raw, source=where.removeprefix(" in ") or None)
+    raise ConfigError(f"'deployment'{where} must be a deployment file or an inline table")
+
+
+def _rate(raw, where: str) -> dict:
+    from aisim.capacity.search import RATE_AXES
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'rate'{where} must be a table of {', '.join(_RATE)}")
+    for k in raw:
+        if k not in _RATE:
+            raise ConfigError(f"unknown key 'rate.{k}'{where}; known keys: {', '.join(_RATE)}")
+    out = {"by": raw.get("by", "poisson_rate")}
+    if out["by"] not in RATE_AXES:
+        raise ConfigError(f"'rate.by'{where} must be one of {', '.join(RATE_AXES)}, got {out['by']!r}")
+    if "seed" in raw:
+        if out["by"] != "poisson_rate":
+            raise ConfigError(f"'rate.seed'{where} seeds a Poisson re-timing; it has no use with by = 'rate_scale'")
+        if not _count(raw["seed"], 0):
+            raise ConfigError(f"'rate.seed'{where} must be a non-negative integer, got {raw['seed']!r}")
+        out["seed"] = raw["seed"]
+    if "start" in raw:
+        if not _positive(raw["start"]):
+            raise ConfigError(f"'rate.start'{where} must be a finite positive rate, got {raw['start']!r}")
+        out["start"] = float(raw["start"])
+    if "rel_tol" in raw:
+        v = raw["rel_tol"]
+        if not _positive(v) or not v < 1:
+            raise ConfigError(f"'rate.rel_tol'{where} must be a number in (0, 1), got {v!r}")
+        out["rel_tol"] = float(v)
+    if "max_points" in raw:
+        v = raw["max_points"]
+        if not _count(v, 2) or v > 1000:
+            raise ConfigError(f"'rate.max_points'{where} must be an integer from 2 to 1000, got {v!r}")
+        out["max_points"] = v
+    if "max_concurrency" in raw:
+        if not _count(raw["max_concurrency"]):
+            raise ConfigError(f"'rate.max_concurrency'{where} must be a positive integer, "
+                              f"got {raw['max_concurrency']!r}")
+        out["max_concurrency"] = raw["max_concurrency"]
+    return out
+
+
+def _fleet(raw, where: str) -> dict:
+    from aisim.config.deployment import MAX_REPLICAS
+    from aisim.sweep.runner import GRID_KNOBS
+    from aisim.traces.load import check_load
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'fleet'{where} must be a table of {', '.join(_FLEET)}")
+    for k in raw:
+        if k not in _FLEET:
+            raise ConfigError(f"unknown key 'fleet.{k}'{where}; known keys: {', '.join(_FLEET)}")
+    n = raw.get("max_replicas")
+    if not _count(n) or n > MAX_REPLICAS:
+        raise ConfigError(f"'fleet.max_replicas'{where} must be an integer from 1 to {MAX_REPLICAS}, got {n!r}")
+    agg = raw.get("aggregated", True)
+    if not isinstance(agg, bool):
+        raise ConfigError(f"'fleet.aggregated'{where} must be true or false, got {agg!r}")
+    splits = raw.get("splits", [])
+    if not isinstance(splits, list) or not all(
+            isinstance(s, list) and len(s) == 2 and all(_count(x) for x in s) for s in splits):
+        raise ConfigError(f"'fleet.splits'{where} must be a list of [prefill, decode] replica counts, e.g. "
+                          "[[1, 1], [1, 3]]")
+    if len({tuple(s) for s in splits}) != len(splits):
+        raise ConfigError(f"'fleet.splits'{where} repeats a split")
+    grid = raw.get("grid", {})
+    if not isinstance(grid, dict):
+        raise ConfigError(f"'fleet.grid'{where} must be a table of knob = [values]")
+    for k, vals in grid.items():
+        if k not in GRID_KNOBS:
+            raise ConfigError(f"unknown knob 'fleet.grid.{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
+        if not isinstance(vals, list) or not vals:
+            raise ConfigError(f"'fleet.grid.{k}'{where} must be a non-empty list of values")
+        if len(set(map(json.dumps, vals))) != len(vals):
+            raise ConfigError(f"'fleet.grid.{k}'{where} repeats a value")
+    load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, "fleet.")
+    return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
+            "grid": {k: list(v) for k, v in grid.items()}, "load": load}
+
+
+def read_spec_trace(spec: CapacitySpec):
+    """The spec's trace table (read once per search)."""
+    from aisim.traces import guess_format, read_trace
+
+    t = spec.trace
+    return read_trace(t["path"], t["format"] or guess_format(t["path"]), **t["options"])
+
+
+def run_capacity(spec: CapacitySpec, progress=None):
+    """Answer the spec's question and land every evaluated point in its database.
+
+    Parameters
+    ----------
+    spec : CapacitySpec
+    progress : callable, optional
+        Told each phase and point, as :class:`aisim.cli_util.Phases` is.
+
+    Returns
+    -------
+    aisim.capacity.search.CapacityResult
+    """
+    from aisim.capacity.search import highest_rate, smallest_deployment
+    from aisim.capacity.store import land_points
+
+    phase = progress or (lambda name, note="": None)
+    phase("reading trace", os.path.basename(spec.trace["path"]))
+    trace = read_spec_trace(spec)
+    common = {"deployment": spec.deployment, "price_per_gpu_hour": spec.price_per_gpu_hour, "name": spec.name,
+              "progress": progress}
+    if spec.question == "rate":
+        result = highest_rate(trace, spec.engine, spec.slo, **common, **spec.params)
+    else:
+        result = smallest_deployment(trace, spec.engine, spec.slo, **common, **spec.params)
+    last = result.points[-1] if result.points else None  # the last point's phase ends with its verdict
+    phase("landing", last["verdict"] if last is not None else "")
+    land_points(spec.database, result)
+    return result
