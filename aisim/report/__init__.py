@@ -1,4 +1,4 @@
-"""``aisim report``: one self-contained HTML page with the plots of a pipeline run.
+"""``aisim report``: one self-contained HTML page with the plots of a pipeline run (or a capacity search).
 
 ==================  =====================================================================
 module              what it does
@@ -8,6 +8,7 @@ module              what it does
 ``svg``             dependency-free inline SVG charts (lines, steps, areas, bands, points, bars)
 ``html``            the document: run summary, shard comparison, one section per shard
 ``sweep``           a sweep's candidates: sortable table, goodput per GPU against p99 TTFT, load curves
+``capacity``        a capacity search's page: the answer, latency against rate, Pareto, every point
 ``cli``             the ``aisim report`` command
 ==================  =====================================================================
 """

@@ -43,7 +43,9 @@ def parse_slo(items) -> dict:
 @click.option("--slo", "slo", multiple=True, metavar="KEY=SECONDS",
               help="A latency threshold drawn on the latency charts: ttft_s, tpot_s or e2e_s (repeatable; "
                    "default: the sweep's SLO when the run is a sweep's).")
-def report(database, run, out, max_points, slo):
+@click.option("--capacity", "search", metavar="SEARCH",
+              help="Report a capacity search instead of a run: its search id, name or id prefix (aisim capacity).")
+def report(database, run, out, max_points, slo, search):
     """Write one self-contained HTML report of a pipeline run.
 
     Per model and engine configuration: KV-cache occupancy over time (active, cached, physical;
@@ -51,6 +53,10 @@ def report(database, run, out, max_points, slo):
     throughput, TTFT / TPOT / E2E CDFs, prefix reuse and preemptions, with a run summary table and
     every shard's CDFs overlaid (the SLO drawn); for a sweep's run, its candidates (sortable), goodput
     per GPU against p99 TTFT and latency against load.  The page needs no network access to view.
+
+    With --capacity SEARCH, the report of a capacity search instead: its answer, latency against the
+    request rate (a rate search) or goodput per GPU against p99 TTFT (a deployment search), and every
+    evaluated point.
 
     \b
     Example:
@@ -63,6 +69,18 @@ def report(database, run, out, max_points, slo):
     try:
         if not database:
             raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
+        if search is not None:
+            if run is not None or slo:
+                raise ReportError("--capacity reports a capacity search: --run and --slo are a run's options")
+            from aisim.files import write_atomic_text
+            from aisim.report.capacity import load_search, render_capacity
+
+            data = load_search(database, search)
+            write_atomic_text(out, [render_capacity(data)])
+            click.echo(f"report of capacity search {data['search']} ({data['search_id'][:12]}): "
+                       f"{len(data['points'])} points written to {out} "
+                       f"({fmt_num(os.path.getsize(out) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}")
+            return
         rd = write_report(database, out, run=run, max_points=max_points, slo=parse_slo(slo))
     except AisimError as exc:
         fail(exc)
