@@ -23,8 +23,9 @@ Rules reproduced (vLLM 0.31/0.32, ``vllm/v1/core/block_pool.py`` and
 The free queue is intrusive (index arrays, sentinels HEAD = N, TAIL = N + 1).
 The map is open addressing with linear probing and backward-shift deletion
 (no tombstones), sized to a power of two at least twice the block count so the
-load factor stays at or below one half; each key heads a chain of entries (one
-per block cached under it, in insertion order) drawn from a pooled free list.
+load factor stays at or below one half; a slot holds its key and the earliest
+block cached under it, and heads a chain of entries for the later ones (in
+insertion order) drawn from a pooled free list.
 """
 
 from libc.string cimport memset
@@ -80,8 +81,7 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     bp.sec_head = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
     bp.prev_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
     bp.next_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
-    bp.map_keys = <hash_t*>mem_calloc(cap, sizeof(hash_t))
-    bp.map_head = <int32_t*>mem_calloc(cap, sizeof(int32_t))
+    bp.map = <MapEntC*>mem_calloc(cap, sizeof(MapEntC))
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
@@ -114,8 +114,7 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.sec_next)
     mem_free(bp.prev_free)
     mem_free(bp.next_free)
-    mem_free(bp.map_keys)
-    mem_free(bp.map_head)
+    mem_free(bp.map)
     mem_free(bp.ev_key)
     mem_free(bp.ev_add)
     memset(bp, 0, sizeof(BlockPoolC))
@@ -157,7 +156,7 @@ cdef inline hash_t _slot_of(const BlockPoolC* bp, hash_t key) noexcept nogil:
 cdef inline hash_t _find_slot(const BlockPoolC* bp, hash_t key) noexcept nogil:
     # The slot holding ``key``, or the empty slot where it would go.
     cdef hash_t s = _slot_of(bp, key)
-    while bp.map_keys[s] != 0 and bp.map_keys[s] != key:
+    while bp.map[s].key != 0 and bp.map[s].key != key:
         s = (s + 1) & bp.map_mask
     return s
 
@@ -165,18 +164,20 @@ cdef inline hash_t _find_slot(const BlockPoolC* bp, hash_t key) noexcept nogil:
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil:
     """First-inserted block still cached under ``key``, or -1 (get_one_block)."""
     cdef hash_t s = _find_slot(bp, key)
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return -1
-    return bp.ent_block[bp.map_head[s]]
+    return bp.map[s].first
 
 
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
     """Whether block ``b`` is cached under ``key`` (BlockHashToBlockMap.contain)."""
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return False
-    e = bp.map_head[s]
+    if bp.map[s].first == b:
+        return True
+    e = bp.map[s].rest
     while e != -1:
         if bp.ent_block[e] == b:
             return True
@@ -185,23 +186,27 @@ cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept n
 
 
 cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
-    # Append ``b`` to the chain of ``key`` (BlockHashToBlockMap.insert).
+    # Append ``b`` to the blocks of ``key`` (BlockHashToBlockMap.insert).
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, cur
+    if bp.map[s].key == 0:
+        bp.map[s].key = key
+        bp.map[s].first = b
+        bp.map[s].rest = -1
+        if bp.log_keys:
+            _log_key(bp, key, 1)
+        bp.n_keys += 1
+        return 0
     if bp.ent_free == -1:
         _grow_entries(bp, bp.ent_cap * 2)
     e = bp.ent_free
     bp.ent_free = bp.ent_next[e]
     bp.ent_block[e] = b
     bp.ent_next[e] = -1
-    if bp.map_keys[s] == 0:
-        bp.map_keys[s] = key
-        bp.map_head[s] = e
-        if bp.log_keys:
-            _log_key(bp, key, 1)
-        bp.n_keys += 1
+    cur = bp.map[s].rest
+    if cur == -1:
+        bp.map[s].rest = e
         return 0
-    cur = bp.map_head[s]
     while bp.ent_next[cur] != -1:
         cur = bp.ent_next[cur]
     bp.ent_next[cur] = e
@@ -239,17 +244,16 @@ cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
     # Backward-shift deletion keeps every probe chain gap-free (no tombstones).
     cdef hash_t j = s
     cdef hash_t home
-    bp.map_keys[s] = 0
+    bp.map[s].key = 0
     while True:
         j = (j + 1) & bp.map_mask
-        if bp.map_keys[j] == 0:
+        if bp.map[j].key == 0:
             return
-        home = _slot_of(bp, bp.map_keys[j])
+        home = _slot_of(bp, bp.map[j].key)
         # Move j into the hole s unless its home lies cyclically within (s, j].
         if ((j - home) & bp.map_mask) >= ((j - s) & bp.map_mask):
-            bp.map_keys[s] = bp.map_keys[j]
-            bp.map_head[s] = bp.map_head[j]
-            bp.map_keys[j] = 0
+            bp.map[s] = bp.map[j]
+            bp.map[j].key = 0
             s = j
 
 
@@ -257,17 +261,11 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
     # Remove only block ``b`` from ``key`` (BlockHashToBlockMap.pop(key, block_id)).
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, prev = -1
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return False
-    e = bp.map_head[s]
-    while e != -1 and bp.ent_block[e] != b:
-        prev = e
-        e = bp.ent_next[e]
-    if e == -1:
-        return False
-    if prev == -1:
-        bp.map_head[s] = bp.ent_next[e]
-        if bp.map_head[s] == -1:
+    if bp.map[s].first == b:
+        e = bp.map[s].rest
+        if e == -1:
             _map_delete_slot(bp, s)
             bp.n_keys -= 1
             if bp.log_keys:
@@ -275,8 +273,21 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
                 bp.ev_key[bp.ev_n] = key
                 bp.ev_add[bp.ev_n] = 0
                 bp.ev_n += 1
+            return True
+        # The next block inserted under the key becomes the first.
+        bp.map[s].first = bp.ent_block[e]
+        bp.map[s].rest = bp.ent_next[e]
     else:
-        bp.ent_next[prev] = bp.ent_next[e]
+        e = bp.map[s].rest
+        while e != -1 and bp.ent_block[e] != b:
+            prev = e
+            e = bp.ent_next[e]
+        if e == -1:
+            return False
+        if prev == -1:
+            bp.map[s].rest = bp.ent_next[e]
+        else:
+            bp.ent_next[prev] = bp.ent_next[e]
     bp.ent_next[e] = bp.ent_free
     bp.ent_free = e
     return True
