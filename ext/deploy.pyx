@@ -33,6 +33,7 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
+from aisim._core.util cimport __builtin_ctzll, __builtin_prefetch
 
 # Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
 ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
@@ -43,12 +44,6 @@ cdef int N_FIELDS = 7
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
 # ------------------------------------------------------------------ the key index
-
-cdef extern from *:
-    # GCC/Clang: a hint that a line will be read soon (no effect on results).
-    void __builtin_prefetch(const void* addr) noexcept nogil
-    # GCC/Clang: the index of the lowest set bit (x != 0).
-    int __builtin_ctzll(unsigned long long x) noexcept nogil
 
 # Lookups issued ahead of the one in hand: the index is larger than the caches and a probe's
 # cost is its memory miss, so a run of lookups keeps several misses in flight.
@@ -209,7 +204,7 @@ cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) e
 cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
     """Make one reported change visible to the router."""
     cdef hash_t bit = (<hash_t>1) << d.replica
-    cdef int64_t g, k, s
+    cdef int64_t g, k, s, lo, hi
     cdef int32_t* c
     cdef KeyMapC* m = &rt.idx
     if d.kind == DK_KEY_ADD:
@@ -229,12 +224,22 @@ cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
         rt.out_reqs[d.replica] -= 1
         rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
         if rt.kv:
-            for k in range(rt.key_off[g], min(rt.key_off[g] + AHEAD, rt.key_off[g + 1])):
+            # Two passes, so that the count rows' misses overlap: find every key (its entry
+            # prefetched ahead) and prefetch its row; then count down.
+            lo = rt.key_off[g]
+            hi = rt.key_off[g + 1]
+            for k in range(lo, min(lo + AHEAD, hi)):
                 km_prefetch(m, rt.keys[k])
-            for k in range(rt.key_off[g], rt.key_off[g + 1]):
-                if k + AHEAD < rt.key_off[g + 1]:
+            for k in range(lo, hi):
+                if k + AHEAD < hi:
                     km_prefetch(m, rt.keys[k + AHEAD])
                 s = km_find(m, rt.keys[k])
+                rt.fin_slots[k - lo] = s
+                __builtin_prefetch(&m.cnt[m.e[s].crow * m.n_rep + d.replica])
+            for k in range(lo, hi):
+                s = rt.fin_slots[k - lo]
+                if m.e[s].key != rt.keys[k]:  # moved by a deletion in this loop
+                    s = km_find(m, rt.keys[k])
                 c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
                 c[0] -= 1
                 if c[0] == 0:
@@ -358,7 +363,7 @@ cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
 cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
     """The router's own accounting of a request it sent to ``w`` (immediate)."""
     cdef hash_t bit = (<hash_t>1) << w
-    cdef int64_t k, pf, s
+    cdef int64_t k, pf, s, j
     cdef int32_t* c
     cdef KeyMapC* m = &rt.idx
     rt.out_reqs[w] += 1
@@ -373,6 +378,10 @@ cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 no
         # The slots _kv_scores found just now, unless the table was rebuilt since (an insertion
         # into an empty slot moves no other entry).
         s = rt.slots[k - rt.key_off[g]] if rt.slots_grows == m.grows else -1
+        if k + AHEAD < rt.key_off[g + 1] and rt.slots_grows == m.grows:
+            j = rt.slots[k + AHEAD - rt.key_off[g]]
+            if j >= 0 and m.e[j].crow >= 0:
+                __builtin_prefetch(&m.cnt[m.e[j].crow * m.n_rep + w])
         if s < 0:
             s = km_insert(m, rt.keys[k])
         if m.e[s].crow < 0:
