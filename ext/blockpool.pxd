@@ -5,20 +5,31 @@
 # (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
 
+cdef struct BlockC:
+    # One block's state in one place (one memory access where separate arrays took several).
+    hash_t key                 # primary map key (block_hash); 0 = not cached
+    tok_t key_tokens           # prefix length the primary key covers
+    int32_t ref_cnt            # requests (and copy retentions) holding the block
+    int32_t sec_head           # first secondary-key entry of the block; -1 = none
+    block_id_t prev_free       # free-queue links (-1: not in the queue)
+    block_id_t next_free
+
+cdef struct MapEntC:
+    # One slot of the key map (BlockHashToBlockMap): a key, its earliest-inserted block and the
+    # chain of the blocks cached under it after that one.  One slot is one memory access for
+    # the common key of a single block.
+    hash_t key                 # 0 = empty slot
+    block_id_t first           # the earliest-inserted block still cached under the key
+    int32_t rest               # chain entry of the next one (-1: none)
+
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
     bint caching               # prefix caching on
-    int32_t* ref_cnt           # [num_blocks] requests (and copy retentions) holding each block
-    hash_t* key                # [num_blocks] primary map key (block_hash); 0 = not cached
-    tok_t* key_tokens          # [num_blocks] prefix length the primary key covers
-    int32_t* sec_head          # [num_blocks] first secondary-key entry of the block; -1 = none
-    block_id_t* prev_free      # [num_blocks + 2] free-queue links; HEAD and TAIL are sentinels
-    block_id_t* next_free      # [num_blocks + 2]
+    BlockC* blk                # [num_blocks + 2] the blocks; HEAD and TAIL (free-queue sentinels) last
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
-    hash_t* map_keys           # [map_cap] open addressing, linear probing; 0 = empty slot
-    int32_t* map_head          # [map_cap] first chain entry of the key (earliest inserted)
+    MapEntC* map               # [map_cap] open addressing, linear probing
     hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
-    int32_t* ent_block         # [ent_cap] chain entry: a block cached under the key
+    int32_t* ent_block         # [ent_cap] chain entry: a later block cached under a key
     int32_t* ent_next          # [ent_cap] next entry of the chain, or of the free list; -1 ends
     int32_t ent_cap
     int32_t ent_free           # free-list head of chain entries

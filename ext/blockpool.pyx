@@ -20,11 +20,12 @@ Rules reproduced (vLLM 0.31/0.32, ``vllm/v1/core/block_pool.py`` and
   (``cached_block_hashes_by_block``); eviction drops all of them
   (``BlockPool._remove_cached_block_hashes``).
 
-The free queue is intrusive (index arrays, sentinels HEAD = N, TAIL = N + 1).
+The free queue is intrusive (links in the blocks, sentinels HEAD = N, TAIL = N + 1).
 The map is open addressing with linear probing and backward-shift deletion
 (no tombstones), sized to a power of two at least twice the block count so the
-load factor stays at or below one half; each key heads a chain of entries (one
-per block cached under it, in insertion order) drawn from a pooled free list.
+load factor stays at or below one half; a slot holds its key and the earliest
+block cached under it, and heads a chain of entries for the later ones (in
+insertion order) drawn from a pooled free list.
 """
 
 from libc.string cimport memset
@@ -47,23 +48,23 @@ cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
 
 
 cdef inline void _unlink(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    cdef block_id_t p = bp.prev_free[b]
-    if bp.key[b] != 0:
+    cdef block_id_t p = bp.blk[b].prev_free
+    if bp.blk[b].key != 0:
         bp.cached_free -= 1
-    cdef block_id_t n = bp.next_free[b]
-    bp.next_free[p] = n
-    bp.prev_free[n] = p
-    bp.prev_free[b] = -1
-    bp.next_free[b] = -1
+    cdef block_id_t n = bp.blk[b].next_free
+    bp.blk[p].next_free = n
+    bp.blk[n].prev_free = p
+    bp.blk[b].prev_free = -1
+    bp.blk[b].next_free = -1
     bp.num_free -= 1
 
 
 cdef inline void _insert_after(BlockPoolC* bp, block_id_t at, block_id_t b) noexcept nogil:
-    cdef block_id_t n = bp.next_free[at]
-    bp.prev_free[b] = at
-    bp.next_free[b] = n
-    bp.next_free[at] = b
-    bp.prev_free[n] = b
+    cdef block_id_t n = bp.blk[at].next_free
+    bp.blk[b].prev_free = at
+    bp.blk[b].next_free = n
+    bp.blk[at].next_free = b
+    bp.blk[n].prev_free = b
     bp.num_free += 1
 
 
@@ -74,28 +75,22 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     memset(bp, 0, sizeof(BlockPoolC))
     while cap < <hash_t>(2 * num_blocks):
         cap <<= 1
-    bp.ref_cnt = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
-    bp.key = <hash_t*>mem_calloc(num_blocks, sizeof(hash_t))
-    bp.key_tokens = <tok_t*>mem_calloc(num_blocks, sizeof(tok_t))
-    bp.sec_head = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
-    bp.prev_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
-    bp.next_free = <block_id_t*>mem_calloc(num_blocks + 2, sizeof(block_id_t))
-    bp.map_keys = <hash_t*>mem_calloc(cap, sizeof(hash_t))
-    bp.map_head = <int32_t*>mem_calloc(cap, sizeof(int32_t))
+    bp.blk = <BlockC*>mem_calloc(num_blocks + 2, sizeof(BlockC))
+    bp.map = <MapEntC*>mem_calloc(cap, sizeof(MapEntC))
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
     # Free queue HEAD <-> 1 <-> 2 ... <-> N-1 <-> TAIL; block 0 (null) stays out.
-    bp.next_free[_head(bp)] = _tail(bp)
-    bp.prev_free[_tail(bp)] = _head(bp)
-    bp.prev_free[_head(bp)] = -1
-    bp.next_free[_tail(bp)] = -1
-    bp.prev_free[0] = -1
-    bp.next_free[0] = -1
+    bp.blk[_head(bp)].next_free = _tail(bp)
+    bp.blk[_tail(bp)].prev_free = _head(bp)
+    bp.blk[_head(bp)].prev_free = -1
+    bp.blk[_tail(bp)].next_free = -1
+    bp.blk[0].prev_free = -1
+    bp.blk[0].next_free = -1
     for i in range(1, num_blocks):
-        _insert_after(bp, bp.prev_free[_tail(bp)], i)
+        _insert_after(bp, bp.blk[_tail(bp)].prev_free, i)
     for i in range(num_blocks):
-        bp.sec_head[i] = -1
+        bp.blk[i].sec_head = -1
     bp.ent_free = -1
     bp.sec_free = -1
     _grow_entries(bp, num_blocks + 16)
@@ -104,18 +99,12 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
 
 
 cdef void bp_release(BlockPoolC* bp) noexcept nogil:
-    mem_free(bp.ref_cnt)
-    mem_free(bp.key)
-    mem_free(bp.key_tokens)
-    mem_free(bp.sec_head)
+    mem_free(bp.blk)
     mem_free(bp.ent_block)
     mem_free(bp.ent_next)
     mem_free(bp.sec_key)
     mem_free(bp.sec_next)
-    mem_free(bp.prev_free)
-    mem_free(bp.next_free)
-    mem_free(bp.map_keys)
-    mem_free(bp.map_head)
+    mem_free(bp.map)
     mem_free(bp.ev_key)
     mem_free(bp.ev_add)
     memset(bp, 0, sizeof(BlockPoolC))
@@ -157,7 +146,7 @@ cdef inline hash_t _slot_of(const BlockPoolC* bp, hash_t key) noexcept nogil:
 cdef inline hash_t _find_slot(const BlockPoolC* bp, hash_t key) noexcept nogil:
     # The slot holding ``key``, or the empty slot where it would go.
     cdef hash_t s = _slot_of(bp, key)
-    while bp.map_keys[s] != 0 and bp.map_keys[s] != key:
+    while bp.map[s].key != 0 and bp.map[s].key != key:
         s = (s + 1) & bp.map_mask
     return s
 
@@ -165,18 +154,20 @@ cdef inline hash_t _find_slot(const BlockPoolC* bp, hash_t key) noexcept nogil:
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil:
     """First-inserted block still cached under ``key``, or -1 (get_one_block)."""
     cdef hash_t s = _find_slot(bp, key)
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return -1
-    return bp.ent_block[bp.map_head[s]]
+    return bp.map[s].first
 
 
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
     """Whether block ``b`` is cached under ``key`` (BlockHashToBlockMap.contain)."""
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return False
-    e = bp.map_head[s]
+    if bp.map[s].first == b:
+        return True
+    e = bp.map[s].rest
     while e != -1:
         if bp.ent_block[e] == b:
             return True
@@ -185,23 +176,27 @@ cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept n
 
 
 cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
-    # Append ``b`` to the chain of ``key`` (BlockHashToBlockMap.insert).
+    # Append ``b`` to the blocks of ``key`` (BlockHashToBlockMap.insert).
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, cur
+    if bp.map[s].key == 0:
+        bp.map[s].key = key
+        bp.map[s].first = b
+        bp.map[s].rest = -1
+        if bp.log_keys:
+            _log_key(bp, key, 1)
+        bp.n_keys += 1
+        return 0
     if bp.ent_free == -1:
         _grow_entries(bp, bp.ent_cap * 2)
     e = bp.ent_free
     bp.ent_free = bp.ent_next[e]
     bp.ent_block[e] = b
     bp.ent_next[e] = -1
-    if bp.map_keys[s] == 0:
-        bp.map_keys[s] = key
-        bp.map_head[s] = e
-        if bp.log_keys:
-            _log_key(bp, key, 1)
-        bp.n_keys += 1
+    cur = bp.map[s].rest
+    if cur == -1:
+        bp.map[s].rest = e
         return 0
-    cur = bp.map_head[s]
     while bp.ent_next[cur] != -1:
         cur = bp.ent_next[cur]
     bp.ent_next[cur] = e
@@ -239,17 +234,16 @@ cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
     # Backward-shift deletion keeps every probe chain gap-free (no tombstones).
     cdef hash_t j = s
     cdef hash_t home
-    bp.map_keys[s] = 0
+    bp.map[s].key = 0
     while True:
         j = (j + 1) & bp.map_mask
-        if bp.map_keys[j] == 0:
+        if bp.map[j].key == 0:
             return
-        home = _slot_of(bp, bp.map_keys[j])
+        home = _slot_of(bp, bp.map[j].key)
         # Move j into the hole s unless its home lies cyclically within (s, j].
         if ((j - home) & bp.map_mask) >= ((j - s) & bp.map_mask):
-            bp.map_keys[s] = bp.map_keys[j]
-            bp.map_head[s] = bp.map_head[j]
-            bp.map_keys[j] = 0
+            bp.map[s] = bp.map[j]
+            bp.map[j].key = 0
             s = j
 
 
@@ -257,17 +251,11 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
     # Remove only block ``b`` from ``key`` (BlockHashToBlockMap.pop(key, block_id)).
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, prev = -1
-    if bp.map_keys[s] == 0:
+    if bp.map[s].key == 0:
         return False
-    e = bp.map_head[s]
-    while e != -1 and bp.ent_block[e] != b:
-        prev = e
-        e = bp.ent_next[e]
-    if e == -1:
-        return False
-    if prev == -1:
-        bp.map_head[s] = bp.ent_next[e]
-        if bp.map_head[s] == -1:
+    if bp.map[s].first == b:
+        e = bp.map[s].rest
+        if e == -1:
             _map_delete_slot(bp, s)
             bp.n_keys -= 1
             if bp.log_keys:
@@ -275,8 +263,21 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
                 bp.ev_key[bp.ev_n] = key
                 bp.ev_add[bp.ev_n] = 0
                 bp.ev_n += 1
+            return True
+        # The next block inserted under the key becomes the first.
+        bp.map[s].first = bp.ent_block[e]
+        bp.map[s].rest = bp.ent_next[e]
     else:
-        bp.ent_next[prev] = bp.ent_next[e]
+        e = bp.map[s].rest
+        while e != -1 and bp.ent_block[e] != b:
+            prev = e
+            e = bp.ent_next[e]
+        if e == -1:
+            return False
+        if prev == -1:
+            bp.map[s].rest = bp.ent_next[e]
+        else:
+            bp.ent_next[prev] = bp.ent_next[e]
     bp.ent_next[e] = bp.ent_free
     bp.ent_free = e
     return True
@@ -287,12 +288,12 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
 cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens) except -1 nogil:
     """BlockPool._insert_block_hash: primary key if the block has none, else secondary."""
     cdef int32_t e
-    if bp.key[b] == key or bp_contains(bp, key, b):
+    if bp.blk[b].key == key or bp_contains(bp, key, b):
         return 0
-    if bp.key[b] == 0:
-        bp.key[b] = key
-        bp.key_tokens[b] = num_tokens
-        if bp.ref_cnt[b] == 0 and b != 0:
+    if bp.blk[b].key == 0:
+        bp.blk[b].key = key
+        bp.blk[b].key_tokens = num_tokens
+        if bp.blk[b].ref_cnt == 0 and b != 0:
             bp.cached_free += 1
     else:
         if bp.sec_free == -1:
@@ -300,8 +301,8 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
         e = bp.sec_free
         bp.sec_free = bp.sec_next[e]
         bp.sec_key[e] = key
-        bp.sec_next[e] = bp.sec_head[b]
-        bp.sec_head[b] = e
+        bp.sec_next[e] = bp.blk[b].sec_head
+        bp.blk[b].sec_head = e
     return _map_insert(bp, key, b)
 
 
@@ -317,34 +318,34 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     """
     cdef int removed = 0
     cdef int32_t e, nxt
-    if bp.key[b] != 0 and bp.ref_cnt[b] == 0 and b != 0:
+    if bp.blk[b].key != 0 and bp.blk[b].ref_cnt == 0 and b != 0:
         bp.cached_free -= 1
-    if bp.key[b] != 0:
-        removed += _map_pop(bp, bp.key[b], b)
-    e = bp.sec_head[b]
+    if bp.blk[b].key != 0:
+        removed += _map_pop(bp, bp.blk[b].key, b)
+    e = bp.blk[b].sec_head
     while e != -1:
         removed += _map_pop(bp, bp.sec_key[e], b)
         nxt = bp.sec_next[e]
         bp.sec_next[e] = bp.sec_free
         bp.sec_free = e
         e = nxt
-    bp.sec_head[b] = -1
-    bp.key[b] = 0
-    bp.key_tokens[b] = 0
+    bp.blk[b].sec_head = -1
+    bp.blk[b].key = 0
+    bp.blk[b].key_tokens = 0
     return removed
 
 
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil:
     """Move every key of ``src`` onto ``dst`` (BlockPool.move_block_hashes)."""
-    cdef tok_t num_tokens = bp.key_tokens[src]
-    cdef hash_t primary = bp.key[src]
-    cdef int32_t e = bp.sec_head[src]
+    cdef tok_t num_tokens = bp.blk[src].key_tokens
+    cdef hash_t primary = bp.blk[src].key
+    cdef int32_t e = bp.blk[src].sec_head
     cdef int32_t nxt
     if primary != 0:
         _map_pop(bp, primary, src)
-    bp.key[src] = 0
-    bp.key_tokens[src] = 0
-    bp.sec_head[src] = -1
+    bp.blk[src].key = 0
+    bp.blk[src].key_tokens = 0
+    bp.blk[src].sec_head = -1
     if primary != 0:
         bp_insert_block_hash(bp, dst, primary, num_tokens)
     while e != -1:
@@ -364,10 +365,10 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
 
     The caller has checked that a free block exists.
     """
-    cdef block_id_t b = bp.next_free[_head(bp)]
+    cdef block_id_t b = bp.blk[_head(bp)].next_free
     _unlink(bp, b)
-    bp.ref_cnt[b] = 1
-    if bp.key[b] != 0 or bp.sec_head[b] != -1:
+    bp.blk[b].ref_cnt = 1
+    if bp.blk[b].key != 0 or bp.blk[b].sec_head != -1:
         if bp_remove_hashes(bp, b) > 0:
             bp.evictions += 1
     return b
@@ -377,9 +378,9 @@ cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:
     """A prefix hit takes a reference (BlockPool.touch)."""
     if b == 0:
         return
-    if bp.ref_cnt[b] == 0:
+    if bp.blk[b].ref_cnt == 0:
         _unlink(bp, b)
-    bp.ref_cnt[b] += 1
+    bp.blk[b].ref_cnt += 1
 
 
 cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil:
@@ -388,14 +389,14 @@ cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept 
     # with a key to the tail (append_n).
     if b == 0:
         return
-    bp.ref_cnt[b] -= 1
-    if bp.ref_cnt[b] != 0:
+    bp.blk[b].ref_cnt -= 1
+    if bp.blk[b].ref_cnt != 0:
         return
-    if bp.key[b] == 0 or not bp.caching:
+    if bp.blk[b].key == 0 or not bp.caching:
         _insert_after(bp, front[0], b)
         front[0] = b
     else:
-        _insert_after(bp, bp.prev_free[_tail(bp)], b)
+        _insert_after(bp, bp.blk[_tail(bp)].prev_free, b)
         bp.cached_free += 1
 
 

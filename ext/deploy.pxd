@@ -89,6 +89,7 @@ cdef struct RouterC:
     double* cost               # [n_rep]
     int64_t* slots             # [longest prompt in blocks] index slots _kv_scores found, for _book
     int64_t slots_grows        # the index's ``grows`` when they were found
+    int64_t* fin_slots         # [longest prompt in blocks] index slots of a finished request's keys
 
 cdef struct LinkC:
     # The prefill-to-decode KV transfer link of a disaggregated deployment.

@@ -33,6 +33,7 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
+from aisim._core.util cimport __builtin_ctzll, __builtin_prefetch
 
 # Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
 ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
@@ -43,10 +44,6 @@ cdef int N_FIELDS = 7
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
 # ------------------------------------------------------------------ the key index
-
-cdef extern from *:
-    # GCC/Clang: a hint that a line will be read soon (no effect on results).
-    void __builtin_prefetch(const void* addr) noexcept nogil
 
 # Lookups issued ahead of the one in hand: the index is larger than the caches and a probe's
 # cost is its memory miss, so a run of lookups keeps several misses in flight.
@@ -207,7 +204,7 @@ cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) e
 cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
     """Make one reported change visible to the router."""
     cdef hash_t bit = (<hash_t>1) << d.replica
-    cdef int64_t g, k, s
+    cdef int64_t g, k, s, lo, hi
     cdef int32_t* c
     cdef KeyMapC* m = &rt.idx
     if d.kind == DK_KEY_ADD:
@@ -227,12 +224,22 @@ cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
         rt.out_reqs[d.replica] -= 1
         rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
         if rt.kv:
-            for k in range(rt.key_off[g], min(rt.key_off[g] + AHEAD, rt.key_off[g + 1])):
+            # Two passes, so that the count rows' misses overlap: find every key (its entry
+            # prefetched ahead) and prefetch its row; then count down.
+            lo = rt.key_off[g]
+            hi = rt.key_off[g + 1]
+            for k in range(lo, min(lo + AHEAD, hi)):
                 km_prefetch(m, rt.keys[k])
-            for k in range(rt.key_off[g], rt.key_off[g + 1]):
-                if k + AHEAD < rt.key_off[g + 1]:
+            for k in range(lo, hi):
+                if k + AHEAD < hi:
                     km_prefetch(m, rt.keys[k + AHEAD])
                 s = km_find(m, rt.keys[k])
+                rt.fin_slots[k - lo] = s
+                __builtin_prefetch(&m.cnt[m.e[s].crow * m.n_rep + d.replica])
+            for k in range(lo, hi):
+                s = rt.fin_slots[k - lo]
+                if m.e[s].key != rt.keys[k]:  # moved by a deletion in this loop
+                    s = km_find(m, rt.keys[k])
                 c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
                 c[0] -= 1
                 if c[0] == 0:
@@ -258,16 +265,17 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
     overlap_w = leading prompt blocks replica w caches (the index, one lookup per block);
     prefill_tokens_w = booked prefill tokens + max(0, prompt - overlap_w * B);
     decode_blocks_w = distinct active prompt blocks on w + this request's blocks not among them;
-    cost_w = weight * prefill_tokens_w / B + decode_blocks_w."""
+    cost_w = weight * prefill_tokens_w / B + decode_blocks_w.
+    Per block, only the replicas whose bits are set are visited: where the cached run ends, and
+    where the block is active (newb_w counts the blocks less those)."""
     cdef int32_t w, n = rt.n_rep
     cdef int64_t k, j = 0, lo = rt.key_off[g], hi = rt.key_off[g + 1]
-    cdef int64_t alive = (<int64_t>-1) if n == 64 else ((<int64_t>1) << n) - 1
-    cdef int64_t full = alive
-    cdef int64_t m, a
+    cdef hash_t alive = (<hash_t>-1) if n == 64 else ((<hash_t>1) << n) - 1
+    cdef hash_t m, a
     cdef tok_t prompt = tr.prompt_len[g], new_tok
     for w in range(n):
         rt.overlap[w] = 0
-        rt.newb[w] = 0
+        rt.newb[w] = hi - lo
     cdef int64_t s
     cdef KeyMapC* km = &rt.idx
     rt.slots_grows = km.grows
@@ -278,19 +286,22 @@ cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
             km_prefetch(km, rt.keys[k + AHEAD])
         s = km_find(km, rt.keys[k])
         rt.slots[k - lo] = s
-        m = <int64_t>km.e[s].cm if s >= 0 else 0
-        a = <int64_t>km.e[s].am if s >= 0 else 0
+        if s < 0:
+            while alive != 0:  # no replica caches the block: every cached run still open ends
+                rt.overlap[__builtin_ctzll(alive)] = j
+                alive &= alive - 1
+            continue
+        a = km.e[s].am
         if alive != 0:
-            m = m & alive
-            for w in range(n):
-                if (alive >> w) & 1 and not ((m >> w) & 1):
-                    rt.overlap[w] = j
-            alive = m
+            m = alive & ~km.e[s].cm  # the replicas whose cached run ends at block j
+            while m != 0:
+                rt.overlap[__builtin_ctzll(m)] = j
+                m &= m - 1
+            alive &= km.e[s].cm
             j += 1
-        if a != full:
-            for w in range(n):
-                if not ((a >> w) & 1):
-                    rt.newb[w] += 1
+        while a != 0:
+            rt.newb[__builtin_ctzll(a)] -= 1
+            a &= a - 1
     for w in range(n):
         if (alive >> w) & 1:
             rt.overlap[w] = j
@@ -352,7 +363,7 @@ cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
 cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
     """The router's own accounting of a request it sent to ``w`` (immediate)."""
     cdef hash_t bit = (<hash_t>1) << w
-    cdef int64_t k, pf, s
+    cdef int64_t k, pf, s, j
     cdef int32_t* c
     cdef KeyMapC* m = &rt.idx
     rt.out_reqs[w] += 1
@@ -367,6 +378,10 @@ cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 no
         # The slots _kv_scores found just now, unless the table was rebuilt since (an insertion
         # into an empty slot moves no other entry).
         s = rt.slots[k - rt.key_off[g]] if rt.slots_grows == m.grows else -1
+        if k + AHEAD < rt.key_off[g + 1] and rt.slots_grows == m.grows:
+            j = rt.slots[k + AHEAD - rt.key_off[g]]
+            if j >= 0 and m.e[j].crow >= 0:
+                __builtin_prefetch(&m.cnt[m.e[j].crow * m.n_rep + w])
         if s < 0:
             s = km_insert(m, rt.keys[k])
         if m.e[s].crow < 0:
@@ -441,6 +456,7 @@ cdef class Deployment:
     cdef int64_t* rep_n
     cdef int64_t* rep_cap
     cdef int32_t* route          # [n] replica of each request (its prefill replica when disaggregated)
+    cdef sec_t* ready            # [n_all] when each replica next iterates (-1: idle), kept by _touch
     cdef bint record
     cdef double* rec             # [n * n_rep * N_FIELDS] router inputs (record_routing)
     cdef bint done
@@ -509,6 +525,9 @@ cdef class Deployment:
         self.rep_glob = <int64_t**>mem_calloc(self.n_all, sizeof(int64_t*))
         self.rep_n = <int64_t*>mem_calloc(self.n_all, sizeof(int64_t))
         self.rep_cap = <int64_t*>mem_calloc(self.n_all, sizeof(int64_t))
+        self.ready = <sec_t*>mem_calloc(self.n_all, sizeof(sec_t))
+        for w in range(self.n_all):
+            self.ready[w] = -1
         self.record = record_routing
         if record_routing:
             self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
@@ -531,6 +550,7 @@ cdef class Deployment:
         mem_free(self.rep_glob)
         mem_free(self.rep_n)
         mem_free(self.rep_cap)
+        mem_free(self.ready)
         mem_free(self.route)
         mem_free(self.route_d)
         mem_free(self.routed_d)
@@ -627,6 +647,12 @@ cdef class Deployment:
             return e.clock
         return max(e.clock, _landing(e))
 
+    cdef int _touch(self, int32_t w) except -1:
+        """Replica ``w`` changed (fed, stepped, or freed a held request): when it next iterates.
+        No other replica's readiness depends on it."""
+        self.ready[w] = self._ready(w, <Engine>self.engines[w])
+        return 0
+
     def run(self):
         """Replay the trace through the deployment, once.
 
@@ -656,7 +682,7 @@ cdef class Deployment:
             best = -1
             bc = 0
             for w in range(self.n_all):
-                t = self._ready(w, <Engine>self.engines[w])
+                t = self.ready[w]
                 if t >= 0 and (best < 0 or t < bc):
                     best = w
                     bc = t
@@ -681,6 +707,7 @@ cdef class Deployment:
                     e.reqs[s].max_tokens = 1
                     e.reqs[s].held = tr.max_tokens[nxt] > 1
                     self.p_slot[nxt] = s
+                self._touch(w)
                 nxt += 1
                 continue
             if te >= 0 and (best < 0 or te <= bc):
@@ -691,6 +718,7 @@ cdef class Deployment:
                 else:
                     e = <Engine>self.engines[self.route[g // 2]]
                     sched_free_held(&e.sched, self.p_slot[g // 2])
+                    self._touch(self.route[g // 2])
                 continue
             if best < 0:
                 break
@@ -703,6 +731,7 @@ cdef class Deployment:
                 self._collect(rt, best, best, e, stamp)
             else:
                 self._collect(&self.rd, best - rt.n_rep, best, e, stamp)
+            self._touch(best)
         out = []
         for w in range(self.n_all):
             e = <Engine>self.engines[w]
@@ -751,4 +780,5 @@ cdef class Deployment:
         r.remote = 1
         r.remote_s = t + self.xfer_s[g]
         heap_push(&self.ev, 0, r.remote_s, 2 * g + 1, <req_t>g)
+        self._touch(w)
         return 0

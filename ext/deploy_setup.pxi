@@ -96,11 +96,13 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
                 if rt.key_off[i + 1] - rt.key_off[i] > longest:
                     longest = rt.key_off[i + 1] - rt.key_off[i]
             rt.slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
+            rt.fin_slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
             for i in range(n):
                 _prompt_keys(tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
         else:
             rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
             rt.slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
+            rt.fin_slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
     return 0
 
 
@@ -115,6 +117,7 @@ cdef void _router_release(RouterC* rt) noexcept nogil:
     mem_free(rt.key_off)
     mem_free(rt.keys)
     mem_free(rt.slots)
+    mem_free(rt.fin_slots)
     mem_free(rt.booked_pf)
     mem_free(rt.pf_open)
     mem_free(rt.sticky)

@@ -443,7 +443,7 @@ cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bin
         return 0 if have > 0 else 1
     if g.spec.kind == GK_MAMBA:
         # A state cached in this very step may not be written yet: refuse.
-        if n_hits > 0 and state_cached_this_step(g, kv.pool.key[g.hit[n_hits - 1]]):
+        if n_hits > 0 and state_cached_this_step(g, kv.pool.blk[g.hit[n_hits - 1]].key):
             return kv.pool.num_blocks + 1
         if g.spec.align_mode:
             return state_blocks_needed(kv, gi, r, n_hits, total_computed, local_computed, main_tokens,
@@ -654,7 +654,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
             key = group_key(kv_view(kv, r, g.ratio, i), gi)
-            if kv.pool.key[blk] != 0:
+            if kv.pool.blk[blk].key != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
             bp_insert_block_hash(&kv.pool, blk, key, (i + 1) * bs)

@@ -75,7 +75,7 @@ cdef inline block_id_t kv_evictable(const KVCacheC* kv, const GroupC* g, int32_t
     cdef int32_t i
     cdef block_id_t n = 0
     for i in range(start, n_hits):
-        if g.hit[i] != 0 and kv.pool.ref_cnt[g.hit[i]] == 0:
+        if g.hit[i] != 0 and kv.pool.blk[g.hit[i]].ref_cnt == 0:
             n += 1
     return n
 
@@ -97,5 +97,5 @@ cdef inline int kv_apply_cow(KVCacheC* kv, int32_t gi, slot_t s, block_id_t cow)
     cdef GroupC* g = &kv.groups[gi]
     kv_table(kv, gi, s)[g.partial_idx[s]] = cow
     kv_retain(g, g.partial_src[s], cow)
-    kv.pool.ref_cnt[cow] += 1
+    kv.pool.blk[cow].ref_cnt += 1
     return 0

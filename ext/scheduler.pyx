@@ -31,7 +31,7 @@ from aisim._core.request cimport (
 )
 from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
-from aisim._core.util cimport cdiv, ckpt_position_v, num_tokens, tmin
+from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
@@ -399,6 +399,11 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     while req_index < s.n_running and token_budget > 0:
         ri = s.running[req_index]
         r = &s.reqs[ri]
+        if req_index + 2 < s.n_running:
+            # The request after next: its fields are read here and its KV state in
+            # kv_allocate_slots; a deployment's replicas take turns, so it is seldom cached.
+            __builtin_prefetch(&s.reqs[s.running[req_index + 2]])
+            __builtin_prefetch(<char*>&s.reqs[s.running[req_index + 2]] + 64)
         # Every scheduled request takes draft_slots of the input budget too.
         if input_budget <= draft_slots:
             break

@@ -217,9 +217,9 @@ cdef int state_allocate(KVCacheC* kv, int32_t gi, ReqC* r, tok_t main_tokens) ex
             # sub-block state moves to a copy (move_block_hashes).
             bp_move_hashes(&kv.pool, g.partial_src[s], cow)
             kv_retain(g, g.partial_src[s], cow)
-            kv.pool.ref_cnt[g.partial_src[s]] += 1
-            if kv.pool.key[cow] != 0:
-                _push_key(g, kv.pool.key[cow])
+            kv.pool.blk[g.partial_src[s]].ref_cnt += 1
+            if kv.pool.blk[cow].key != 0:
+                _push_key(g, kv.pool.blk[cow].key)
         else:
             kv_apply_cow(kv, gi, s, cow)
     for i in range(k):
@@ -327,10 +327,10 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
     if blk == 0:
         return 0
     key = group_key(kv_hashes(kv, r.slot)[nh - 1], gi)
-    already = kv.pool.key[blk] == key or bp_contains(&kv.pool, key, blk)
+    already = kv.pool.blk[blk].key == key or bp_contains(&kv.pool, key, blk)
     if replace:
         bp_remove_hashes(&kv.pool, blk)
-    elif (not already and kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] < nh * h):
+    elif (not already and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens < nh * h):
         bp_remove_hashes(&kv.pool, blk)
     bp_insert_block_hash(&kv.pool, blk, key, nh * h)
     return key
@@ -370,7 +370,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
                     and pos != r.shared_prefix_boundary):
                 bp_remove_hashes(&kv.pool, blk)
                 return 0
-        if kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] == pos:
+        if kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens == pos:
             return 0
         return cache_partial_block(kv, gi, r, blk, pos, True)
     if kv.version >= 32:
@@ -395,7 +395,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
     blk = table[idx]
     if blk == 0:
         return 0
-    if kv.version >= 33 and kv.pool.key[blk] != 0 and kv.pool.key_tokens[blk] == n:
+    if kv.version >= 33 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens == n:
         # 0.33: a block already keyed at this length (e.g. the request's own
         # hit block after a resume) is left alone: no new key, no mark in
         # cached_blocks_this_step, no sub-block bookkeeping
@@ -429,7 +429,7 @@ cdef int state_cache_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, int32_t be
             _push_key(g, key)
     for i in range(before, after):
         blk = table[i]
-        if blk == 0 or kv.pool.key[blk] == 0:
+        if blk == 0 or kv.pool.blk[blk].key == 0:
             continue
-        _push_key(g, kv.pool.key[blk])
+        _push_key(g, kv.pool.blk[blk].key)
     return 0

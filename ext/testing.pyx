@@ -131,7 +131,7 @@ cdef class BlockPool:
         cdef Py_ssize_t i
         for i in range(arr.shape[0]):
             self._check(arr[i])
-            if self.c.ref_cnt[arr[i]] <= 0:
+            if self.c.blk[arr[i]].ref_cnt <= 0:
                 raise ValueError(f"block {arr[i]} is not held")
         if arr.shape[0]:
             bp_free_reversed(&self.c, &arr[0], arr.shape[0])
@@ -141,7 +141,7 @@ cdef class BlockPool:
         self._check(b)
         if key == 0:
             raise ValueError("key 0 means 'not cached'")
-        if self.c.key[b] != 0:
+        if self.c.blk[b].key != 0:
             raise ValueError(f"block {b} is already cached")
         bp_cache(&self.c, b, key)
 
@@ -151,18 +151,18 @@ cdef class BlockPool:
         return None if b < 0 else b
 
     def ref_cnt(self, int b):
-        return self.c.ref_cnt[b]
+        return self.c.blk[b].ref_cnt
 
     def block_key(self, int b):
-        return self.c.key[b]
+        return self.c.blk[b].key
 
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
         out = []
-        cdef block_id_t b = self.c.next_free[self.c.num_blocks]
+        cdef block_id_t b = self.c.blk[self.c.num_blocks].next_free
         while b != self.c.num_blocks + 1:
             out.append(b)
-            b = self.c.next_free[b]
+            b = self.c.blk[b].next_free
         return out
 
 
@@ -269,14 +269,14 @@ cdef class KVCache:
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
         out = []
-        cdef block_id_t b = self.c.pool.next_free[self.c.pool.num_blocks]
+        cdef block_id_t b = self.c.pool.blk[self.c.pool.num_blocks].next_free
         while b != self.c.pool.num_blocks + 1:
             out.append(b)
-            b = self.c.pool.next_free[b]
+            b = self.c.pool.blk[b].next_free
         return out
 
     def ref_cnt(self, int b):
-        return self.c.pool.ref_cnt[b]
+        return self.c.pool.blk[b].ref_cnt
 
     def cached_hash_indices(self, int r, int group):
         """Hash-block indices of ``r``'s hashes cached under ``group`` (any block)."""

@@ -1,8 +1,15 @@
 # Small arithmetic and request helpers shared by the modules of ext/
-# (kvcache, scheduler, engine and the group managers).  Inline: they sit in
+# (kvcache, scheduler, engine, deploy and the group managers).  Inline: they sit in
 # the hottest loops, and a cross-module call of a one-line function costs.
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport tok_t
+
+
+cdef extern from *:
+    # GCC/Clang: a hint that a line will be read soon (no effect on results).
+    void __builtin_prefetch(const void* addr) noexcept nogil
+    # GCC/Clang: the index of the lowest set bit (x != 0).
+    int __builtin_ctzll(unsigned long long x) noexcept nogil
 
 
 cdef inline tok_t cdiv(tok_t a, tok_t b) noexcept nogil:
