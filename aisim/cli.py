@@ -79,9 +79,6 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
         if load and closed_loop:
             raise ConfigError("--rate-scale, --poisson-rate and --max-concurrency shape open-loop replays; a closed "
                               "loop paces each turn by the previous one")
-        if deployment_path and max_concurrency is not None:
-            raise ConfigError("--max-concurrency applies to a single engine's replay; a deployment's clients "
-                              "are not capped yet")
         with phases:
             deployment = None
             if deployment_path:
@@ -109,7 +106,8 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             if deployment is not None:
                 from aisim.deploy import deploy, write_deployment
 
-                result = deploy(trace, engine, deployment, record_decisions=decision_log is not None, name=trace_path)
+                result = deploy(trace, engine, deployment, record_decisions=decision_log is not None, name=trace_path,
+                                max_concurrency=max_concurrency)
                 if out_dir or decision_log:
                     phases("writing results", f"{result.summary['steps']:,} steps")
                     logs = write_deployment(result, out_dir, decision_log)

@@ -65,7 +65,8 @@ class DeploymentResult:
 
 
 def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | None = None, *,
-           record_decisions: bool = False, record_routing: bool = False, name: str | None = None) -> DeploymentResult:
+           record_decisions: bool = False, record_routing: bool = False, name: str | None = None,
+           max_concurrency: int | None = None) -> DeploymentResult:
     """Replay ``trace`` through a deployment of ``engine``.
 
     Parameters
@@ -84,6 +85,10 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         Keep the router's inputs at every decision.
     name : str, optional
         The trace's name in error messages (its file).
+    max_concurrency : int, optional
+        The client sends at most this many requests at a time (``vllm bench serve
+        --max-concurrency``): a request due while that many are in flight (routed and not
+        finished) is sent, in trace order, when one finishes; it is routed then.
 
     Returns
     -------
@@ -101,7 +106,7 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     elif isinstance(deployment, dict):
         deployment = parse_deployment(deployment)
     table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
-                                record_routing=record_routing)
+                                record_routing=record_routing, max_concurrency=max_concurrency)
     route = out["route"]
     n_p = deployment.prefill.replicas if deployment.disaggregated else len(out["replicas"])
     engines = deployment_engines(deployment, engine) if deployment.disaggregated else (engine, engine)
@@ -112,7 +117,7 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     if deployment.disaggregated:
         requests, status = _pd_requests(table, parts, out, n_p)
     else:
-        requests = _requests(table, parts, out["replicas"], route)
+        requests = _requests(table, parts, out["replicas"], route, out["sent"])
         status = None
     steps = _steps(parts)
     routing = None
@@ -133,15 +138,15 @@ def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
         parts[0].requests
 
 
-def _requests(table: pa.Table, parts: list, reps: list, route) -> pa.Table:
-    """Every replica's request rows put back in trace order, the placement in front."""
+def _requests(table: pa.Table, parts: list, reps: list, route, sent) -> pa.Table:
+    """Every replica's request rows put back in trace order, the placement (``route``, at ``sent``) in front."""
     n = table.num_rows
     merged = _in_trace_order(n, parts, reps)
     cols = {
         "replica": route.astype(np.int32),
         "prefill_replica": route.astype(np.int32),
         "decode_replica": route.astype(np.int32),
-        "routed_s": table.column("arrival_s").to_numpy(zero_copy_only=False).astype(np.float64),
+        "routed_s": sent,  # its arrival, or later when the client's cap held it
     }
     schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
     arrays = [arrow_array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) if f.name == "transfer_s"

@@ -255,13 +255,14 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
 
 
 def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None = None,
-                   record_events: bool = False, record_routing: bool = False):
+                   record_events: bool = False, record_routing: bool = False, max_concurrency: int | None = None):
     """Run ``trace`` through ``deployment.replicas`` copies of ``engine`` behind its router.
 
     The one way into the core's deployments (``aisim._core.deploy.Deployment``);
     :func:`aisim.deploy.deploy` is its public face.  ``trace`` must be clocked in seconds
     (``arrival_s``); its turns arrive at their timestamps (open loop).  ``name`` names the trace
-    in errors.  Returns the validated trace table and the core's columns (``Deployment.run``).
+    in errors.  ``max_concurrency`` caps the client's requests in flight, as :func:`replay`'s does.
+    Returns the validated trace table and the core's columns (``Deployment.run``).
     """
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
@@ -311,7 +312,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
     core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
     try:
-        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd).run()
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd,
+                         _check_concurrency(max_concurrency, False)).run()
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out

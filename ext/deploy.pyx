@@ -469,13 +469,18 @@ cdef class Deployment:
     cdef sec_t* xfer_s           # [n] transfer seconds
     cdef int64_t* xfer_blocks    # [n] blocks moved
     cdef req_t* p_slot           # [n] its slot on its prefill replica
+    cdef int64_t max_conc        # the client's cap on requests in flight (0: none)
+    cdef int64_t conc_free       # sends the cap allows before the first finish
+    cdef int64_t conc_n          # finishes seen (the tie of their releases)
+    cdef HeapC conc              # finishes' releases of the cap, by the time their replica saw them
+    cdef sec_t* sent             # [n] when the client sent each request (its arrival, or later under a cap)
 
     def __cinit__(self):
         self.rep_glob = NULL
         self.done = True
 
     def __init__(self, config not None, trace not None, int n_rep, dict router not None,
-                 bint record_events=False, bint record_routing=False, dict pd=None):
+                 bint record_events=False, bint record_routing=False, dict pd=None, int64_t max_concurrency=0):
         """Build the replicas and the router(s).
 
         Parameters
@@ -495,6 +500,11 @@ cdef class Deployment:
             Disaggregated: ``config`` (the decode pool's CoreConfig), ``replicas``, ``router``
             (as ``router``), ``bandwidth`` (bytes per second, may be inf), ``latency_s``,
             ``missing`` (move only the blocks the decode replica lacks) and ``block_bytes``.
+        max_concurrency : int
+            The client sends at most this many requests at a time (0: no cap), as
+            ``Engine(max_concurrency=...)`` does for one engine: a request due while that many are
+            in flight (routed and not finished: on its decode replica when disaggregated) is sent,
+            in trace order, when one finishes.
         """
         cdef int64_t n = len(trace.prompt_len)
         cdef int32_t w, n_d = pd["replicas"] if pd is not None else 0
@@ -516,6 +526,12 @@ cdef class Deployment:
             self.link.missing = pd["missing"]
             self.link.block_bytes = pd["block_bytes"]
             heap_init(&self.ev, <int32_t>(2 * n + 1))
+        if max_concurrency < 0:
+            raise ValueError(f"max_concurrency must be >= 0, got {max_concurrency}")
+        self.max_conc = max_concurrency
+        self.conc_free = max_concurrency
+        heap_init(&self.conc, <int32_t>(n + 1))
+        self.sent = <sec_t*>mem_calloc(n if n else 1, sizeof(sec_t))
         self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
         self.route_d = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
         self.routed_d = <sec_t*>mem_calloc(n if n else 1, sizeof(sec_t))
@@ -552,6 +568,7 @@ cdef class Deployment:
         mem_free(self.rep_cap)
         mem_free(self.ready)
         mem_free(self.route)
+        mem_free(self.sent)
         mem_free(self.route_d)
         mem_free(self.routed_d)
         mem_free(self.xfer_s)
@@ -561,6 +578,7 @@ cdef class Deployment:
         _router_release(&self.rt)
         _router_release(&self.rd)
         heap_release(&self.ev)
+        heap_release(&self.conc)
 
     cdef int _record(self, int64_t g) except -1:
         """The router inputs of decision ``g``, with the overlap read off each replica's own pool
@@ -662,7 +680,8 @@ cdef class Deployment:
             ``route``: the replica of each request (trace order; its prefill replica when
             disaggregated); ``replicas``: per replica (the prefill pool's first) its ``steps``,
             ``requests`` (its share, in trace order), ``events`` and ``spec`` (as ``Engine.run``
-            returns them) and ``index``, the trace indices of its share; ``routing``: the
+            returns them) and ``index``, the trace indices of its share; ``sent``: when the
+            client sent (and the router placed) each request; ``routing``: the
             router inputs per decision (``ROUTING_FIELDS`` x replica), when recorded.
             Disaggregated, also ``decode`` (decode replica, numbered after the prefill pool),
             ``routed_d`` (when the decode router placed it), ``transfer_s`` and
@@ -672,7 +691,7 @@ cdef class Deployment:
         cdef const TraceC* tr = &self.tr
         cdef int64_t nxt = 0, n = tr.n, g
         cdef int32_t w, best
-        cdef sec_t bc, t, stamp, te
+        cdef sec_t bc, t, stamp, te, ta
         cdef req_t s
         cdef Engine e
         if self.done:
@@ -687,8 +706,16 @@ cdef class Deployment:
                     best = w
                     bc = t
             te = self.ev.a[0].key if self.ev.n > 0 else -1
-            if nxt < n and (best < 0 or tr.arrival_time[nxt] <= bc) and (te < 0 or tr.arrival_time[nxt] <= te):
-                t = tr.arrival_time[nxt]
+            ta = self._send_time(nxt)
+            if ta >= 0 and (best < 0 or ta <= bc) and (te < 0 or ta <= te):
+                # Every iteration starting before ta has run, so every finish by ta is known: the
+                # cap's earliest release is the one this request waits for.
+                t = ta
+                if self.max_conc:
+                    if self.conc_free > 0:
+                        self.conc_free -= 1
+                    else:
+                        heap_pop(&self.conc)
                 _apply_visible(rt, tr, t)
                 if rt.kv:
                     _kv_scores(rt, tr, nxt)
@@ -699,6 +726,7 @@ cdef class Deployment:
                 self._assign(w, nxt)
                 self.route[nxt] = w
                 self.route_d[nxt] = -1
+                self.sent[nxt] = t
                 e = <Engine>self.engines[w]
                 s = replica_add(e, tr, nxt, t)
                 if self.pd:
@@ -721,6 +749,9 @@ cdef class Deployment:
                     self._touch(self.route[g // 2])
                 continue
             if best < 0:
+                if nxt < n:
+                    raise RuntimeError(f"deployment stalled: request {nxt} waits for the client's cap with "
+                                       "nothing in flight")
                 break
             e = <Engine>self.engines[best]
             if bc > e.clock:
@@ -731,6 +762,8 @@ cdef class Deployment:
                 self._collect(rt, best, best, e, stamp)
             else:
                 self._collect(&self.rd, best - rt.n_rep, best, e, stamp)
+            if self.max_conc:
+                self._release(best, e)
             self._touch(best)
         out = []
         for w in range(self.n_all):
@@ -740,7 +773,8 @@ cdef class Deployment:
                 np.zeros(0, np.int64)
             out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
                         "spec": e.spec_counts, "index": idx})
-        result = {"route": _arr_i32(self.route, n), "replicas": out}
+        result = {"route": _arr_i32(self.route, n), "replicas": out,
+                  "sent": np.array(<sec_t[:n]>self.sent, copy=True) if n else np.zeros(0)}
         if self.pd:
             result["decode"] = _arr_i32(self.route_d, n)
             result["routed_d"] = np.array(<sec_t[:n]>self.routed_d, copy=True) if n else np.zeros(0)
@@ -751,6 +785,34 @@ cdef class Deployment:
             result["routing"] = (np.array(<double[:n * rt.n_rep * N_FIELDS]>self.rec, copy=True)
                                  .reshape(n, rt.n_rep, N_FIELDS) if n else np.zeros((0, rt.n_rep, N_FIELDS)))
         return result
+
+    cdef sec_t _send_time(self, int64_t g) noexcept:
+        """When the client sends request ``g`` (-1: not before a finish, or no request left): its
+        arrival, or later, the cap's earliest release (vllm/benchmarks/serve.py benchmark: an
+        asyncio.Semaphore, released in order)."""
+        cdef sec_t a
+        if g >= self.tr.n:
+            return -1
+        a = self.tr.arrival_time[g]
+        if self.max_conc == 0 or self.conc_free > 0:
+            return a
+        if self.conc.n == 0:
+            return -1
+        return max(a, self.conc.a[0].key)
+
+    cdef int _release(self, int32_t w, Engine e) except -1:
+        """The requests replica ``w`` finished in its last iteration leave the client's in-flight
+        count at the replica's clock (as one engine's client sees them): a prefill replica's only
+        when the request has no decode to follow."""
+        cdef int32_t i
+        cdef req_t s
+        for i in range(e.sched.n_finished):
+            s = e.sched.finished[i]
+            if self.pd and w < self.rt.n_rep and e.reqs[s].held:
+                continue
+            heap_push(&self.conc, 0, e.clock, self.conc_n, 0)
+            self.conc_n += 1
+        return 0
 
     cdef int _to_decode(self, int64_t g, sec_t t) except -1:
         """Request ``g`` produced its first token on its prefill replica at ``t``: the decode router

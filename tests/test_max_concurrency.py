@@ -153,8 +153,17 @@ def test_the_pipeline_caps_each_shard(tmp_path):
            "deployments": [{"model": "m", "engines": {"e": {"engine": {"num_gpu_blocks": 100, "max_model_len": 64},
                                                              "deployment": {"replicas": 2}}}}],
            "replay": {"max_concurrency": 2}}
-    with pytest.raises(SpecError, match=r"'replay.max_concurrency'.* deployment 'm/e' does not cap its clients yet"):
-        spec_from_dict(raw, base_dir=str(tmp_path))
+    from aisim.deploy import deploy
+    from aisim.traces import read_trace
+
+    report = run_pipeline(spec_from_dict(raw, base_dir=str(tmp_path)), scheduler="sync")
+    with duckdb.connect(str(tmp_path / "p.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT arrival_s, replica FROM requests WHERE run_id = ? ORDER BY request_id",
+                          [report.run_id]).fetchall()
+    want = deploy(read_trace(str(tmp_path / "t.jsonl"), "oracle"), engine_config_from_dict(
+        {"num_gpu_blocks": 100, "max_model_len": 64}), {"replicas": 2}, max_concurrency=2).requests
+    assert got == list(zip(want.column("arrival_s").to_pylist(), want.column("replica").to_pylist()))
+    assert [a for a, _ in got] == [0.0, 0.0, _clock(3), _clock(3)]
 
 
 def test_a_sweep_over_concurrency(tmp_path):
@@ -175,3 +184,57 @@ def test_a_sweep_over_concurrency(tmp_path):
                                                     {"max_num_seqs": 8, "max_concurrency": 2}]
     assert [c.name for c in result.ranked] == ["c001", "c000"]
     assert [c.goodput_req_s for c in result.candidates] == [4 / _clock(13), 4 / _clock(7)]
+
+
+# ------------------------------------------------------------------ deployments
+
+
+@pytest.mark.parametrize("scenario", ["timed", "full_pressure_async", "hybrid_mamba_pressure"])
+@pytest.mark.parametrize("router", ["round_robin", "kv_aware", "least_loaded"])
+def test_one_capped_replica_is_the_capped_engine(scenario, router):
+    from aisim.deploy import deploy
+
+    eng, trace = _engine(scenario), _timed(scenario)
+    single = replay(trace, eng, record_decisions=True, max_concurrency=3)
+    dep = deploy(trace, eng, {"replicas": 1, "router": router}, record_decisions=True, max_concurrency=3)
+    assert _log(dep.replicas[0]) == _log(single)
+    assert dep.requests.drop_columns(["replica", "prefill_replica", "decode_replica", "routed_s",
+                                      "transfer_s"]).equals(single.requests)
+    assert dep.steps.drop_columns(["replica"]).equals(single.steps)
+
+
+@pytest.mark.parametrize("scenario", ["timed", "full_pressure", "bench_full"])
+@pytest.mark.parametrize("router, cap", [("round_robin", 2), ("kv_aware", 5), ("least_loaded", 8)])
+def test_a_capped_deployment_is_the_deployment_of_its_send_times(scenario, router, cap):
+    """As for one engine: re-timed to the send times, the uncapped deployment routes and replays alike;
+    never more than ``cap`` routed and unfinished, sent in trace order."""
+    from aisim.deploy import deploy
+
+    eng, trace = _engine(scenario), _timed(scenario)
+    capped = deploy(trace, eng, {"replicas": 3, "router": router}, max_concurrency=cap)
+    sent = capped.requests.column("routed_s")
+    again = deploy(trace.set_column(trace.column_names.index("arrival_s"), "arrival_s", sent), eng,
+                   {"replicas": 3, "router": router})
+    assert again.requests.equals(capped.requests) and again.steps.equals(capped.steps)
+    s = sent.to_numpy()
+    f = capped.requests.column("finish_s").to_numpy()
+    assert (np.diff(s) >= 0).all() and (s >= trace.column("arrival_s").to_numpy()).all()
+    # In flight just after each send (a finish seen at t releases its place at t).
+    assert max(int(((s <= t) & (f > t)).sum()) for t in s) <= cap
+    assert (s > trace.column("arrival_s").to_numpy()).any()
+    assert (capped.requests.column("arrival_s").to_numpy() >= s).all()  # a replica adds it at its next step
+
+
+def test_a_disaggregated_client_waits_for_the_decode_finish():
+    """P/D, one prefill and one decode replica, an instant link, 10 ms steps (base) + 0.1 ms a token:
+    cap 1 sends the next request only when the previous one finished decoding."""
+    from aisim.deploy import deploy
+
+    from test_deploy_pd import _engine as pd_engine, _pd, _trace as pd_trace
+
+    trace = pd_trace([0.0, 0.0, 0.0], prompt=100, max_tokens=3)
+    dep = deploy(trace, pd_engine(), _pd(), max_concurrency=1)
+    r = dep.requests.to_pydict()
+    assert r["arrival_s"][1] == r["finish_s"][0] and r["arrival_s"][2] == r["finish_s"][1]
+    free = deploy(trace, pd_engine(), _pd())
+    assert free.requests.column("arrival_s").to_pylist() == [0.0] * 3

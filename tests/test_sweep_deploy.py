@@ -147,8 +147,6 @@ def test_prefill_decode_split(tmp_path):
     ({"max_num_seqs": [1]}, "nowhere.toml", "", "'deployment' in {} names 'nowhere.toml', which is not a file"),
     ({"max_num_seqs": [1]}, {"replicas": 2, "speed": 1}, "", "unknown key 'deployment.speed'"),
     ({"max_num_seqs": [1]}, None, 'best_deployment = "d.toml"\n', "'best_deployment' in {} needs a deployment"),
-    ({"max_num_seqs": [1]}, {"replicas": 2}, "[load]\nmax_concurrency = [4]\n",
-     "'load.max_concurrency' in {} caps a single engine's client"),
 ])
 def test_bad_deployment_sweeps_are_named(tmp_path, grid, deployment, extra, message):
     path = _write(tmp_path, grid, {"ttft_s": 1.0}, deployment=deployment, extra=extra)

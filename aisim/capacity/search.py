@@ -163,7 +163,7 @@ class _Evaluator:
         else:
             from aisim.deploy import deploy
 
-            res = deploy(trace, engine, deployment)
+            res = deploy(trace, engine, deployment, max_concurrency=load.get("max_concurrency"))
         s = res.summary
         verdict = self.judge(res.requests, s)
         gpus = deployment_gpus(deployment, engine)
@@ -243,7 +243,7 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     max_points : int
         Replays at most; the search stops there with a note.
     max_concurrency : int, optional
-        The client's cap on requests in flight (the engine alone only).
+        The client's cap on requests in flight.
     price_per_gpu_hour : float, optional
         Fills the cost columns.
     name : str
@@ -265,9 +265,6 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
 
     if by not in RATE_AXES:
         raise ConfigError(f"'rate.by' must be one of {', '.join(RATE_AXES)}, got {by!r}")
-    if deployment is not None and max_concurrency is not None:
-        raise ConfigError("'rate.max_concurrency' applies to the engine alone; a deployment's clients are not "
-                          "capped yet")
     fault = check_trace(trace, engine, reject_too_long=deployment is None)
     if fault is not None:
         raise ConfigError(f"the trace cannot be replayed on this engine: {fault}")
@@ -429,9 +426,6 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     grid = dict(grid or {})
     splits = [tuple(s) for s in splits]
     load = check_load(dict(load or {}), "", "fleet.")
-    if "max_concurrency" in load:
-        raise ConfigError("'fleet.max_concurrency' applies to the engine alone; a deployment's clients are "
-                          "not capped yet")
     if not isinstance(max_replicas, int) or isinstance(max_replicas, bool) or not 1 <= max_replicas <= MAX_REPLICAS:
         raise ConfigError(f"'fleet.max_replicas' must be an integer from 1 to {MAX_REPLICAS}, "
                           f"got {max_replicas!r}")

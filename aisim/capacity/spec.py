@@ -24,7 +24,7 @@
     start = 4.0                         # first rate tried (default: the trace's own)
     rel_tol = 0.02
     max_points = 40
-    max_concurrency = 64                # optional, the engine alone
+    max_concurrency = 64                # optional: the client's cap on requests in flight
 
     [fleet]                             # or question 2: the smallest deployment that serves the trace
     max_replicas = 16

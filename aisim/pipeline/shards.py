@@ -154,7 +154,8 @@ def _run_shard(desc: dict, parts: list) -> dict:
         kv = _KvUsage(engine)
         replicas = []
         if fleet is not None and trace.rows:
-            summary, replicas = _run_deployment(desc, trace.rows, batches, clock, parts, requests, steps, kv)
+            summary, replicas = _run_deployment(desc, trace.rows, batches, clock, parts, requests, steps, kv,
+                                                load.get("max_concurrency"))
         else:
             index = 0
             summary = None
@@ -193,9 +194,10 @@ def _run_shard(desc: dict, parts: list) -> dict:
     return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps, replicas)
 
 
-def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv) -> tuple:
+def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv,
+                    max_concurrency: int | None = None) -> tuple:
     """Replay the shard's whole trace (``batches``, ``rows`` requests clocked by ``clock``) through its
-    deployment (:func:`aisim.deploy.deploy`).
+    deployment (:func:`aisim.deploy.deploy`), its client capped at ``max_concurrency`` requests in flight.
 
     Deployments do not stream: the trace is read whole, and the results are staged once the
     replay ends.  Returns the deployment's summary and its ``replicas`` rows.
@@ -211,7 +213,7 @@ def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, req
     engine = desc["engine_config"]
     table = pa.concat_tables(list(batches)).replace_schema_metadata({"clock": clock})
     name = ", ".join(dict.fromkeys(display for display, _ in parts))
-    result = deploy(table, engine, desc["deployment"], name=name)
+    result = deploy(table, engine, desc["deployment"], name=name, max_concurrency=max_concurrency)
     requests.add(_requests_table(desc, table, result.requests))
     steps.add(_steps_table(desc, result.steps))
     kv.add(result.steps)

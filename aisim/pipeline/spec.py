@@ -327,9 +327,6 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
             if replay.get("reject_too_long"):
                 raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
                               f"'{d.model}/{e.name}'")
-            if replay.get("max_concurrency"):
-                raise v.error("replay.max_concurrency", f"caps a single engine's client; deployment "
-                              f"'{d.model}/{e.name}' does not cap its clients yet")
     _check_routing(v, sources, deployments)
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
                         window=window, description=description, replay=replay, landing=landing,

@@ -228,9 +228,6 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     from aisim.sweep.deployments import base_deployment
 
     deployment = base_deployment(raw.get("deployment"), grid, base_dir, where)
-    if deployment is not None and any("max_concurrency" in level for level in loads):
-        raise SweepError(f"'load.max_concurrency'{where} caps a single engine's client; a deployment does not "
-                         "cap its clients yet")
     best_deployment = None
     if deployment is not None:
         stem = os.path.splitext(best)[0]
