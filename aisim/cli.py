@@ -66,9 +66,6 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
     try:
         if think_time is not None and not closed_loop:
             raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
-        if deployment_path and closed_loop:
-            raise ConfigError("--closed-loop: a deployment replays session turns at their trace timestamps; "
-                              "closed-loop deployments are not modelled yet")
         if deployment_path and reject_too_long:
             raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
         from aisim.traces.load import check_load
@@ -107,7 +104,7 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
                 from aisim.deploy import deploy, write_deployment
 
                 result = deploy(trace, engine, deployment, record_decisions=decision_log is not None, name=trace_path,
-                                max_concurrency=max_concurrency)
+                                max_concurrency=max_concurrency, closed_loop=closed_loop, think_time_s=think_time)
                 if out_dir or decision_log:
                     phases("writing results", f"{result.summary['steps']:,} steps")
                     logs = write_deployment(result, out_dir, decision_log)

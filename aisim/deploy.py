@@ -66,14 +66,15 @@ class DeploymentResult:
 
 def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | None = None, *,
            record_decisions: bool = False, record_routing: bool = False, name: str | None = None,
-           max_concurrency: int | None = None) -> DeploymentResult:
+           max_concurrency: int | None = None, closed_loop: bool = False,
+           think_time_s: float | None = None) -> DeploymentResult:
     """Replay ``trace`` through a deployment of ``engine``.
 
     Parameters
     ----------
     trace : pyarrow.Table or a DataFrame
         A trace clocked in seconds (``arrival_s``), in arrival order.  Session turns arrive at
-        their timestamps.
+        their timestamps (but with ``closed_loop``).
     engine : EngineConfig
         Every replica's engine.
     deployment : DeploymentConfig or dict, optional
@@ -89,6 +90,11 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         The client sends at most this many requests at a time (``vllm bench serve
         --max-concurrency``): a request due while that many are in flight (routed and not
         finished) is sent, in trace order, when one finishes; it is routed then.
+    closed_loop : bool
+        Send a session's next turn when its previous turn finishes (on its decode replica when
+        disaggregated), plus its think time, and route it then, instead of at its timestamp.
+    think_time_s : float, optional
+        Think time of every closed-loop turn; default: the trace's gap between the two turns.
 
     Returns
     -------
@@ -106,7 +112,8 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     elif isinstance(deployment, dict):
         deployment = parse_deployment(deployment)
     table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
-                                record_routing=record_routing, max_concurrency=max_concurrency)
+                                record_routing=record_routing, max_concurrency=max_concurrency,
+                                closed_loop=closed_loop, think_time_s=think_time_s)
     route = out["route"]
     n_p = deployment.prefill.replicas if deployment.disaggregated else len(out["replicas"])
     engines = deployment_engines(deployment, engine) if deployment.disaggregated else (engine, engine)

@@ -255,14 +255,16 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
 
 
 def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None = None,
-                   record_events: bool = False, record_routing: bool = False, max_concurrency: int | None = None):
+                   record_events: bool = False, record_routing: bool = False, max_concurrency: int | None = None,
+                   closed_loop: bool = False, think_time_s: float | None = None):
     """Run ``trace`` through ``deployment.replicas`` copies of ``engine`` behind its router.
 
     The one way into the core's deployments (``aisim._core.deploy.Deployment``);
     :func:`aisim.deploy.deploy` is its public face.  ``trace`` must be clocked in seconds
     (``arrival_s``); its turns arrive at their timestamps (open loop).  ``name`` names the trace
-    in errors.  ``max_concurrency`` caps the client's requests in flight, as :func:`replay`'s does.
-    Returns the validated trace table and the core's columns (``Deployment.run``).
+    in errors.  ``max_concurrency`` caps the client's requests in flight, and ``closed_loop``
+    (``think_time_s``) sends a session's next turn when its previous turn finishes, as
+    :func:`replay`'s do.  Returns the validated trace table and the core's columns (``Deployment.run``).
     """
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
@@ -273,6 +275,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     if (trace.schema.metadata or {}).get(b"clock") != b"time":
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
                          "needs arrivals in seconds (arrival_s), the one clock its replicas share")
+    _check_think(closed_loop, think_time_s)
     if CORE_ROUTERS != ROUTERS:
         raise ImportError("aisim._core.deploy: router table and aisim.config.deployment disagree")
     sessions = np.full(trace.num_rows, -1, dtype=np.int64)
@@ -310,10 +313,13 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         _validate(trace, engine)
         config = core_config(engine)
         n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
-    core_trace = CoreTrace(**_whole_arrays(trace, engine, True))
+    arrays = _whole_arrays(trace, engine, True)
+    if closed_loop:
+        arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
+    core_trace = CoreTrace(**arrays)
+    cap = _check_concurrency(max_concurrency, closed_loop)
     try:
-        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd,
-                         _check_concurrency(max_concurrency, False)).run()
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap).run()
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out
@@ -406,12 +412,7 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
                                                 for f in TRACE_SCHEMA)):
         trace = from_frame(trace)  # a DataFrame or a plain table of requests
-    if think_time_s is not None:
-        if not closed_loop:
-            raise ConfigError("think_time_s applies to closed-loop replays only; set closed_loop=True")
-        if isinstance(think_time_s, bool) or not isinstance(think_time_s, (int, float)) \
-                or not math.isfinite(think_time_s) or think_time_s < 0:
-            raise ConfigError(f"think_time_s must be a finite non-negative number of seconds, got {think_time_s!r}")
+    _check_think(closed_loop, think_time_s)
     max_concurrency = _check_concurrency(max_concurrency, closed_loop)
     if reject_too_long and closed_loop:
         raise ConfigError("reject_too_long does not apply to closed-loop replays (a session's next turn "
@@ -435,6 +436,17 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         # outside the step-time profile's measured range.
         raise ReplayError(str(exc)) from None
     return result_of(whole, engine, out, timed, record_decisions, rejected)
+
+
+def _check_think(closed_loop: bool, think_time_s) -> None:
+    """A ConfigError for a think time without a closed loop, or one that is no number of seconds."""
+    if think_time_s is None:
+        return
+    if not closed_loop:
+        raise ConfigError("think_time_s applies to closed-loop replays only; set closed_loop=True")
+    if isinstance(think_time_s, bool) or not isinstance(think_time_s, (int, float)) \
+            or not math.isfinite(think_time_s) or think_time_s < 0:
+        raise ConfigError(f"think_time_s must be a finite non-negative number of seconds, got {think_time_s!r}")
 
 
 def _check_concurrency(max_concurrency, closed_loop: bool) -> int:

@@ -474,6 +474,7 @@ cdef class Deployment:
     cdef int64_t conc_n          # finishes seen (the tie of their releases)
     cdef HeapC conc              # finishes' releases of the cap, by the time their replica saw them
     cdef sec_t* sent             # [n] when the client sent each request (its arrival, or later under a cap)
+    cdef HeapC rel               # closed loop: next turns a finish released, by (send time, trace index)
 
     def __cinit__(self):
         self.rep_glob = NULL
@@ -488,7 +489,8 @@ cdef class Deployment:
         config : aisim.core_input.CoreConfig
             Every replica's engine (the prefill pool's when disaggregated).
         trace : aisim.core_input.CoreTrace
-            Time-clocked, open loop (no ``next_turn``).
+            Time-clocked; with ``next_turn`` and ``think_s``, a closed loop: a session's next turn is
+            sent (and routed) when its previous turn finishes, plus its think time.
         n_rep : int
             Replicas (the prefill pool's when disaggregated), 1 to 64.
         router : dict
@@ -531,6 +533,7 @@ cdef class Deployment:
         self.max_conc = max_concurrency
         self.conc_free = max_concurrency
         heap_init(&self.conc, <int32_t>(n + 1))
+        heap_init(&self.rel, <int32_t>(n + 1))
         self.sent = <sec_t*>mem_calloc(n if n else 1, sizeof(sec_t))
         self.route = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
         self.route_d = <int32_t*>mem_calloc(n if n else 1, sizeof(int32_t))
@@ -579,6 +582,7 @@ cdef class Deployment:
         _router_release(&self.rd)
         heap_release(&self.ev)
         heap_release(&self.conc)
+        heap_release(&self.rel)
 
     cdef int _record(self, int64_t g) except -1:
         """The router inputs of decision ``g``, with the overlap read off each replica's own pool
@@ -692,6 +696,7 @@ cdef class Deployment:
         cdef int64_t nxt = 0, n = tr.n, g
         cdef int32_t w, best
         cdef sec_t bc, t, stamp, te, ta
+        cdef bint released
         cdef req_t s
         cdef Engine e
         if self.done:
@@ -706,37 +711,53 @@ cdef class Deployment:
                     best = w
                     bc = t
             te = self.ev.a[0].key if self.ev.n > 0 else -1
+            if tr.follows != NULL:
+                while nxt < n and tr.follows[nxt]:
+                    nxt += 1  # a next turn: its previous turn's finish sends it
             ta = self._send_time(nxt)
+            g = nxt
+            # Closed loop: a released next turn goes first when it is due earlier (ties: trace order),
+            # as one engine merges them (Engine._run).
+            released = self.rel.n > 0 and (ta < 0 or self.rel.a[0].key < ta
+                                            or (self.rel.a[0].key == ta and self.rel.a[0].tie < nxt))
+            if released:
+                ta = self.rel.a[0].key
+                g = self.rel.a[0].tie
             if ta >= 0 and (best < 0 or ta <= bc) and (te < 0 or ta <= te):
                 # Every iteration starting before ta has run, so every finish by ta is known: the
                 # cap's earliest release is the one this request waits for.
                 t = ta
-                if self.max_conc:
+                if released:
+                    heap_pop(&self.rel)
+                elif self.max_conc:
                     if self.conc_free > 0:
                         self.conc_free -= 1
                     else:
                         heap_pop(&self.conc)
                 _apply_visible(rt, tr, t)
                 if rt.kv:
-                    _kv_scores(rt, tr, nxt)
+                    _kv_scores(rt, tr, g)
                 if self.record:
-                    self._record(nxt)
-                w = _choose(rt, tr, nxt)
-                _book(rt, tr, nxt, w)
-                self._assign(w, nxt)
-                self.route[nxt] = w
-                self.route_d[nxt] = -1
-                self.sent[nxt] = t
+                    self._record(g)
+                w = _choose(rt, tr, g)
+                _book(rt, tr, g, w)
+                self._assign(w, g)
+                self.route[g] = w
+                self.route_d[g] = -1
+                self.sent[g] = t
                 e = <Engine>self.engines[w]
-                s = replica_add(e, tr, nxt, t)
+                s = replica_add(e, tr, g, t)
+                if released:
+                    e.reqs[s].arrival_key = t  # a released turn is keyed by its release (Engine._pop_release)
                 if self.pd:
                     # The prefill replica runs it with max_tokens = 1 (the P/D proxy's request); its
                     # blocks outlive the finish while a decode replica pulls them.
                     e.reqs[s].max_tokens = 1
-                    e.reqs[s].held = tr.max_tokens[nxt] > 1
-                    self.p_slot[nxt] = s
+                    e.reqs[s].held = tr.max_tokens[g] > 1
+                    self.p_slot[g] = s
                 self._touch(w)
-                nxt += 1
+                if not released:
+                    nxt += 1
                 continue
             if te >= 0 and (best < 0 or te <= bc):
                 g = self.ev.a[0].tie
@@ -752,7 +773,7 @@ cdef class Deployment:
                 if nxt < n:
                     raise RuntimeError(f"deployment stalled: request {nxt} waits for the client's cap with "
                                        "nothing in flight")
-                break
+                break  # every request sent and finished (a closed loop's last turns included)
             e = <Engine>self.engines[best]
             if bc > e.clock:
                 e.clock = bc  # a decode replica waking for a transfer
@@ -762,7 +783,7 @@ cdef class Deployment:
                 self._collect(rt, best, best, e, stamp)
             else:
                 self._collect(&self.rd, best - rt.n_rep, best, e, stamp)
-            if self.max_conc:
+            if self.max_conc or tr.next_turn != NULL:
                 self._release(best, e)
             self._touch(best)
         out = []
@@ -801,17 +822,26 @@ cdef class Deployment:
         return max(a, self.conc.a[0].key)
 
     cdef int _release(self, int32_t w, Engine e) except -1:
-        """The requests replica ``w`` finished in its last iteration leave the client's in-flight
-        count at the replica's clock (as one engine's client sees them): a prefill replica's only
-        when the request has no decode to follow."""
+        """What the client does when replica ``w``'s last iteration finished requests (a prefill
+        replica's only when no decode follows): each leaves the in-flight count at the replica's
+        clock (as one engine's client sees them), and, closed loop, sends its session's next turn
+        at its finish plus that turn's think time (Engine._release_next_turns)."""
         cdef int32_t i
+        cdef int64_t g, nx
         cdef req_t s
+        cdef const TraceC* tr = &self.tr
         for i in range(e.sched.n_finished):
             s = e.sched.finished[i]
             if self.pd and w < self.rt.n_rep and e.reqs[s].held:
                 continue
-            heap_push(&self.conc, 0, e.clock, self.conc_n, 0)
-            self.conc_n += 1
+            if self.max_conc:
+                heap_push(&self.conc, 0, e.clock, self.conc_n, 0)
+                self.conc_n += 1
+            if tr.next_turn != NULL:
+                g = self.rep_glob[w][e.slot_global[s]]
+                nx = tr.next_turn[g]
+                if nx >= 0:
+                    heap_push(&self.rel, 0, e.reqs[s].finish_s + tr.think_s[nx], nx, <req_t>nx)
         return 0
 
     cdef int _to_decode(self, int64_t g, sec_t t) except -1:

@@ -43,6 +43,18 @@ cdef list _borrow_trace(TraceC* t, trace):
         t.acc_off = &acc_o[0]
         t.acc_cnt = &acc_c[0]
         t.acc_values = &acc_v[0]
+    cdef const int32_t[::1] nt
+    cdef const sec_t[::1] th
+    cdef const flag_t[::1] fol
+    if n and trace.next_turn is not None:
+        nt_np = np.ascontiguousarray(trace.next_turn, dtype=np.int32)
+        fol_np = np.zeros(n, dtype=np.int8)
+        fol_np[nt_np[nt_np >= 0]] = 1
+        nt, th, fol = nt_np, _c(trace.think_s, np.float64), fol_np
+        keep += [nt, th, fol]
+        t.next_turn = &nt[0]
+        t.think_s = &th[0]
+        t.follows = &fol[0]
     return keep
 
 

@@ -107,8 +107,8 @@ cdef struct EventsC:
 
 
 cdef struct TraceC:
-    # A deployment's trace as borrowed C arrays (aisim.core_input.CoreTrace, time-clocked,
-    # open loop); replica_add copies one request out of it.  acc_* are NULL without accept lists.
+    # A deployment's trace as borrowed C arrays (aisim.core_input.CoreTrace, time-clocked);
+    # replica_add copies one request out of it.  acc_* are NULL without accept lists.
     int64_t n
     const tok_t* prompt_len
     const tok_t* max_tokens
@@ -125,6 +125,11 @@ cdef struct TraceC:
     const int32_t* acc_off
     const int32_t* acc_cnt
     const int64_t* acc_values
+    # Closed loop (NULL: open loop): each request's next turn (-1: none), the think time before it is
+    # sent (a next turn's own), and whether a finish sends it (1) rather than its timestamp (0).
+    const int32_t* next_turn
+    const sec_t* think_s
+    const flag_t* follows
 
 
 cdef class Engine:

@@ -138,12 +138,26 @@ def test_a_deployment_replays_the_re_timed_trace(tmp_path):
     assert [g[1] for g in got] == [i % 2 for i in range(600)]  # round robin
 
 
-def test_closed_loop_deployments_are_refused(tmp_path):
-    raw = _fleet_dict(tmp_path / "db.duckdb", {"x": {"engine": ENGINE, "deployment": {"replicas": 2}}},
-                      replay={"closed_loop": True})
-    with pytest.raises(SpecError, match=r"'replay.closed_loop' in spec.toml cannot drive deployment "
-                                        r"'llama-3.1-8b/x': deployments replay session turns at their timestamps"):
-        spec_from_dict(raw, source="spec.toml", base_dir=str(tmp_path))
+def test_a_closed_loop_deployment(tmp_path):
+    """[replay] closed_loop drives a deployment's sessions: the landed rows are deploy()'s, closed loop."""
+    from aisim.traces.parquet import write_trace
+    from aisim.traces.synth import synth_trace
+
+    dep = {"replicas": 2, "router": "session_affinity"}
+    write_trace(synth_trace(300, seed=5, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:24:0.5", turns=3,
+                            think_time_s=0.05, model="llama-3.1-8b"), tmp_path / "sessions.parquet")
+    raw = _fleet_dict(tmp_path / "db.duckdb", {"x": {"engine": ENGINE, "deployment": dep}},
+                      replay={"closed_loop": True, "think_time_s": 0.25})
+    raw["sources"] = [{"paths": [str(tmp_path / "sessions.parquet")], "format": "parquet", "model": "llama-3.1-8b"}]
+    assert run_pipeline(spec_from_dict(raw, base_dir=str(tmp_path)), scheduler="sync").landed
+    trace = read_trace(str(tmp_path / "sessions.parquet"), "parquet")
+    want = deploy(trace, load_engine_config(ENGINE), dep, closed_loop=True, think_time_s=0.25).requests
+    with duckdb.connect(str(tmp_path / "db.duckdb"), read_only=True) as con:
+        got = con.execute("SELECT routed_s, replica, arrival_s, finish_s FROM requests ORDER BY request_index"
+                          ).fetchall()
+    assert got == list(zip(*(want.column(c).to_pylist() for c in ("routed_s", "replica", "arrival_s", "finish_s"))))
+    sent = np.array([g[0] for g in got])
+    assert (sent > trace.column("arrival_s").to_numpy()).any()  # later turns wait for their previous turn
 
 
 def test_check_shows_each_shard_s_deployment(tmp_path):

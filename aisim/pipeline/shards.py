@@ -142,8 +142,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
             raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
         fleet = desc.get("deployment")
         # A deployment ranks the request ids itself (aisim.replay.run_deployment).
-        batches = trace.batches(rank=engine.policy == "priority" and fleet is None, closed_loop=closed_loop,
-                                think_time_s=opts.get("think_time_s"))
+        # A deployment links a closed loop's turns itself too (aisim.deploy.deploy(closed_loop=...)).
+        batches = trace.batches(rank=engine.policy == "priority" and fleet is None,
+                                closed_loop=closed_loop and fleet is None, think_time_s=opts.get("think_time_s"))
         load = {k: opts[k] for k in LOAD_KEYS if k in opts}
         if load:  # the model's merged trace re-timed, piece by piece, before the core
             retimer = Retimer(load, timed)
@@ -155,7 +156,7 @@ def _run_shard(desc: dict, parts: list) -> dict:
         replicas = []
         if fleet is not None and trace.rows:
             summary, replicas = _run_deployment(desc, trace.rows, batches, clock, parts, requests, steps, kv,
-                                                load.get("max_concurrency"))
+                                                load.get("max_concurrency"), closed_loop, opts.get("think_time_s"))
         else:
             index = 0
             summary = None
@@ -195,9 +196,10 @@ def _run_shard(desc: dict, parts: list) -> dict:
 
 
 def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv,
-                    max_concurrency: int | None = None) -> tuple:
+                    max_concurrency: int | None = None, closed_loop: bool = False, think_time_s=None) -> tuple:
     """Replay the shard's whole trace (``batches``, ``rows`` requests clocked by ``clock``) through its
-    deployment (:func:`aisim.deploy.deploy`), its client capped at ``max_concurrency`` requests in flight.
+    deployment (:func:`aisim.deploy.deploy`), its client capped at ``max_concurrency`` requests in flight,
+    sessions driven in a closed loop when asked.
 
     Deployments do not stream: the trace is read whole, and the results are staged once the
     replay ends.  Returns the deployment's summary and its ``replicas`` rows.
@@ -213,7 +215,8 @@ def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, req
     engine = desc["engine_config"]
     table = pa.concat_tables(list(batches)).replace_schema_metadata({"clock": clock})
     name = ", ".join(dict.fromkeys(display for display, _ in parts))
-    result = deploy(table, engine, desc["deployment"], name=name, max_concurrency=max_concurrency)
+    result = deploy(table, engine, desc["deployment"], name=name, max_concurrency=max_concurrency,
+                    closed_loop=closed_loop, think_time_s=think_time_s)
     requests.add(_requests_table(desc, table, result.requests))
     steps.add(_steps_table(desc, result.steps))
     kv.add(result.steps)

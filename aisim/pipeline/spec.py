@@ -321,9 +321,6 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
         for e in d.engines:
             if e.deployment is None:
                 continue
-            if replay["closed_loop"]:
-                raise v.error("replay.closed_loop", f"cannot drive deployment '{d.model}/{e.name}': "
-                              "deployments replay session turns at their timestamps (open loop)")
             if replay.get("reject_too_long"):
                 raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
                               f"'{d.model}/{e.name}'")
