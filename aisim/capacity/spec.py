@@ -39,7 +39,6 @@ A spec asks one question: it has ``[rate]`` or ``[fleet]``.  Every error names t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -222,16 +221,15 @@ def _rate(raw, where: str) -> dict:
             raise ConfigError(f"'rate.max_points'{where} must be an integer from 2 to 1000, got {v!r}")
         out["max_points"] = v
     if "max_concurrency" in raw:
-        if not _count(raw["max_concurrency"]):
-            raise ConfigError(f"'rate.max_concurrency'{where} must be a positive integer, "
-                              f"got {raw['max_concurrency']!r}")
-        out["max_concurrency"] = raw["max_concurrency"]
+        from aisim.traces.load import check_load
+
+        out.update(check_load({"max_concurrency": raw["max_concurrency"]}, where, "rate."))
     return out
 
 
 def _fleet(raw, where: str) -> dict:
     from aisim.config.deployment import MAX_REPLICAS
-    from aisim.sweep.runner import GRID_KNOBS
+    from aisim.sweep.runner import check_grid
     from aisim.traces.load import check_load
 
     if not isinstance(raw, dict):
@@ -255,13 +253,7 @@ def _fleet(raw, where: str) -> dict:
     grid = raw.get("grid", {})
     if not isinstance(grid, dict):
         raise ConfigError(f"'fleet.grid'{where} must be a table of knob = [values]")
-    for k, vals in grid.items():
-        if k not in GRID_KNOBS:
-            raise ConfigError(f"unknown knob 'fleet.grid.{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
-        if not isinstance(vals, list) or not vals:
-            raise ConfigError(f"'fleet.grid.{k}'{where} must be a non-empty list of values")
-        if len(set(map(json.dumps, vals))) != len(vals):
-            raise ConfigError(f"'fleet.grid.{k}'{where} repeats a value")
+    check_grid(grid, where, "fleet.grid.")
     load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, "fleet.")
     return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
             "grid": {k: list(v) for k, v in grid.items()}, "load": load}

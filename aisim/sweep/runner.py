@@ -205,13 +205,10 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     grid = raw["grid"]
     if not isinstance(grid, dict) or not grid:
         raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
-    for k, vals in grid.items():
-        if k not in GRID_KNOBS:
-            raise SweepError(f"unknown knob 'grid.{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
-        if not isinstance(vals, list) or not vals:
-            raise SweepError(f"'grid.{k}'{where} must be a non-empty list of values")
-        if len(set(map(json.dumps, vals))) != len(vals):
-            raise SweepError(f"'grid.{k}'{where} repeats a value")
+    try:
+        check_grid(grid, where, "grid.")
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     loads = _loads(raw.get("load"), where)
     slo = raw["slo"]
     if not isinstance(slo, dict) or not slo:
@@ -307,6 +304,18 @@ def candidates(spec: SweepSpec) -> list:
             cand.gpus = gpus
         out.append(cand)
     return out
+
+
+def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
+    """A ConfigError naming the first knob of ``grid`` that is unknown, or whose values are not a
+    non-empty list of distinct values (``prefix``: the grid's key in its spec)."""
+    for k, vals in grid.items():
+        if k not in GRID_KNOBS:
+            raise ConfigError(f"unknown knob '{prefix}{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
+        if not isinstance(vals, list) or not vals:
+            raise ConfigError(f"'{prefix}{k}'{where} must be a non-empty list of values")
+        if len(set(map(json.dumps, vals))) != len(vals):
+            raise ConfigError(f"'{prefix}{k}'{where} repeats a value")
 
 
 def apply_knobs(base: dict, knobs: dict) -> dict:
