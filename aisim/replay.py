@@ -261,7 +261,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
 
     The one way into the core's deployments (``aisim._core.deploy.Deployment``);
     :func:`aisim.deploy.deploy` is its public face.  ``trace`` must be clocked in seconds
-    (``arrival_s``); its turns arrive at their timestamps (open loop).  ``name`` names the trace
+    (``arrival_s``); its turns arrive at their timestamps (open loop) unless ``closed_loop``.  ``name`` names the trace
     in errors.  ``max_concurrency`` caps the client's requests in flight, and ``closed_loop``
     (``think_time_s``) sends a session's next turn when its previous turn finishes, as
     :func:`replay`'s do.  Returns the validated trace table and the core's columns (``Deployment.run``).
