@@ -17,6 +17,16 @@ result tables and the summary); best of ``--repeat`` after one warm-up, the cycl
 collector paused.  For comparison, one engine replays the same requests (``aisim.replay``; it is
 overloaded, so its queue grows: the ratio compares simulation speed per request, not serving).
 
+Splits, printed as ratios of the core's time on the same trace (best of half ``--repeat``):
+
+* 8 replicas against 1 (both ``kv_aware``): what spreading the requests over the replicas costs
+  per request (eight caches, schedulers and a larger router index);
+* the router's share on 1 replica: ``kv_aware`` against ``round_robin`` there routes every
+  request alike, so the replica's work is the same and the difference is the router's own
+  (its key index, scores and bookings, the replica's cache events);
+* ``kv_aware`` against ``round_robin`` on 8 replicas: the router's cost plus that of the
+  different placements it makes.
+
 Target: at least 50,000 simulated requests/s for the deployment's core on one core.  The last line
 says PASS or FAIL; the exit status is 0 either way (benchmark machines are noisy).
 """
@@ -89,7 +99,11 @@ def main(argv=None) -> int:
     n = trace.num_rows
     t_core, _ = best_of(lambda: run_deployment(trace, eng, dep), args.repeat)
     t_full, result = best_of(lambda: deploy(trace, eng, dep), args.repeat)
-    t_single, single = best_of(lambda: replay(trace, eng), max(1, args.repeat // 2))
+    half = max(1, args.repeat // 2)
+    t_single, single = best_of(lambda: replay(trace, eng), half)
+    t_kv1, _ = best_of(lambda: run_deployment(trace, eng, deployment_config(1, "kv_aware")), half)
+    t_rr1, _ = best_of(lambda: run_deployment(trace, eng, deployment_config(1, "round_robin")), half)
+    t_rr8, _ = best_of(lambda: run_deployment(trace, eng, deployment_config(REPLICAS, "round_robin")), half)
     s = result.summary
     lb = s["load_balance"]
     record = {
@@ -105,6 +119,12 @@ def main(argv=None) -> int:
         "deploy_req_s": n / t_full,
         "single_engine_req_s": n / t_single,
         "core_vs_single": (n / t_core) / (n / t_single),
+        "one_replica_kv_aware_s": t_kv1,
+        "one_replica_round_robin_s": t_rr1,
+        "round_robin_s": t_rr8,
+        "replicas_vs_one": t_core / t_kv1,
+        "router_share_one_replica": 1.0 - t_rr1 / t_kv1,
+        "kv_aware_vs_round_robin": t_core / t_rr8,
         "finished": s["finished"],
         "prefix_hit_rate": s["prefix_hit_rate"],
         "single_engine_prefix_hit_rate": single.summary["prefix_hit_rate"],
@@ -123,6 +143,10 @@ def main(argv=None) -> int:
     print(f"  deploy()   {t_full:8.3f} s  {n / t_full:12,.0f} req/s")
     print(f"  one engine {t_single:8.3f} s  {n / t_single:12,.0f} req/s  (core / one engine: "
           f"{record['core_vs_single']:.2f}x)")
+    print(f"  splits: {REPLICAS} replicas / 1 replica (kv_aware) {record['replicas_vs_one']:.2f}x the time; "
+          f"router share on 1 replica {record['router_share_one_replica']:.0%} "
+          f"(kv_aware {t_kv1:.3f} s, round_robin {t_rr1:.3f} s); "
+          f"kv_aware / round_robin on {REPLICAS} replicas {record['kv_aware_vs_round_robin']:.2f}x")
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as fh:
             json.dump(record, fh, indent=2)
