@@ -38,6 +38,17 @@ def test_every_extension_module_is_built():
         assert importlib.import_module(f"aisim._core.{name}").__name__ == f"aisim._core.{name}"
 
 
+def test_every_package_is_installed():
+    """Every package under aisim/ is in pyproject's package list (and nothing that is not one)."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        listed = tomllib.load(fh)["tool"]["setuptools"]["packages"]
+    found = {"aisim"} | {"aisim." + os.path.basename(os.path.dirname(p))
+                         for p in glob.glob(os.path.join(ROOT, "aisim", "*", "__init__.py"))}
+    assert sorted(set(listed) - {"aisim.sql"}) == sorted(found)  # aisim.sql is sql/ (package-dir)
+
+
 def _sql_files():
     root = os.path.join(ROOT, "sql")
     return sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "**", "*.sql"), recursive=True))
