@@ -17,11 +17,11 @@ import pyarrow as pa
 
 from aisim.arrowwrap import arrow_array
 from aisim.columns import DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, REQUESTS, STEPS, deployment_schema
-from aisim.config.deployment import DeploymentConfig, parse_deployment
+from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_deployment
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
-from aisim.replay import deployment_engines, result_of, run_deployment
+from aisim.replay import result_of, run_deployment
 from aisim.summary import Totals
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),

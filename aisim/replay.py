@@ -287,6 +287,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
                 sessions[i] = seen.setdefault(s, len(seen))
     pd = None
     if deployment.disaggregated:
+        from aisim.config.deployment import deployment_engines
+
         p_eng, d_eng = deployment_engines(deployment, engine)
         for eng in (p_eng, d_eng):
             _validate(trace, eng)
@@ -323,18 +325,6 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out
-
-
-def deployment_engines(deployment, engine: EngineConfig):
-    """The prefill and decode pools' engines of a disaggregated ``deployment`` (a pool's own engine
-    file, or ``engine``)."""
-    from aisim.config.engine import load_engine_config
-
-    out = []
-    for pool in (deployment.prefill, deployment.decode):
-        e = pool.engine
-        out.append(engine if e is None else load_engine_config(e) if isinstance(e, str) else e)
-    return out
 
 
 def _pd_supported(engine: EngineConfig) -> None:

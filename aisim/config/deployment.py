@@ -282,3 +282,15 @@ def load_deployment_config(path: str | os.PathLike) -> DeploymentConfig:
         keys = ", ".join(repr(k) for k in raw) if isinstance(raw, dict) else type(raw).__name__
         raise ConfigError(f"{path}: a deployment file holds one mapping, 'deployment' (found {keys})")
     return parse_deployment(raw["deployment"], source=path)
+
+
+def deployment_engines(deployment, engine):
+    """The prefill and decode pools' engines of a disaggregated ``deployment`` (a pool's own engine
+    file, or ``engine``)."""
+    from aisim.config.engine import load_engine_config
+
+    out = []
+    for pool in (deployment.prefill, deployment.decode):
+        e = pool.engine
+        out.append(engine if e is None else load_engine_config(e) if isinstance(e, str) else e)
+    return out

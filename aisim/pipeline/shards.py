@@ -206,7 +206,7 @@ def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, req
     """
     from aisim.deploy import deploy
     from aisim.errors import ShardError
-    from aisim.replay import deployment_engines
+    from aisim.config.deployment import deployment_engines
 
     if rows > MAX_DEPLOYMENT_REQUESTS:
         raise ShardError(f"a deployment replays at most {MAX_DEPLOYMENT_REQUESTS:,} requests (it holds the "

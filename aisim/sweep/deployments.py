@@ -132,7 +132,7 @@ def deployment_gpus(deployment, engine) -> int:
         return engine.time_model.tp
     if not deployment.disaggregated:
         return deployment.replicas * engine.time_model.tp
-    from aisim.replay import deployment_engines
+    from aisim.config.deployment import deployment_engines
 
     pre, dec = deployment_engines(deployment, engine)
     return deployment.prefill.replicas * pre.time_model.tp + deployment.decode.replicas * dec.time_model.tp
@@ -142,7 +142,7 @@ def pool_engines(deployment, engine) -> list:
     """The engines other than ``engine`` that replay requests in ``deployment`` (its pools' own)."""
     if deployment is None or not deployment.disaggregated:
         return []
-    from aisim.replay import deployment_engines
+    from aisim.config.deployment import deployment_engines
 
     return [e for e in deployment_engines(deployment, engine) if e is not engine]
 
