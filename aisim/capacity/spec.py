@@ -150,26 +150,14 @@ def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | Non
 
 
 def _trace(raw, base_dir: str, where: str) -> dict:
-    from aisim.errors import SpecError
-    from aisim.pipeline.spec import check_reader_options
+    from aisim.sweep.runner import check_trace_table
 
-    if not isinstance(raw, dict):
-        raise ConfigError(f"'trace'{where} must be a table")
-    for k in raw:
-        if k not in _TRACE:
-            raise ConfigError(f"unknown key 'trace.{k}'{where}; known keys: {', '.join(_TRACE)}")
+    check_trace_table(raw, _TRACE, where)
     path = raw.get("path")
     if not isinstance(path, str) or not path:
         raise ConfigError(f"'trace.path'{where} must name a trace file")
-    options = raw.get("options", {})
-    if not isinstance(options, dict):
-        raise ConfigError(f"'trace.options'{where} must be a table of reader options")
-    fmt = raw.get("format")
-    try:
-        check_reader_options(fmt, options, "trace.", where)
-    except SpecError as exc:
-        raise ConfigError(str(exc)) from None
-    return {"path": os.path.abspath(os.path.join(base_dir, path)), "format": fmt, "options": dict(options)}
+    return {"path": os.path.abspath(os.path.join(base_dir, path)), "format": raw.get("format"),
+            "options": dict(raw.get("options", {}))}
 
 
 def _deployment(raw, base_dir: str, where: str):

@@ -172,8 +172,7 @@ def load_sweep(path) -> SweepSpec:
 
 def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None = None) -> SweepSpec:
     """Validate a parsed sweep spec."""
-    from aisim.errors import SpecError
-    from aisim.pipeline.spec import check_reader_options, read_config_file
+    from aisim.pipeline.spec import read_config_file
 
     where = f" in {source}" if source else ""
     base_dir = base_dir or os.getcwd()
@@ -187,21 +186,13 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
         if not isinstance(raw[k], str) or not raw[k]:
             raise SweepError(f"'{k}'{where} must be a non-empty string")
     trace = raw["trace"]
-    if not isinstance(trace, dict):
-        raise SweepError(f"'trace'{where} must be a table")
-    for k in trace:
-        if k not in _TRACE:
-            raise SweepError(f"unknown key 'trace.{k}'{where}; known keys: {', '.join(_TRACE)}")
+    try:
+        check_trace_table(trace, _TRACE, where)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     paths = trace.get("paths")
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
         raise SweepError(f"'trace.paths'{where} must be a non-empty list of paths")
-    options = trace.get("options", {})
-    if not isinstance(options, dict):
-        raise SweepError(f"'trace.options'{where} must be a table of reader options")
-    try:
-        check_reader_options(trace.get("format"), options, "trace.", where)
-    except SpecError as exc:
-        raise SweepError(str(exc)) from None
     grid = raw["grid"]
     if not isinstance(grid, dict) or not grid:
         raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
@@ -304,6 +295,23 @@ def candidates(spec: SweepSpec) -> list:
             cand.gpus = gpus
         out.append(cand)
     return out
+
+
+def check_trace_table(trace, keys: tuple, where: str = "") -> None:
+    """A ConfigError naming what is wrong with a spec's ``[trace]`` table: not a table, a key not in
+    ``keys``, ``options`` that are no table or that the ``format``'s reader refuses (its paths are
+    the caller's to check)."""
+    from aisim.pipeline.spec import check_reader_options
+
+    if not isinstance(trace, dict):
+        raise ConfigError(f"'trace'{where} must be a table")
+    for k in trace:
+        if k not in keys:
+            raise ConfigError(f"unknown key 'trace.{k}'{where}; known keys: {', '.join(keys)}")
+    options = trace.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"'trace.options'{where} must be a table of reader options")
+    check_reader_options(trace.get("format"), options, "trace.", where)  # a SpecError is a ConfigError
 
 
 def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
