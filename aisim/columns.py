@@ -352,14 +352,18 @@ def deployment_schema(extra: Table, table: Table) -> pa.Schema:
                      + [(c.name, c.arrow_type) for c in table.columns if c.replay])
 
 
-# Every point ``aisim capacity`` evaluated (aisim.capacity): one replay of the trace at a load on a
-# deployment, with its SLO verdict.  Not a run's table: created by aisim.capacity from this declaration
-# in the database the search names, next to (or without) pipeline runs.
+# Every point a capacity search evaluated (aisim.capacity): one replay of the trace at a load on a
+# deployment, with its SLO verdict.  Created from this declaration in the database the search names
+# (``aisim capacity``), or by a pipeline run whose spec has a [capacity] section (run_id, shard_id and
+# model then say which run and shard searched), next to (or without) pipeline runs.
 CAPACITY_POINTS = Table("capacity_points", (
     C("search_id", "VARCHAR", "", "search key: SHA-256 of the question, its inputs and the trace (16 hex)",
       not_null=True),
     C("point", "INTEGER", "", "evaluation order within the search (0, 1, ...)", not_null=True),
     C("search", "VARCHAR", "", "the search's name", not_null=True),
+    C("run_id", "VARCHAR", "", "the pipeline run whose [capacity] section ran the search (NULL: aisim capacity)"),
+    C("shard_id", "INTEGER", "", "the run's shard (model x engine) searched (NULL: aisim capacity)"),
+    C("model", "VARCHAR", "", "the shard's model (NULL: aisim capacity)"),
     C("question", "VARCHAR", "", "'rate' (highest rate within the SLO) or 'deployment' (smallest deployment)",
       not_null=True),
     C("phase", "VARCHAR", "", "'bracket' (doubling or halving), 'bisect', or 'refused' (never replayed)",
@@ -399,6 +403,10 @@ CAPACITY_POINTS = Table("capacity_points", (
 
 # Landing order (a run's rows are deleted in reverse).
 TABLES = {t.name: t for t in (RUNS, SHARDS, SUMMARIES, REPLICAS, REQUESTS, STEPS)}
+
+# Tables a run fills only when its spec asks (a [capacity] section): created when a run first lands
+# rows in them; a run's rows carry its run_id and go with it (``--force`` replaces them).
+RUN_EXTRA_TABLES = {t.name: t for t in (CAPACITY_POINTS,)}
 
 # The tables that grow with the trace (a row per request, per step): kept as Parquet files with
 # ``landing.keep_parquet``; the others always live in the database.
@@ -460,8 +468,8 @@ def main(argv=None) -> int:
 
 
 __all__ = ["ARROW_TYPES", "CAPACITY_POINTS", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES", "LATENCIES",
-           "LATENCY_STATS", "REPLICAS", "REQUESTS", "RUNS", "SHARDS", "STEPS", "SUMMARIES", "TABLES", "Column", "Table",
-           "render_schema", "render_table", "schema_header"]
+           "LATENCY_STATS", "REPLICAS", "REQUESTS", "RUNS", "RUN_EXTRA_TABLES", "SHARDS", "STEPS", "SUMMARIES", "TABLES",
+           "Column", "Table", "render_schema", "render_table", "schema_header"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -128,7 +128,7 @@ def test_no_task_result_carries_rows(tmp_path, monkeypatch):
     spec = demo_spec(tmp_path / "d.duckdb")
     inputs = resolve_inputs(spec)
     plan = build_plan(spec, inputs, run_key(spec, inputs), Staging(str(tmp_path / "stage")))
-    shards, stats, names = graph.build_graph(plan)
+    shards, stats, names, _ = graph.build_graph(plan)
     results = {}
     import dask
     from dask.callbacks import Callback

@@ -35,7 +35,9 @@ from aisim.errors import ConfigError
 from aisim.sweep.deployments import deployment_gpus
 
 # The columns a point fills (the search's own columns, search_id ... slo, are added when it lands).
-_SEARCH_COLUMNS = ("search_id", "search", "question", "slo")
+_SEARCH_COLUMNS = ("search_id", "search", "question", "slo") + ("run_id", "shard_id", "model")
+# What a pipeline run tags its searches' points with (NULL for a search of its own).
+TAGS = ("run_id", "shard_id", "model")
 POINT_COLUMNS = tuple(n for n in CAPACITY_POINTS.names if n not in _SEARCH_COLUMNS)
 RATE_AXES = ("poisson_rate", "rate_scale")
 QUESTIONS = ("rate", "deployment")
@@ -86,6 +88,8 @@ class CapacityResult:
     notes : list of str
         What the search could not settle: an unbounded bracket, the point budget spent, and
         every observation against monotonicity (:func:`monotone_notes`).
+    tags : dict
+        ``run_id``, ``shard_id`` and ``model`` of the pipeline run that ran the search (empty: none).
     """
 
     search_id: str
@@ -95,11 +99,12 @@ class CapacityResult:
     points: list = field(default_factory=list)
     answer: Point | None = None
     notes: list = field(default_factory=list)
+    tags: dict = field(default_factory=dict)
 
     def rows(self) -> list:
         """Every point as a full ``capacity_points`` row (column order of the catalogue)."""
         extra = {"search_id": self.search_id, "search": self.name, "question": self.question,
-                 "slo": json.dumps(self.slo.to_dict(), sort_keys=True)}
+                 "slo": json.dumps(self.slo.to_dict(), sort_keys=True), **dict.fromkeys(TAGS), **self.tags}
         return [[{**p.row, **extra}[n] for n in CAPACITY_POINTS.names] for p in self.points]
 
 
@@ -199,10 +204,23 @@ def _describe(load: dict) -> str:
     return describe_load(load)
 
 
-def search_id(question: str, name: str, inputs: dict, trace: pa.Table) -> str:
-    """16 hex digits of SHA-256 over the question, its inputs (JSON) and the trace's Arrow stream."""
-    h = hashlib.sha256(json.dumps({"question": question, "name": name, **inputs}, sort_keys=True,
-                                  default=str).encode())
+def _check_tags(tags) -> dict:
+    tags = dict(tags or {})
+    unknown = sorted(set(tags) - set(TAGS))
+    if unknown:
+        raise ConfigError(f"unknown search tag(s) {', '.join(unknown)}; known: {', '.join(TAGS)}")
+    return tags
+
+
+def search_id(question: str, name: str, inputs: dict, trace: pa.Table, tags: dict | None = None) -> str:
+    """16 hex digits of SHA-256 over the question, its inputs (JSON), its tags and the trace's Arrow stream.
+
+    A search without tags hashes what it did before tags existed: its id is unchanged.
+    """
+    head = {"question": question, "name": name, **inputs}
+    if tags:
+        head["tags"] = tags
+    h = hashlib.sha256(json.dumps(head, sort_keys=True, default=str).encode())
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, trace.schema) as w:
         w.write_table(trace)
@@ -217,7 +235,7 @@ def _deployment_dict(deployment):
 def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str = "poisson_rate", seed: int = 0,
                  start: float | None = None, rel_tol: float = 0.02, max_points: int = 40,
                  max_concurrency: int | None = None, price_per_gpu_hour: float | None = None,
-                 name: str = "capacity", progress=None) -> CapacityResult:
+                 name: str = "capacity", progress=None, tags: dict | None = None) -> CapacityResult:
     """The highest request rate ``engine`` (or ``deployment`` of it) serves within ``slo``.
 
     Parameters
@@ -249,6 +267,9 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     name : str
     progress : callable, optional
         Told each point, as :class:`aisim.cli_util.Phases` is.
+    tags : dict, optional
+        ``run_id``, ``shard_id``, ``model``: the pipeline run and shard the search belongs to
+        (written to every point and hashed into the search's id).
 
     Returns
     -------
@@ -263,6 +284,7 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     """
     from aisim.replay import check_trace
 
+    tags = _check_tags(tags)
     if by not in RATE_AXES:
         raise ConfigError(f"'rate.by' must be one of {', '.join(RATE_AXES)}, got {by!r}")
     fault = check_trace(trace, engine, reject_too_long=deployment is None)
@@ -277,8 +299,8 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
 
     sid = search_id("rate", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
                                    "slo": slo.to_dict(), "by": by, "seed": seed, "start": x, "rel_tol": rel_tol,
-                                   "max_points": max_points, "cap": cap, "price": price_per_gpu_hour}, trace)
-    result = CapacityResult(sid, name, "rate", slo)
+                                   "max_points": max_points, "cap": cap, "price": price_per_gpu_hour}, trace, tags)
+    result = CapacityResult(sid, name, "rate", slo, tags=tags)
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     try:
         lo = hi = None
@@ -381,7 +403,7 @@ def _layout_deployment(base, layout, k: int):
 def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int, grid: dict | None = None,
                         splits=(), aggregated: bool = True, deployment=None, load: dict | None = None,
                         price_per_gpu_hour: float | None = None, name: str = "capacity",
-                        progress=None) -> CapacityResult:
+                        progress=None, tags: dict | None = None) -> CapacityResult:
     """The smallest deployment of ``engine`` that serves ``trace`` within ``slo``.
 
     Parameters
@@ -407,6 +429,8 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     price_per_gpu_hour : float, optional
     name : str
     progress : callable, optional
+    tags : dict, optional
+        As :func:`highest_rate`'s.
 
     Returns
     -------
@@ -423,6 +447,7 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     from aisim.replay import check_trace
     from aisim.traces.load import check_load
 
+    tags = _check_tags(tags)
     grid = dict(grid or {})
     splits = [tuple(s) for s in splits]
     load = check_load(dict(load or {}), "", "fleet.")
@@ -440,8 +465,8 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     sid = search_id("deployment", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
                                          "slo": slo.to_dict(), "grid": grid, "splits": splits,
                                          "aggregated": aggregated, "max_replicas": max_replicas, "load": load,
-                                         "price": price_per_gpu_hour}, trace)
-    result = CapacityResult(sid, name, "deployment", slo)
+                                         "price": price_per_gpu_hour}, trace, tags)
+    result = CapacityResult(sid, name, "deployment", slo, tags=tags)
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     best = []  # (gpus, gpu_hours, order, point) of each grid point's smallest deployment
     try:

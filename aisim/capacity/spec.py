@@ -35,6 +35,9 @@
     max_num_seqs = [64, 128]
 
 A spec asks one question: it has ``[rate]`` or ``[fleet]``.  Every error names the key and the file.
+The question's keys (``slo``, ``rate`` or ``fleet``, ``price_per_gpu_hour``) are read by
+:func:`question_from_dict`, which a pipeline spec's ``[capacity]`` section uses too
+(:mod:`aisim.capacity.pipeline`).
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError
 
-_TOP = ("name", "description", "database", "engine", "deployment", "price_per_gpu_hour", "trace", "slo", "rate",
-        "fleet")
+QUESTION_KEYS = ("slo", "rate", "fleet", "price_per_gpu_hour")
+_TOP = ("name", "description", "database", "engine", "deployment", "trace") + QUESTION_KEYS
 _TRACE = ("path", "format", "options")
 _RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency")
 _FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed")
@@ -76,6 +79,71 @@ class CapacitySpec:
     price_per_gpu_hour: float | None = None
     description: str = ""
     path: str | None = None
+
+
+@dataclass(frozen=True)
+class Question:
+    """A validated question: the SLO, which question, its parameters, the price.
+
+    Attributes
+    ----------
+    slo : aisim.capacity.slo.Slo
+    question : str
+        ``rate`` or ``deployment``.
+    params : dict
+        The question's keyword arguments (:func:`aisim.capacity.search.highest_rate` or
+        :func:`~aisim.capacity.search.smallest_deployment`).
+    price_per_gpu_hour : float or None
+    """
+
+    slo: object
+    question: str
+    params: dict
+    price_per_gpu_hour: float | None = None
+
+    def to_dict(self) -> dict:
+        """The question as plain data (what a pipeline's run key hashes)."""
+        params = {k: ([list(s) for s in v] if k == "splits" else v) for k, v in self.params.items()}
+        return {"slo": self.slo.to_dict(), "question": self.question, "params": params,
+                "price_per_gpu_hour": self.price_per_gpu_hour}
+
+
+def question_from_dict(raw: dict, where: str = "", prefix: str = "") -> Question:
+    """Validate a question's keys: ``slo``, one of ``rate`` and ``fleet``, ``price_per_gpu_hour``.
+
+    Parameters
+    ----------
+    raw : dict
+        The keys of :data:`QUESTION_KEYS` (other keys are the caller's to refuse).
+    where : str
+        Appended to messages (`` in spec.toml``).
+    prefix : str
+        Prepended to key names in messages (``capacity.`` in a pipeline spec).
+
+    Raises
+    ------
+    ConfigError
+        Naming the key (``{prefix}rate.rel_tol`` ...) and ``where``.
+    """
+    from aisim.capacity.slo import slo_from_dict
+
+    if "slo" not in raw:
+        raise ConfigError(f"missing required key '{prefix}slo'{where}")
+    asked = [k for k in ("rate", "fleet") if k in raw]
+    if len(asked) != 1:
+        raise ConfigError(f"a capacity {'spec' if not prefix else 'section'} asks one question{where}: give "
+                          f"'[{prefix}rate]' (the highest rate within the SLO) or '[{prefix}fleet]' (the smallest "
+                          "deployment that serves the trace)")
+    price = raw.get("price_per_gpu_hour")
+    if price is not None and not _positive(price):
+        raise ConfigError(f"'{prefix}price_per_gpu_hour'{where} must be a finite positive number, got {price!r}")
+    slo = slo_from_dict(raw["slo"], where, prefix=f"{prefix}slo.")
+    if asked == ["rate"]:
+        question, params = "rate", _rate(raw["rate"], where, prefix)
+    else:
+        question, params = "deployment", _fleet(raw["fleet"], where, prefix)
+    return Question(slo=slo, question=question, params=params,
+                    price_per_gpu_hour=float(price) if price is not None else None)
 
 
 def load_capacity(path) -> CapacitySpec:
@@ -112,7 +180,6 @@ def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | Non
     ConfigError
         Naming the key (``rate.rel_tol``, ``slo.attainment`` ...) and the file.
     """
-    from aisim.capacity.slo import slo_from_dict
     from aisim.config.engine import load_engine_config
 
     where = f" in {source}" if source else ""
@@ -120,31 +187,20 @@ def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | Non
     for k in raw:
         if k not in _TOP:
             raise ConfigError(f"unknown key '{k}'{where}; known keys: {', '.join(_TOP)}")
-    for k in ("name", "database", "engine", "trace", "slo"):
+    for k in ("name", "database", "engine", "trace"):
         if k not in raw:
             raise ConfigError(f"missing required key '{k}'{where}")
     for k in ("name", "database", "engine"):
         if not isinstance(raw[k], str) or not raw[k]:
             raise ConfigError(f"'{k}'{where} must be a non-empty string")
-    asked = [k for k in ("rate", "fleet") if k in raw]
-    if len(asked) != 1:
-        raise ConfigError(f"a capacity spec asks one question{where}: give '[rate]' (the highest rate within the "
-                          "SLO) or '[fleet]' (the smallest deployment that serves the trace)")
-    price = raw.get("price_per_gpu_hour")
-    if price is not None and not _positive(price):
-        raise ConfigError(f"'price_per_gpu_hour'{where} must be a finite positive number, got {price!r}")
+    q = question_from_dict({k: raw[k] for k in QUESTION_KEYS if k in raw}, where)
     trace = _trace(raw["trace"], base_dir, where)
-    slo = slo_from_dict(raw["slo"], where)
     engine_path = os.path.abspath(os.path.join(base_dir, raw["engine"]))
     engine = load_engine_config(engine_path)
     deployment = _deployment(raw.get("deployment"), base_dir, where)
-    if asked == ["rate"]:
-        question, params = "rate", _rate(raw["rate"], where)
-    else:
-        question, params = "deployment", _fleet(raw["fleet"], where)
     return CapacitySpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
-                        engine=engine, trace=trace, slo=slo, question=question, params=params,
-                        deployment=deployment, price_per_gpu_hour=float(price) if price is not None else None,
+                        engine=engine, trace=trace, slo=q.slo, question=q.question, params=q.params,
+                        deployment=deployment, price_per_gpu_hour=q.price_per_gpu_hour,
                         description=str(raw.get("description", "")),
                         path=os.path.abspath(source) if source else None)
 
@@ -177,72 +233,74 @@ def _deployment(raw, base_dir: str, where: str):
     raise ConfigError(f"'deployment'{where} must be a deployment file or an inline table")
 
 
-def _rate(raw, where: str) -> dict:
+def _rate(raw, where: str, prefix: str = "") -> dict:
     from aisim.capacity.search import RATE_AXES
 
+    p = f"{prefix}rate."
     if not isinstance(raw, dict):
-        raise ConfigError(f"'rate'{where} must be a table of {', '.join(_RATE)}")
+        raise ConfigError(f"'{prefix}rate'{where} must be a table of {', '.join(_RATE)}")
     for k in raw:
         if k not in _RATE:
-            raise ConfigError(f"unknown key 'rate.{k}'{where}; known keys: {', '.join(_RATE)}")
+            raise ConfigError(f"unknown key '{p}{k}'{where}; known keys: {', '.join(_RATE)}")
     out = {"by": raw.get("by", "poisson_rate")}
     if out["by"] not in RATE_AXES:
-        raise ConfigError(f"'rate.by'{where} must be one of {', '.join(RATE_AXES)}, got {out['by']!r}")
+        raise ConfigError(f"'{p}by'{where} must be one of {', '.join(RATE_AXES)}, got {out['by']!r}")
     if "seed" in raw:
         if out["by"] != "poisson_rate":
-            raise ConfigError(f"'rate.seed'{where} seeds a Poisson re-timing; it has no use with by = 'rate_scale'")
+            raise ConfigError(f"'{p}seed'{where} seeds a Poisson re-timing; it has no use with by = 'rate_scale'")
         if not _count(raw["seed"], 0):
-            raise ConfigError(f"'rate.seed'{where} must be a non-negative integer, got {raw['seed']!r}")
+            raise ConfigError(f"'{p}seed'{where} must be a non-negative integer, got {raw['seed']!r}")
         out["seed"] = raw["seed"]
     if "start" in raw:
         if not _positive(raw["start"]):
-            raise ConfigError(f"'rate.start'{where} must be a finite positive rate, got {raw['start']!r}")
+            raise ConfigError(f"'{p}start'{where} must be a finite positive rate, got {raw['start']!r}")
         out["start"] = float(raw["start"])
     if "rel_tol" in raw:
         v = raw["rel_tol"]
         if not _positive(v) or not v < 1:
-            raise ConfigError(f"'rate.rel_tol'{where} must be a number in (0, 1), got {v!r}")
+            raise ConfigError(f"'{p}rel_tol'{where} must be a number in (0, 1), got {v!r}")
         out["rel_tol"] = float(v)
     if "max_points" in raw:
         v = raw["max_points"]
         if not _count(v, 2) or v > 1000:
-            raise ConfigError(f"'rate.max_points'{where} must be an integer from 2 to 1000, got {v!r}")
+            raise ConfigError(f"'{p}max_points'{where} must be an integer from 2 to 1000, got {v!r}")
         out["max_points"] = v
     if "max_concurrency" in raw:
         from aisim.traces.load import check_load
 
-        out.update(check_load({"max_concurrency": raw["max_concurrency"]}, where, "rate."))
+        out.update(check_load({"max_concurrency": raw["max_concurrency"]}, where, p))
     return out
 
 
-def _fleet(raw, where: str) -> dict:
+def _fleet(raw, where: str, prefix: str = "") -> dict:
     from aisim.config.deployment import MAX_REPLICAS
     from aisim.sweep.runner import check_grid
     from aisim.traces.load import check_load
 
+    p = f"{prefix}fleet."
     if not isinstance(raw, dict):
-        raise ConfigError(f"'fleet'{where} must be a table of {', '.join(_FLEET)}")
+        raise ConfigError(f"'{prefix}fleet'{where} must be a table of {', '.join(_FLEET)}")
     for k in raw:
         if k not in _FLEET:
-            raise ConfigError(f"unknown key 'fleet.{k}'{where}; known keys: {', '.join(_FLEET)}")
+            raise ConfigError(f"unknown key '{p}{k}'{where}; known keys: {', '.join(_FLEET)}")
     n = raw.get("max_replicas")
     if not _count(n) or n > MAX_REPLICAS:
-        raise ConfigError(f"'fleet.max_replicas'{where} must be an integer from 1 to {MAX_REPLICAS}, got {n!r}")
+        raise ConfigError(f"'{p}max_replicas'{where} must be an integer from 1 to {MAX_REPLICAS}, got {n!r}")
     agg = raw.get("aggregated", True)
     if not isinstance(agg, bool):
-        raise ConfigError(f"'fleet.aggregated'{where} must be true or false, got {agg!r}")
+        raise ConfigError(f"'{p}aggregated'{where} must be true or false, got {agg!r}")
     splits = raw.get("splits", [])
     if not isinstance(splits, list) or not all(
             isinstance(s, list) and len(s) == 2 and all(_count(x) for x in s) for s in splits):
-        raise ConfigError(f"'fleet.splits'{where} must be a list of [prefill, decode] replica counts, e.g. "
+        raise ConfigError(f"'{p}splits'{where} must be a list of [prefill, decode] replica counts, e.g. "
                           "[[1, 1], [1, 3]]")
     if len({tuple(s) for s in splits}) != len(splits):
-        raise ConfigError(f"'fleet.splits'{where} repeats a split")
+        raise ConfigError(f"'{p}splits'{where} repeats a split")
     grid = raw.get("grid", {})
     if not isinstance(grid, dict):
-        raise ConfigError(f"'fleet.grid'{where} must be a table of knob = [values]")
-    check_grid(grid, where, "fleet.grid.")
-    load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, "fleet.")
+        raise ConfigError(f"'{p}grid'{where} must be a table of knob = [values]")
+    check_grid(grid, where, f"{p}grid.")
+    load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, p)
     return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
             "grid": {k: list(v) for k, v in grid.items()}, "load": load}
 

@@ -8,7 +8,8 @@ from aisim.columns import CAPACITY_POINTS, render_table
 def land_points(database: str, result) -> int:
     """Write every point of ``result`` to ``capacity_points`` in ``database``, replacing the search's rows.
 
-    The table is created from its declaration (:data:`aisim.columns.CAPACITY_POINTS`) when missing;
+    The table is created from its declaration (:data:`aisim.columns.CAPACITY_POINTS`) when missing
+    (a table an earlier aisim made gains the nullable columns it lacks);
     the rows of an earlier search with the same ``search_id`` (the same inputs) are replaced.  All
     in one transaction: on failure nothing is written.
 
@@ -31,7 +32,8 @@ def land_points(database: str, result) -> int:
     import duckdb
 
     from aisim.errors import PipelineError
-    from aisim.pipeline.landing import connect
+    from aisim.columns import RUN_EXTRA_TABLES
+    from aisim.pipeline.landing import add_new_columns, connect
 
     names = CAPACITY_POINTS.names
     insert = f"INSERT INTO capacity_points ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
@@ -41,6 +43,7 @@ def land_points(database: str, result) -> int:
         con.execute("BEGIN TRANSACTION")
         try:
             con.execute(render_table(CAPACITY_POINTS))
+            add_new_columns(con, ["capacity_points"], RUN_EXTRA_TABLES)  # a table of an earlier aisim
             con.execute("DELETE FROM capacity_points WHERE search_id = ?", [result.search_id])
             if rows:
                 con.executemany(insert, rows)

@@ -85,12 +85,17 @@ def build_graph(plan: dict):
         ``engine_config``, the validated :class:`~aisim.config.engine.EngineConfig`
         (passed to the task as it is, pickled to a worker; never validated again).
 
+        ``searches`` (optional): one description per shard and plugged-in section
+        (:func:`~aisim.pipeline.shards.run_search`), with ``reads`` as a shard's.
+
     Returns
     -------
     shards, stats : list of dask.delayed.Delayed
         The shard results in shard order and the per-file statistics.
     names : dict
-        Task key -> ``("shard", i)`` or ``("read", j)``, for progress and errors.
+        Task key -> ``("shard", i)``, ``("read", j)`` or ``("search", k)``, for progress and errors.
+    searches : list of dask.delayed.Delayed
+        The plugged-in sections' results, in plan order.
     """
     from dask import delayed
 
@@ -126,15 +131,22 @@ def build_graph(plan: dict):
         shard = {k: v for k, v in desc.items() if k != "reads"}
         shard["files"] = [(j, plan["reads"][j]["display"]) for j in desc["reads"]]
         out.append(task(fn.run_shard, ("shard", i), f"shard-{i}", shard, [routes[j] for j in desc["reads"]]))
-    return out, stats, names
+    searches = []
+    for k, desc in enumerate(plan.get("searches", ())):
+        search = {key: v for key, v in desc.items() if key != "reads"}
+        search["files"] = [(j, plan["reads"][j]["display"]) for j in desc["reads"]]
+        searches.append(task(fn.run_search, ("search", k), f"search-{k}", search,
+                             [routes[j] for j in desc["reads"]]))
+    return out, stats, names, searches
 
 
 def describe(plan: dict, what) -> str:
     """How an error message names a task: the shard, or the input file."""
     kind, i = what
-    if kind == "shard":
-        s = plan["shards"][i]
-        return f"shard {i} (model '{s['model']}', engine '{s['engine']}')"
+    if kind in ("shard", "search"):
+        s = plan["shards" if kind == "shard" else "searches"][i]
+        head = f"[{s['key']}] of shard {s['shard_id']}" if kind == "search" else f"shard {i}"
+        return f"{head} (model '{s['model']}', engine '{s['engine']}')"
     r = plan["reads"][i]
     return f"reading {r['display']} (source '{r['source']}')"
 
@@ -172,7 +184,8 @@ def execute(plan: dict, scheduler: str = "local", workers: int | None = None, on
         :func:`~aisim.pipeline.shards.source_stats` per input file.
     info : dict
         ``scheduler`` and ``workers`` used; ``startup_s``, the time taken to
-        start the local cluster or connect to the scheduler.
+        start the local cluster or connect to the scheduler; ``searches``, the
+        :func:`~aisim.pipeline.shards.run_search` results in plan order.
 
     Raises
     ------
@@ -180,10 +193,14 @@ def execute(plan: dict, scheduler: str = "local", workers: int | None = None, on
         A task failed; nothing is returned.
     """
     on_event = on_event or (lambda *a: None)
-    shards, stats, names = build_graph(plan)
+    shards, stats, names, searches = build_graph(plan)
     if scheduler == "sync":
-        return _execute_sync(plan, shards, stats, names, on_event)
-    return _execute_distributed(plan, shards, stats, names, on_event, scheduler, workers, retries)
+        out = _execute_sync(plan, shards, stats + searches, names, on_event)
+    else:
+        out = _execute_distributed(plan, shards, stats + searches, names, on_event, scheduler, workers, retries)
+    results, done, info = out  # the searches ran after the per-file statistics
+    n = len(stats)
+    return results, done[:n], {**info, "searches": done[n:]}
 
 
 class _Stop(Exception):
@@ -212,6 +229,8 @@ def _execute_sync(plan, shards, stats, names, on_event):
             on_event("done", "shard", what[1], result)
         elif what and key.startswith("aisim-stats-"):
             on_event("done", "read", what[1], result)
+        elif what and key.startswith("aisim-search-"):
+            on_event("done", "search", what[1], result)
 
     try:
         with Callback(pretask=pretask, posttask=posttask):
@@ -289,7 +308,7 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
                     for g in pending:
                         g.cancel()
                     raise ShardFailed(results[i]["aisim_failure"])
-                on_event("done", "shard" if i < n_shards else "read", what[1], results[i])
+                on_event("done", "shard" if i < n_shards else what[0], what[1], results[i])
             now = time.monotonic()
             if pending and now - last_poll >= 1.0:
                 last_poll = now

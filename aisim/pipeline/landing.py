@@ -42,6 +42,8 @@ TABLES = tuple(columns.TABLES)
 # Kept as Parquet files with keep_parquet; the rest always live in the database.
 LARGE = columns.LARGE_TABLES
 SMALL = tuple(t for t in TABLES if t not in LARGE)
+# Tables only some runs fill (a spec's [capacity]): created when a run first lands rows in them.
+EXTRA = tuple(columns.RUN_EXTRA_TABLES)
 
 
 def _locked_message(path: str, exc: Exception, read_only: bool) -> str:
@@ -271,23 +273,27 @@ def _schema(con, keep_parquet: bool) -> None:
 
     if not keep_parquet:
         sql.apply_schema(con)
-        _add_new_columns(con, columns.TABLES)
+        add_new_columns(con, columns.TABLES)
         return
     for name in SMALL:
         con.execute(render_table(columns.TABLES[name]))
-    _add_new_columns(con, SMALL)
+    add_new_columns(con, SMALL)
     con.execute("CREATE TABLE IF NOT EXISTS _aisim_parquet_files (run_id VARCHAR NOT NULL, "
                 "table_name VARCHAR NOT NULL, seq INTEGER NOT NULL, path VARCHAR NOT NULL)")
 
 
-def _add_new_columns(con, names) -> None:
-    """A table made by an earlier aisim gains the catalogue's nullable columns it lacks (NULL in its rows)."""
+def add_new_columns(con, names, catalogue=None) -> None:
+    """A table made by an earlier aisim gains the catalogue's nullable columns it lacks (NULL in its rows).
+
+    ``catalogue``: name -> :class:`aisim.columns.Table` (default :data:`aisim.columns.TABLES`).
+    """
+    catalogue = columns.TABLES if catalogue is None else catalogue
     kinds = _table_kinds(con)
     for name in names:
         if kinds.get(name) != "BASE TABLE":
             continue
         have = set(_columns(con, name))
-        for c in columns.TABLES[name].columns:
+        for c in catalogue[name].columns:
             if c.name not in have and not c.not_null:
                 con.execute(f'ALTER TABLE {name} ADD COLUMN "{c.name}" {c.sql}')
 
@@ -347,7 +353,14 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
         if found and not force:
             con.execute("ROLLBACK")
             return {"landed": False, "replaced": False, "run_seq": found[0], "rows": {}}
+        extra = [t for t in EXTRA if t in manifest["files"]]  # what the run's plugged-in sections staged
+        for t in extra:
+            con.execute(columns.render_table(columns.RUN_EXTRA_TABLES[t]))
+        add_new_columns(con, EXTRA, columns.RUN_EXTRA_TABLES)
         if found:
+            kinds = _table_kinds(con)
+            for t in [t for t in EXTRA if kinds.get(t) == "BASE TABLE"]:
+                con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
             for t in reversed(SMALL if store is not None else TABLES):
                 con.execute(f"DELETE FROM {t} WHERE run_id = ?", [run_id])
             if store is not None:
@@ -363,6 +376,8 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
                 rows[t] = manifest["rows"][t]
             else:
                 rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"].get(t, [])])
+        for t in extra:
+            rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"][t]])
         if store is not None:
             _parquet_views(con)
         con.execute("COMMIT")

@@ -88,6 +88,7 @@ class LineProgress(Quiet):
         self.console = console
 
     def start(self, run_id, name, plan, scheduler):
+        self.plan = plan
         self.n = len(plan["shards"])
         self.done = 0
         self.console.print(f"run {name} ({run_id}): {self.n} shards, {len(plan['reads'])} input files, "
@@ -99,6 +100,10 @@ class LineProgress(Quiet):
             row = payload["shard"]
             self.console.print(f"[{self.done}/{self.n}] shard {index} {row['model']} / {row['engine']}: "
                                f"{fmt_num(row['requests'])} requests in {fmt_seconds(row['task_s'])}")
+        elif kind == "search" and event == "done":
+            s = self.plan["searches"][index]
+            self.console.print(f"[{s['key']}] shard {s['shard_id']} {s['model']} / {s['engine']}: "
+                               f"{fmt_num(payload['rows'][s['table']])} {s['table']} rows")
 
     def landing(self):
         self.console.print("landing in DuckDB")

@@ -127,7 +127,17 @@ def build_plan(spec: PipelineSpec, inputs: list, run_id: str, staging=None) -> d
             "replay": dict(spec.replay), "staging": staging,
             "reads": relevant,
         })
-    return {"reads": reads, "shards": shards}
+    searches = []  # a plugged-in section's question, asked of every shard (aisim.pipeline.sections)
+    for key in sorted(spec.sections):
+        from aisim.pipeline.sections import section
+
+        plugged = section(key)
+        for sh in shards:
+            searches.append({k: sh[k] for k in ("run_id", "shard_id", "model", "engine", "engine_config",
+                                                "engine_source", "engine_path", "deployment", "staging", "reads")}
+                            | {"key": key, "table": plugged.table, "section": spec.sections[key],
+                               "task": plugged.task})
+    return {"reads": reads, "shards": shards, "searches": searches}
 
 
 def staging_for(spec: PipelineSpec | None, database: str, location: str | None = None):
@@ -235,7 +245,7 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
                                     "read; nothing is landed")
             run = _run_row(spec, inputs, run_id, report, results, started)
             run["wall_s"] = time.perf_counter() - t0
-            stage.write_json(stage.run_path(run_id, MANIFEST), manifest(run, results, db))
+            stage.write_json(stage.run_path(run_id, MANIFEST), manifest(run, results, db, info.get("searches", ())))
         except BaseException:
             _discard(stage, run_id)
             raise
@@ -285,13 +295,20 @@ def land_command(run_id: str, db: str, stage) -> str:
     return f"aisim pipeline land {run_id} --db {db}{where}"
 
 
-def manifest(run: dict, results: list, db: str) -> dict:
-    """The run's ``run.json``: the ``runs`` row, every staged file in landing order, the shards' summaries."""
+def manifest(run: dict, results: list, db: str, searches: tuple = ()) -> dict:
+    """The run's ``run.json``: the ``runs`` row, every staged file in landing order, the shards' summaries.
+
+    ``searches``: what the plugged-in sections' tasks staged (:func:`aisim.pipeline.shards.run_search`).
+    """
     row = dict(run)
     if row.get("started_at") is not None:
         row["started_at"] = row["started_at"].isoformat()
     files = {t: [f for r in results for f in r["files"][t]] for t in list(TABLES)[1:]}
     rows = {t: sum(r["rows"][t] for r in results) for t in files}
+    for r in searches:  # the plugged-in sections' tables, in search order
+        for t, fs in r["files"].items():
+            files.setdefault(t, []).extend(fs)
+            rows[t] = rows.get(t, 0) + r["rows"][t]
     return {"format": MANIFEST_FORMAT, "run": row, "database": db, "files": files, "rows": rows,
             "shards": _shard_rows(results)}
 

@@ -195,6 +195,49 @@ def _run_shard(desc: dict, parts: list) -> dict:
     return write_results(desc, shard, summary_row(desc, summary, kv), requests, steps, replicas)
 
 
+def run_search(desc: dict, inputs: list) -> dict:
+    """Answer a plugged-in section's question for one shard (:mod:`aisim.pipeline.sections`) and stage its rows.
+
+    The shard's whole merged trace (its model's rows, in arrival order, as the sources give them:
+    the window applied, ``[replay]``'s load transform not) goes to the section's task; its rows are
+    staged as ``shard-N/<table>.parquet``.  A shard without requests has nothing to ask (no rows).
+
+    Returns
+    -------
+    dict
+        ``files`` and ``rows`` of the section's table, or a :func:`failure` naming the shard.
+    """
+    from aisim.columns import RUN_EXTRA_TABLES
+    from aisim.errors import AisimError
+    from aisim.pipeline.merge import ShardTrace
+
+    for x in inputs:
+        for r in ([x] if isinstance(x, dict) else x):
+            if is_failure(r):
+                return r
+    table_name = desc["table"]
+    schema = RUN_EXTRA_TABLES[table_name].arrow_schema()
+    try:
+        trace = ShardTrace(desc, model_parts(desc, inputs))
+        try:
+            trace.check_ids()
+            rows = schema.empty_table()
+            if trace.rows:
+                # One chunk: what the section sees (and may hash) is the same whatever the blocks were.
+                whole = pa.concat_tables(list(trace.batches())).combine_chunks()
+                whole = whole.replace_schema_metadata({"clock": trace.clock})
+                rows = desc["task"](desc, desc["section"], whole).select(schema.names).cast(schema)
+        finally:
+            trace.close()
+    except AisimError as exc:
+        return failure(f"[{desc['key']}] of shard {desc['shard_id']} (model '{desc['model']}', engine "
+                       f"'{desc['engine']}') failed: {exc}")
+    staging, run_id = desc["staging"], desc["run_id"]
+    rel = f"{shard_dir(desc['shard_id'])}/{table_name}.parquet"
+    staging.write_parquet(staging.run_path(run_id, rel), rows)
+    return {"files": {table_name: [rel]}, "rows": {table_name: rows.num_rows}}
+
+
 def _run_deployment(desc: dict, rows: int, batches, clock: str, parts: list, requests, steps, kv,
                     max_concurrency: int | None = None, closed_loop: bool = False, think_time_s=None) -> tuple:
     """Replay the shard's whole trace (``batches``, ``rows`` requests clocked by ``clock``) through its

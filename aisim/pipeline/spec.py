@@ -209,6 +209,9 @@ class PipelineSpec:
         The spec file (absolute), None for a spec built from a dictionary.
     base_dir : str
         Directory relative paths are resolved against.
+    sections : dict
+        Key -> validated section, for the sections other rooms plug in
+        (:mod:`aisim.pipeline.sections`; ``capacity``).
     """
 
     name: str
@@ -221,6 +224,7 @@ class PipelineSpec:
     base_dir: str = "."
     replay: dict = field(default_factory=lambda: {"closed_loop": False, "think_time_s": None})
     landing: Landing = field(default_factory=lambda: Landing())
+    sections: dict = field(default_factory=dict)
 
     @property
     def models(self) -> tuple:
@@ -237,7 +241,7 @@ class PipelineSpec:
         The run key hashes this together with the input fingerprints; the
         description and the database are left out (they do not change results).
         """
-        return {
+        out = {
             "name": self.name,
             "window": self.window.to_dict(),
             "replay": dict(self.replay),
@@ -245,6 +249,9 @@ class PipelineSpec:
             "deployments": [{"model": d.model, "engines": [e.to_dict() for e in d.engines]}
                             for d in self.deployments],
         }
+        if self.sections:  # a spec without them keeps the run key it had before sections existed
+            out["sections"] = {k: self.sections[k].to_dict() for k in sorted(self.sections)}
+        return out
 
 
 # ---------------------------------------------------------------------------- loading
@@ -303,9 +310,15 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
     base_dir : str, optional
         Directory relative paths are resolved against (default: the current one).
     """
+    from aisim.pipeline import sections as plugged
+
     base_dir = os.path.abspath(base_dir or os.getcwd())
     v = _Validator(source)
-    v.mapping(raw, "", _TOP_KEYS)
+    if isinstance(raw, dict):
+        for k in raw:
+            if k in plugged.KNOWN and plugged.section(k) is None:
+                raise plugged.unplugged(k, v.where)
+    v.mapping(raw, "", _TOP_KEYS + plugged.keys())
     name = v.name(raw, "name", required=True)
     description = v.string(raw, "description", default="")
     database = v.string(raw, "database", required=True)
@@ -325,9 +338,11 @@ def spec_from_dict(raw: dict, source: str | None = None, base_dir: str | None = 
                 raise v.error("replay.reject_too_long", f"applies to a single engine's replay, not to deployment "
                               f"'{d.model}/{e.name}'")
     _check_routing(v, sources, deployments)
+    extra = {k: plugged.section(k).parse(raw[k], v.where, {"replay": replay, "deployments": deployments})
+             for k in plugged.keys() if k in raw}
     return PipelineSpec(name=name, database=database, sources=sources, deployments=deployments,
                         window=window, description=description, replay=replay, landing=landing,
-                        path=os.path.abspath(source) if source else None, base_dir=base_dir)
+                        path=os.path.abspath(source) if source else None, base_dir=base_dir, sections=extra)
 
 
 class _Validator:
