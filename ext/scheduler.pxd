@@ -55,6 +55,7 @@ cdef struct BatchC:
     flag_t* decode                   # [cap] the entry only processes the newest token
     tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
     tok_t total_tokens               # sum of tokens[0 : n]
+    tok_t decode_tokens              # of those, tokens of entries that only process the newest token
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]
     tok_t* new_computed              # [cap]

@@ -380,6 +380,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
 
     b.n = 0
     b.total_tokens = 0
+    b.decode_tokens = 0
     b.n_new = 0
     b.n_resumed = 0
     b.n_preempted = 0
@@ -588,6 +589,8 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
         r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
         b.sampled[i] = not r.is_prefill_chunk
         b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
+        if b.decode[i]:
+            b.decode_tokens += b.tokens[i]
         b.ctx[i] = r.num_computed
         if spec and b.spec_m[i] > 0:
             if b.padded[i]:
