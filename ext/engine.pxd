@@ -203,6 +203,8 @@ cdef class Engine:
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil
+    cdef int _price(self, BatchC* b) except -1 nogil
+    cdef int _end_sync_step(self, BatchC* b) except -1 nogil
     cdef int _release_next_turns(self) except -1 nogil
     cdef bint _open_due(self) noexcept nogil
     cdef bint _release_due(self) noexcept nogil

@@ -29,8 +29,9 @@ from aisim._core.util cimport num_tokens
 from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
-    BatchC, SchedC, SchedConfC, batch_init, batch_release, sched_add_request,
-    sched_has_requests, sched_init, sched_release, sched_schedule, sched_update,
+    BatchC, SchedC, SchedConfC, batch_init, batch_release, sched_add_request, sched_admit_waiting,
+    sched_end_schedule, sched_has_requests, sched_init, sched_release, sched_schedule, sched_step_lpt,
+    sched_update,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t,
@@ -505,9 +506,27 @@ cdef class Engine:
         b.step = self.step
         b.start_s = self.clock
         sched_schedule(&self.sched, b)
+        self._price(b)
+        return 0
+
+    cdef int _price(self, BatchC* b) except -1 nogil:
+        """When the forward pass of ``b``, scheduled at this clock, ends."""
         b.end_s = self.clock + tm_step_time(&self.time_model, b)
         if self.time_model.out_of_range:
             self._range_error(self.step)
+        return 0
+
+    cdef int _end_sync_step(self, BatchC* b) except -1 nogil:
+        """A synchronous iteration after its schedule(): the output of ``b`` processed
+        (update_from_output), its row written, the clock at the end of its forward pass."""
+        cdef block_id_t free_sched = self.kv.pool.num_free
+        sched_update(&self.sched, b)
+        self.upd_batch = b
+        self._release_next_turns()
+        self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+        self.clock = b.end_s
+        self.step += 1
         return 0
 
     cdef int _range_error(self, step_t step) except -1 nogil:
@@ -631,15 +650,7 @@ cdef class Engine:
         if not self.sched.conf.async_scheduling:
             b = &self.batches[0]
             self._schedule_batch(b)
-            free_sched = self.kv.pool.num_free
-            sched_update(&self.sched, b)
-            self.upd_batch = b
-            self._release_next_turns()
-            self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-            self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
-            self.clock = b.end_s
-            self.step += 1
-            return 0
+            return self._end_sync_step(b)
         # Asynchronous engine, batch queue of two (step_with_batch_queue).
         scheduled = False
         free_sched = self.kv.pool.num_free

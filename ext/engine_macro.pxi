@@ -53,16 +53,15 @@ cdef void _macro_release(MacroC* m) noexcept nogil:
     memset(m, 0, sizeof(MacroC))
 
 
-cdef int64_t _quiet_length(Engine e, bint* blocked) noexcept nogil:
-    """Steps from here in which nothing but arrivals can change a decision (0: step normally).
+cdef int64_t _quiet_length(Engine e) noexcept nogil:
+    """Steps from here whose running pass schedules one decode token for every running request
+    and changes nothing else; 0: step normally.
 
-    Quiet means: the last iteration scheduled every running request and left each decoding
-    (its next step schedules one token: num_computed_tokens + 1 == num_tokens, nothing in
-    flight, no pending copy), the running pass schedules all of them within both budgets, and
-    the waiting pass admits nothing -- the waiting queue is empty, or ``blocked``: the running
-    list is full (max_num_seqs) or the budget is spent (Scheduler.schedule's waiting loop stops
-    before looking at a request).  The stretch ends before the first request's finishing step
-    (max_tokens or max_model_len: check_stop).
+    That holds when the last iteration scheduled every running request and left each decoding
+    (num_computed_tokens + 1 == num_tokens, nothing in flight, no pending copy, sliding windows
+    settled) and the running pass fits all of them in both budgets, until the step at which the
+    first of them finishes (max_tokens or max_model_len: check_stop), where the stretch ends.
+    The waiting pass still runs every step, for real: a stretch ends at the step that admits.
     """
     cdef SchedC* s = &e.sched
     cdef const SchedConfC* c = &s.conf
@@ -70,20 +69,10 @@ cdef int64_t _quiet_length(Engine e, bint* blocked) noexcept nogil:
     cdef int32_t n = s.n_running, i
     cdef int64_t length = <int64_t>1 << 62, f
     cdef const ReqC* r
-    cdef sec_t soon
     if n == 0 or n > e.macro.cap or e.upd_batch != b or b.n != n + s.n_finished:
         return 0
     if n > c.max_num_scheduled_tokens or n > c.max_num_batched_tokens:
         return 0
-    blocked[0] = (n >= c.max_num_active_reqs or n == c.max_num_scheduled_tokens
-                  or n == c.max_num_batched_tokens)
-    if s.n_waiting > 0 and not blocked[0]:
-        return 0
-    if not blocked[0] and e.timed and e.open_n > 0:
-        # An arrival within about two steps would end the stretch at once: not worth setting up.
-        soon = e.clock + 2.0 * (b.end_s - b.start_s)
-        if e.slot_time[e.open_q[e.open_head]] <= soon:
-            return 0
     for i in range(n):
         r = &s.reqs[s.running[i]]
         if (r.num_computed + 1 != num_tokens(r) or r.num_output < 1 or r.num_in_flight != 0
@@ -104,12 +93,12 @@ cdef int64_t _stretch(Engine e) except -1 nogil:
     cdef MacroC* m = &e.macro
     cdef SchedC* s = &e.sched
     cdef BatchC* b = &e.batches[0]
-    cdef tok_t P = m.period
+    cdef tok_t P = m.period, lpt
     cdef int32_t n = s.n_running, i, j, x, lo, hi
     cdef int64_t k = 0, length
-    cdef bint blocked = False
+    cdef bint admitted = False
     cdef ReqC* r
-    length = _quiet_length(e, &blocked)
+    length = _quiet_length(e)
     if length == 0:
         return 0
     # Bucket the running requests by the steps (modulo P) at which a decode may touch the KV
@@ -130,13 +119,7 @@ cdef int64_t _stretch(Engine e) except -1 nogil:
             x = <int32_t>((m.res[j] - m.c0[i] % P + P) % P)
             m.at[m.fill[x]] = i
             m.fill[x] += 1
-    # The batch every step of the stretch schedules: each running request, one decode token.
-    b.n = n
-    b.total_tokens = n
-    b.decode_tokens = n
-    b.n_new = b.n_resumed = b.n_preempted = 0
-    b.queries = b.hits = b.requests = 0
-    b.p_queries = b.p_hits = b.p_requests = 0
+    # The running pass of every step: each running request, one decode token.
     for i in range(n):
         b.req[i] = s.running[i]
         b.tokens[i] = 1
@@ -147,47 +130,67 @@ cdef int64_t _stretch(Engine e) except -1 nogil:
         if k > 0:
             if e.cols.n >= e.out_rows:
                 break  # Engine.advance hands the rows over here, as between single steps
-            if e._input_needed() or e._open_due() or e._release_due():
-                # An arrival: it waits without changing a decision only when the waiting pass
-                # admits nothing anyway.
-                if not blocked or e._add_arrivals() == ADV_INPUT:
-                    break
+            if e._add_arrivals() == ADV_INPUT:
+                break
         x = <int32_t>(k % P)
         lo = m.first[x]
         hi = m.first[x + 1]
         # Each call takes at most one block per group: with that many free, none can preempt.
         if <int64_t>(hi - lo) * e.kv.n_groups > e.kv.pool.num_free:
             break
+        # Scheduler.schedule: the step's threshold from the requests eligible now, then the
+        # running pass (allocate_slots for each one new token: only the calls that do anything).
+        lpt = sched_step_lpt(s)
         kv_new_step_starts(&e.kv)
         b.step = e.step
         b.start_s = e.clock
+        b.n = n
+        b.total_tokens = n
+        b.decode_tokens = n
+        b.n_new = b.n_resumed = b.n_preempted = 0
+        b.queries = b.hits = b.requests = 0
+        b.p_queries = b.p_hits = b.p_requests = 0
         for j in range(lo, hi):
             i = m.at[j]
             r = &s.reqs[s.running[i]]
             r.num_computed = m.c0[i] + k
             r.num_output = m.o0[i] + k
-            # Scheduler.schedule's running pass: allocate_slots for the one new token.
             kv_allocate_slots(&e.kv, r, 1, 0, False, True, 0, False)
+        if s.n_waiting > 0:
+            # The waiting pass, for real; the running requests' counters are not read there.
+            sched_admit_waiting(s, b, lpt)
+            if b.n > n:
+                # It admitted: this step ends as any other, and the stretch with it.
+                for i in range(n):
+                    r = &s.reqs[s.running[i]]
+                    r.num_computed = m.c0[i] + k
+                    r.num_output = m.o0[i] + k
+                sched_end_schedule(s, b)
+                e._price(b)
+                e._end_sync_step(b)
+                k += 1
+                admitted = True
+                break
         kv_end_schedule(&e.kv)
         if k > 0 and e.time_model.kind != TM_LINEAR:
             for i in range(n):
                 b.ctx[i] += 1
-        b.end_s = e.clock + tm_step_time(&e.time_model, b)
-        if e.time_model.out_of_range:
-            e._range_error(e.step)
+        e._price(b)
         b.free_after_schedule = e.kv.pool.num_free
+        # update_from_output: one token each, nobody finishes.
         s.n_finished = 0
         s.finished_pending = False
         e._log_line(e.step, LINE_STEP, e.clock, b, b, e.kv.pool.num_free)
         e.clock = b.end_s
         e.step += 1
         k += 1
-    # Every request has advanced k decode steps (update_from_output: one sampled token each).
-    for i in range(n):
-        r = &s.reqs[s.running[i]]
-        r.num_computed = m.c0[i] + k
-        r.num_output = m.o0[i] + k
-        b.ctx[i] = m.c0[i] + k
+    if not admitted:
+        # Every request has advanced k decode steps (update_from_output: one sampled token each).
+        for i in range(n):
+            r = &s.reqs[s.running[i]]
+            r.num_computed = m.c0[i] + k
+            r.num_output = m.o0[i] + k
+            b.ctx[i] = m.c0[i] + k
     if k > 0:
         e.stalled = 0
         m.stretches += 1

@@ -114,5 +114,8 @@ cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil
 cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil
+cdef int sched_admit_waiting(SchedC* s, BatchC* b, tok_t lpt) except -1 nogil
+cdef int sched_end_schedule(SchedC* s, BatchC* b) except -1 nogil
+cdef tok_t sched_step_lpt(const SchedC* s) noexcept nogil
 cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
 cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil

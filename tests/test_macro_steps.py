@@ -88,19 +88,32 @@ def test_one_request_by_hand():
     assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 8}
 
 
-def test_stretches_end_at_arrivals_that_could_be_admitted():
+def test_a_stretch_ends_with_the_step_that_admits():
     # b arrives at step 5 while a decodes alone (a: prefill at step 0, finish at step 11).  With
-    # max_num_seqs 2 the waiting pass admits b, so the stretch after step 0 ends before step 5
-    # (steps 1..4).  b prefills at 5 and finishes at 7; at 6 it is one step from its finish (no
+    # max_num_seqs 2 the waiting pass of step 5 admits b: that step ends as any other and the
+    # stretch with it (steps 1..5).  b finishes at 7 (at 6 it is one step from its finish: no
     # stretch); after 7, a alone runs steps 8..10 in one stretch.
     trace = make_trace([dict(id="a", prompt=4, max_tokens=12, at=0), dict(id="b", prompt=4, max_tokens=3, at=5)])
     two = _engine(max_num_seqs=2)
     _same_both_ways(trace, two)
-    assert _macro_counts(trace, two) == {"stretches": 2, "steps": 4 + 3}
+    assert _macro_counts(trace, two) == {"stretches": 2, "steps": 5 + 3}
+    # With max_num_seqs 1, b arrives inside the stretch and waits (the waiting pass stops at
+    # the full running list): steps 1..10 are one stretch; b runs after a's finish.
     one = _engine(max_num_seqs=1)
     _same_both_ways(trace, one)
-    # a: steps 1..10 quiet (finishes at step 11); b: admitted at 12, finishes at 14 (quiet: 13).
     assert _macro_counts(trace, one) == {"stretches": 1, "steps": 10}
+
+
+def test_a_request_blocked_by_the_kv_cache_waits_inside_a_stretch():
+    # 13 usable blocks of 4 tokens: a (prompt 20: 5 blocks, growing to 8 by its finish) runs; b
+    # (prompt 32 + its first token: 9 blocks) cannot be admitted until a finishes.  Every step
+    # in between tries and fails to admit b (a lookup and a refused allocation), inside one stretch.
+    eng = _engine(num_gpu_blocks=14, enable_prefix_caching=False)
+    trace = make_trace([dict(id="a", prompt=20, max_tokens=12, at=0), dict(id="b", prompt=32, max_tokens=2, at=1)])
+    res = _same_both_ways(trace, eng)
+    steps = res.steps.to_pydict()
+    assert steps["waiting"][1:11] == [1] * 10 and steps["num_new"][1:12] == [0] * 11
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 10}
 
 
 def test_switched_off_no_stretch_is_taken():
