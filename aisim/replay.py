@@ -256,7 +256,7 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
 
 def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None = None,
                    record_events: bool = False, record_routing: bool = False, max_concurrency: int | None = None,
-                   closed_loop: bool = False, think_time_s: float | None = None):
+                   closed_loop: bool = False, think_time_s: float | None = None, macro_steps: bool = True):
     """Run ``trace`` through ``deployment.replicas`` copies of ``engine`` behind its router.
 
     The one way into the core's deployments (``aisim._core.deploy.Deployment``);
@@ -264,7 +264,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     (``arrival_s``); its turns arrive at their timestamps (open loop) unless ``closed_loop``.  ``name`` names the trace
     in errors.  ``max_concurrency`` caps the client's requests in flight, and ``closed_loop``
     (``think_time_s``) sends a session's next turn when its previous turn finishes, as
-    :func:`replay`'s do.  Returns the validated trace table and the core's columns (``Deployment.run``).
+    :func:`replay`'s do; ``macro_steps`` as :func:`aisim.deploy.deploy`'s.  Returns the validated trace
+    table and the core's columns (``Deployment.run``).
     """
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
@@ -321,7 +322,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     core_trace = CoreTrace(**arrays)
     cap = _check_concurrency(max_concurrency, closed_loop)
     try:
-        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap).run()
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap,
+                         macro_steps).run()
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out

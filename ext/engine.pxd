@@ -199,6 +199,8 @@ cdef class Engine:
     cdef int64_t stalled           # iterations in a row without progress
     cdef BatchC* upd_batch         # the batch whose output the last iteration processed (NULL: none)
     cdef MacroC macro              # macro-steps: quiet stretches of decoding in one move
+    cdef bint replica              # a deployment's replica (fed and stepped by aisim._core.deploy)
+    cdef sec_t last_start          # clock at the start of the last iteration
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
@@ -220,5 +222,5 @@ cdef class Engine:
 # A deployment's replica (engine_replica.pxi): deploy.pyx feeds it one request at a time, steps it
 # one iteration at a time at its clock, and ends it.
 cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil
-cdef int replica_step(Engine e) except -1 nogil
+cdef int replica_step(Engine e, sec_t until) except -1 nogil
 cdef int replica_end(Engine e) except -1 nogil

@@ -123,7 +123,8 @@ cdef class Engine:
             --max-concurrency``).  Open-loop arrivals only.
         macro_steps : bool
             Replay quiet stretches of decoding in one move (engine_macro.pxi); the output is
-            byte-identical either way.  A deployment's replica always steps one iteration at a time.
+            byte-identical either way.  A deployment's replica runs a stretch only up to the
+            deployment's next event (``replica_step``).
         """
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
@@ -204,7 +205,8 @@ cdef class Engine:
         _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
-        if macro_steps and not replica:
+        self.replica = replica
+        if macro_steps:
             _macro_init(self)
         self.time_model.kind = TM_LINEAR
         self.time_model.base_s = config.base_s
@@ -597,7 +599,7 @@ cdef class Engine:
                 else:
                     self.step = self.slot_step[self.open_q[self.open_head]]
                 continue
-            if self.macro.period == 0 or _stretch(self) == 0:
+            if self.macro.period == 0 or _stretch(self, INF_TIME) == 0:
                 self._iterate()
 
     cdef bint _release_due(self) noexcept nogil:
@@ -647,6 +649,7 @@ cdef class Engine:
         cdef bint scheduled
         cdef block_id_t free_sched
         self.upd_batch = NULL
+        self.last_start = self.clock
         if not self.sched.conf.async_scheduling:
             b = &self.batches[0]
             self._schedule_batch(b)

@@ -14,6 +14,9 @@ cdef int64_t MIN_STRETCH = 2
 # Longest period of block work a stretch follows (kv_decode_period's cap).
 cdef tok_t MAX_PERIOD = 4096
 
+# No bound on when a stretch's iterations start (a single engine's stretch).
+cdef sec_t INF_TIME = 1e300
+
 
 cdef int _macro_init(Engine e) except -1 nogil:
     """Macro-steps for a synchronous engine without drafts or Mamba alignment, over KV-cache
@@ -88,8 +91,10 @@ cdef int64_t _quiet_length(Engine e) noexcept nogil:
     return length
 
 
-cdef int64_t _stretch(Engine e) except -1 nogil:
-    """Replay a quiet stretch from here; returns the steps it covered (0: step normally)."""
+cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
+    """Replay a quiet stretch from here, every iteration starting before ``until``; returns the
+    steps it covered (0: step normally).  A replica's arrivals come from its deployment, between
+    stretches (the deployment bounds a stretch by its next event); a single engine adds its own."""
     cdef MacroC* m = &e.macro
     cdef SchedC* s = &e.sched
     cdef BatchC* b = &e.batches[0]
@@ -128,9 +133,9 @@ cdef int64_t _stretch(Engine e) except -1 nogil:
         b.ctx[i] = m.c0[i] + 1
     while k < length:
         if k > 0:
-            if e.cols.n >= e.out_rows:
+            if e.cols.n >= e.out_rows or e.clock >= until:
                 break  # Engine.advance hands the rows over here, as between single steps
-            if e._add_arrivals() == ADV_INPUT:
+            if not e.replica and e._add_arrivals() == ADV_INPUT:
                 break
         x = <int32_t>(k % P)
         lo = m.first[x]
@@ -141,6 +146,7 @@ cdef int64_t _stretch(Engine e) except -1 nogil:
         # Scheduler.schedule: the step's threshold from the requests eligible now, then the
         # running pass (allocate_slots for each one new token: only the calls that do anything).
         lpt = sched_step_lpt(s)
+        e.last_start = e.clock
         kv_new_step_starts(&e.kv)
         b.step = e.step
         b.start_s = e.clock

@@ -19,8 +19,10 @@ from aisim._core.engine import Engine
 from aisim.config.engine import engine_config_from_dict
 from aisim.core_input import CoreTrace, core_config
 from aisim.decisionlog import decision_lines, log_line_json
+from aisim.deploy import deploy
 from aisim.replay import _whole_arrays, replay, replay_stream
 from aisim.traces import read_oracle_trace, read_trace
+from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE, SPEC_ORACLE
 from helpers import make_trace, oracle_engine_dict
@@ -192,6 +194,62 @@ def test_streamed_replay_identical_both_ways():
     steps = [item[1] for item in replay_stream(iter(pieces), eng, timed=False, expected=t.num_rows, out_rows=37)
              if item[0] == "steps"]
     assert _bytes(pa.concat_tables(steps).combine_chunks()) == _bytes(whole.steps.combine_chunks())
+
+
+# ------------------------------------------------------------------ deployments
+
+def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
+    """A deployment with macro-steps on and off: the same bytes; the stretches its replicas took."""
+    import aisim._core.deploy as core_deploy
+
+    taken = []
+
+    class Counted(core_deploy.Deployment):
+        def run(self):
+            out = super().run()
+            taken.append(self.macro_counts["steps"])
+            return out
+
+    monkeypatch.setattr(core_deploy, "Deployment", Counted)
+    on = deploy(trace, eng, deployment, record_decisions=True, macro_steps=True, **kw)
+    off = deploy(trace, eng, deployment, record_decisions=True, macro_steps=False, **kw)
+    assert _bytes(on.requests) == _bytes(off.requests)
+    assert _bytes(on.steps) == _bytes(off.steps)
+    assert [_log(r) for r in on.replicas] == [_log(r) for r in off.replicas]
+    assert taken[1] == 0
+    return taken[0]
+
+
+DEPLOY_ENGINE = dict(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512,
+                     time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5})
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_loaded", {"kind": "least_loaded", "by": "tokens"},
+                                    {"kind": "random", "seed": 5}, "kv_aware",
+                                    {"kind": "session_affinity", "fallback": "least_loaded"},
+                                    {"kind": "least_loaded", "view_delay_s": 0.05}])
+@pytest.mark.parametrize("load", [{}, {"max_concurrency": 6}, {"closed_loop": True}])
+def test_deployments_identical_both_ways(router, load, monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(240, seed=3, rate=40.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5", turns=4,
+                        think_time_s=0.05, prefix_groups=3, prefix_len=64, prefix_fraction=0.5)
+    steps = _deploy_both_ways(trace, eng, {"replicas": 3, "router": router}, monkeypatch, **load)
+    kv = router == "kv_aware"
+    # Stretches run on every replica unless the router reads the replicas' block keys.
+    assert (steps == 0) if kv else (steps > 0)
+
+
+def test_one_kv_aware_replica_takes_stretches(monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(200, seed=4, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5")
+    assert _deploy_both_ways(trace, eng, {"replicas": 1, "router": "kv_aware"}, monkeypatch) > 0
+
+
+def test_disaggregated_deployments_step_one_iteration_at_a_time(monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(120, seed=5, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:40:0.5")
+    pd = {"prefill": {"replicas": 1}, "decode": {"replicas": 2}, "link": {"bandwidth_gb_s": "inf", "latency_s": 0.001}}
+    assert _deploy_both_ways(trace, eng, pd, monkeypatch) == 0
 
 
 # ------------------------------------------------------------------ property
