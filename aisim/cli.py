@@ -50,10 +50,14 @@ def main():
 @click.option("--deployment", "deployment_path", type=click.Path(dir_okay=False),
               help="Deployment file (a 'deployment' section: replicas, router): replay through replicas of the "
                    "engine behind the router; --decision-log then writes one log per replica (LOG.replicaN.EXT).")
+@click.option("--no-macro-steps", "no_macro_steps", is_flag=True,
+              help="Replay every engine step one at a time, quiet stretches of decoding too (the results are the "
+                   "same bytes; for checking, and for timing the difference).")
 @format_option()
 @progress_option()
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
-           max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path, fmt, progress):
+           max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path, no_macro_steps,
+           fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -104,14 +108,15 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
                 from aisim.deploy import deploy, write_deployment
 
                 result = deploy(trace, engine, deployment, record_decisions=decision_log is not None, name=trace_path,
-                                max_concurrency=max_concurrency, closed_loop=closed_loop, think_time_s=think_time)
+                                max_concurrency=max_concurrency, closed_loop=closed_loop, think_time_s=think_time,
+                                macro_steps=not no_macro_steps)
                 if out_dir or decision_log:
                     phases("writing results", f"{result.summary['steps']:,} steps")
                     logs = write_deployment(result, out_dir, decision_log)
             else:
                 result = run_replay(trace, engine, record_decisions=decision_log is not None,
                                     closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long,
-                                    max_concurrency=max_concurrency)
+                                    max_concurrency=max_concurrency, macro_steps=not no_macro_steps)
             if deployment is None and (out_dir or decision_log):
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:

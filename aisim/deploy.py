@@ -67,7 +67,7 @@ class DeploymentResult:
 def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | None = None, *,
            record_decisions: bool = False, record_routing: bool = False, name: str | None = None,
            max_concurrency: int | None = None, closed_loop: bool = False,
-           think_time_s: float | None = None) -> DeploymentResult:
+           think_time_s: float | None = None, macro_steps: bool = True) -> DeploymentResult:
     """Replay ``trace`` through a deployment of ``engine``.
 
     Parameters
@@ -95,6 +95,10 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         disaggregated), plus its think time, and route it then, instead of at its timestamp.
     think_time_s : float, optional
         Think time of every closed-loop turn; default: the trace's gap between the two turns.
+    macro_steps : bool
+        Let a replica replay a quiet stretch of decoding in one move, up to the deployment's
+        next event, where that cannot change a decision (``aisim._core.deploy.Deployment``);
+        the results are byte-identical either way.
 
     Returns
     -------
@@ -113,7 +117,7 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         deployment = parse_deployment(deployment)
     table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
                                 record_routing=record_routing, max_concurrency=max_concurrency,
-                                closed_loop=closed_loop, think_time_s=think_time_s)
+                                closed_loop=closed_loop, think_time_s=think_time_s, macro_steps=macro_steps)
     route = out["route"]
     n_p = deployment.prefill.replicas if deployment.disaggregated else len(out["replicas"])
     engines = deployment_engines(deployment, engine) if deployment.disaggregated else (engine, engine)

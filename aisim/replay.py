@@ -256,7 +256,7 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
 
 def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None = None,
                    record_events: bool = False, record_routing: bool = False, max_concurrency: int | None = None,
-                   closed_loop: bool = False, think_time_s: float | None = None):
+                   closed_loop: bool = False, think_time_s: float | None = None, macro_steps: bool = True):
     """Run ``trace`` through ``deployment.replicas`` copies of ``engine`` behind its router.
 
     The one way into the core's deployments (``aisim._core.deploy.Deployment``);
@@ -264,7 +264,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     (``arrival_s``); its turns arrive at their timestamps (open loop) unless ``closed_loop``.  ``name`` names the trace
     in errors.  ``max_concurrency`` caps the client's requests in flight, and ``closed_loop``
     (``think_time_s``) sends a session's next turn when its previous turn finishes, as
-    :func:`replay`'s do.  Returns the validated trace table and the core's columns (``Deployment.run``).
+    :func:`replay`'s do; ``macro_steps`` as :func:`aisim.deploy.deploy`'s.  Returns the validated trace
+    table and the core's columns (``Deployment.run``).
     """
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
@@ -321,7 +322,8 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     core_trace = CoreTrace(**arrays)
     cap = _check_concurrency(max_concurrency, closed_loop)
     try:
-        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap).run()
+        out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap,
+                         macro_steps).run()
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out
@@ -361,7 +363,8 @@ def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> di
 
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None,
-           reject_too_long: bool = False, max_concurrency: int | None = None) -> ReplayResult:
+           reject_too_long: bool = False, max_concurrency: int | None = None,
+           macro_steps: bool = True) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
@@ -392,6 +395,11 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         serve --max-concurrency``: a request due while that many are in flight
         is sent when one finishes, in trace order; its ``arrival_s`` (and so
         its latencies) count from then.  Not with ``closed_loop``.
+    macro_steps : bool
+        Replay quiet stretches of decoding (every running request decodes one
+        token a step, nothing arrives that could be admitted, nothing finishes)
+        in one move.  The results are byte-identical either way; off, every
+        engine step is replayed one at a time.
 
     Returns
     -------
@@ -420,7 +428,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
     try:
-        out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency).run()
+        out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency,
+                     macro_steps=macro_steps).run()
     except (ValueError, RuntimeError) as exc:
         # The core's own refusals (ext/engine.pyx): a stalled engine, a step
         # outside the step-time profile's measured range.
@@ -503,7 +512,8 @@ STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
 
 
 def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, out_rows: int = 65536,
-                  stats: dict | None = None, reject_too_long: bool = False, max_concurrency: int | None = None):
+                  stats: dict | None = None, reject_too_long: bool = False, max_concurrency: int | None = None,
+                  macro_steps: bool = True):
     """Replay a trace given in pieces, holding only the requests in flight; yield the results in pieces.
 
     The same replay as :func:`replay`, row for row and bit for bit, for a
@@ -537,6 +547,8 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     max_concurrency : int, optional
         Cap the requests in flight as :func:`replay` does (not with the
         closed-loop columns).
+    macro_steps : bool
+        Replay quiet stretches of decoding in one move, as :func:`replay` does.
 
     Yields
     ------
@@ -562,7 +574,7 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
 
     config = core_config(engine)
     core = Engine(config, timed=timed, expected=max(int(expected), 1), out_rows=out_rows,
-                  max_concurrency=_check_concurrency(max_concurrency, False))
+                  max_concurrency=_check_concurrency(max_concurrency, False), macro_steps=macro_steps)
     # Trace rows fed and not yet handed back, in trace order, each piece with its rejected rows (or None).
     pending = deque()
     faults = {}

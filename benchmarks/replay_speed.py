@@ -28,6 +28,19 @@ garbage collector is paused during each timed call, as :mod:`timeit` does.
    fastest known simulator does 58,000 requests/s on this shape.  Target:
    at least 60,000 requests/s.
 
+3. ``mooncake`` -- the Mooncake sample trace in ``tests/data/traces/mooncake`` (3,993 requests,
+   long prompts, 512-token hash blocks), 128 sequences, an 8,192-token budget, 8,192 blocks,
+   prompts of ``max_model_len`` (131,072) or more rejected; and ``decode_heavy`` -- 2,000
+   requests of 512 prompt and 1,024 output tokens, eight arriving per step, 256 sequences.
+
+Macro-steps (a quiet stretch of decoding replayed in one move, ``replay(..., macro_steps=...)``)
+are on in every figure above; a second table times each workload with them on and off in
+alternated pairs and prints the median of the paired ratios (off / on).  Targets: >= 5x and
+>= 300,000 requests/s on ``synthetic``, >= 3x on ``bench_full`` and ``mooncake``, no workload
+slower (median ratio >= 0.95).  When Dynamo's mocker is installed (here, or in the interpreter
+given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
+and the ratio of its wall time to aisim's is printed.
+
 A third table splits the best ``replay`` call into the compiled core
 (``Engine(...)`` construction and ``Engine.run()``, which includes copying the
 result columns to numpy) and the Python around it (validation, Arrow to numpy
@@ -66,10 +79,13 @@ import pyarrow  # noqa: E402
 import aisim._core.engine as core_engine  # noqa: E402
 from aisim.config.engine import engine_config_from_dict, load_engine_config  # noqa: E402
 from aisim.replay import replay  # noqa: E402
-from aisim.traces import read_oracle_trace  # noqa: E402
+from aisim.traces import read_oracle_trace, read_trace  # noqa: E402
 from aisim.traces.schema import stream_id, trace_table  # noqa: E402
 
+from mocker import mocker_engine, time_mocker  # noqa: E402
+
 SCENARIO = os.path.join(REPO, "tests", "data", "oracle", "scenarios", "bench_full")
+MOONCAKE = os.path.join(REPO, "tests", "data", "traces", "mooncake", "synthetic_trace.jsonl")
 
 # Reference figures.
 VLLM_REQ_S = 480.0  # vLLM 0.32.0 scheduler on bench_full
@@ -77,6 +93,10 @@ VLLM_US_PER_REQ_STEP = 15.75  # the same, per scheduled request-step
 TARGET_SPEEDUP = 100.0  # aisim / vLLM on bench_full
 FASTEST_SIM_REQ_S = 58_000.0  # fastest known simulator on the synthetic shape
 TARGET_SYNTH_REQ_S = 60_000.0
+# Macro-steps against single steps (median of paired ratios), and the synthetic shape's rate with them.
+TARGET_MACRO = {"synthetic": 5.0, "bench_full": 3.0, "mooncake": 3.0}
+TARGET_MACRO_SYNTH_REQ_S = 300_000.0
+NOT_SLOWER = 0.95
 
 # Synthetic workload shape.
 SYN_REQUESTS = 1_000
@@ -153,6 +173,33 @@ def sliding_window_workload():
                                {"type": "sliding_window", "sliding_window": 128, **GROUP_EVIDENCE}), unit=16)
 
 
+def mooncake_workload():
+    """The Mooncake sample trace on a 128-sequence engine: (engine config, trace table, read seconds)."""
+    eng = engine_config_from_dict(
+        {"num_gpu_blocks": 8192, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 8192,
+         "max_model_len": 131072, "enable_prefix_caching": True, "kv_cache_groups": [{"type": "full"}]},
+        source="mooncake")
+    t0 = time.perf_counter()
+    trace = read_trace(MOONCAKE)
+    return eng, trace, time.perf_counter() - t0
+
+
+def decode_heavy_workload():
+    """2,000 requests of 512 prompt and 1,024 output tokens, 256 sequences: (engine, trace, seconds)."""
+    n, prompt, output, seqs = 2000, 512, 1024, 256
+    eng = engine_config_from_dict(
+        {"num_gpu_blocks": seqs * (-(-(prompt + output) // SYN_BLOCK) + 2) + SYN_SLACK_BLOCKS,
+         "block_size": SYN_BLOCK, "max_num_seqs": seqs, "max_num_batched_tokens": 8192, "max_model_len": 4096,
+         "enable_prefix_caching": True, "kv_cache_groups": [{"type": "full"}]},
+        source="decode_heavy")
+    t0 = time.perf_counter()
+    ids = [f"dh{i}" for i in range(n)]
+    rows = {"request_id": ids, "arrival_step": [i // 8 for i in range(n)], "arrival_s": [None] * n,
+            "prompt_tokens": [prompt] * n, "output_tokens": [output] * n, "priority": [0] * n,
+            "segments": [[(stream_id("prompt", rid), 0, prompt)] for rid in ids]}
+    return eng, trace_table(rows, "step"), time.perf_counter() - t0
+
+
 def check_grouped(res):
     s = res.summary
     if s["finished"] != s["requests"]:
@@ -208,6 +255,24 @@ def time_replay(trace, eng, repeat):
             res = replay(trace, eng)
             times.append(time.perf_counter() - t0)
     return times, res
+
+
+def time_macro(trace, eng, repeat, **kw):
+    """Macro-steps on and off in alternated pairs: best on, best off, median of off/on, requests."""
+    replay(trace, eng, macro_steps=False, **kw)  # warm-up
+    on, off, ratios = [], [], []
+    for _ in range(repeat):
+        pair = {}
+        for macro in (True, False):
+            with _gc_paused():
+                t0 = time.perf_counter()
+                res = replay(trace, eng, macro_steps=macro, **kw)
+                pair[macro] = time.perf_counter() - t0
+        on.append(pair[True])
+        off.append(pair[False])
+        ratios.append(pair[False] / pair[True])
+    return {"best_on_s": min(on), "best_off_s": min(off), "median_ratio": statistics.median(ratios),
+            "requests": res.summary["requests"], "steps": res.summary["steps"]}
 
 
 class _TimedEngine:
@@ -346,6 +411,8 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=5, help="timed replays per workload (best is reported)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the synthetic replay")
+    ap.add_argument("--mocker-python", metavar="PYTHON",
+                    help="an interpreter with ai-dynamo-runtime installed, to time Dynamo's mocker too")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -414,6 +481,34 @@ def main(argv=None):
     else:
         print("where time goes: n/a (replay no longer calls aisim._core.engine.Engine)")
     print()
+    macro = {}
+    workloads = {}
+    for name, build in (("bench_full", bench_full_workload), ("synthetic", synthetic_workload),
+                        ("hybrid_mamba", hybrid_mamba_workload), ("sliding_window", sliding_window_workload),
+                        ("mooncake", mooncake_workload), ("decode_heavy", decode_heavy_workload)):
+        eng, trace, _ = build()
+        workloads[name] = eng
+        macro[name] = time_macro(trace, eng, args.repeat, reject_too_long=name == "mooncake")
+    rows = [[name, f"{m['requests']:,}", f"{m['steps']:,}", f"{m['best_off_s'] * 1e3:.2f}",
+             f"{m['best_on_s'] * 1e3:.2f}", f"{m['requests'] / m['best_on_s']:,.0f}", f"{m['median_ratio']:.2f}x",
+             f">= {TARGET_MACRO[name]:.0f}x" if name in TARGET_MACRO else f">= {NOT_SLOWER}x"]
+            for name, m in macro.items()]
+    print(_table(["macro-steps (paired)", "requests", "steps", "off ms", "on ms", "on req/s", "off/on",
+                  "target"], rows))
+    print()
+    mock = time_mocker({
+        "synthetic": {"kind": "synthetic", "prompt": SYN_PROMPT, "output": SYN_OUTPUT, "requests": SYN_REQUESTS,
+                      "engine": mocker_engine(workloads["synthetic"]), "repeat": args.repeat},
+        "mooncake": {"kind": "mooncake", "path": MOONCAKE, "trace_block_size": 512,
+                     "engine": mocker_engine(workloads["mooncake"]), "repeat": args.repeat},
+    }, args.mocker_python)
+    if mock is None:
+        print("Dynamo's mocker: not installed here (pip install ai-dynamo-runtime, or --mocker-python)")
+    else:
+        print(_table(["vs Dynamo's mocker", "mocker ms", "aisim ms", "mocker / aisim"],
+                     [[name, f"{t * 1e3:.1f}", f"{macro[name]['best_on_s'] * 1e3:.1f}",
+                       f"{t / macro[name]['best_on_s']:.2f}x"] for name, t in mock.items()]))
+    print()
     if args.profile:
         print(f"cProfile of {args.repeat} synthetic replays (sorted by own time):")
         print(profile_text)
@@ -428,6 +523,14 @@ def main(argv=None):
         ("sliding_window within 2x of the single group", sw["cost_vs_single_group"] <= 2.0, sw["problem"],
          f"{sw['cost_vs_single_group']:.2f}x ({sw['req_per_s']:,.0f} req/s)"),
     ]
+    for name, m in macro.items():
+        goal = TARGET_MACRO.get(name, NOT_SLOWER)
+        verdicts.append((f"{name}: macro-steps >= {goal}x single steps", m["median_ratio"] >= goal, None,
+                         f"{m['median_ratio']:.2f}x (median of {args.repeat} pairs)"))
+    syn = macro["synthetic"]
+    verdicts.append(("synthetic with macro-steps >= 300,000 req/s",
+                     syn["requests"] / syn["best_on_s"] >= TARGET_MACRO_SYNTH_REQ_S, None,
+                     f"{syn['requests'] / syn['best_on_s']:,.0f} req/s"))
     targets = {}
     for label, ok, problem, detail in verdicts:
         passed = ok and problem is None
@@ -445,6 +548,8 @@ def main(argv=None):
                 "fastest_sim_synthetic_req_s": FASTEST_SIM_REQ_S,
             },
             "workloads": results,
+            "macro_steps": macro,
+            "mocker_s": mock,
             "targets": targets,
         }
         with open(args.json, "w", encoding="utf-8") as fh:

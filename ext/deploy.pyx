@@ -25,6 +25,9 @@ import numpy as np
 
 from aisim._core.blockpool cimport bp_log_keys, bp_lookup
 from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step
+
+# No next event: a replica's stretch is bounded only by its own requests.
+cdef sec_t INF_S = 1e300
 from aisim._core.heap cimport HeapC, heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_table
@@ -343,6 +346,7 @@ cdef class Deployment:
     cdef bint record
     cdef double* rec             # [n * n_rep * N_FIELDS] router inputs (record_routing)
     cdef bint done
+    cdef bint macro              # replicas run quiet stretches (see __init__)
     # disaggregated prefill/decode
     cdef bint pd
     cdef LinkC link
@@ -364,7 +368,8 @@ cdef class Deployment:
         self.done = True
 
     def __init__(self, config not None, trace not None, int n_rep, dict router not None,
-                 bint record_events=False, bint record_routing=False, dict pd=None, int64_t max_concurrency=0):
+                 bint record_events=False, bint record_routing=False, dict pd=None, int64_t max_concurrency=0,
+                 bint macro_steps=True):
         """Build the replicas and the router(s).
 
         Parameters
@@ -390,6 +395,12 @@ cdef class Deployment:
             ``Engine(max_concurrency=...)`` does for one engine: a request due while that many are
             in flight (routed and not finished: on its decode replica when disaggregated) is sent,
             in trace order, when one finishes.
+        macro_steps : bool
+            A replica replays a quiet stretch of decoding in one move, up to the deployment's next
+            event (Engine(macro_steps=...)), when nothing another replica does in the meantime can
+            change a decision: a router that reads only its own bookkeeping (requests sent and
+            finished), or a KV-aware one over a single replica that sees every key at once; not
+            with disaggregated pools.  The results are byte-identical either way.
         """
         cdef int64_t n = len(trace.prompt_len)
         cdef int32_t w, n_d = pd["replicas"] if pd is not None else 0
@@ -433,10 +444,16 @@ cdef class Deployment:
         self.record = record_routing
         if record_routing:
             self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
+        # A stretch runs one replica's iterations ahead of the others' (up to the next arrival or
+        # transfer event): exact when the others' reports in between cannot differ, i.e. the
+        # router does not read block keys (a quiet step reports nothing else: no finish), or reads
+        # them from one replica, undelayed.
+        self.macro = macro_steps and not self.pd and (not rt.kv or (n_rep == 1 and rt.delay == 0))
         engines = []
         for w in range(self.n_all):
             e = Engine(config if w < n_rep else pd["config"], record_events=record_events, timed=True,
-                       expected=max(n // (n_rep if w < n_rep else n_d), 1), out_rows=1 << 62, replica=True)
+                       expected=max(n // (n_rep if w < n_rep else n_d), 1), out_rows=1 << 62, replica=True,
+                       macro_steps=self.macro)
             if (rt.kv and w < n_rep) or (w >= n_rep and self.rd.kv):
                 bp_log_keys(&e.kv.pool)
             engines.append(e)
@@ -558,6 +575,15 @@ cdef class Deployment:
         self.ready[w] = self._ready(w, <Engine>self.engines[w])
         return 0
 
+    @property
+    def macro_counts(self):
+        """Macro-steps of all replicas so far: ``stretches`` and the engine ``steps`` they covered."""
+        out = {"stretches": 0, "steps": 0}
+        for e in self.engines:
+            for k, v in (<Engine>e).macro_counts.items():
+                out[k] += v
+        return out
+
     def run(self):
         """Replay the trace through the deployment, once.
 
@@ -578,7 +604,7 @@ cdef class Deployment:
         cdef const TraceC* tr = &self.tr
         cdef int64_t nxt = 0, n = tr.n, g
         cdef int32_t w, best
-        cdef sec_t bc, t, stamp, te, ta
+        cdef sec_t bc, t, stamp, te, ta, until
         cdef bint released
         cdef req_t s
         cdef Engine e
@@ -660,8 +686,19 @@ cdef class Deployment:
             e = <Engine>self.engines[best]
             if bc > e.clock:
                 e.clock = bc  # a decode replica waking for a transfer
-            stamp = e.clock
-            replica_step(e)
+            # A stretch's iterations all start before the next send or transfer event; and before
+            # any other replica's next iteration where that one's reports could reach the router or
+            # the client first (a finish releasing a closed-loop turn or the client's cap, or a
+            # report the router sees after a delay, in report order).
+            until = ta if ta >= 0 else INF_S
+            if te >= 0 and te < until:
+                until = te
+            if self.macro and (self.max_conc or tr.next_turn != NULL or rt.delay > 0):
+                for w in range(self.n_all):
+                    if w != best and 0 <= self.ready[w] < until:
+                        until = self.ready[w]
+            replica_step(e, until)
+            stamp = e.last_start  # the report of the last iteration (a stretch's last)
             if best < rt.n_rep:
                 self._collect(rt, best, best, e, stamp)
             else:

@@ -106,6 +106,21 @@ cdef struct EventsC:
     tok_t* value               # [cap] tokens (scheduled, or computed at admission); else 0
 
 
+cdef struct MacroC:
+    # Macro-steps (engine_macro.pxi): a quiet stretch of decoding replayed in one move.
+    tok_t period               # P of kv_decode_period: residues of num_computed_tokens modulo P (0: off)
+    int32_t n_res              # residues at which a one-token decode may touch the KV cache
+    tok_t* res                 # [n_res] those residues
+    int32_t cap                # running requests a stretch can hold (the batch capacity)
+    tok_t* c0                  # [cap] each running request's num_computed_tokens when the stretch began
+    tok_t* o0                  # [cap] ... and its output tokens
+    int32_t* first             # [period + 1] bucket x (steps k with k % P == x): at[first[x] : first[x + 1]]
+    int32_t* fill              # [period] scratch: the next free entry of each bucket
+    int32_t* at                # [cap * n_res] running-list positions, in running order within a bucket
+    int64_t stretches          # stretches replayed
+    int64_t steps              # engine steps they covered
+
+
 cdef struct TraceC:
     # A deployment's trace as borrowed C arrays (aisim.core_input.CoreTrace, time-clocked);
     # replica_add copies one request out of it.  acc_* are NULL without accept lists.
@@ -183,12 +198,20 @@ cdef class Engine:
     cdef int32_t q_head            # async: the oldest of them
     cdef int64_t stalled           # iterations in a row without progress
     cdef BatchC* upd_batch         # the batch whose output the last iteration processed (NULL: none)
+    cdef MacroC macro              # macro-steps: quiet stretches of decoding in one move
+    cdef bint replica              # a deployment's replica (fed and stepped by aisim._core.deploy)
+    cdef sec_t last_start          # clock at the start of the last iteration
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil
+    cdef int _price(self, BatchC* b) except -1 nogil
+    cdef int _end_sync_step(self, BatchC* b) except -1 nogil
     cdef int _release_next_turns(self) except -1 nogil
     cdef bint _open_due(self) noexcept nogil
+    cdef bint _release_due(self) noexcept nogil
+    cdef bint _input_needed(self) noexcept nogil
+    cdef int _add_arrivals(self) except -1 nogil
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
@@ -199,5 +222,5 @@ cdef class Engine:
 # A deployment's replica (engine_replica.pxi): deploy.pyx feeds it one request at a time, steps it
 # one iteration at a time at its clock, and ends it.
 cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil
-cdef int replica_step(Engine e) except -1 nogil
+cdef int replica_step(Engine e, sec_t until) except -1 nogil
 cdef int replica_end(Engine e) except -1 nogil

@@ -20,13 +20,18 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
-from aisim._core.kvcache cimport MAX_GROUPS, GroupSpecC, kv_init, kv_release, specs_from_dicts
+from aisim._core.kvcache cimport (
+    MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
+    kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
+)
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.util cimport num_tokens
 from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
-    BatchC, SchedConfC, batch_init, batch_release, sched_add_request,
-    sched_has_requests, sched_init, sched_release, sched_schedule, sched_update,
+    BatchC, SchedC, SchedConfC, batch_init, batch_release, sched_add_request, sched_admit_waiting,
+    sched_end_schedule, sched_has_requests, sched_init, sched_release, sched_schedule, sched_step_lpt,
+    sched_update,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t,
@@ -62,6 +67,7 @@ cdef int64_t _pow2_at_least(int64_t n) noexcept nogil:
 # Free functions over an Engine (its C fields), one job per file:
 include "engine_slots.pxi"      # slots, the trace window, the open queue and the arenas grow
 include "engine_replica.pxi"    # a deployment's replica: one request fed, one iteration stepped
+include "engine_macro.pxi"      # macro-steps: a quiet stretch of decoding in one move
 
 
 cdef class Engine:
@@ -89,7 +95,8 @@ cdef class Engine:
         self.finished = True
 
     def __init__(self, config not None, trace=None, bint record_events=False, *, timed=None, expected=None,
-                 out_rows=None, bint replica=False, int64_t max_concurrency=0):
+                 out_rows=None, bint replica=False, int64_t max_concurrency=0,
+                 bint macro_steps=True):
         """Read the resolved configuration, and the whole trace when given.
 
         Parameters
@@ -114,6 +121,10 @@ cdef class Engine:
             The client sends at most this many requests at a time (0: no cap): a request due
             while that many are in flight is sent when one finishes (``vllm bench serve
             --max-concurrency``).  Open-loop arrivals only.
+        macro_steps : bool
+            Replay quiet stretches of decoding in one move (engine_macro.pxi); the output is
+            byte-identical either way.  A deployment's replica runs a stretch only up to the
+            deployment's next event (``replica_step``).
         """
         cdef SchedConfC conf
         cdef GroupSpecC specs[MAX_GROUPS]
@@ -194,6 +205,9 @@ cdef class Engine:
         _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
+        self.replica = replica
+        if macro_steps:
+            _macro_init(self)
         self.time_model.kind = TM_LINEAR
         self.time_model.base_s = config.base_s
         self.time_model.per_token_s = config.per_token_s
@@ -284,6 +298,7 @@ cdef class Engine:
         _rcols_release(&self.rcols)
         _events_release(&self.events)
         heap_release(&self.rel)
+        _macro_release(&self.macro)
         mem_free(self.reqs)
         mem_free(self.free_slots)
         mem_free(self.slot_global)
@@ -396,7 +411,6 @@ cdef class Engine:
         cdef StepColsC* c = &self.cols
         cdef int64_t row
         cdef int32_t i
-        cdef tok_t pre = 0, dec = 0
         _cols_reserve(c)
         row = c.n
         _put_i64(c, SC_STEP, row, step)
@@ -411,15 +425,10 @@ cdef class Engine:
         _put_i32(c, SC_NUM_FINISHED, row, self.sched.n_finished if upd_b != NULL else 0)
         # A drain line scheduled nothing: its batch columns stay zero (zero-filled growth).
         if sched_b != NULL:
-            for i in range(sched_b.n):
-                if sched_b.decode[i]:
-                    dec += sched_b.tokens[i]
-                else:
-                    pre += sched_b.tokens[i]
             _put_f64(c, SC_DURATION, row, sched_b.end_s - sched_b.start_s)
             _put_i32(c, SC_NUM_REQS, row, sched_b.n)
-            _put_i64(c, SC_PREFILL, row, pre)
-            _put_i64(c, SC_DECODE, row, dec)
+            _put_i64(c, SC_PREFILL, row, sched_b.total_tokens - sched_b.decode_tokens)
+            _put_i64(c, SC_DECODE, row, sched_b.decode_tokens)
             _put_i32(c, SC_NUM_NEW, row, sched_b.n_new)
             _put_i32(c, SC_NUM_RESUMED, row, sched_b.n_resumed)
             _put_i32(c, SC_NUM_PREEMPTED, row, sched_b.n_preempted)
@@ -499,9 +508,27 @@ cdef class Engine:
         b.step = self.step
         b.start_s = self.clock
         sched_schedule(&self.sched, b)
+        self._price(b)
+        return 0
+
+    cdef int _price(self, BatchC* b) except -1 nogil:
+        """When the forward pass of ``b``, scheduled at this clock, ends."""
         b.end_s = self.clock + tm_step_time(&self.time_model, b)
         if self.time_model.out_of_range:
             self._range_error(self.step)
+        return 0
+
+    cdef int _end_sync_step(self, BatchC* b) except -1 nogil:
+        """A synchronous iteration after its schedule(): the output of ``b`` processed
+        (update_from_output), its row written, the clock at the end of its forward pass."""
+        cdef block_id_t free_sched = self.kv.pool.num_free
+        sched_update(&self.sched, b)
+        self.upd_batch = b
+        self._release_next_turns()
+        self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+        self.clock = b.end_s
+        self.step += 1
         return 0
 
     cdef int _range_error(self, step_t step) except -1 nogil:
@@ -543,9 +570,7 @@ cdef class Engine:
     cdef int _run(self) except -1 nogil:
         """Run until the replay ends (ADV_DONE), needs the next input (ADV_INPUT) or has rows to hand
         over (ADV_OUTPUT).  Resumable: it stops only before an iteration or between two arrivals."""
-        cdef req_t r_open, r_new
         cdef sec_t t_next
-        cdef int64_t arrived_row
         while True:
             # Safety net: an engine that schedules nothing and finishes nothing
             # for this many iterations in a row can never make progress.
@@ -557,34 +582,8 @@ cdef class Engine:
             self._retire(False)
             if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows:
                 return ADV_OUTPUT
-            # Add the requests that have arrived by now: open-loop requests in
-            # trace order, merged with closed-loop turns released by a finish,
-            # ordered by (time, trace index).
-            arrived_row = self.steps_taken + self.cols.n
-            while True:
-                if not self.ended and (self.open_n == 0 or (
-                        self.rel.n > 0 and self.rel.a[0].key <= self.clock and self.rel.a[0].tie >= self.loaded)):
-                    return ADV_INPUT  # the next arrival may be in the input not fed yet
-                if self._open_due():
-                    r_open = self.open_q[self.open_head]
-                    if self.rel.n > 0 and self.rel.a[0].key <= self.clock and (
-                            self.rel.a[0].key < self.slot_time[r_open]
-                            or (self.rel.a[0].key == self.slot_time[r_open]
-                                and self.rel.a[0].tie < self.slot_global[r_open])):
-                        r_new = self._pop_release()
-                    else:
-                        r_new = r_open
-                        self.open_head = (self.open_head + 1) & (self.open_cap - 1)
-                        self.open_n -= 1
-                elif self.rel.n > 0 and self.rel.a[0].key <= self.clock:
-                    r_new = self._pop_release()
-                else:
-                    break
-                self.reqs[r_new].arrival_s = self.clock
-                sched_add_request(&self.sched, r_new)
-                self.in_flight += 1
-                if self.record_events:
-                    _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
+            if self._add_arrivals() == ADV_INPUT:
+                return ADV_INPUT
             if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
                 if self.open_n == 0 and self.rel.n == 0:
@@ -600,7 +599,46 @@ cdef class Engine:
                 else:
                     self.step = self.slot_step[self.open_q[self.open_head]]
                 continue
-            self._iterate()
+            if self.macro.period == 0 or _stretch(self, INF_TIME) == 0:
+                self._iterate()
+
+    cdef bint _release_due(self) noexcept nogil:
+        # A closed-loop turn released by a finish is due by this clock.
+        return self.rel.n > 0 and self.rel.a[0].key <= self.clock
+
+    cdef bint _input_needed(self) noexcept nogil:
+        # The next arrival may be in the input not fed yet.
+        return not self.ended and (self.open_n == 0 or (self._release_due() and self.rel.a[0].tie >= self.loaded))
+
+    cdef int _add_arrivals(self) except -1 nogil:
+        """Add the requests that have arrived by now: open-loop requests in trace order, merged
+        with closed-loop turns released by a finish, ordered by (time, trace index).  Returns
+        ADV_INPUT when the next one may be in the input not fed yet, else 0."""
+        cdef req_t r_open, r_new
+        cdef int64_t arrived_row = self.steps_taken + self.cols.n
+        while True:
+            if self._input_needed():
+                return ADV_INPUT
+            if self._open_due():
+                r_open = self.open_q[self.open_head]
+                if self._release_due() and (
+                        self.rel.a[0].key < self.slot_time[r_open]
+                        or (self.rel.a[0].key == self.slot_time[r_open]
+                            and self.rel.a[0].tie < self.slot_global[r_open])):
+                    r_new = self._pop_release()
+                else:
+                    r_new = r_open
+                    self.open_head = (self.open_head + 1) & (self.open_cap - 1)
+                    self.open_n -= 1
+            elif self._release_due():
+                r_new = self._pop_release()
+            else:
+                return 0
+            self.reqs[r_new].arrival_s = self.clock
+            sched_add_request(&self.sched, r_new)
+            self.in_flight += 1
+            if self.record_events:
+                _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
 
     cdef int _iterate(self) except -1 nogil:
         """One engine iteration of a busy engine (the body of ``_run``'s loop after the arrivals):
@@ -611,18 +649,11 @@ cdef class Engine:
         cdef bint scheduled
         cdef block_id_t free_sched
         self.upd_batch = NULL
+        self.last_start = self.clock
         if not self.sched.conf.async_scheduling:
             b = &self.batches[0]
             self._schedule_batch(b)
-            free_sched = self.kv.pool.num_free
-            sched_update(&self.sched, b)
-            self.upd_batch = b
-            self._release_next_turns()
-            self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-            self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
-            self.clock = b.end_s
-            self.step += 1
-            return 0
+            return self._end_sync_step(b)
         # Asynchronous engine, batch queue of two (step_with_batch_queue).
         scheduled = False
         free_sched = self.kv.pool.num_free
@@ -734,6 +765,11 @@ cdef class Engine:
             "num_draft_tokens": s.stat_draft_tokens,
             "num_accepted_tokens": s.stat_accepted,
         }
+
+    @property
+    def macro_counts(self):
+        """Macro-steps so far: ``stretches`` replayed in one move and the engine ``steps`` they covered."""
+        return {"stretches": self.macro.stretches, "steps": self.macro.steps}
 
     @property
     def slots(self):

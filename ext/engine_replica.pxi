@@ -51,9 +51,11 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1
     return s
 
 
-cdef int replica_step(Engine e) except -1 nogil:
+cdef int replica_step(Engine e, sec_t until) except -1 nogil:
     """One iteration of a busy replica at its clock: the arrivals fed so far (all due by now, the
-    deployment's event order guarantees it) are added first, as ``Engine._run`` adds them."""
+    deployment's event order guarantees it) are added first, as ``Engine._run`` adds them.  With
+    macro-steps, a quiet stretch instead: every iteration of it starts before ``until`` (the
+    deployment's next event that could reach this replica or read its state)."""
     cdef int64_t arrived_row = e.steps_taken + e.cols.n
     cdef req_t r_new
     if e.stalled > STALL_LIMIT:
@@ -71,7 +73,8 @@ cdef int replica_step(Engine e) except -1 nogil:
         e.in_flight += 1
         if e.record_events:
             _event(&e.events, arrived_row, EV_ARRIVED, <req_t>e.slot_global[r_new], 0)
-    e._iterate()
+    if e.macro.period == 0 or until <= e.clock or _stretch(e, until) == 0:
+        e._iterate()
     return 0
 
 

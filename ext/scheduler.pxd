@@ -55,6 +55,7 @@ cdef struct BatchC:
     flag_t* decode                   # [cap] the entry only processes the newest token
     tok_t* ctx                       # [cap] context after the step (num_computed_tokens)
     tok_t total_tokens               # sum of tokens[0 : n]
+    tok_t decode_tokens              # of those, tokens of entries that only process the newest token
     int32_t n_new                    # first admissions: request -> num_computed_tokens
     req_t* new_req                   # [cap]
     tok_t* new_computed              # [cap]
@@ -113,5 +114,8 @@ cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil
 cdef int sched_update(SchedC* s, const BatchC* b) except -1 nogil
+cdef int sched_admit_waiting(SchedC* s, BatchC* b, tok_t lpt) except -1 nogil
+cdef int sched_end_schedule(SchedC* s, BatchC* b) except -1 nogil
+cdef tok_t sched_step_lpt(const SchedC* s) noexcept nogil
 cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
 cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil

@@ -364,19 +364,212 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
     return _schedule(s, b, <spec_off_t*>NULL)
 
 
+cdef int _waiting_pass(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_budget, tok_t lpt,
+                       bint prefill_scheduled, int32_t n_running_sched, spec_mode* mode) except -1 nogil:
+    """Scheduler.schedule's waiting pass: admit waiting requests into ``b`` while the budgets
+    (what the running pass left) and the KV cache allow."""
+    cdef bint spec = spec_mode is spec_on_t
+    cdef SchedConfC* c = &s.conf
+    cdef tok_t draft_slots = c.draft_slots if spec else 0
+    cdef tok_t k = c.num_spec_tokens if spec else 0
+    cdef tok_t n, hit, req_budget
+    cdef int32_t i, n_skipped = 0
+    cdef req_t ri
+    cdef ReqC* r
+    cdef bint ok, pad
+    while token_budget > 0:
+        if s.n_waiting == 0 or input_budget <= draft_slots:
+            break
+        if s.n_running >= c.max_num_active_reqs:
+            break
+        ri = _wq_peek(s)
+        r = &s.reqs[ri]
+        if r.num_stale > 0:
+            # Its preempted in-flight output is still to be delivered.
+            s.skipped[n_skipped] = _wq_pop(s)
+            n_skipped += 1
+            continue
+        if r.remote != 0:
+            # Its prompt's KV comes from a prefill replica (a deployment's decode pool).
+            ok = _remote_kv(s, b, r, b.start_s)
+            if not ok:
+                if r.remote == 1:
+                    break  # allocate_slots returned None: the waiting pass stops
+                s.skipped[n_skipped] = _wq_pop(s)
+                n_skipped += 1
+                continue
+        if r.num_computed > 0:
+            # The transfer landed: num_computed_tokens is set, no lookup
+            # (Scheduler.schedule, the num_computed_tokens > 0 branch).
+            hit = r.num_computed
+        else:
+            kv_acquire_slot(s.kv, r)
+            # New or preempted request: local prefix-cache lookup.
+            hit = kv_get_computed_blocks(s.kv, r)
+        req_budget = tmin(token_budget, input_budget - draft_slots)
+        n = num_tokens(r) - hit
+        pad = False
+        if spec and n == 1 and not prefill_scheduled and (n_running_sched > 0 or hit > 0):
+            # A one-token admission is padded to the uniform 1 + k decode
+            # shape with -1 drafts, when the sampled token still fits; if the
+            # padded request does not fit the budget the pass stops.
+            if hit + 1 + k + 1 <= c.max_model_len:
+                if 1 + k > req_budget:
+                    break
+                n = 1 + k
+                pad = True
+        if 0 < lpt < n:
+            n = lpt
+        if not c.chunked_prefill and n > req_budget:
+            break
+        n = tmin(n, req_budget)
+        if c.mamba_split:
+            n = _mamba_block_aligned_split(s, r, n, hit)
+            if n == 0:
+                break
+            if pad and n != 1 + k:
+                # Alignment clipped the padding rows: drop the padding.
+                n = 1
+                pad = False
+        if kv_allocate_slots(s.kv, r, n, hit if r.num_computed == 0 else 0, c.reserve_full_isl,
+                             s.n_running > 0, c.num_lookahead, False) == 0:
+            break
+        # record_prefix_cache_stats, once per successful admission (a remote
+        # request's lookup was recorded when it was admitted to wait).
+        if s.kv.caching and r.num_computed == 0:
+            if r.num_preemptions > 0:
+                b.p_requests += 1
+                b.p_queries += num_tokens(r)
+                b.p_hits += hit
+            else:
+                b.requests += 1
+                b.queries += num_tokens(r)
+                b.hits += hit
+        _wq_pop(s)
+        s.running[s.n_running] = ri
+        s.n_running += 1
+        if r.num_computed == 0:
+            r.cached_total += hit
+        if r.status == ST_WAITING:
+            b.new_req[b.n_new] = ri
+            b.new_computed[b.n_new] = hit
+            b.n_new += 1
+            if r.num_computed == 0:
+                r.cached_first = hit
+        else:
+            b.res_req[b.n_resumed] = ri
+            b.res_computed[b.n_resumed] = hit
+            b.n_resumed += 1
+        _emit(b, ri, n, spec)
+        if pad:
+            b.spec_m[b.n - 1] = k
+            b.padded[b.n - 1] = 1
+        token_budget -= n
+        input_budget -= n + draft_slots
+        r.status = ST_RUNNING
+        r.num_computed = hit
+        if r.first_sched_s < 0:
+            r.first_sched_s = b.start_s
+    # Skipped requests go back to the head in their original order.
+    for i in range(n_skipped - 1, -1, -1):
+        _wq_push_front(s, s.skipped[i])
+    return 0
+
+
+cdef int _end_schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
+    """The end of Scheduler.schedule: copy-on-write retentions released, then
+    _update_after_schedule (and AsyncScheduler's placeholders) for every entry of ``b``."""
+    cdef bint spec = spec_mode is spec_on_t
+    cdef SchedConfC* c = &s.conf
+    cdef tok_t k = c.num_spec_tokens if spec else 0
+    cdef tok_t computed_before
+    cdef int32_t i
+    cdef ReqC* r
+    # Copy-on-write retentions are released once the step's copies are
+    # issued (Scheduler.schedule -> _free_cow_retained_blocks).
+    kv_end_schedule(s.kv)
+
+    # ---- _update_after_schedule (+ AsyncScheduler placeholders)
+    b.decode_tokens = 0
+    for i in range(b.n):
+        r = &s.reqs[b.req[i]]
+        computed_before = r.num_computed
+        r.num_computed += b.tokens[i]
+        r.num_in_flight += b.tokens[i]
+        r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
+        b.sampled[i] = not r.is_prefill_chunk
+        b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
+        if b.decode[i]:
+            b.decode_tokens += b.tokens[i]
+        b.ctx[i] = r.num_computed
+        if spec and b.spec_m[i] > 0:
+            if b.padded[i]:
+                # -1 padding: verified like drafts, never accepted, not a verification.
+                s.padded_requests += 1
+                s.padded_tokens += b.spec_m[i]
+            else:
+                # The model runs the batch: how many drafts it accepts is fixed now.
+                b.spec_a[i] = _accepted(s, b.req[i], b.spec_m[i])
+                r.num_verifications += 1
+                r.spec_accepted += b.spec_a[i]
+                b.spec_accepted += b.spec_a[i]
+                s.verifications += 1
+            r.spec_drafts += b.spec_m[i]
+            b.spec_tokens += b.spec_m[i]
+        if c.async_scheduling and not r.is_prefill_chunk:
+            # One sampled token plus the scheduled drafts are in flight; vLLM
+            # puts k -1 placeholders in spec_token_ids for the next step.
+            if spec:
+                r.num_placeholders += 1 + b.spec_m[i]
+                r.num_spec = k
+            else:
+                r.num_placeholders += 1
+    s.finished_pending = False
+    b.free_after_schedule = s.kv.pool.num_free
+    return 0
+
+
+cdef int sched_admit_waiting(SchedC* s, BatchC* b, tok_t lpt) except -1 nogil:
+    """The waiting pass of a step whose running pass scheduled the ``b.total_tokens`` of ``b``
+    without preempting (no drafts): admissions are appended to ``b``.  ``lpt`` is the step's
+    long-prefill threshold (``sched_step_lpt`` before the running pass)."""
+    return _waiting_pass(s, b, s.conf.max_num_scheduled_tokens - b.total_tokens,
+                         s.conf.max_num_batched_tokens - b.total_tokens, lpt, False, b.n, <spec_off_t*>NULL)
+
+
+cdef int sched_end_schedule(SchedC* s, BatchC* b) except -1 nogil:
+    """The end of a step's schedule() after ``sched_admit_waiting`` (no drafts)."""
+    return _end_schedule(s, b, <spec_off_t*>NULL)
+
+
+cdef tok_t sched_step_lpt(const SchedC* s) noexcept nogil:
+    """This step's long-prefill threshold (0: none), from the requests eligible now."""
+    return _step_lpt(s)
+
+
+cdef inline tok_t _step_lpt(const SchedC* s) noexcept nogil:
+    # Long-prefill threshold, once per step, only with more than one eligible
+    # request (Scheduler.schedule, 0.31+), with the optional fair-share floor.
+    cdef const SchedConfC* c = &s.conf
+    cdef int32_t eligible = s.n_running + s.n_waiting
+    cdef tok_t lpt = c.long_prefill_token_threshold if eligible > 1 else 0
+    if lpt > 0 and c.adaptive_threshold:
+        if c.max_num_batched_tokens // eligible > lpt:
+            lpt = c.max_num_batched_tokens // eligible
+    return lpt
+
+
 cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     cdef bint spec = spec_mode is spec_on_t
     cdef SchedConfC* c = &s.conf
     cdef tok_t token_budget = c.max_num_scheduled_tokens
     cdef tok_t input_budget = c.max_num_batched_tokens
     cdef tok_t draft_slots = c.draft_slots if spec else 0
-    cdef tok_t k = c.num_spec_tokens if spec else 0
-    cdef tok_t lpt, n, hit, computed_before, req_budget, n_spec
-    cdef int32_t req_index = 0, vi, i, n_skipped = 0, n_running_sched
-    cdef int32_t eligible = s.n_running + s.n_waiting
+    cdef tok_t lpt, n, n_spec
+    cdef int32_t req_index = 0, vi, i, n_running_sched
     cdef req_t ri, v
     cdef ReqC* r
-    cdef bint ok, prefill_scheduled = False, pad
+    cdef bint ok, prefill_scheduled = False
 
     b.n = 0
     b.total_tokens = 0
@@ -388,12 +581,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     b.spec_tokens = b.spec_accepted = 0
     kv_new_step_starts(s.kv)
 
-    # Long-prefill threshold, once per step, only with more than one eligible
-    # request (Scheduler.schedule, 0.31+), with the optional fair-share floor.
-    lpt = c.long_prefill_token_threshold if eligible > 1 else 0
-    if lpt > 0 and c.adaptive_threshold:
-        if c.max_num_batched_tokens // eligible > lpt:
-            lpt = c.max_num_batched_tokens // eligible
+    lpt = _step_lpt(s)
 
     # ---- pass 1: running requests, in list order
     while req_index < s.n_running and token_budget > 0:
@@ -478,141 +666,8 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
 
     # ---- pass 2: waiting requests, only if nothing was preempted
     if b.n_preempted == 0:
-        while token_budget > 0:
-            if s.n_waiting == 0 or input_budget <= draft_slots:
-                break
-            if s.n_running >= c.max_num_active_reqs:
-                break
-            ri = _wq_peek(s)
-            r = &s.reqs[ri]
-            if r.num_stale > 0:
-                # Its preempted in-flight output is still to be delivered.
-                s.skipped[n_skipped] = _wq_pop(s)
-                n_skipped += 1
-                continue
-            if r.remote != 0:
-                # Its prompt's KV comes from a prefill replica (a deployment's decode pool).
-                ok = _remote_kv(s, b, r, b.start_s)
-                if not ok:
-                    if r.remote == 1:
-                        break  # allocate_slots returned None: the waiting pass stops
-                    s.skipped[n_skipped] = _wq_pop(s)
-                    n_skipped += 1
-                    continue
-            if r.num_computed > 0:
-                # The transfer landed: num_computed_tokens is set, no lookup
-                # (Scheduler.schedule, the num_computed_tokens > 0 branch).
-                hit = r.num_computed
-            else:
-                kv_acquire_slot(s.kv, r)
-                # New or preempted request: local prefix-cache lookup.
-                hit = kv_get_computed_blocks(s.kv, r)
-            req_budget = tmin(token_budget, input_budget - draft_slots)
-            n = num_tokens(r) - hit
-            pad = False
-            if spec and n == 1 and not prefill_scheduled and (n_running_sched > 0 or hit > 0):
-                # A one-token admission is padded to the uniform 1 + k decode
-                # shape with -1 drafts, when the sampled token still fits; if the
-                # padded request does not fit the budget the pass stops.
-                if hit + 1 + k + 1 <= c.max_model_len:
-                    if 1 + k > req_budget:
-                        break
-                    n = 1 + k
-                    pad = True
-            if 0 < lpt < n:
-                n = lpt
-            if not c.chunked_prefill and n > req_budget:
-                break
-            n = tmin(n, req_budget)
-            if c.mamba_split:
-                n = _mamba_block_aligned_split(s, r, n, hit)
-                if n == 0:
-                    break
-                if pad and n != 1 + k:
-                    # Alignment clipped the padding rows: drop the padding.
-                    n = 1
-                    pad = False
-            if kv_allocate_slots(s.kv, r, n, hit if r.num_computed == 0 else 0, c.reserve_full_isl,
-                                 s.n_running > 0, c.num_lookahead, False) == 0:
-                break
-            # record_prefix_cache_stats, once per successful admission (a remote
-            # request's lookup was recorded when it was admitted to wait).
-            if s.kv.caching and r.num_computed == 0:
-                if r.num_preemptions > 0:
-                    b.p_requests += 1
-                    b.p_queries += num_tokens(r)
-                    b.p_hits += hit
-                else:
-                    b.requests += 1
-                    b.queries += num_tokens(r)
-                    b.hits += hit
-            _wq_pop(s)
-            s.running[s.n_running] = ri
-            s.n_running += 1
-            if r.num_computed == 0:
-                r.cached_total += hit
-            if r.status == ST_WAITING:
-                b.new_req[b.n_new] = ri
-                b.new_computed[b.n_new] = hit
-                b.n_new += 1
-                if r.num_computed == 0:
-                    r.cached_first = hit
-            else:
-                b.res_req[b.n_resumed] = ri
-                b.res_computed[b.n_resumed] = hit
-                b.n_resumed += 1
-            _emit(b, ri, n, spec)
-            if pad:
-                b.spec_m[b.n - 1] = k
-                b.padded[b.n - 1] = 1
-            token_budget -= n
-            input_budget -= n + draft_slots
-            r.status = ST_RUNNING
-            r.num_computed = hit
-            if r.first_sched_s < 0:
-                r.first_sched_s = b.start_s
-        # Skipped requests go back to the head in their original order.
-        for i in range(n_skipped - 1, -1, -1):
-            _wq_push_front(s, s.skipped[i])
-
-    # Copy-on-write retentions are released once the step's copies are
-    # issued (Scheduler.schedule -> _free_cow_retained_blocks).
-    kv_end_schedule(s.kv)
-
-    # ---- _update_after_schedule (+ AsyncScheduler placeholders)
-    for i in range(b.n):
-        r = &s.reqs[b.req[i]]
-        computed_before = r.num_computed
-        r.num_computed += b.tokens[i]
-        r.num_in_flight += b.tokens[i]
-        r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
-        b.sampled[i] = not r.is_prefill_chunk
-        b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
-        b.ctx[i] = r.num_computed
-        if spec and b.spec_m[i] > 0:
-            if b.padded[i]:
-                # -1 padding: verified like drafts, never accepted, not a verification.
-                s.padded_requests += 1
-                s.padded_tokens += b.spec_m[i]
-            else:
-                # The model runs the batch: how many drafts it accepts is fixed now.
-                b.spec_a[i] = _accepted(s, b.req[i], b.spec_m[i])
-                r.num_verifications += 1
-                r.spec_accepted += b.spec_a[i]
-                b.spec_accepted += b.spec_a[i]
-                s.verifications += 1
-            r.spec_drafts += b.spec_m[i]
-            b.spec_tokens += b.spec_m[i]
-        if c.async_scheduling and not r.is_prefill_chunk:
-            # One sampled token plus the scheduled drafts are in flight; vLLM
-            # puts k -1 placeholders in spec_token_ids for the next step.
-            if spec:
-                r.num_placeholders += 1 + b.spec_m[i]
-                r.num_spec = k
-            else:
-                r.num_placeholders += 1
-    s.finished_pending = False
-    b.free_after_schedule = s.kv.pool.num_free
+        _waiting_pass(s, b, token_budget, input_budget, lpt, prefill_scheduled, n_running_sched, mode)
+    _end_schedule(s, b, mode)
     return 0
 
 

@@ -1,0 +1,204 @@
+# Included into engine.pyx: macro-steps.  Between events that can change a decision, every
+# iteration of a synchronous engine schedules the same running requests with one decode token
+# each.  Such a quiet stretch is replayed in one move: the requests' counters are advanced once
+# per stretch, and the KV cache is called, in step-major and running order, only at the steps
+# where a decode can touch it (kv_decode_period: a block to take, fill or release); every other
+# call of kv_allocate_slots would be a no-op.  The step times are still summed one step at a
+# time and every step row and decision-log event is written, so the output is byte-identical to
+# stepping one iteration at a time (Engine(macro_steps=False)).  Free functions over the
+# Engine's C fields; engine.pyx is their one user.
+
+# Stretches shorter than this are stepped one at a time (setting one up costs about a step).
+cdef int64_t MIN_STRETCH = 2
+
+# Longest period of block work a stretch follows (kv_decode_period's cap).
+cdef tok_t MAX_PERIOD = 4096
+
+# No bound on when a stretch's iterations start (a single engine's stretch).
+cdef sec_t INF_TIME = 1e300
+
+
+cdef int _macro_init(Engine e) except -1 nogil:
+    """Macro-steps for a synchronous engine without drafts or Mamba alignment, over KV-cache
+    groups whose decodes touch the cache at known residues; else off (period 0)."""
+    cdef MacroC* m = &e.macro
+    cdef flag_t* works
+    cdef tok_t x
+    cdef SchedConfC* c = &e.sched.conf
+    memset(m, 0, sizeof(MacroC))
+    if c.async_scheduling or c.num_spec_tokens > 0 or c.mamba_split:
+        return 0
+    works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
+    m.period = kv_decode_period(&e.kv, works, MAX_PERIOD)
+    if m.period > 0:
+        m.res = <tok_t*>mem_calloc(m.period, sizeof(tok_t))
+        for x in range(m.period):
+            if works[x]:
+                m.res[m.n_res] = x
+                m.n_res += 1
+        m.cap = e.sched.cap
+        m.c0 = <tok_t*>mem_calloc(m.cap, sizeof(tok_t))
+        m.o0 = <tok_t*>mem_calloc(m.cap, sizeof(tok_t))
+        m.first = <int32_t*>mem_calloc(m.period + 1, sizeof(int32_t))
+        m.fill = <int32_t*>mem_calloc(m.period, sizeof(int32_t))
+        m.at = <int32_t*>mem_calloc(<int64_t>m.cap * (m.n_res if m.n_res > 0 else 1), sizeof(int32_t))
+    mem_free(works)
+    return 0
+
+
+cdef void _macro_release(MacroC* m) noexcept nogil:
+    mem_free(m.res)
+    mem_free(m.c0)
+    mem_free(m.o0)
+    mem_free(m.first)
+    mem_free(m.fill)
+    mem_free(m.at)
+    memset(m, 0, sizeof(MacroC))
+
+
+cdef int64_t _quiet_length(Engine e) noexcept nogil:
+    """Steps from here whose running pass schedules one decode token for every running request
+    and changes nothing else; 0: step normally.
+
+    That holds when the last iteration scheduled every running request and left each decoding
+    (num_computed_tokens + 1 == num_tokens, nothing in flight, no pending copy, sliding windows
+    settled) and the running pass fits all of them in both budgets, until the step at which the
+    first of them finishes (max_tokens or max_model_len: check_stop), where the stretch ends.
+    The waiting pass still runs every step, for real: a stretch ends at the step that admits.
+    """
+    cdef SchedC* s = &e.sched
+    cdef const SchedConfC* c = &s.conf
+    cdef BatchC* b = &e.batches[0]
+    cdef int32_t n = s.n_running, i
+    cdef int64_t length = <int64_t>1 << 62, f
+    cdef const ReqC* r
+    if n == 0 or n > e.macro.cap or e.upd_batch != b or b.n != n + s.n_finished:
+        return 0
+    if n > c.max_num_scheduled_tokens or n > c.max_num_batched_tokens:
+        return 0
+    for i in range(n):
+        r = &s.reqs[s.running[i]]
+        if (r.num_computed + 1 != num_tokens(r) or r.num_output < 1 or r.num_in_flight != 0
+                or r.num_stale != 0 or not kv_decode_settled(&e.kv, r)):
+            return 0
+        f = r.max_tokens - r.num_output
+        if c.max_model_len - num_tokens(r) < f:
+            f = c.max_model_len - num_tokens(r)
+        if f - 1 < length:
+            length = f - 1
+            if length < MIN_STRETCH:
+                return 0
+    return length
+
+
+cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
+    """Replay a quiet stretch from here, every iteration starting before ``until``; returns the
+    steps it covered (0: step normally).  A replica's arrivals come from its deployment, between
+    stretches (the deployment bounds a stretch by its next event); a single engine adds its own."""
+    cdef MacroC* m = &e.macro
+    cdef SchedC* s = &e.sched
+    cdef BatchC* b = &e.batches[0]
+    cdef tok_t P = m.period, lpt
+    cdef int32_t n = s.n_running, i, j, x, lo, hi
+    cdef int64_t k = 0, length
+    cdef bint admitted = False
+    cdef ReqC* r
+    length = _quiet_length(e)
+    if length == 0:
+        return 0
+    # Bucket the running requests by the steps (modulo P) at which a decode may touch the KV
+    # cache; counting sort keeps running order within a bucket.
+    for x in range(P + 1):
+        m.first[x] = 0
+    for i in range(n):
+        r = &s.reqs[s.running[i]]
+        m.c0[i] = r.num_computed
+        m.o0[i] = r.num_output
+        for j in range(m.n_res):
+            m.first[(m.res[j] - m.c0[i] % P + P) % P + 1] += 1
+    for x in range(P):
+        m.first[x + 1] += m.first[x]
+        m.fill[x] = m.first[x]
+    for i in range(n):
+        for j in range(m.n_res):
+            x = <int32_t>((m.res[j] - m.c0[i] % P + P) % P)
+            m.at[m.fill[x]] = i
+            m.fill[x] += 1
+    # The running pass of every step: each running request, one decode token.
+    for i in range(n):
+        b.req[i] = s.running[i]
+        b.tokens[i] = 1
+        b.sampled[i] = 1
+        b.decode[i] = 1
+        b.ctx[i] = m.c0[i] + 1
+    while k < length:
+        if k > 0:
+            if e.cols.n >= e.out_rows or e.clock >= until:
+                break  # Engine.advance hands the rows over here, as between single steps
+            if not e.replica and e._add_arrivals() == ADV_INPUT:
+                break
+        x = <int32_t>(k % P)
+        lo = m.first[x]
+        hi = m.first[x + 1]
+        # Each call takes at most one block per group: with that many free, none can preempt.
+        if <int64_t>(hi - lo) * e.kv.n_groups > e.kv.pool.num_free:
+            break
+        # Scheduler.schedule: the step's threshold from the requests eligible now, then the
+        # running pass (allocate_slots for each one new token: only the calls that do anything).
+        lpt = sched_step_lpt(s)
+        e.last_start = e.clock
+        kv_new_step_starts(&e.kv)
+        b.step = e.step
+        b.start_s = e.clock
+        b.n = n
+        b.total_tokens = n
+        b.decode_tokens = n
+        b.n_new = b.n_resumed = b.n_preempted = 0
+        b.queries = b.hits = b.requests = 0
+        b.p_queries = b.p_hits = b.p_requests = 0
+        for j in range(lo, hi):
+            i = m.at[j]
+            r = &s.reqs[s.running[i]]
+            r.num_computed = m.c0[i] + k
+            r.num_output = m.o0[i] + k
+            kv_allocate_slots(&e.kv, r, 1, 0, False, True, 0, False)
+        if s.n_waiting > 0:
+            # The waiting pass, for real; the running requests' counters are not read there.
+            sched_admit_waiting(s, b, lpt)
+            if b.n > n:
+                # It admitted: this step ends as any other, and the stretch with it.
+                for i in range(n):
+                    r = &s.reqs[s.running[i]]
+                    r.num_computed = m.c0[i] + k
+                    r.num_output = m.o0[i] + k
+                sched_end_schedule(s, b)
+                e._price(b)
+                e._end_sync_step(b)
+                k += 1
+                admitted = True
+                break
+        kv_end_schedule(&e.kv)
+        if k > 0 and e.time_model.kind != TM_LINEAR:
+            for i in range(n):
+                b.ctx[i] += 1
+        e._price(b)
+        b.free_after_schedule = e.kv.pool.num_free
+        # update_from_output: one token each, nobody finishes.
+        s.n_finished = 0
+        s.finished_pending = False
+        e._log_line(e.step, LINE_STEP, e.clock, b, b, e.kv.pool.num_free)
+        e.clock = b.end_s
+        e.step += 1
+        k += 1
+    if not admitted:
+        # Every request has advanced k decode steps (update_from_output: one sampled token each).
+        for i in range(n):
+            r = &s.reqs[s.running[i]]
+            r.num_computed = m.c0[i] + k
+            r.num_output = m.o0[i] + k
+            b.ctx[i] = m.c0[i] + k
+    if k > 0:
+        e.stalled = 0
+        m.stretches += 1
+        m.steps += k
+    return k

@@ -1,0 +1,307 @@
+"""Macro-steps: a quiet stretch of decoding replayed in one move gives byte-identical outputs.
+
+Every comparison replays the same trace with ``macro_steps`` on and off and asserts the step
+table, the request table, the summary and the decision log are identical, and (where the
+workload has quiet stretches) that stretches were actually taken, so that the comparison
+cannot pass by macro-steps never running.  The oracle tests (tests/test_oracle.py) replay with
+macro-steps on, the default: those outputs equal the real vLLM logs.
+"""
+
+import json
+import os
+
+import hypothesis.strategies as st
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from aisim._core.engine import Engine
+from aisim.config.engine import engine_config_from_dict
+from aisim.core_input import CoreTrace, core_config
+from aisim.decisionlog import decision_lines, log_line_json
+from aisim.deploy import deploy
+from aisim.replay import _whole_arrays, replay, replay_stream
+from aisim.traces import read_oracle_trace, read_trace
+from aisim.traces.synth import synth_trace
+
+from conftest import ORACLE, SPEC_ORACLE
+from helpers import make_trace, oracle_engine_dict
+
+SCENARIOS = sorted(os.listdir(ORACLE))
+SPEC_SCENARIOS = sorted(os.listdir(SPEC_ORACLE))
+TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
+
+
+def _bytes(table):
+    """The table as Arrow IPC bytes: byte-identical tables, NaN times included."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _log(result):
+    return [log_line_json(line) for line in decision_lines(result)]
+
+
+def _same_both_ways(trace, eng, **kw):
+    on = replay(trace, eng, record_decisions=True, macro_steps=True, **kw)
+    off = replay(trace, eng, record_decisions=True, macro_steps=False, **kw)
+    assert _bytes(on.steps) == _bytes(off.steps)
+    assert _bytes(on.requests) == _bytes(off.requests)
+    assert json.dumps(on.summary) == json.dumps(off.summary)
+    assert _log(on) == _log(off)
+    return on
+
+
+def _macro_counts(trace, eng, **kw):
+    """Stretches and the steps they covered, from the core itself."""
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    core = Engine(core_config(eng), CoreTrace(**_whole_arrays(trace, eng, timed)), macro_steps=True, **kw)
+    core.run()
+    return core.macro_counts
+
+
+def _engine(**kw):
+    base = dict(num_gpu_blocks=200, block_size=4, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=256,
+                kv_cache_groups=[{"type": "full"}])
+    base.update(kw)
+    return engine_config_from_dict(base)
+
+
+# ------------------------------------------------------------------ by hand
+
+def test_one_request_by_hand():
+    # Prompt 4, 10 outputs, blocks of 4, 10 ms steps.  Step 0 prefills (1 block) and samples the
+    # first output; steps 1..9 decode at 4..12 computed tokens; step 9 samples the 10th output and
+    # finishes.  Steps 1..8 are one quiet stretch (it ends before the finishing step).  A block is
+    # taken when the new token starts one (steps 1 and 5: 4 and 8 computed; step 9: 12).  Step 10
+    # schedules nothing: it reports the finished request (Scheduler.has_requests).
+    eng = _engine(num_gpu_blocks=20, time_model={"kind": "linear", "base_s": 0.01})
+    trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
+    res = _same_both_ways(trace, eng)
+    steps = res.steps.to_pydict()
+    usable = 19  # the null block is not usable
+    assert steps["free_blocks_sched"] == [usable - 1, usable - 2, usable - 2, usable - 2, usable - 2,
+                                          usable - 3, usable - 3, usable - 3, usable - 3, usable - 4, usable]
+    assert steps["free_blocks"][-2] == usable  # the finish frees every block (cached ones count as free)
+    assert steps["decode_tokens"] == [0] + [1] * 9 + [0]
+    assert steps["clock_s"] == pytest.approx([0.01 * k for k in range(11)])
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 8}
+
+
+def test_a_stretch_ends_with_the_step_that_admits():
+    # b arrives at step 5 while a decodes alone (a: prefill at step 0, finish at step 11).  With
+    # max_num_seqs 2 the waiting pass of step 5 admits b: that step ends as any other and the
+    # stretch with it (steps 1..5).  b finishes at 7 (at 6 it is one step from its finish: no
+    # stretch); after 7, a alone runs steps 8..10 in one stretch.
+    trace = make_trace([dict(id="a", prompt=4, max_tokens=12, at=0), dict(id="b", prompt=4, max_tokens=3, at=5)])
+    two = _engine(max_num_seqs=2)
+    _same_both_ways(trace, two)
+    assert _macro_counts(trace, two) == {"stretches": 2, "steps": 5 + 3}
+    # With max_num_seqs 1, b arrives inside the stretch and waits (the waiting pass stops at
+    # the full running list): steps 1..10 are one stretch; b runs after a's finish.
+    one = _engine(max_num_seqs=1)
+    _same_both_ways(trace, one)
+    assert _macro_counts(trace, one) == {"stretches": 1, "steps": 10}
+
+
+def test_a_request_blocked_by_the_kv_cache_waits_inside_a_stretch():
+    # 13 usable blocks of 4 tokens: a (prompt 20: 5 blocks, growing to 8 by its finish) runs; b
+    # (prompt 32 + its first token: 9 blocks) cannot be admitted until a finishes.  Every step
+    # in between tries and fails to admit b (a lookup and a refused allocation), inside one stretch.
+    eng = _engine(num_gpu_blocks=14, enable_prefix_caching=False)
+    trace = make_trace([dict(id="a", prompt=20, max_tokens=12, at=0), dict(id="b", prompt=32, max_tokens=2, at=1)])
+    res = _same_both_ways(trace, eng)
+    steps = res.steps.to_pydict()
+    assert steps["waiting"][1:11] == [1] * 10 and steps["num_new"][1:12] == [0] * 11
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 10}
+
+
+def test_switched_off_no_stretch_is_taken():
+    trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
+    timed = False
+    core = Engine(core_config(_engine()), CoreTrace(**_whole_arrays(trace, _engine(), timed)), macro_steps=False)
+    core.run()
+    assert core.macro_counts == {"stretches": 0, "steps": 0}
+
+
+# ------------------------------------------------------------------ recorded scenarios
+
+@pytest.mark.parametrize("version", ["0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("scenario", SCENARIOS + SPEC_SCENARIOS)
+def test_oracle_scenarios_identical_both_ways(scenario, version):
+    path = os.path.join(SPEC_ORACLE if scenario in SPEC_SCENARIOS else ORACLE, scenario)
+    if not os.path.exists(os.path.join(path, f"vllm-{version}.jsonl")):
+        pytest.skip(f"no {version} recording")
+    eng = engine_config_from_dict(oracle_engine_dict(path, version))
+    trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
+    _same_both_ways(trace, eng)
+
+
+def test_quiet_stretches_are_taken_in_the_recorded_scenarios():
+    # Synchronous, no drafts, no Mamba alignment: macro-steps apply (full attention, sliding window).
+    taken = {}
+    for scenario in ("bench_full", "full_small", "full_nocache", "hybrid_swa", "timed"):
+        path = os.path.join(ORACLE, scenario)
+        eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
+        trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
+        taken[scenario] = _macro_counts(trace, eng)["steps"]
+    assert all(n > 0 for n in taken.values()), taken
+    # Never with asynchronous scheduling, drafts or Mamba state in align mode.
+    for scenario, root in (("full_pressure_async", ORACLE), ("hybrid_mamba", ORACLE), ("spec_full_k3", SPEC_ORACLE)):
+        path = os.path.join(root, scenario)
+        eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
+        trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
+        assert _macro_counts(trace, eng)["steps"] == 0
+
+
+# ------------------------------------------------------------------ public traces
+
+@pytest.mark.parametrize("path", ["mooncake/synthetic_trace.jsonl", "azure2023/AzureLLMInferenceTrace_code_head500.csv",
+                                  "weka/trace_0165.json"])
+def test_sample_traces_identical_both_ways(path):
+    trace = read_trace(os.path.join(TRACES, path))
+    for eng in (_engine(num_gpu_blocks=4000, block_size=16, max_num_seqs=32, max_num_batched_tokens=2048,
+                        max_model_len=32768, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5}),
+                _engine(num_gpu_blocks=1100, block_size=16, max_num_seqs=64, max_num_batched_tokens=1024,
+                        max_model_len=16384, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5})):
+        _same_both_ways(trace, eng, reject_too_long=True)
+
+
+def test_roofline_steps_identical_both_ways():
+    eng = _engine(num_gpu_blocks=400, block_size=16, max_num_seqs=8, max_num_batched_tokens=512,
+                  max_model_len=4096, model="llama-3.1-8b", time_model={"kind": "roofline", "gpu": "H100", "tp": 1})
+    rows = [dict(id=f"r{i}", prompt=100 + 37 * i, max_tokens=40 + 11 * i, at=0.05 * i) for i in range(20)]
+    trace = make_trace(rows, clock="time")
+    _same_both_ways(trace, eng)
+    assert _macro_counts(trace, eng)["steps"] > 0
+
+
+def test_streamed_replay_identical_both_ways():
+    path = os.path.join(ORACLE, "bench_full")
+    eng = engine_config_from_dict(oracle_engine_dict(path, "0.33.0"))
+    trace = read_trace(os.path.join(path, "trace.jsonl"))
+    whole = replay(trace, eng, macro_steps=False)
+    ids = trace.column("request_id").to_pylist()
+    rank = sorted(range(len(ids)), key=lambda i: ids[i])
+    ranks = [0] * len(ids)
+    for r, i in enumerate(rank):
+        ranks[i] = r
+    t = trace.append_column("id_rank", pa.array(ranks, pa.int32()))
+    # out_rows 37: the engine hands rows over in the middle of stretches.
+    pieces = [t.slice(i, 50) for i in range(0, t.num_rows, 50)]
+    steps = [item[1] for item in replay_stream(iter(pieces), eng, timed=False, expected=t.num_rows, out_rows=37)
+             if item[0] == "steps"]
+    assert _bytes(pa.concat_tables(steps).combine_chunks()) == _bytes(whole.steps.combine_chunks())
+
+
+# ------------------------------------------------------------------ deployments
+
+def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
+    """A deployment with macro-steps on and off: the same bytes; the stretches its replicas took."""
+    import aisim._core.deploy as core_deploy
+
+    taken = []
+
+    class Counted(core_deploy.Deployment):
+        def run(self):
+            out = super().run()
+            taken.append(self.macro_counts["steps"])
+            return out
+
+    monkeypatch.setattr(core_deploy, "Deployment", Counted)
+    on = deploy(trace, eng, deployment, record_decisions=True, macro_steps=True, **kw)
+    off = deploy(trace, eng, deployment, record_decisions=True, macro_steps=False, **kw)
+    assert _bytes(on.requests) == _bytes(off.requests)
+    assert _bytes(on.steps) == _bytes(off.steps)
+    assert [_log(r) for r in on.replicas] == [_log(r) for r in off.replicas]
+    assert taken[1] == 0
+    return taken[0]
+
+
+DEPLOY_ENGINE = dict(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512,
+                     time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5})
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_loaded", {"kind": "least_loaded", "by": "tokens"},
+                                    {"kind": "random", "seed": 5}, "kv_aware",
+                                    {"kind": "session_affinity", "fallback": "least_loaded"},
+                                    {"kind": "least_loaded", "view_delay_s": 0.05}])
+@pytest.mark.parametrize("load", [{}, {"max_concurrency": 6}, {"closed_loop": True}])
+def test_deployments_identical_both_ways(router, load, monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(240, seed=3, rate=40.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5", turns=4,
+                        think_time_s=0.05, prefix_groups=3, prefix_len=64, prefix_fraction=0.5)
+    steps = _deploy_both_ways(trace, eng, {"replicas": 3, "router": router}, monkeypatch, **load)
+    kv = router == "kv_aware"
+    # Stretches run on every replica unless the router reads the replicas' block keys.
+    assert (steps == 0) if kv else (steps > 0)
+
+
+def test_one_kv_aware_replica_takes_stretches(monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(200, seed=4, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5")
+    assert _deploy_both_ways(trace, eng, {"replicas": 1, "router": "kv_aware"}, monkeypatch) > 0
+
+
+def test_disaggregated_deployments_step_one_iteration_at_a_time(monkeypatch):
+    eng = engine_config_from_dict(DEPLOY_ENGINE)
+    trace = synth_trace(120, seed=5, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:40:0.5")
+    pd = {"prefill": {"replicas": 1}, "decode": {"replicas": 2}, "link": {"bandwidth_gb_s": "inf", "latency_s": 0.001}}
+    assert _deploy_both_ways(trace, eng, pd, monkeypatch) == 0
+
+
+# ------------------------------------------------------------------ property
+
+requests = st.lists(
+    st.fixed_dictionaries({
+        "prompt": st.integers(1, 70),
+        "max_tokens": st.integers(1, 60),
+        "at": st.integers(0, 40),
+        "shared": st.integers(0, 40),
+        "priority": st.integers(0, 2),
+    }),
+    min_size=1, max_size=14,
+)
+layouts = st.sampled_from([
+    [{"type": "full"}],
+    [{"type": "full"}, {"type": "sliding_window", "sliding_window": 12}],
+    [{"type": "full"}, {"type": "sliding_window", "sliding_window": 5}],
+    [{"type": "full"}, {"type": "ring"}],
+])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(reqs=requests, layout=layouts, block=st.sampled_from([2, 4, 8]), blocks=st.integers(14, 120),
+       seqs=st.integers(1, 6), budget=st.sampled_from([3, 6, 16, 64]), caching=st.booleans(),
+       chunked=st.booleans(), mml=st.sampled_from([48, 96, 256]), version=st.sampled_from(["0.31.0", "0.32.0",
+                                                                                           "0.33.0"]),
+       policy=st.sampled_from(["fcfs", "priority"]), timed=st.booleans(), cap=st.sampled_from([None, 2]))
+def test_random_traces_identical_both_ways(reqs, layout, block, blocks, seqs, budget, caching, chunked, mml, version,
+                                           policy, timed, cap):
+    groups = [dict(g, prefix_cacheable=g["type"] != "ring", page_size_bytes=1) for g in layout]
+    kw = dict(num_gpu_blocks=blocks, block_size=block, max_num_batched_tokens=max(budget, 1 if chunked else mml),
+              max_num_seqs=seqs, max_model_len=mml, kv_cache_groups=groups, enable_prefix_caching=caching,
+              enable_chunked_prefill=chunked, vllm_version=version, policy=policy,
+              time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 0.001})
+    if len(groups) > 1 and caching:
+        kw["cache_extra"] = {"prefix_match_unit": block}
+    try:
+        eng = engine_config_from_dict(kw)
+    except Exception:
+        return  # a combination the configuration refuses (e.g. a pool too small for one request)
+    rows = []
+    for i, r in enumerate(reqs):
+        prompt = min(r["prompt"], mml - 1)
+        shared = min(r["shared"], prompt)
+        segs = ([("common", 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
+        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"],
+                         at=r["at"] / 100 if timed else r["at"], segments=[s for s in segs if s[2] > 0],
+                         priority=r["priority"]))
+    trace = make_trace(rows, clock="time" if timed else "step")
+    try:
+        replay(trace, eng, macro_steps=False, max_concurrency=cap)
+    except Exception:
+        return  # refused (a request that can never fit): nothing to compare
+    _same_both_ways(trace, eng, max_concurrency=cap)
