@@ -5,11 +5,14 @@
 # where a decode can touch it (kv_decode_period: a block to take, fill or release); every other
 # call of kv_allocate_slots would be a no-op.  The step times are still summed one step at a
 # time and every step row and decision-log event is written, so the output is byte-identical to
-# stepping one iteration at a time (Engine(macro_steps=False)).  Free functions over the
-# Engine's C fields; engine.pyx is their one user.
+# stepping one iteration at a time (Engine(macro_steps=False)).  The step that ends a stretch (a
+# request finishes, or the waiting pass admits one) has its running pass done the same way and
+# the rest of the step done as any step's.  Free functions over the Engine's C fields;
+# engine.pyx is their one user.
 
-# Stretches shorter than this are stepped one at a time (setting one up costs about a step).
-cdef int64_t MIN_STRETCH = 2
+# A stretch of one step (the step in which a request finishes) is taken from this many running
+# requests on: its running pass then costs less than a single step's, set-up included.
+cdef int32_t MIN_ONE_STEP = 8
 
 # Longest period of block work a stretch follows (kv_decode_period's cap).
 cdef tok_t MAX_PERIOD = 4096
@@ -58,13 +61,13 @@ cdef void _macro_release(MacroC* m) noexcept nogil:
 
 cdef int64_t _quiet_length(Engine e) noexcept nogil:
     """Steps from here whose running pass schedules one decode token for every running request
-    and changes nothing else; 0: step normally.
+    and changes nothing else, the last of them the step in which the first request finishes
+    (max_tokens or max_model_len: check_stop); 0: step normally.
 
     That holds when the last iteration scheduled every running request and left each decoding
     (num_computed_tokens + 1 == num_tokens, nothing in flight, no pending copy, sliding windows
-    settled) and the running pass fits all of them in both budgets, until the step at which the
-    first of them finishes (max_tokens or max_model_len: check_stop), where the stretch ends.
-    The waiting pass still runs every step, for real: a stretch ends at the step that admits.
+    settled) and the running pass fits all of them in both budgets.  The waiting pass still runs
+    every step, for real: a stretch also ends with the step that admits.
     """
     cdef SchedC* s = &e.sched
     cdef const SchedConfC* c = &s.conf
@@ -84,9 +87,9 @@ cdef int64_t _quiet_length(Engine e) noexcept nogil:
         f = r.max_tokens - r.num_output
         if c.max_model_len - num_tokens(r) < f:
             f = c.max_model_len - num_tokens(r)
-        if f - 1 < length:
-            length = f - 1
-            if length < MIN_STRETCH:
+        if f < length:
+            length = f
+            if length == 1 and n < MIN_ONE_STEP:
                 return 0
     return length
 
@@ -101,7 +104,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     cdef tok_t P = m.period, lpt
     cdef int32_t n = s.n_running, i, j, x, lo, hi
     cdef int64_t k = 0, length
-    cdef bint admitted = False
+    cdef bint closed = False
     cdef ReqC* r
     length = _quiet_length(e)
     if length == 0:
@@ -165,18 +168,19 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         if s.n_waiting > 0:
             # The waiting pass, for real; the running requests' counters are not read there.
             sched_admit_waiting(s, b, lpt)
-            if b.n > n:
-                # It admitted: this step ends as any other, and the stretch with it.
-                for i in range(n):
-                    r = &s.reqs[s.running[i]]
-                    r.num_computed = m.c0[i] + k
-                    r.num_output = m.o0[i] + k
-                sched_end_schedule(s, b)
-                e._price(b)
-                e._end_sync_step(b)
-                k += 1
-                admitted = True
-                break
+        if b.n > n or k == length - 1:
+            # It admitted, or a request finishes: this step ends as any other (its output
+            # processed by update_from_output), and the stretch with it.
+            for i in range(n):
+                r = &s.reqs[s.running[i]]
+                r.num_computed = m.c0[i] + k
+                r.num_output = m.o0[i] + k
+            sched_end_schedule(s, b)
+            e._price(b)
+            e._end_sync_step(b)
+            k += 1
+            closed = True
+            break
         kv_end_schedule(&e.kv)
         if k > 0 and e.time_model.kind != TM_LINEAR:
             for i in range(n):
@@ -190,7 +194,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         e.clock = b.end_s
         e.step += 1
         k += 1
-    if not admitted:
+    if not closed:
         # Every request has advanced k decode steps (update_from_output: one sampled token each).
         for i in range(n):
             r = &s.reqs[s.running[i]]

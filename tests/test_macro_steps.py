@@ -74,7 +74,7 @@ def _engine(**kw):
 def test_one_request_by_hand():
     # Prompt 4, 10 outputs, blocks of 4, 10 ms steps.  Step 0 prefills (1 block) and samples the
     # first output; steps 1..9 decode at 4..12 computed tokens; step 9 samples the 10th output and
-    # finishes.  Steps 1..8 are one quiet stretch (it ends before the finishing step).  A block is
+    # finishes.  Steps 1..9 are one stretch (it ends with the finishing step).  A block is
     # taken when the new token starts one (steps 1 and 5: 4 and 8 computed; step 9: 12).  Step 10
     # schedules nothing: it reports the finished request (Scheduler.has_requests).
     eng = _engine(num_gpu_blocks=20, time_model={"kind": "linear", "base_s": 0.01})
@@ -87,35 +87,37 @@ def test_one_request_by_hand():
     assert steps["free_blocks"][-2] == usable  # the finish frees every block (cached ones count as free)
     assert steps["decode_tokens"] == [0] + [1] * 9 + [0]
     assert steps["clock_s"] == pytest.approx([0.01 * k for k in range(11)])
-    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 8}
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 9}
 
 
 def test_a_stretch_ends_with_the_step_that_admits():
     # b arrives at step 5 while a decodes alone (a: prefill at step 0, finish at step 11).  With
     # max_num_seqs 2 the waiting pass of step 5 admits b: that step ends as any other and the
-    # stretch with it (steps 1..5).  b finishes at 7 (at 6 it is one step from its finish: no
-    # stretch); after 7, a alone runs steps 8..10 in one stretch.
+    # stretch with it (steps 1..5).  Steps 6..7 are one more, ending with b's finish at 7; then a
+    # alone runs steps 8..11, ending with its finish.
     trace = make_trace([dict(id="a", prompt=4, max_tokens=12, at=0), dict(id="b", prompt=4, max_tokens=3, at=5)])
     two = _engine(max_num_seqs=2)
     _same_both_ways(trace, two)
-    assert _macro_counts(trace, two) == {"stretches": 2, "steps": 5 + 3}
+    assert _macro_counts(trace, two) == {"stretches": 3, "steps": 5 + 2 + 4}
     # With max_num_seqs 1, b arrives inside the stretch and waits (the waiting pass stops at
-    # the full running list): steps 1..10 are one stretch; b runs after a's finish.
+    # the full running list): steps 1..11 are one stretch.  b is admitted at step 12 (a single
+    # step: it prefills) and decodes at 13..14, its finish.
     one = _engine(max_num_seqs=1)
     _same_both_ways(trace, one)
-    assert _macro_counts(trace, one) == {"stretches": 1, "steps": 10}
+    assert _macro_counts(trace, one) == {"stretches": 2, "steps": 11 + 2}
 
 
 def test_a_request_blocked_by_the_kv_cache_waits_inside_a_stretch():
     # 13 usable blocks of 4 tokens: a (prompt 20: 5 blocks, growing to 8 by its finish) runs; b
     # (prompt 32 + its first token: 9 blocks) cannot be admitted until a finishes.  Every step
-    # in between tries and fails to admit b (a lookup and a refused allocation), inside one stretch.
+    # from 1 to a's finish at 11 tries and fails to admit b (a lookup and a refused allocation),
+    # inside one stretch.
     eng = _engine(num_gpu_blocks=14, enable_prefix_caching=False)
     trace = make_trace([dict(id="a", prompt=20, max_tokens=12, at=0), dict(id="b", prompt=32, max_tokens=2, at=1)])
     res = _same_both_ways(trace, eng)
     steps = res.steps.to_pydict()
     assert steps["waiting"][1:11] == [1] * 10 and steps["num_new"][1:12] == [0] * 11
-    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 10}
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 11}
 
 
 def test_switched_off_no_stretch_is_taken():
