@@ -210,3 +210,22 @@ def test_one_and_two_workers_land_byte_identical_rankings_and_points(tmp_path):
             (tmp_path / f).unlink()
     assert out[0] == out[1]
     assert out[0][1][0].count(b"\n") == 1 + 2 * 12
+
+
+def test_the_report_shows_the_rate_the_candidates_are_ranked_by(tmp_path):
+    import html as htmlmod
+    import re
+
+    from aisim.report import build_report
+
+    result = run_sweep(load_sweep(_write(tmp_path, grid="[grid]\nmax_num_seqs = [1, 2]\n")), scheduler="sync")
+    page, rd = build_report(str(tmp_path / "s.duckdb"), result.run_id)
+    assert [(c["candidate"], c["rank"], c["capacity_rate_req_s"]) for c in rd.sweep] == \
+        [("c000", 2, HAND[1]), ("c001", 1, HAND[2])]
+    table = re.search(r'<table class="summary sortable" id="sweep-table">(.*?)</table>', page, re.S).group(1)
+    head = [htmlmod.unescape(h) for h in re.findall(r'<th scope="col">(.*?)</th>', table)]
+    assert head[:5] == ["rank", "candidate", "knobs", "capacity", "goodput"]
+    rows = [[htmlmod.unescape(re.sub(r"<[^>]+>", "", x)) for x in re.findall(r"<td[^>]*>(.*?)</td>", r)]
+            for r in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1], re.S)]
+    assert [r[:2] + r[3:4] for r in rows] == [["2", "c000", "11.1/s"], ["1", "c001", "25.2/s"]]
+    assert "Ranked by the highest rate within the [capacity] SLO (capacity)." in page
