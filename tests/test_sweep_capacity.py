@@ -150,6 +150,34 @@ def test_each_load_level_searches_its_candidates_in_its_run(tmp_path):
     assert [sorted(c.name for c in result.ranked[i:i + 2]) for i in (0, 2)] == [["c001", "c003"], ["c000", "c002"]]
 
 
+def _failing_search(desc, question, trace):
+    """The capacity section's task, failing for candidate c001 as a search past a profile's range would."""
+    from aisim.capacity.pipeline import search_shard
+    from aisim.errors import ConfigError
+
+    if desc["engine"] == "c001":
+        raise ConfigError("a step of 2 sequences is outside the profile's measured range")
+    return search_shard(desc, question, trace)
+
+
+def test_a_candidate_whose_search_fails_is_refused_with_the_reason_and_the_others_ranked(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from aisim.pipeline import sections
+
+    monkeypatch.setitem(sections._SECTIONS, "capacity", replace(sections.section("capacity"), task=_failing_search))
+    result = run_sweep(load_sweep(_write(tmp_path, grid="[grid]\nmax_num_seqs = [1, 2]\n")), scheduler="sync")
+    by = {c.name: c for c in result.candidates}
+    assert by["c001"].reason == "its capacity search failed: a step of 2 sequences is outside the profile's measured range"
+    assert [(c.name, c.rank, c.capacity_rate_req_s) for c in result.ranked] == [("c000", 1, HAND[1])]
+    assert _rows(tmp_path / "s.duckdb", "SELECT candidate, status, capacity_rate_req_s FROM sweep_candidates "
+                                        "ORDER BY candidate") == [
+        {"candidate": "c000", "status": "ranked", "capacity_rate_req_s": HAND[1]},
+        {"candidate": "c001", "status": "refused", "capacity_rate_req_s": None}]
+    assert _rows(tmp_path / "s.duckdb", "SELECT DISTINCT shard_id, search FROM capacity_points") == \
+        [{"shard_id": 0, "search": "m/c000"}]
+
+
 @pytest.mark.parametrize("capacity, message", [
     (CAPACITY.replace("[capacity.rate]", "[capacity.fleet]\nmax_replicas = 2\n[capacity.rate]"),
      "'capacity.fleet' in "),

@@ -513,7 +513,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
 
     A candidate whose replay fails (a step outside its profile's measured
     range, say) is refused with the replay's reason, and the others run
-    again without it.
+    again without it; so is one whose ``[capacity]`` search fails (the
+    search replays at rates the sweep's own replay never reaches).
     """
     from aisim.pipeline.run import run_pipeline
     from aisim.pipeline.spec import spec_from_dict
@@ -527,7 +528,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
             failed = _failed_candidate(str(exc), level)
             if failed is None:
                 raise
-            failed.reason = f"its replay failed: {str(exc).split(' failed: ', 1)[1]}"
+            what = "capacity search" if str(exc).startswith("[capacity] ") else "replay"
+            failed.reason = f"its {what} failed: {str(exc).split(' failed: ', 1)[1]}"
             if all(c.refused for c in cands):
                 raise SweepError(f"every candidate of sweep {spec.name} is refused; the last because: "
                                  f"{failed.reason}") from None
@@ -538,8 +540,9 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
 
 
 def _failed_candidate(message: str, cands: list) -> Candidate | None:
-    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``)."""
-    m = re.match(r"shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
+    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``,
+    or ``[capacity] of shard N ...`` for its search)."""
+    m = re.match(r"(?:\[capacity\] of )?shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
     c = {c.name: c for c in cands}.get(m.group(1)) if m else None
     return c if c is not None and not c.refused else None
 
