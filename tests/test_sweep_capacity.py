@@ -122,6 +122,7 @@ def test_the_command_shows_the_rate_and_says_what_ranks(tmp_path):
     doc = json.loads(r.stdout)
     assert [(c["candidate"], c["capacity_rate_req_s"]) for c in doc["ranked"]] == \
         [("c002", HAND[2]), ("c003", HAND[2]), ("c000", HAND[1]), ("c001", HAND[1])]
+    assert r.stderr.rstrip().endswith("table sweep_candidates; each search in capacity_points)")
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[0].endswith(",gpus,kv_tokens,capacity_rate_req_s")

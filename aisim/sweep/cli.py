@@ -51,7 +51,8 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
     runs = f"run {result.run_id}" if len(result.run_ids) == 1 else f"runs {', '.join(result.run_ids)}"
     deployed = f" and its deployment to {spec.best_deployment}" if spec.deployment is not None else ""
     where = (f"best configuration ({result.best.name}) written to {spec.best}{deployed}; every candidate is in "
-             f"{spec.database} ({runs}, table sweep_candidates)")
+             f"{spec.database} ({runs}, table sweep_candidates"
+             f"{'; each search in capacity_points' if spec.capacity is not None else ''})")
     if fmt == "json":
         echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,
                    "run_ids": result.run_ids,
