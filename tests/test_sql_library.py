@@ -261,10 +261,17 @@ def test_sweep_goodput_query(landed, slo):
 
 def test_sweep_files_run_on_an_empty_database(empty):
     files = sql.sweep()
-    assert sorted(files) == ["goodput", "sweep_candidates"]
+    assert sorted(files) == ["capacity_rate", "goodput", "sweep_candidates"]
     empty.execute(files["sweep_candidates"].sql)
     assert _columns(empty, "sweep_candidates")[:3] == ["run_id", "candidate", "knobs"]
+    assert _columns(empty, "sweep_candidates")[-1] == "capacity_rate_req_s"
     text, values = bind_sql(files["goodput"], {"run": "x"})
+    assert empty.execute(text, values).fetchall() == []
+    # capacity_points exists once a run's [capacity] section landed in the database.
+    from aisim.columns import CAPACITY_POINTS, render_table
+
+    empty.execute(render_table(CAPACITY_POINTS))
+    text, values = bind_sql(files["capacity_rate"], {"run": "x"})
     assert empty.execute(text, values).fetchall() == []
 
 

@@ -3,7 +3,8 @@
 Shown when the reported run is one of a sweep's (every load level's candidates, read through
 ``sweep_run_id``):
 
-- a sortable table of every candidate, ranked or refused: rank, knobs whole, goodput, SLO
+- a sortable table of every candidate, ranked or refused: rank, knobs whole, the highest rate within
+  the ``[capacity]`` SLO (a sweep with that section, which ranks by it), goodput, SLO
   attainment, GPUs, goodput per GPU, p99 TTFT and TPOT, rejected requests, the reason of a refusal;
 - goodput per GPU against p99 TTFT, one point per ranked candidate, the Pareto front (no other
   candidate has both more goodput per GPU and a lower p99 TTFT) joined, the TTFT threshold drawn;
@@ -83,15 +84,24 @@ COLUMNS = ("rank", "candidate", "knobs", "goodput", "SLO met", "GPUs", "goodput 
            "rejected", "refused because")
 
 
+def ranks_by_capacity(cands: list) -> bool:
+    """Whether the sweep had a ``[capacity]`` section (a ranked candidate has its highest rate)."""
+    return any(c.get("capacity_rate_req_s") is not None for c in cands)
+
+
 def _table(cands: list) -> str:
-    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in COLUMNS)
+    capacity = ranks_by_capacity(cands)
+    cols = COLUMNS[:3] + (("capacity",) if capacity else ()) + COLUMNS[3:]
+    head = "".join(f'<th scope="col">{escape(h)}</th>' for h in cols)
     rows = []
     for c in cands:
         g = per_gpu(c)
+        rate = c.get("capacity_rate_req_s")
         rows.append("<tr>" + "".join([
             _td(c.get("rank"), str(c["rank"]) if c.get("rank") is not None else "-"),
             _td(None, c["candidate"], "txt"),
             _td(None, _knobs(c), "txt knobs"),
+            *([_td(rate, f"{fmt_count(rate)}/s" if rate is not None else "-")] if capacity else []),
             _td(c.get("goodput_req_s"), f"{fmt_count(c['goodput_req_s'])}/s" if c.get("goodput_req_s") is not None
                 else "-"),
             _td(c.get("slo_attainment"), fmt_pct(c["slo_attainment"]) if c.get("slo_attainment") is not None
@@ -151,9 +161,10 @@ def sweep_section(cands: list, slo: dict) -> str:
     if lines:
         figs += _load_charts(key, lines, slo)
     body = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in figs)
+    by = " Ranked by the highest rate within the [capacity] SLO (capacity)." if ranks_by_capacity(cands) else ""
     return (f'<h2 id="sweep">Sweep</h2><p class="sub">{len(cands)} candidates: {len(ranked)} ranked, {refused} '
-            f'refused; SLO {escape(limits or "none")}. Click a column heading to sort.</p>'
+            f'refused; SLO {escape(limits or "none")}.{escape(by)} Click a column heading to sort.</p>'
             f'{_table(cands)}<div class="grid compare">{body}</div>')
 
 
-__all__ = ["load_curves", "pareto_front", "per_gpu", "sweep_section"]
+__all__ = ["load_curves", "pareto_front", "per_gpu", "ranks_by_capacity", "sweep_section"]

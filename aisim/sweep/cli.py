@@ -41,6 +41,9 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
     rows = [{"rank": c.rank, "candidate": c.name, "knobs": c.knobs, "goodput_req_s": c.goodput_req_s,
              "slo_attainment": c.slo_attainment, "rejected": c.rejected, "ttft_p99_s": c.ttft_p99_s,
              "tpot_p99_s": c.tpot_p99_s, "gpus": c.gpus, "kv_tokens": c.cost_tokens} for c in result.ranked]
+    if spec.capacity is not None:  # what the candidates are ranked by
+        for r, c in zip(rows, result.ranked):
+            r["capacity_rate_req_s"] = c.capacity_rate_req_s
     if spec.deployment is not None:  # each candidate's deployment, every key resolved
         for r, c in zip(rows, result.ranked):
             r["deployment"] = c.deployment.to_dict()
@@ -48,7 +51,8 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
     runs = f"run {result.run_id}" if len(result.run_ids) == 1 else f"runs {', '.join(result.run_ids)}"
     deployed = f" and its deployment to {spec.best_deployment}" if spec.deployment is not None else ""
     where = (f"best configuration ({result.best.name}) written to {spec.best}{deployed}; every candidate is in "
-             f"{spec.database} ({runs}, table sweep_candidates)")
+             f"{spec.database} ({runs}, table sweep_candidates"
+             f"{'; each search in capacity_points' if spec.capacity is not None else ''})")
     if fmt == "json":
         echo_json({"sweep": spec.name, "model": spec.model, "slo": spec.slo, "run_id": result.run_id,
                    "run_ids": result.run_ids,
@@ -61,16 +65,21 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
         return
     out = console()
     slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.items())
-    headers = ("rank", "candidate", "knobs", "goodput req/s", "SLO met", "rejected", "TTFT p99", "TPOT p99",
-               "GPUs", "KV tokens")
+    headers = ("rank", "candidate", "knobs") + (("capacity req/s",) if spec.capacity is not None else ()) + (
+        "goodput req/s", "SLO met", "rejected", "TTFT p99", "TPOT p99", "GPUs", "KV tokens")
     t = new_table(*[(col, {"justify": "left" if col in ("candidate", "knobs") else "right"}) for col in headers],
                   title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
     for r in rows:
-        t.add_row(str(r["rank"]), r["candidate"], _knobs(r["knobs"]), fmt_num(r["goodput_req_s"]),
+        capacity = (fmt_num(r["capacity_rate_req_s"]),) if spec.capacity is not None else ()
+        t.add_row(str(r["rank"]), r["candidate"], _knobs(r["knobs"]), *capacity, fmt_num(r["goodput_req_s"]),
                   fmt_pct(r["slo_attainment"]), fmt_num(r["rejected"]), fmt_seconds(r["ttft_p99_s"]),
                   fmt_seconds(r["tpot_p99_s"]), str(r["gpus"]), fmt_num(r["kv_tokens"]))
     out.print(t)
     for c in refused:
         out.print(f"refused {c['candidate']} ({_knobs(c['knobs'])}): {c['reason']}")
-    out.print("ties in goodput go to fewer GPUs, then to the lower p99 TTFT")
+    if spec.capacity is not None:
+        out.print("ranked by the highest rate within the [capacity] SLO (capacity_points); ties go to fewer GPUs, "
+                  "then to the lower p99 TTFT", markup=False)
+    else:
+        out.print("ties in goodput go to fewer GPUs, then to the lower p99 TTFT")
     out.print(where)

@@ -30,6 +30,13 @@ trace, a grid of knobs and SLO thresholds::
     tpot_s = 0.05
     e2e_s = 30.0
 
+    [capacity]                         # optional: each candidate's highest rate within an SLO
+    [capacity.slo]                     # the keys of a capacity spec's question (aisim.capacity.spec)
+    ttft_s = 2.0
+    attainment = 0.95
+    [capacity.rate]
+    by = "poisson_rate"
+
 A knob is any top-level engine key (:data:`aisim.config.keys.ENGINE_KEYS`,
 ``plan_notes`` aside); its value replaces the base's, a table value whole.
 A spec may also name a base deployment (``deployment = "fleet.toml"``, or the
@@ -54,6 +61,16 @@ threshold per second of the shard's duration.  Ties go to fewer GPUs
 (``time_model.tp`` of every replica), then to the lower p99 TTFT, then to grid order: a
 larger KV pool on the same GPUs costs nothing.  Every candidate, refused or
 ranked, lands in the ``sweep_candidates`` table next to the run's results.
+
+With a ``[capacity]`` section each accepted candidate is searched too, in its
+load level's pipeline run (the pipeline's ``[capacity]`` section, which
+:mod:`aisim.capacity` plugs in): the highest rate it serves within that
+section's SLO, on the trace as traced (a load level is the replay's, not the
+search's).  The points land in ``capacity_points`` with the run's id, and the
+candidates are ranked by that rate (``capacity_rate_req_s``; a candidate that
+meets the SLO at no rate tried comes last) before goodput's tie-breaks: fewer
+GPUs, the lower p99 TTFT, grid order.  ``[capacity.fleet]`` is refused: the
+smallest deployment is ``aisim capacity``'s question, not a candidate's.
 """
 
 from __future__ import annotations
@@ -79,7 +96,7 @@ UNSET = "unset"
 LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "best_deployment", "deployment", "trace",
-        "grid", "load", "slo")
+        "grid", "load", "slo", "capacity")
 _TRACE = ("paths", "format", "options")
 
 
@@ -104,6 +121,9 @@ class SweepSpec:
     # best candidate's deployment is written.
     deployment: object = None
     best_deployment: str | None = None
+    # The [capacity] table, validated by the section aisim.capacity plugs into the pipeline and
+    # handed to each load level's pipeline spec as it is (None: no capacity search).
+    capacity: dict | None = None
 
 
 @dataclass
@@ -132,6 +152,7 @@ class Candidate:
     tpot_p99_s: float | None = None
     load: dict = field(default_factory=dict)  # its load level (aisim.traces.load; empty: as traced)
     run_id: str | None = None       # the pipeline run that replayed it
+    capacity_rate_req_s: float | None = None  # the highest rate within [capacity]'s SLO (None: none met)
 
     @property
     def refused(self) -> bool:
@@ -201,6 +222,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     except ConfigError as exc:
         raise SweepError(str(exc)) from None
     loads = _loads(raw.get("load"), where)
+    capacity = _capacity(raw.get("capacity"), where)
     slo = raw["slo"]
     if not isinstance(slo, dict) or not slo:
         raise SweepError(f"'slo'{where} must give at least one of {', '.join(SLO_KEYS)}")
@@ -229,7 +251,28 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
                             "format": trace.get("format"), "options": dict(trace.get("options", {}))},
                      grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
                      description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None,
-                     loads=loads, deployment=deployment, best_deployment=best_deployment)
+                     loads=loads, deployment=deployment, best_deployment=best_deployment, capacity=capacity)
+
+
+def _capacity(raw, where: str) -> dict | None:
+    """``[capacity]``: validated by the pipeline's ``capacity`` section (aisim.capacity plugs it in); a rate question."""
+    from aisim.pipeline import sections as plugged
+
+    if raw is None:
+        return None
+    section = plugged.section("capacity")
+    if section is None:
+        raise SweepError(str(plugged.unplugged("capacity", where)))
+    if isinstance(raw, dict) and "fleet" in raw:
+        raise SweepError(f"'capacity.fleet'{where} is not a question for a sweep's candidates: give "
+                         "'[capacity.rate]' (each candidate's highest rate within the SLO); the smallest "
+                         "deployment is aisim capacity's question")
+    try:
+        # A sweep's replay options are its load levels: no closed loop, no deployment splits to check.
+        section.parse(raw, where, {"replay": {}, "deployments": []})
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
+    return dict(raw)
 
 
 def _loads(raw, where: str) -> list:
@@ -365,6 +408,7 @@ def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
     from aisim.traces import read_trace
 
     reject = rejects_too_long(spec)
+    by = (spec.capacity or {}).get("rate", {}).get("by")
     for path in spec.trace["paths"]:
         if progress is not None:
             progress(f"reading {os.path.basename(path)}")
@@ -372,6 +416,10 @@ def check_candidates(spec: SweepSpec, cands: list, progress=None) -> None:
             trace = read_trace(path, spec.trace["format"], **spec.trace["options"])
         except TraceError as exc:
             raise SweepError(f"sweep {spec.name}: {exc}") from None
+        if by == "rate_scale" and (trace.schema.metadata or {}).get(b"clock") != b"time":
+            where = f" in {spec.path}" if spec.path else ""
+            raise SweepError(f"'capacity.rate.by'{where} is 'rate_scale', which scales the trace's own rate, and "
+                             f"{os.path.basename(path)} arrives by engine step: give by = 'poisson_rate'")
         if progress is not None:
             progress(f"checking {sum(not c.refused for c in cands)} candidates", f"{trace.num_rows:,} requests")
         faults = {}  # by configuration: the load levels of one grid point share its answer
@@ -401,6 +449,8 @@ def _pipeline_spec(spec: SweepSpec, cands: list, load: dict) -> dict:
            "replay": dict(load)}
     if rejects_too_long(spec):
         out["replay"]["reject_too_long"] = True
+    if spec.capacity is not None:  # each shard (candidate) searched in the run, its points landed with it
+        out["capacity"] = spec.capacity
     return out
 
 
@@ -463,7 +513,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
 
     A candidate whose replay fails (a step outside its profile's measured
     range, say) is refused with the replay's reason, and the others run
-    again without it.
+    again without it; so is one whose ``[capacity]`` search fails (the
+    search replays at rates the sweep's own replay never reaches).
     """
     from aisim.pipeline.run import run_pipeline
     from aisim.pipeline.spec import spec_from_dict
@@ -477,7 +528,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
             failed = _failed_candidate(str(exc), level)
             if failed is None:
                 raise
-            failed.reason = f"its replay failed: {str(exc).split(' failed: ', 1)[1]}"
+            what = "capacity search" if str(exc).startswith("[capacity] ") else "replay"
+            failed.reason = f"its {what} failed: {str(exc).split(' failed: ', 1)[1]}"
             if all(c.refused for c in cands):
                 raise SweepError(f"every candidate of sweep {spec.name} is refused; the last because: "
                                  f"{failed.reason}") from None
@@ -488,18 +540,24 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
 
 
 def _failed_candidate(message: str, cands: list) -> Candidate | None:
-    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``)."""
-    m = re.match(r"shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
+    """The accepted candidate a pipeline's shard failure names (``shard N (model 'M', engine 'cNNN') failed: ...``,
+    or ``[capacity] of shard N ...`` for its search)."""
+    m = re.match(r"(?:\[capacity\] of )?shard \d+ \(model '.*?', engine '(c\d+)'\) failed: ", message)
     c = {c.name: c for c in cands}.get(m.group(1)) if m else None
     return c if c is not None and not c.refused else None
 
 
-def rank_key(c: Candidate) -> tuple:
+def rank_key(c: Candidate, capacity: bool = False) -> tuple:
     """Best first: goodput (of the whole deployment), then fewer GPUs, then the lower p99 TTFT, then grid order.
 
-    A larger KV pool on the same GPUs costs nothing, so it only wins by its latency.
+    A larger KV pool on the same GPUs costs nothing, so it only wins by its latency.  With
+    ``capacity`` (a ``[capacity]`` section) the highest rate within its SLO comes first instead of
+    goodput (a candidate that met it at no rate tried after every other), the same tie-breaks after.
     """
     ttft = c.ttft_p99_s if c.ttft_p99_s is not None else math.inf
+    if capacity:
+        rate = c.capacity_rate_req_s
+        return (-rate if rate is not None else math.inf, c.gpus, ttft, c.name)
     return (-c.goodput_req_s, c.gpus, ttft, c.name)
 
 
@@ -521,7 +579,13 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
             c = by_name[engine]
             c.goodput_req_s, c.slo_attainment, c.finished = goodput_req_s, attainment, finished
             c.rejected, c.ttft_p99_s, c.tpot_p99_s = rejected, ttft_p99, tpot_p99
-        for rank, c in enumerate(sorted((c for c in cands if not c.refused), key=rank_key), 1):
+        capacity = spec.capacity is not None
+        if capacity:  # each candidate's highest rate within [capacity]'s SLO, from its search's points
+            for run_id in run_ids:
+                for engine, rate in con.execute(*bind_sql(library["capacity_rate"], {"run": run_id})).fetchall():
+                    by_name[engine].capacity_rate_req_s = rate
+        for rank, c in enumerate(sorted((c for c in cands if not c.refused),
+                                        key=lambda c: rank_key(c, capacity)), 1):
             c.rank = rank
         con.execute("BEGIN TRANSACTION")
         try:
@@ -529,7 +593,8 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
             for run_id in run_ids:
                 con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
             cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
-                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment", "sweep_run_id")
+                    "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment", "sweep_run_id",
+                    "capacity_rate_req_s")
             insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
                 con.execute(insert, [c.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
@@ -537,7 +602,7 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                                      c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
                                      c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s,
                                      json.dumps(c.deployment.to_dict(), sort_keys=True)
-                                     if c.deployment is not None else None, run_ids[0]])
+                                     if c.deployment is not None else None, run_ids[0], c.capacity_rate_req_s])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -561,6 +626,10 @@ def write_best(result: SweepResult) -> None:
     slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
     notes = [f"best of {len(result.candidates)} candidates of sweep {result.spec.name} (run {best.run_id})",
              f"goodput {best.goodput_req_s:.3f} requests/s within {slo}; knobs {json.dumps(best.knobs, sort_keys=True)}"]
+    if result.spec.capacity is not None:
+        rate = f"{best.capacity_rate_req_s:.3f} requests/s" if best.capacity_rate_req_s is not None else "no rate"
+        notes.append(f"ranked by the highest rate within the [capacity] SLO: {rate} (capacity_points, "
+                     f"run {best.run_id})")
     if best.load:
         from aisim.traces.load import describe_load
 

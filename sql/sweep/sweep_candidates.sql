@@ -23,6 +23,9 @@ CREATE TABLE IF NOT EXISTS sweep_candidates (
                                         -- or refused); its knobs are in knobs
     sweep_run_id    VARCHAR,            -- the sweep's first run (its first load level's): every candidate of one
                                         -- sweep carries it, whatever its own level's run
+    capacity_rate_req_s DOUBLE,         -- the highest rate within the [capacity] SLO, what the candidates are
+                                        -- ranked by (capacity_points; NULL: no [capacity], refused, or no rate
+                                        -- tried met it)
     PRIMARY KEY (run_id, candidate)
 );
 -- A table made by an earlier aisim gains the columns it lacks.
@@ -32,3 +35,4 @@ ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS ttft_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS tpot_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS deployment VARCHAR;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS sweep_run_id VARCHAR;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS capacity_rate_req_s DOUBLE;
