@@ -399,8 +399,8 @@ cdef class Deployment:
             A replica replays a quiet stretch of decoding in one move, up to the deployment's next
             event (Engine(macro_steps=...)), when nothing another replica does in the meantime can
             change a decision: a router that reads only its own bookkeeping (requests sent and
-            finished), or a KV-aware one over a single replica that sees every key at once; not
-            with disaggregated pools.  The results are byte-identical either way.
+            finished), or a KV-aware one that sees every replica's keys at once (no view delay);
+            not with disaggregated pools.  The results are byte-identical either way.
         """
         cdef int64_t n = len(trace.prompt_len)
         cdef int32_t w, n_d = pd["replicas"] if pd is not None else 0
@@ -445,10 +445,11 @@ cdef class Deployment:
         if record_routing:
             self.rec = <double*>mem_calloc(max(n, 1) * n_rep * N_FIELDS, sizeof(double))
         # A stretch runs one replica's iterations ahead of the others' (up to the next arrival or
-        # transfer event): exact when the others' reports in between cannot differ, i.e. the
-        # router does not read block keys (a quiet step reports nothing else: no finish), or reads
-        # them from one replica, undelayed.
-        self.macro = macro_steps and not self.pd and (not rt.kv or (n_rep == 1 and rt.delay == 0))
+        # transfer event).  Exact when what the router sees at the next decision cannot differ:
+        # a quiet step reports no finish; the block keys a KV-aware router reads are all applied
+        # before a decision when it sees them undelayed (the order among replicas does not change
+        # which replica holds which key).
+        self.macro = macro_steps and not self.pd and (not rt.kv or rt.delay == 0)
         engines = []
         for w in range(self.n_all):
             e = Engine(config if w < n_rep else pd["config"], record_events=record_events, timed=True,

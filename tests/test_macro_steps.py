@@ -11,6 +11,7 @@ import json
 import os
 
 import hypothesis.strategies as st
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -213,8 +214,10 @@ def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
             return out
 
     monkeypatch.setattr(core_deploy, "Deployment", Counted)
-    on = deploy(trace, eng, deployment, record_decisions=True, macro_steps=True, **kw)
-    off = deploy(trace, eng, deployment, record_decisions=True, macro_steps=False, **kw)
+    on = deploy(trace, eng, deployment, record_decisions=True, record_routing=True, macro_steps=True, **kw)
+    off = deploy(trace, eng, deployment, record_decisions=True, record_routing=True, macro_steps=False, **kw)
+    assert on.routing.keys() == off.routing.keys()
+    assert all(np.asarray(on.routing[k]).tobytes() == np.asarray(off.routing[k]).tobytes() for k in on.routing)
     assert _bytes(on.requests) == _bytes(off.requests)
     assert _bytes(on.steps) == _bytes(off.steps)
     assert [_log(r) for r in on.replicas] == [_log(r) for r in off.replicas]
@@ -229,16 +232,17 @@ DEPLOY_ENGINE = dict(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=
 @pytest.mark.parametrize("router", ["round_robin", "least_loaded", {"kind": "least_loaded", "by": "tokens"},
                                     {"kind": "random", "seed": 5}, "kv_aware",
                                     {"kind": "session_affinity", "fallback": "least_loaded"},
-                                    {"kind": "least_loaded", "view_delay_s": 0.05}])
+                                    {"kind": "least_loaded", "view_delay_s": 0.05},
+                                    {"kind": "kv_aware", "view_delay_s": 0.05}])
 @pytest.mark.parametrize("load", [{}, {"max_concurrency": 6}, {"closed_loop": True}])
 def test_deployments_identical_both_ways(router, load, monkeypatch):
     eng = engine_config_from_dict(DEPLOY_ENGINE)
     trace = synth_trace(240, seed=3, rate=40.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5", turns=4,
                         think_time_s=0.05, prefix_groups=3, prefix_len=64, prefix_fraction=0.5)
     steps = _deploy_both_ways(trace, eng, {"replicas": 3, "router": router}, monkeypatch, **load)
-    kv = router == "kv_aware"
-    # Stretches run on every replica unless the router reads the replicas' block keys.
-    assert (steps == 0) if kv else (steps > 0)
+    delayed_keys = isinstance(router, dict) and router["kind"] == "kv_aware"
+    # Stretches run on every replica unless the router reads the replicas' block keys late.
+    assert (steps == 0) if delayed_keys else (steps > 0)
 
 
 def test_one_kv_aware_replica_takes_stretches(monkeypatch):
