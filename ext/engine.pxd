@@ -109,14 +109,12 @@ cdef struct EventsC:
 cdef struct MacroC:
     # Macro-steps (engine_macro.pxi): a quiet stretch of decoding replayed in one move.
     tok_t period               # P of kv_decode_period: residues of num_computed_tokens modulo P (0: off)
-    int32_t n_res              # residues at which a one-token decode may touch the KV cache
-    tok_t* res                 # [n_res] those residues
+    flag_t* works              # [MAX_PERIOD] works[x]: a decode at num_computed_tokens = x (mod P) may touch the cache
     int32_t cap                # running requests a stretch can hold (the batch capacity)
     tok_t* c0                  # [cap] each running request's num_computed_tokens when the stretch began
     tok_t* o0                  # [cap] ... and its output tokens
-    int32_t* first             # [period + 1] bucket x (steps k with k % P == x): at[first[x] : first[x + 1]]
-    int32_t* fill              # [period] scratch: the next free entry of each bucket
-    int32_t* at                # [cap * n_res] running-list positions, in running order within a bucket
+    int32_t* phase             # [cap] ... and num_computed_tokens modulo period
+    int32_t* at                # [cap] scratch: the running-list positions whose decode touches the cache this step
     int64_t stretches          # stretches replayed
     int64_t steps              # engine steps they covered
 

@@ -25,36 +25,26 @@ cdef int _macro_init(Engine e) except -1 nogil:
     """Macro-steps for a synchronous engine without drafts or Mamba alignment, over KV-cache
     groups whose decodes touch the cache at known residues; else off (period 0)."""
     cdef MacroC* m = &e.macro
-    cdef flag_t* works
-    cdef tok_t x
     cdef SchedConfC* c = &e.sched.conf
     memset(m, 0, sizeof(MacroC))
     if c.async_scheduling or c.num_spec_tokens > 0 or c.mamba_split:
         return 0
-    works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
-    m.period = kv_decode_period(&e.kv, works, MAX_PERIOD)
+    m.works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
+    m.period = kv_decode_period(&e.kv, m.works, MAX_PERIOD)
     if m.period > 0:
-        m.res = <tok_t*>mem_calloc(m.period, sizeof(tok_t))
-        for x in range(m.period):
-            if works[x]:
-                m.res[m.n_res] = x
-                m.n_res += 1
         m.cap = e.sched.cap
         m.c0 = <tok_t*>mem_calloc(m.cap, sizeof(tok_t))
         m.o0 = <tok_t*>mem_calloc(m.cap, sizeof(tok_t))
-        m.first = <int32_t*>mem_calloc(m.period + 1, sizeof(int32_t))
-        m.fill = <int32_t*>mem_calloc(m.period, sizeof(int32_t))
-        m.at = <int32_t*>mem_calloc(<int64_t>m.cap * (m.n_res if m.n_res > 0 else 1), sizeof(int32_t))
-    mem_free(works)
+        m.phase = <int32_t*>mem_calloc(m.cap, sizeof(int32_t))
+        m.at = <int32_t*>mem_calloc(m.cap, sizeof(int32_t))
     return 0
 
 
 cdef void _macro_release(MacroC* m) noexcept nogil:
-    mem_free(m.res)
+    mem_free(m.works)
     mem_free(m.c0)
     mem_free(m.o0)
-    mem_free(m.first)
-    mem_free(m.fill)
+    mem_free(m.phase)
     mem_free(m.at)
     memset(m, 0, sizeof(MacroC))
 
@@ -102,31 +92,20 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     cdef SchedC* s = &e.sched
     cdef BatchC* b = &e.batches[0]
     cdef tok_t P = m.period, lpt
-    cdef int32_t n = s.n_running, i, j, x, lo, hi
+    cdef int32_t n = s.n_running, i, j, x, kp, hi
     cdef int64_t k = 0, length
     cdef bint closed = False
     cdef ReqC* r
     length = _quiet_length(e)
     if length == 0:
         return 0
-    # Bucket the running requests by the steps (modulo P) at which a decode may touch the KV
-    # cache; counting sort keeps running order within a bucket.
-    for x in range(P + 1):
-        m.first[x] = 0
+    # Each request's num_computed_tokens modulo P: at step k its decode may touch the KV cache
+    # iff works[(phase + k) mod P].
     for i in range(n):
         r = &s.reqs[s.running[i]]
         m.c0[i] = r.num_computed
         m.o0[i] = r.num_output
-        for j in range(m.n_res):
-            m.first[(m.res[j] - m.c0[i] % P + P) % P + 1] += 1
-    for x in range(P):
-        m.first[x + 1] += m.first[x]
-        m.fill[x] = m.first[x]
-    for i in range(n):
-        for j in range(m.n_res):
-            x = <int32_t>((m.res[j] - m.c0[i] % P + P) % P)
-            m.at[m.fill[x]] = i
-            m.fill[x] += 1
+        m.phase[i] = <int32_t>(r.num_computed % P)
     # The running pass of every step: each running request, one decode token.
     for i in range(n):
         b.req[i] = s.running[i]
@@ -140,11 +119,16 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
                 break  # Engine.advance hands the rows over here, as between single steps
             if not e.replica and e._add_arrivals() == ADV_INPUT:
                 break
-        x = <int32_t>(k % P)
-        lo = m.first[x]
-        hi = m.first[x + 1]
+        # The requests whose decode may touch the KV cache in this step, in running order.
+        kp = <int32_t>(k % P) if k >= P else <int32_t>k
+        hi = 0
+        for i in range(n):
+            x = m.phase[i] + kp
+            if m.works[x - P if x >= P else x]:
+                m.at[hi] = i
+                hi += 1
         # Each call takes at most one block per group: with that many free, none can preempt.
-        if <int64_t>(hi - lo) * e.kv.n_groups > e.kv.pool.num_free:
+        if <int64_t>hi * e.kv.n_groups > e.kv.pool.num_free:
             break
         # Scheduler.schedule: the step's threshold from the requests eligible now, then the
         # running pass (allocate_slots for each one new token: only the calls that do anything).
@@ -159,7 +143,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         b.n_new = b.n_resumed = b.n_preempted = 0
         b.queries = b.hits = b.requests = 0
         b.p_queries = b.p_hits = b.p_requests = 0
-        for j in range(lo, hi):
+        for j in range(hi):
             i = m.at[j]
             r = &s.reqs[s.running[i]]
             r.num_computed = m.c0[i] + k
