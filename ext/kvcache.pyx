@@ -640,9 +640,12 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
       (``num_computed - window + 1`` a multiple of the block size: remove_skipped_blocks);
     * a ring buffer's one block is held from admission on.
 
-    0 (no quiet residues known) for Mamba state and chunked-local groups, a full-attention group
-    caching partial tail blocks (hash blocks smaller than its blocks) and the speculative-decoding
-    rules: those decodes are always stepped one at a time.
+    A full-attention group with blocks wider than the hash block also keys the prompt's partial
+    tail block (_cache_partial_tail_block): that key is re-added only when its block fills and on
+    the step after, both residues above; every other call finds it there and does nothing.
+
+    0 (no quiet residues known) for Mamba state and chunked-local groups and the speculative-
+    decoding rules: those decodes are always stepped one at a time.
     """
     cdef tok_t P = kv.sched_block_size, x, bs
     cdef int32_t gi
@@ -658,7 +661,7 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
             continue
         if g.kind != GK_FULL and g.kind != GK_SWA:
             return 0
-        if P % bs != 0 or (kv.caching and g.kind == GK_FULL and bs != kv.hash_block_size):
+        if P % bs != 0:
             return 0
         for x in range(P):
             if x % bs == 0 or (x + 1) % bs == 0 or (x + 1) % P == 0:

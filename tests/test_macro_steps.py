@@ -275,6 +275,9 @@ layouts = st.sampled_from([
     [{"type": "full"}, {"type": "sliding_window", "sliding_window": 12}],
     [{"type": "full"}, {"type": "sliding_window", "sliding_window": 5}],
     [{"type": "full"}, {"type": "ring"}],
+    # blocks of different sizes: full attention's wider than the hash block (partial tail keys)
+    [{"type": "full", "block_size": 16}, {"type": "sliding_window", "sliding_window": 12}],
+    [{"type": "full"}, {"type": "sliding_window", "sliding_window": 20, "block_size": 16}],
 ])
 
 
