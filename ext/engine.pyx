@@ -518,6 +518,18 @@ cdef class Engine:
             self._range_error(self.step)
         return 0
 
+    cdef BatchC* _process_oldest(self) except NULL nogil:
+        """Asynchronous: the oldest batch in flight leaves the queue and its output is processed
+        (update_from_output); returns it."""
+        cdef BatchC* ob = &self.batches[self.q_head]
+        self.q_head = (self.q_head + 1) % 2
+        self.q_len -= 1
+        sched_update(&self.sched, ob)
+        self.upd_batch = ob
+        self._release_next_turns()
+        self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        return ob
+
     cdef int _end_sync_step(self, BatchC* b) except -1 nogil:
         """A synchronous iteration after its schedule(): the output of ``b`` processed
         (update_from_output), its row written, the clock at the end of its forward pass."""
@@ -671,13 +683,7 @@ cdef class Engine:
                 self.clock = b.end_s
                 self.step += 1
                 return 0
-        ob = &self.batches[self.q_head]
-        self.q_head = (self.q_head + 1) % 2
-        self.q_len -= 1
-        sched_update(&self.sched, ob)
-        self.upd_batch = ob
-        self._release_next_turns()
-        self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
+        ob = self._process_oldest()
         if scheduled:
             self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
             self.clock = b.end_s

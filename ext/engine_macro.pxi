@@ -1,5 +1,5 @@
 # Included into engine.pyx: macro-steps.  Between events that can change a decision, every
-# iteration of a synchronous engine schedules the same running requests with one decode token
+# iteration of an engine schedules the same running requests with one decode token
 # each.  Such a quiet stretch is replayed in one move: the requests' counters are advanced once
 # per stretch, and the KV cache is called, in step-major and running order, only at the steps
 # where a decode can touch it (kv_decode_period: a block to take, fill or release); every other
@@ -9,6 +9,11 @@
 # request finishes, or the waiting pass admits one) has its running pass done the same way and
 # the rest of the step done as any step's.  Free functions over the Engine's C fields;
 # engine.pyx is their one user.
+#
+# An asynchronous engine (a batch queue of two) is quiet the same way, one batch behind: each
+# iteration schedules every running request's next token while the previous batch's tokens are
+# in flight (one placeholder each) and processes that batch's output; its stretch ends before
+# the step at which a request's last token is in flight (the scheduler's async guard skips it).
 
 # A stretch of one step (the step in which a request finishes) is taken from this many running
 # requests on: its running pass then costs less than a single step's, set-up included.
@@ -22,12 +27,12 @@ cdef sec_t INF_TIME = 1e300
 
 
 cdef int _macro_init(Engine e) except -1 nogil:
-    """Macro-steps for a synchronous engine without drafts or Mamba alignment, over KV-cache
-    groups whose decodes touch the cache at known residues; else off (period 0)."""
+    """Macro-steps for an engine without drafts or Mamba alignment, over KV-cache groups whose
+    decodes touch the cache at known residues; else off (period 0)."""
     cdef MacroC* m = &e.macro
     cdef SchedConfC* c = &e.sched.conf
     memset(m, 0, sizeof(MacroC))
-    if c.async_scheduling or c.num_spec_tokens > 0 or c.mamba_split:
+    if c.num_spec_tokens > 0 or c.mamba_split:
         return 0
     m.works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
     m.period = kv_decode_period(&e.kv, m.works, MAX_PERIOD)
@@ -51,37 +56,65 @@ cdef void _macro_release(MacroC* m) noexcept nogil:
 
 cdef int64_t _quiet_length(Engine e) noexcept nogil:
     """Steps from here whose running pass schedules one decode token for every running request
-    and changes nothing else, the last of them the step in which the first request finishes
-    (max_tokens or max_model_len: check_stop); 0: step normally.
+    and changes nothing else; 0: step normally.  Synchronous, the last of them is the step in
+    which the first request finishes (max_tokens or max_model_len: check_stop); asynchronous, the
+    steps end before the one at which a request's last token is in flight.
 
     That holds when the last iteration scheduled every running request and left each decoding
-    (num_computed_tokens + 1 == num_tokens, nothing in flight, no pending copy, sliding windows
-    settled) and the running pass fits all of them in both budgets.  The waiting pass still runs
-    every step, for real: a stretch also ends with the step that admits.
+    (synchronous: num_computed_tokens + 1 == num_tokens, nothing in flight; asynchronous: the
+    batch in flight holds every running request with one decode token, each with one
+    placeholder), no pending copy, sliding windows settled, and the running pass fits all of them
+    in both budgets.  The waiting pass still runs every step, for real: a stretch also ends with
+    the step that admits.
     """
     cdef SchedC* s = &e.sched
     cdef const SchedConfC* c = &s.conf
-    cdef BatchC* b = &e.batches[0]
+    cdef BatchC* b
+    cdef bint asy = c.async_scheduling
     cdef int32_t n = s.n_running, i
     cdef int64_t length = <int64_t>1 << 62, f
     cdef const ReqC* r
-    if n == 0 or n > e.macro.cap or e.upd_batch != b or b.n != n + s.n_finished:
+    if n == 0 or n > e.macro.cap:
         return 0
+    if asy:
+        b = &e.batches[e.q_head]  # the batch in flight
+        if e.q_len != 1 or b.n != n or b.total_tokens != n or b.decode_tokens != n or b.n_preempted != 0:
+            return 0
+    else:
+        b = &e.batches[0]
+        if e.upd_batch != b or b.n != n + s.n_finished:
+            return 0
     if n > c.max_num_scheduled_tokens or n > c.max_num_batched_tokens:
         return 0
     for i in range(n):
         r = &s.reqs[s.running[i]]
-        if (r.num_computed + 1 != num_tokens(r) or r.num_output < 1 or r.num_in_flight != 0
+        if asy:
+            if (r.num_computed != num_tokens(r) or r.num_placeholders != 1 or r.num_in_flight != 1
+                    or r.num_output < 1 or r.num_stale != 0 or not kv_decode_settled(&e.kv, r)):
+                return 0
+        elif (r.num_computed + 1 != num_tokens(r) or r.num_output < 1 or r.num_in_flight != 0
                 or r.num_stale != 0 or not kv_decode_settled(&e.kv, r)):
             return 0
         f = r.max_tokens - r.num_output
         if c.max_model_len - num_tokens(r) < f:
             f = c.max_model_len - num_tokens(r)
+        if asy:
+            f -= 1
         if f < length:
             length = f
-            if length == 1 and n < MIN_ONE_STEP:
+            if length < 1 or (length == 1 and n < MIN_ONE_STEP):
                 return 0
     return length
+
+
+cdef void _fill_decodes(const SchedC* s, BatchC* b, int32_t n) noexcept nogil:
+    # The running pass of a quiet step: each running request, in running order, one decode token.
+    cdef int32_t i
+    for i in range(n):
+        b.req[i] = s.running[i]
+        b.tokens[i] = 1
+        b.sampled[i] = 1
+        b.decode[i] = 1
 
 
 cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
@@ -90,11 +123,14 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     stretches (the deployment bounds a stretch by its next event); a single engine adds its own."""
     cdef MacroC* m = &e.macro
     cdef SchedC* s = &e.sched
-    cdef BatchC* b = &e.batches[0]
+    cdef bint asy = s.conf.async_scheduling
+    cdef BatchC* b
+    cdef BatchC* ob
     cdef tok_t P = m.period, lpt
     cdef int32_t n = s.n_running, i, j, x, kp, hi
     cdef int64_t k = 0, length
     cdef bint closed = False
+    cdef block_id_t free_sched
     cdef ReqC* r
     length = _quiet_length(e)
     if length == 0:
@@ -106,13 +142,10 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         m.c0[i] = r.num_computed
         m.o0[i] = r.num_output
         m.phase[i] = <int32_t>(r.num_computed % P)
-    # The running pass of every step: each running request, one decode token.
-    for i in range(n):
-        b.req[i] = s.running[i]
-        b.tokens[i] = 1
-        b.sampled[i] = 1
-        b.decode[i] = 1
-        b.ctx[i] = m.c0[i] + 1
+    if asy:
+        _fill_decodes(s, &e.batches[(e.q_head + 1) % 2], n)  # the other slot; the one in flight later
+    else:
+        _fill_decodes(s, &e.batches[0], n)
     while k < length:
         if k > 0:
             if e.cols.n >= e.out_rows or e.clock >= until:
@@ -130,6 +163,10 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         # Each call takes at most one block per group: with that many free, none can preempt.
         if <int64_t>hi * e.kv.n_groups > e.kv.pool.num_free:
             break
+        # The batch this step schedules (asynchronous: the queue's free slot).
+        b = &e.batches[(e.q_head + e.q_len) % 2] if asy else &e.batches[0]
+        if asy and k == 1:
+            _fill_decodes(s, b, n)  # the slot of the batch that was in flight when the stretch began
         # Scheduler.schedule: the step's threshold from the requests eligible now, then the
         # running pass (allocate_slots for each one new token: only the calls that do anything).
         lpt = sched_step_lpt(s)
@@ -152,39 +189,53 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         if s.n_waiting > 0:
             # The waiting pass, for real; the running requests' counters are not read there.
             sched_admit_waiting(s, b, lpt)
-        if b.n > n or k == length - 1:
-            # It admitted, or a request finishes: this step ends as any other (its output
-            # processed by update_from_output), and the stretch with it.
+        if b.n > n or (k == length - 1 and not asy):
+            # It admitted, or (synchronous) a request finishes: this step ends as any other (its
+            # output processed by update_from_output), and the stretch with it.
             for i in range(n):
                 r = &s.reqs[s.running[i]]
                 r.num_computed = m.c0[i] + k
                 r.num_output = m.o0[i] + k
             sched_end_schedule(s, b)
             e._price(b)
-            e._end_sync_step(b)
+            if asy:
+                free_sched = e.kv.pool.num_free
+                e.q_len += 1
+                ob = e._process_oldest()
+                e._log_line(e.step, LINE_STEP, e.clock, b, ob, free_sched)
+                e.clock = b.end_s
+                e.step += 1
+            else:
+                e._end_sync_step(b)
             k += 1
             closed = True
             break
         kv_end_schedule(&e.kv)
-        if k > 0 and e.time_model.kind != TM_LINEAR:
+        if e.time_model.kind != TM_LINEAR:
             for i in range(n):
-                b.ctx[i] += 1
+                b.ctx[i] = m.c0[i] + k + 1
         e._price(b)
         b.free_after_schedule = e.kv.pool.num_free
-        # update_from_output: one token each, nobody finishes.
+        # update_from_output: one token each (asynchronous: of the batch before), nobody finishes.
         s.n_finished = 0
         s.finished_pending = False
-        e._log_line(e.step, LINE_STEP, e.clock, b, b, e.kv.pool.num_free)
+        if asy:
+            ob = &e.batches[e.q_head]
+            e.q_head = (e.q_head + 1) % 2
+            e.upd_batch = ob
+        else:
+            ob = b
+        e._log_line(e.step, LINE_STEP, e.clock, b, ob, e.kv.pool.num_free)
         e.clock = b.end_s
         e.step += 1
         k += 1
     if not closed:
-        # Every request has advanced k decode steps (update_from_output: one sampled token each).
+        # Every request has advanced k decode steps (update_from_output: one sampled token each);
+        # asynchronous, one more is still in flight (its placeholder), as before the stretch.
         for i in range(n):
             r = &s.reqs[s.running[i]]
             r.num_computed = m.c0[i] + k
             r.num_output = m.o0[i] + k
-            b.ctx[i] = m.c0[i] + k
     if k > 0:
         e.stalled = 0
         m.stretches += 1
