@@ -16,9 +16,9 @@ from setuptools.command.build_ext import build_ext
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 
-# The extension modules, in dependency order.  Each is ext/<name>.pyx (kvcache.pyx includes
-# statecache.pxi, engine.pyx its engine_*.pxi, deploy.pyx keyindex.pxi and deploy_setup.pxi).  ``testing`` holds
-# the handles used only by tests.
+# The extension modules, in dependency order.  Each is ext/<name>.pyx with the .pxi files it
+# includes (which module includes which: docs/architecture.md, the core's table).  ``testing``
+# holds the handles used only by tests.
 CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "testing"]
 
 COMPILER_DIRECTIVES = {

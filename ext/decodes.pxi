@@ -1,0 +1,73 @@
+# Included into kvcache.pyx: where a running request's one-token decode can touch the KV cache,
+# for the engine's macro-steps (engine_macro.pxi).  Next to the allocation and caching rules it
+# summarises, compiled into kvcache so it reads the same inline helpers.
+
+cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexcept nogil:
+    """Where a running request's one-token decode can touch the KV cache (the engine's macro-steps).
+
+    Returns a period ``P`` (at most ``cap``) and sets ``works[x]`` for the residues ``x`` of
+    ``num_computed_tokens`` modulo ``P`` at which ``kv_allocate_slots(r, 1)`` may do anything;
+    at every other residue it is a no-op (given no pending copy-on-write and no lookahead slots,
+    with nothing in flight (synchronous engine) or one token (asynchronous: its placeholder);
+    the async update's own caching call then repeats the schedule's).  The rules, per group kind:
+
+    * a block is appended when the new token starts one (``num_computed % block_size == 0``:
+      ``allocate_new_blocks`` pops one; ``get_num_blocks_to_allocate`` asks for it);
+    * a block is cached when the new token fills it (``(num_computed + 1) % block_size == 0``;
+      asynchronous, one step later: ``num_computed % block_size == 0``; several groups cache at
+      scheduler-block-aligned lengths: ``(num_computed + 1) % P == 0``,
+      HybridKVCacheCoordinator._align_cacheable);
+    * a sliding window frees a block when its first needed token crosses a block
+      (``num_computed - window + 1`` a multiple of the block size, asynchronous one later:
+      remove_skipped_blocks of the tokens processed);
+    * a ring buffer's one block is held from admission on.
+
+    A full-attention group with blocks wider than the hash block also keys the prompt's partial
+    tail block (_cache_partial_tail_block): that key is re-added only when its block fills and on
+    the step after, both residues above; every other call finds it there and does nothing.
+
+    0 (no quiet residues known) for Mamba state and chunked-local groups and the speculative-
+    decoding rules: those decodes are always stepped one at a time.
+    """
+    cdef tok_t P = kv.sched_block_size, x, bs
+    cdef int32_t gi
+    cdef const GroupSpecC* g
+    if P <= 0 or P > cap or kv.eagle or kv.hash_lookahead > 0:
+        return 0
+    for x in range(P):
+        works[x] = 0
+    for gi in range(kv.n_groups):
+        g = &kv.groups[gi].spec
+        bs = g.block_size
+        if g.kind == GK_RING:
+            continue
+        if g.kind != GK_FULL and g.kind != GK_SWA:
+            return 0
+        if P % bs != 0:
+            return 0
+        for x in range(P):
+            if x % bs == 0 or (x + 1) % bs == 0 or (x + 1) % P == 0:
+                works[x] = 1
+            if g.kind == GK_SWA and (x % bs == (g.window - 1) % bs or x % bs == g.window % bs):
+                works[x] = 1
+    return P
+
+
+cdef bint kv_decode_settled(const KVCacheC* kv, const ReqC* r) noexcept nogil:
+    """``r``'s next one-token decode follows kv_decode_period's residues: no group still has a
+    partial prefix hit to copy (the first allocation after the hit makes the copy), and every
+    sliding window has released the blocks it left by the tokens processed (``num_computed_tokens``
+    less those in flight; the first decode after a prefill releases all of them at once:
+    remove_skipped_blocks)."""
+    cdef int32_t gi, sb
+    cdef const GroupC* g
+    for gi in range(kv.n_groups):
+        g = &kv.groups[gi]
+        if g.partial_idx[r.slot] >= 0:
+            return False
+        if g.spec.kind == GK_SWA:
+            sb = <int32_t>tmin(_skipped_tokens(g, r.num_computed - r.num_in_flight) // g.spec.block_size,
+                               g.table_len[r.slot])
+            if sb > 0 and kv_table(kv, gi, r.slot)[sb - 1] != 0:
+                return False
+    return True
