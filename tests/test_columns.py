@@ -141,13 +141,13 @@ def test_core_outputs_have_the_catalogue_dtypes(monkeypatch):
     import aisim.replay as rp
 
     seen = {}
-    real = rp._requests_table
+    real = rp.requests_table
 
     def spy(trace, r):
         seen.update({k: str(v.dtype) for k, v in r.items()})
         return real(trace, r)
 
-    monkeypatch.setattr(rp, "_requests_table", spy)
+    monkeypatch.setattr(rp, "requests_table", spy)
     _replay(50)
     assert seen == REQUESTS.core_columns()
 

@@ -44,12 +44,12 @@ def test_codes_are_dense():
 
 
 def test_python_name_tables_cover_exactly_the_core_codes():
-    from aisim import decisionlog, replay
+    from aisim import decisionlog, result_tables
     from aisim.config.kvgroups import GROUP_KINDS
     from aisim.perf.table import AXES
 
-    assert {replay.STATUS_NAMES[c]: c for c in range(len(replay.STATUS_NAMES))} == constants.REQUEST_STATUS
-    assert {replay.STEP_KINDS[c]: c for c in range(len(replay.STEP_KINDS))} == constants.STEP_KINDS
+    assert {result_tables.STATUS_NAMES[c]: c for c in range(len(result_tables.STATUS_NAMES))} == constants.REQUEST_STATUS
+    assert {result_tables.STEP_KINDS[c]: c for c in range(len(result_tables.STEP_KINDS))} == constants.STEP_KINDS
     assert sorted(set(GROUP_KINDS.values())) == sorted(constants.GROUP_KINDS.values())
     assert GROUP_KINDS == {"full": 0, "sliding_window": 1, "chunked_local": 2, "mamba": 3, "gdn": 3,
                            "kda": 3, "conv": 3, "ring": 4}
