@@ -220,6 +220,13 @@ _UNIFORM = [
     b'{"timestamp":-2e3,"input_length":-4,"hash_ids":null,"session_id":"ul","model":""}',
     # Spaces after the separators, CRLF line breaks.
     b'{"input_length": 0, "model": "x", "hash_ids": [1, 2]}\r\n{"input_length": 9, "model": null, "hash_ids": [3]}\r\n',
+    # Strings that look like separators, numbers at the edges of the exact conversion.
+    b'{"model":"a:b","session_id":"{","timestamp":9007199254740992,"delay":0.000123}\n'
+    b'{"model":":x:","session_id":"}","timestamp":-0,"delay":1e22}\n'
+    b'{"model":",","session_id":"[1]","timestamp":-0.5E-3,"delay":1234567890123456e-22}\n',
+    # Numbers beyond the exact conversion (more digits than 2**53, exponents beyond 22): the slower readers.
+    b'{"timestamp":12345678901234567.0,"delay":1.7976931348623157e308,"input_length":-9223372036854775808}\n'
+    b'{"timestamp":9007199254740993,"delay":1e-23,"input_length":9223372036854775807}\n',
 ]
 
 
@@ -230,6 +237,21 @@ def test_uniform_lines_read_as_the_json_reader_reads_them(data):
 
     got = read_uniform(data, mooncake._JSON_SCHEMA)
     assert got is not None and got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
+
+
+def test_uniform_lines_scanned_values():
+    """What the typed scan reads, exactly (Python's float() is correctly rounded, as the scan must be)."""
+    from aisim.traces.jsonlines import _scanned
+
+    got = _scanned(_UNIFORM[2], ["model", "session_id", "timestamp", "delay"], ",", ":", mooncake._JSON_SCHEMA)
+    assert got is not None
+    got = got.to_pydict()
+    assert got["model"] == ["a:b", ":x:", ","] and got["session_id"] == ["{", "}", "[1]"]
+    assert got["timestamp"] == [9007199254740992.0, 0.0, -0.0005]
+    assert got["delay"] == [float("0.000123"), 1e22, float("1234567890123456e-22")]
+    assert str(got["timestamp"][1]) == "-0.0"
+    # 2**53 + 1 has no exact double, an exponent beyond 22 needs more than one rounding: not scanned.
+    assert _scanned(_UNIFORM[3], ["timestamp", "delay", "input_length"], ",", ":", mooncake._JSON_SCHEMA) is None
 
 
 def test_uniform_lines_values():
@@ -244,7 +266,7 @@ def test_uniform_lines_values():
 @pytest.mark.parametrize("first,line", [
     (b'{"input_length":1}', b'{"input_length":007}'), (b'{"input_length":1}', b'{"input_length":+5}'),
     (b'{"input_length":1}', b'{"input_length":1.0}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[1,-2]}'),
-    (b'{"model":"a"}', b'{"model":"a\\"b"}'), (b'{"model":"a"}', b'{"model":"a:b"}'),
+    (b'{"model":"a"}', b'{"model":"a\\"b"}'),
     (b'{"model":"a"}', b'{"model":1}'), (b'{"model":"a"}', b'{"model":"\xff"}'),
     (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}'),
     (b'{"input_length":1}', b'{"input_length":9223372036854775808}'),
@@ -259,7 +281,7 @@ def test_uniform_lines_values():
 def test_uniform_lines_leave_other_lines_to_other_readers(first, line):
     """A line unlike the first, or with what this reader does not convert exactly, leaves the block to others.
 
-    Leading zeros, a plus sign, a float for an int, a negative id, an escape, a colon in a string, a number
+    Leading zeros, a plus sign, a float for an int, a negative id, an escape, a number
     for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64, a quote or a
     control character in a string, text around the object, empty or nested items, a lone minus, a misspelt
     null, a float with no digit after its point.
