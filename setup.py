@@ -19,7 +19,7 @@ DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 # The extension modules, in dependency order.  Each is ext/<name>.pyx (kvcache.pyx includes
 # statecache.pxi, engine.pyx its engine_*.pxi, deploy.pyx keyindex.pxi and deploy_setup.pxi).  ``testing`` holds
 # the handles used only by tests.
-CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "jsonscan", "testing"]
+CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "tracescan", "testing"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

@@ -23,13 +23,13 @@ ctypedef fused spec_mode:
     spec_off_t
 
 
-# One column of a uniform JSON-lines block (ext/jsonscan.pyx): the literal before its value (the
+# One column of a uniform JSON-lines block (ext/tracescan.pyx): the literal before its value (the
 # opening brace or the item separator, the key in quotes, the key separator), the value's kind and
 # where its values go.  The arrays are the caller's, ``cap`` rows long (``items``: ``item_cap``).
 ctypedef struct scan_col_t:
     const uint8_t* lit     # the bytes that precede the value on every line
     int64_t lit_len
-    int8_t kind            # SCAN_INT, SCAN_FLOAT, SCAN_STRING, SCAN_LIST (jsonscan.pyx)
+    int8_t kind            # SCAN_INT, SCAN_FLOAT, SCAN_STRING, SCAN_LIST (tracescan.pyx)
     int64_t* ints          # int: the values; string: where each value's text starts in the block
     double* floats         # float: the values
     uint8_t* valid         # 1 for a value, 0 for null

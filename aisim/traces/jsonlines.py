@@ -7,7 +7,7 @@ such a block :func:`read_uniform` gives the table ``pyarrow.json`` would
 give with the same explicit schema, several times faster:
 
 1. the first line names the keys and the spacing (``,``/``:`` or ``, ``/``: ``);
-2. one typed scan (:mod:`aisim._core.jsonscan`) reads every line as that
+2. one typed scan (:mod:`aisim._core.tracescan`) reads every line as that
    shape straight into the columns: integers within int64, floats it
    converts exactly, strings without escapes, lists of ids.  A block it
    refuses (say a float with more digits than a double holds) takes the
@@ -103,17 +103,17 @@ def _bitmap(valid, n: int, nulls: int):
 
 
 def _scanned(data: bytes, keys: list, item_sep: str, key_sep: str, schema: pa.Schema) -> pa.Table | None:
-    """The block's table from one typed scan (:mod:`aisim._core.jsonscan`), or None: read it another way.
+    """The block's table from one typed scan (:mod:`aisim._core.tracescan`), or None: read it another way.
 
     The scanner takes a subset of what the pattern of :func:`_block_pattern` takes (numbers it converts
     exactly, no integer beyond int64) and, unlike the CSV split, strings holding a colon.
     """
     import numpy as np
 
-    from aisim._core import jsonscan
+    from aisim._core import tracescan
 
     kinds = [_kind(schema.field(k).type) for k in keys]
-    if any(k is None for k in kinds) or len(keys) > jsonscan.MAX_COLUMNS or len(data) >= 2**31 - 1:
+    if any(k is None for k in kinds) or len(keys) > tracescan.MAX_COLUMNS or len(data) >= 2**31 - 1:
         return None
     sep, colon = item_sep.encode(), key_sep.encode()
     lits = [(b"{" if i == 0 else sep) + b'"' + k.encode() + b'"' + colon for i, k in enumerate(keys)]
@@ -127,7 +127,7 @@ def _scanned(data: bytes, keys: list, item_sep: str, key_sep: str, schema: pa.Sc
                        np.empty(cap, np.float64) if kind == "float" else one_f,
                        np.empty(cap, np.uint8), np.empty(cap + 1, np.int32),
                        np.empty(item_cap, np.int64) if kind == "list" else one_i))
-    n, nulls, wide = jsonscan.scan_lines(data, lits, np.array([jsonscan.KINDS[k] for k in kinds], np.int8),
+    n, nulls, wide = tracescan.scan_lines(data, lits, np.array([tracescan.KINDS[k] for k in kinds], np.int8),
                                          b"}", sep, arrays, cap, item_cap)
     if n < 0:
         return None
@@ -141,7 +141,7 @@ def _scanned(data: bytes, keys: list, item_sep: str, key_sep: str, schema: pa.Sc
             out[key] = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(floats[:n])], null_count=nul)
         elif kind == "string":
             text = np.empty(int(offsets[n]), np.uint8)
-            jsonscan.gather_strings(data, ints[:n], offsets[:n + 1], text)
+            tracescan.gather_strings(data, ints[:n], offsets[:n + 1], text)
             col = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets[:n + 1]), pa.py_buffer(text)],
                                         null_count=nul)
             if w:

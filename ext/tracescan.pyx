@@ -1,4 +1,9 @@
-"""JSON lines of one shape scanned straight into typed columns (used by ``aisim.traces.jsonlines``).
+"""The trace readers' kernels: uniform JSON lines, hash ids' token streams, ids made of line numbers.
+
+:func:`scan_lines` (used by ``aisim.traces.jsonlines``) reads JSON lines of
+one shape straight into typed columns; :func:`unit_streams` gives Mooncake
+hash ids their token streams and :func:`line_ids` makes the ``stem:line``
+request ids of lines without one (both used by ``aisim.traces.mooncake``).
 
 A block whose lines all repeat its first line's shape -- the same keys in
 the same order, the same separators -- is a fixed program: the literal
@@ -24,7 +29,7 @@ The caller allocates every array (:func:`scan_lines`' ``cap`` rows) and
 builds the Arrow arrays over them; nothing here allocates.
 """
 
-from libc.string cimport memcmp, memcpy
+from libc.string cimport memcpy
 
 from aisim._core.types cimport int8_t, int32_t, int64_t, scan_col_t, uint8_t, uint64_t
 
@@ -57,6 +62,17 @@ cdef uint64_t _EXACT_MAX = 9007199254740992ULL  # 2**53: every integer up to it 
 
 cdef inline bint _digit(uint8_t c) noexcept nogil:
     return 48 <= c <= 57
+
+
+cdef inline bint _has(const uint8_t* p, int64_t size, int64_t pos, const uint8_t* lit, int64_t n) noexcept nogil:
+    # Whether p[pos:pos + n] == lit[:n] (literals are a few bytes: a loop beats a call to memcmp).
+    cdef int64_t i
+    if size - pos < n:
+        return False
+    for i in range(n):
+        if p[pos + i] != lit[i]:
+            return False
+    return True
 
 
 cdef inline int64_t _uint(const uint8_t* p, int64_t size, int64_t pos, uint64_t* out) noexcept nogil:
@@ -206,7 +222,7 @@ cdef inline int64_t _value(const uint8_t* p, int64_t size, int64_t pos, scan_col
                 return REFUSED
             col.items[used] = <int64_t>u
             used += 1
-            if size - pos >= sep_len and memcmp(p + pos, sep, sep_len) == 0:
+            if _has(p, size, pos, sep, sep_len):
                 pos += sep_len
             else:
                 break
@@ -229,12 +245,12 @@ cdef int64_t _scan(const uint8_t* p, int64_t size, scan_col_t* cols, int ncols, 
             return REFUSED
         for c in range(ncols):
             col = &cols[c]
-            if size - pos < col.lit_len or memcmp(p + pos, col.lit, col.lit_len) != 0:
+            if not _has(p, size, pos, col.lit, col.lit_len):
                 return REFUSED
             pos = _value(p, size, pos + col.lit_len, col, row, sep, sep_len, item_cap)
             if pos < 0:
                 return REFUSED
-        if size - pos < end_len or memcmp(p + pos, end_lit, end_len) != 0:
+        if not _has(p, size, pos, end_lit, end_len):
             return REFUSED
         pos += end_len
         if pos < size:  # a line break ("\n" or "\r\n"), or the block ends after the last line
@@ -337,14 +353,14 @@ def gather_strings(const uint8_t[::1] data not None, const int64_t[::1] starts n
         _gather(&data[0], &starts[0], &offsets[0], n, &out[0])
 
 
-cdef int64_t _line_ids(const uint8_t* prefix, int64_t plen, int64_t first, int64_t n, int32_t* offsets,
+cdef int64_t _line_ids(const uint8_t* prefix, int64_t plen, const int64_t* lines, int64_t n, int32_t* offsets,
                        uint8_t* out) noexcept nogil:
-    # "<prefix><line>" for the lines first .. first + n - 1; with out NULL only the offsets. The bytes written.
+    # "<prefix><line>" for each of lines[:n] (each >= 0); with out NULL only the offsets. The bytes written.
     cdef int64_t i, v, pos = 0, k
     cdef uint8_t digits[24]
     offsets[0] = 0
     for i in range(n):
-        v = first + i
+        v = lines[i]
         k = 0
         while True:
             digits[k] = <uint8_t>(48 + v % 10)
@@ -354,34 +370,62 @@ cdef int64_t _line_ids(const uint8_t* prefix, int64_t plen, int64_t first, int64
                 break
         if out != NULL:
             memcpy(out + pos, prefix, plen)
+            pos += plen
             while k > 0:
                 k -= 1
-                out[pos + plen] = digits[k]
+                out[pos] = digits[k]
                 pos += 1
-            pos += plen
         else:
             pos += plen + k
         offsets[i + 1] = <int32_t>pos
     return pos
 
 
-def line_ids(bytes prefix not None, int64_t first, int64_t n, int32_t[::1] offsets not None):
-    """The ids ``prefix + str(line)`` of lines ``first .. first + n - 1`` (``first >= 0``) as Arrow string buffers.
+def line_ids(bytes prefix not None, const int64_t[::1] lines not None, int32_t[::1] offsets not None):
+    """The ids ``prefix + str(line)`` of ``lines`` (each >= 0) as an Arrow string column's buffers.
 
-    ``offsets`` (``n + 1`` entries) receives the offsets; returns the text as a bytearray.
+    ``offsets`` (one more entry than ``lines``) receives the offsets; returns the text (a bytearray).
     """
     cdef const uint8_t* pre = <const uint8_t*>(<char*>prefix)
-    cdef int64_t plen = len(prefix), total
+    cdef int64_t plen = len(prefix), total, n = lines.shape[0], i
     cdef uint8_t[::1] view
-    if first < 0 or n < 0 or offsets.shape[0] != n + 1:
-        raise ValueError("line_ids: first >= 0, n >= 0 and n + 1 offsets")
+    if offsets.shape[0] != n + 1:
+        raise ValueError("line_ids: one more offset than lines")
+    for i in range(n):
+        if lines[i] < 0:
+            raise ValueError("line_ids: a negative line")
     with nogil:
-        total = _line_ids(pre, plen, first, n, &offsets[0], NULL)
+        total = _line_ids(pre, plen, &lines[0] if n else NULL, n, &offsets[0], NULL)
     if total >= 2**31:
         raise ValueError("line_ids: beyond int32 offsets")
     text = bytearray(total)
     if total:
         view = text
         with nogil:
-            _line_ids(pre, plen, first, n, &offsets[0], &view[0])
+            _line_ids(pre, plen, &lines[0], n, &offsets[0], &view[0])
     return text
+
+
+cdef void _splitmix(const uint64_t* ids, int64_t n, uint64_t seed, uint64_t* out) noexcept nogil:
+    # splitmix64 (Steele, Lea and Flood 2014) of id * golden + seed; 0 becomes 1 (0 is no stream).
+    cdef int64_t i
+    cdef uint64_t x
+    for i in range(n):
+        x = ids[i] * 0x9E3779B97F4A7C15ULL + seed
+        x ^= x >> 30
+        x *= 0xBF58476D1CE4E5B9ULL
+        x ^= x >> 27
+        x *= 0x94D049BB133111EBULL
+        x ^= x >> 31
+        out[i] = x if x != 0 else 1
+
+
+def unit_streams(const uint64_t[::1] ids not None, uint64_t seed, uint64_t[::1] out not None):
+    """``out[i]``: the token stream of hash id ``ids[i]`` (splitmix64 of ``ids[i] * golden + seed``, never 0)."""
+    cdef int64_t n = ids.shape[0]
+    if out.shape[0] != n:
+        raise ValueError("unit_streams: out must be as long as ids")
+    if n == 0:
+        return
+    with nogil:
+        _splitmix(&ids[0], n, seed, &out[0])
