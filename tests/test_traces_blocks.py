@@ -8,6 +8,7 @@ table and names the same ``file:line``.
 
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -193,7 +194,6 @@ def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path):
 
 def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch):
     """The check holds 64-bit hashes; ids whose hashes meet are compared for real."""
-    import numpy as np
 
     from aisim.traces import schema
     from aisim.traces.blockread import Blocks, Parsed, ids_named_twice
@@ -345,3 +345,47 @@ def test_uniform_lines_never_read_what_the_json_reader_reads_otherwise():
             json.loads(x)  # every line read is JSON
         assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore")), data
     assert 50 < read < 1500  # some mutations still make uniform lines (a digit for a digit), most do not
+
+
+def test_request_ids_made_of_line_numbers():
+    got = mooncake._line_id_column("tr\u00e9", np.array([1, 9, 10, 99, 100, 1234567890123], np.int64))
+    assert got.to_pylist() == ["tr\u00e9:1", "tr\u00e9:9", "tr\u00e9:10", "tr\u00e9:99", "tr\u00e9:100",
+                               "tr\u00e9:1234567890123"]
+    got.validate(full=True)
+    assert mooncake._line_id_column("x", np.array([], np.int64)).to_pylist() == []
+
+
+def test_scanned_numbers_are_the_correctly_rounded_ones():
+    """Random JSON numbers: what the scan reads is Python's (correctly rounded) value, or it leaves the block."""
+    import json
+    import random
+
+    from aisim.traces.jsonlines import _scanned
+    from aisim.traces.oracle import _read_json
+
+    rng = random.Random(11)
+
+    def number():
+        whole = rng.choice(["0", str(rng.randrange(1, 10)), str(rng.randrange(10**rng.randrange(1, 20)))])
+        frac = rng.choice(["", "", "." + "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 8)))])
+        exp = rng.choice(["", "", f"e{rng.randrange(-25, 26)}", f"E+{rng.randrange(0, 24)}", f"e-0{rng.randrange(9)}"])
+        return rng.choice(["", "-"]) + whole + frac + exp
+
+    scanned = refused = 0
+    for _ in range(600):
+        toks = [number() for _ in range(3)]
+        ints = [str(rng.randrange(-2**63, 2**63)) for _ in toks]
+        ids = [",".join(str(rng.randrange(2**rng.randrange(1, 64))) for _ in range(rng.randrange(0, 4))) for _ in toks]
+        data = "".join(f'{{"timestamp":{t},"input_length":{i},"hash_ids":[{h}]}}\n'
+                       for t, i, h in zip(toks, ints, ids)).encode()
+        got = _scanned(data, ["timestamp", "input_length", "hash_ids"], ",", ":", mooncake._JSON_SCHEMA)
+        if got is None:
+            refused += 1
+            continue
+        scanned += 1
+        assert got.column("timestamp").to_pylist() == [float(t) for t in toks]
+        assert [str(v) for v in got.column("timestamp").to_pylist()] == [str(float(t)) for t in toks]  # -0.0 too
+        assert got.column("input_length").to_pylist() == [int(i) for i in ints]
+        assert got.column("hash_ids").to_pylist() == [json.loads(f"[{h}]") for h in ids]
+        assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
+    assert scanned > 20 and refused > 20
