@@ -45,9 +45,11 @@ KINDS = {"int": SCAN_INT, "float": SCAN_FLOAT, "string": SCAN_STRING, "list": SC
 # Columns of one shape (more keys: the caller reads the block another way).
 MAX_COLUMNS = 16
 
-# A value, a literal or a line not of the program: the block is refused.
+# A value, a literal or a line not of the program: the block is refused.  FULL: more list items than
+# the caller's item array holds (it may scan again with a longer one).
 cdef enum:
     REFUSED = -1
+    FULL = -2
 
 cdef double _POW10[23]
 _p = 1.0
@@ -218,8 +220,10 @@ cdef inline int64_t _value(const uint8_t* p, int64_t size, int64_t pos, scan_col
     if pos < size and p[pos] != 93:  # not "]": items
         while True:
             pos = _uint(p, size, pos, &u)
-            if pos < 0 or used == item_cap:
+            if pos < 0:
                 return REFUSED
+            if used == item_cap:
+                return FULL
             col.items[used] = <int64_t>u
             used += 1
             if _has(p, size, pos, sep, sep_len):
@@ -236,7 +240,7 @@ cdef inline int64_t _value(const uint8_t* p, int64_t size, int64_t pos, scan_col
 cdef int64_t _scan(const uint8_t* p, int64_t size, scan_col_t* cols, int ncols, const uint8_t* end_lit,
                    int64_t end_len, const uint8_t* sep, int64_t sep_len, int64_t cap,
                    int64_t item_cap) noexcept nogil:
-    # Every line of p[:size] through the program; the rows read, or REFUSED.
+    # Every line of p[:size] through the program; the rows read, REFUSED or FULL.
     cdef int64_t pos = 0, row = 0
     cdef int c
     cdef scan_col_t* col
@@ -249,7 +253,7 @@ cdef int64_t _scan(const uint8_t* p, int64_t size, scan_col_t* cols, int ncols, 
                 return REFUSED
             pos = _value(p, size, pos + col.lit_len, col, row, sep, sep_len, item_cap)
             if pos < 0:
-                return REFUSED
+                return pos
         if not _has(p, size, pos, end_lit, end_len):
             return REFUSED
         pos += end_len
@@ -265,7 +269,7 @@ cdef int64_t _scan(const uint8_t* p, int64_t size, scan_col_t* cols, int ncols, 
 
 def scan_lines(const uint8_t[::1] data not None, list lits not None, const int8_t[::1] kinds not None,
                bytes end not None, bytes sep not None, list arrays not None, int64_t cap, int64_t item_cap):
-    """Scan ``data``'s lines into the caller's arrays; the rows read, or -1 (a line not of the shape).
+    """Scan ``data``'s lines into the caller's arrays; the rows read, -1 (a line not of the shape) or -2.
 
     Parameters
     ----------
@@ -289,8 +293,9 @@ def scan_lines(const uint8_t[::1] data not None, list lits not None, const int8_
     Returns
     -------
     tuple
-        ``(rows, nulls, wide)``: rows read (-1: refused), per column its nulls
-        and whether a string column holds a byte >= 0x80.
+        ``(rows, nulls, wide)``: rows read (-1: refused; -2: more list items
+        than ``item_cap``), per column its nulls and whether a string
+        column holds a byte >= 0x80.
     """
     cdef scan_col_t cols[16]
     cdef int ncols = len(lits)

@@ -224,6 +224,8 @@ _UNIFORM = [
     b'{"model":"a:b","session_id":"{","timestamp":9007199254740992,"delay":0.000123}\n'
     b'{"model":":x:","session_id":"}","timestamp":-0,"delay":1e22}\n'
     b'{"model":",","session_id":"[1]","timestamp":-0.5E-3,"delay":1234567890123456e-22}\n',
+    # Lists denser than one item per 8 bytes: scanned again with room for more items.
+    (b'{"hash_ids":[' + b",".join([b"1", b"0"] * 40) + b'],"input_length":5}\n') * 3,
     # Numbers beyond the exact conversion (more digits than 2**53, exponents beyond 22): the slower readers.
     b'{"timestamp":12345678901234567.0,"delay":1.7976931348623157e308,"input_length":-9223372036854775808}\n'
     b'{"timestamp":9007199254740993,"delay":1e-23,"input_length":9223372036854775807}\n',
@@ -250,8 +252,10 @@ def test_uniform_lines_scanned_values():
     assert got["timestamp"] == [9007199254740992.0, 0.0, -0.0005]
     assert got["delay"] == [float("0.000123"), 1e22, float("1234567890123456e-22")]
     assert str(got["timestamp"][1]) == "-0.0"
+    dense = _scanned(_UNIFORM[3], ["hash_ids", "input_length"], ",", ":", mooncake._JSON_SCHEMA)
+    assert dense.column("hash_ids").to_pylist() == [[1, 0] * 40] * 3
     # 2**53 + 1 has no exact double, an exponent beyond 22 needs more than one rounding: not scanned.
-    assert _scanned(_UNIFORM[3], ["timestamp", "delay", "input_length"], ",", ":", mooncake._JSON_SCHEMA) is None
+    assert _scanned(_UNIFORM[4], ["timestamp", "delay", "input_length"], ",", ":", mooncake._JSON_SCHEMA) is None
 
 
 def test_uniform_lines_values():

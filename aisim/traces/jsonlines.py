@@ -119,16 +119,19 @@ def _scanned(data: bytes, keys: list, item_sep: str, key_sep: str, schema: pa.Sc
     lits = [(b"{" if i == 0 else sep) + b'"' + k.encode() + b'"' + colon for i, k in enumerate(keys)]
     shortest = sum(len(x) for x in lits) + len(keys) + 1  # every value at least one byte, then "}"
     cap = len(data) // shortest + 1
-    item_cap = len(data) // 2 + 1
+    codes = np.array([tracescan.KINDS[k] for k in kinds], np.int8)
     one_i, one_f = np.zeros(1, np.int64), np.zeros(1, np.float64)
-    arrays = []
-    for kind in kinds:
-        arrays.append((np.empty(cap, np.int64) if kind in ("int", "string") else one_i,
-                       np.empty(cap, np.float64) if kind == "float" else one_f,
-                       np.empty(cap, np.uint8), np.empty(cap + 1, np.int32),
-                       np.empty(item_cap, np.int64) if kind == "list" else one_i))
-    n, nulls, wide = tracescan.scan_lines(data, lits, np.array([tracescan.KINDS[k] for k in kinds], np.int8),
-                                         b"}", sep, arrays, cap, item_cap)
+    # List items: room for one per 8 bytes first (a trace's ids are longer), else for as many as could be.
+    for item_cap in (len(data) // 8 + 16, len(data) // 2 + 1):
+        arrays = []
+        for kind in kinds:
+            arrays.append((np.empty(cap, np.int64) if kind in ("int", "string") else one_i,
+                           np.empty(cap, np.float64) if kind == "float" else one_f,
+                           np.empty(cap, np.uint8), np.empty(cap + 1, np.int32),
+                           np.empty(item_cap, np.int64) if kind == "list" else one_i))
+        n, nulls, wide = tracescan.scan_lines(data, lits, codes, b"}", sep, arrays, cap, item_cap)
+        if n != -2:  # -2: more list items than item_cap
+            break
     if n < 0:
         return None
     out = {}
