@@ -19,7 +19,8 @@ DEBUG = os.environ.get("AISIM_CYTHON_DEBUG", "") not in ("", "0")
 # The extension modules, in dependency order.  Each is ext/<name>.pyx with the .pxi files it
 # includes (which module includes which: docs/architecture.md, the core's table).  ``testing``
 # holds the handles used only by tests.
-CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "testing"]
+CORE_MODULES = ["blockpool", "hashing", "kvcache", "scheduler", "steptime", "engine", "deploy", "constants", "tracescan",
+                "testing"]
 
 COMPILER_DIRECTIVES = {
     "language_level": 3,

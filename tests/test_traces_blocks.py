@@ -8,6 +8,7 @@ table and names the same ``file:line``.
 
 import os
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -193,7 +194,6 @@ def test_a_block_arrow_refuses_is_read_line_by_line(tmp_path):
 
 def test_ids_used_twice_are_found_exactly_when_hashes_meet(tmp_path, monkeypatch):
     """The check holds 64-bit hashes; ids whose hashes meet are compared for real."""
-    import numpy as np
 
     from aisim.traces import schema
     from aisim.traces.blockread import Blocks, Parsed, ids_named_twice
@@ -220,6 +220,15 @@ _UNIFORM = [
     b'{"timestamp":-2e3,"input_length":-4,"hash_ids":null,"session_id":"ul","model":""}',
     # Spaces after the separators, CRLF line breaks.
     b'{"input_length": 0, "model": "x", "hash_ids": [1, 2]}\r\n{"input_length": 9, "model": null, "hash_ids": [3]}\r\n',
+    # Strings that look like separators, numbers at the edges of the exact conversion.
+    b'{"model":"a:b","session_id":"{","timestamp":9007199254740992,"delay":0.000123}\n'
+    b'{"model":":x:","session_id":"}","timestamp":-0,"delay":1e22}\n'
+    b'{"model":",","session_id":"[1]","timestamp":-0.5E-3,"delay":1234567890123456e-22}\n',
+    # Lists denser than one item per 8 bytes: scanned again with room for more items.
+    (b'{"hash_ids":[' + b",".join([b"1", b"0"] * 40) + b'],"input_length":5}\n') * 3,
+    # Numbers beyond the exact conversion (more digits than 2**53, exponents beyond 22): the slower readers.
+    b'{"timestamp":12345678901234567.0,"delay":1.7976931348623157e308,"input_length":-9223372036854775808}\n'
+    b'{"timestamp":9007199254740993,"delay":1e-23,"input_length":9223372036854775807}\n',
 ]
 
 
@@ -230,6 +239,23 @@ def test_uniform_lines_read_as_the_json_reader_reads_them(data):
 
     got = read_uniform(data, mooncake._JSON_SCHEMA)
     assert got is not None and got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
+
+
+def test_uniform_lines_scanned_values():
+    """What the typed scan reads, exactly (Python's float() is correctly rounded, as the scan must be)."""
+    from aisim.traces.jsonlines import _scanned
+
+    got = _scanned(_UNIFORM[2], ["model", "session_id", "timestamp", "delay"], ",", ":", mooncake._JSON_SCHEMA)
+    assert got is not None
+    got = got.to_pydict()
+    assert got["model"] == ["a:b", ":x:", ","] and got["session_id"] == ["{", "}", "[1]"]
+    assert got["timestamp"] == [9007199254740992.0, 0.0, -0.0005]
+    assert got["delay"] == [float("0.000123"), 1e22, float("1234567890123456e-22")]
+    assert str(got["timestamp"][1]) == "-0.0"
+    dense = _scanned(_UNIFORM[3], ["hash_ids", "input_length"], ",", ":", mooncake._JSON_SCHEMA)
+    assert dense.column("hash_ids").to_pylist() == [[1, 0] * 40] * 3
+    # 2**53 + 1 has no exact double, an exponent beyond 22 needs more than one rounding: not scanned.
+    assert _scanned(_UNIFORM[4], ["timestamp", "delay", "input_length"], ",", ":", mooncake._JSON_SCHEMA) is None
 
 
 def test_uniform_lines_values():
@@ -244,7 +270,7 @@ def test_uniform_lines_values():
 @pytest.mark.parametrize("first,line", [
     (b'{"input_length":1}', b'{"input_length":007}'), (b'{"input_length":1}', b'{"input_length":+5}'),
     (b'{"input_length":1}', b'{"input_length":1.0}'), (b'{"hash_ids":[1]}', b'{"hash_ids":[1,-2]}'),
-    (b'{"model":"a"}', b'{"model":"a\\"b"}'), (b'{"model":"a"}', b'{"model":"a:b"}'),
+    (b'{"model":"a"}', b'{"model":"a\\"b"}'),
     (b'{"model":"a"}', b'{"model":1}'), (b'{"model":"a"}', b'{"model":"\xff"}'),
     (b'{"model":"a"}', b'{"model":"a","input_length":1}'), (b'{"model":"a"}', b'{"model": "a"}'),
     (b'{"input_length":1}', b'{"input_length":9223372036854775808}'),
@@ -259,7 +285,7 @@ def test_uniform_lines_values():
 def test_uniform_lines_leave_other_lines_to_other_readers(first, line):
     """A line unlike the first, or with what this reader does not convert exactly, leaves the block to others.
 
-    Leading zeros, a plus sign, a float for an int, a negative id, an escape, a colon in a string, a number
+    Leading zeros, a plus sign, a float for an int, a negative id, an escape, a number
     for a string, bytes that are not UTF-8, another key, other spacing, an integer beyond int64, a quote or a
     control character in a string, text around the object, empty or nested items, a lone minus, a misspelt
     null, a float with no digit after its point.
@@ -323,3 +349,47 @@ def test_uniform_lines_never_read_what_the_json_reader_reads_otherwise():
             json.loads(x)  # every line read is JSON
         assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore")), data
     assert 50 < read < 1500  # some mutations still make uniform lines (a digit for a digit), most do not
+
+
+def test_request_ids_made_of_line_numbers():
+    got = mooncake._line_id_column("tr\u00e9", np.array([1, 9, 10, 99, 100, 1234567890123], np.int64))
+    assert got.to_pylist() == ["tr\u00e9:1", "tr\u00e9:9", "tr\u00e9:10", "tr\u00e9:99", "tr\u00e9:100",
+                               "tr\u00e9:1234567890123"]
+    got.validate(full=True)
+    assert mooncake._line_id_column("x", np.array([], np.int64)).to_pylist() == []
+
+
+def test_scanned_numbers_are_the_correctly_rounded_ones():
+    """Random JSON numbers: what the scan reads is Python's (correctly rounded) value, or it leaves the block."""
+    import json
+    import random
+
+    from aisim.traces.jsonlines import _scanned
+    from aisim.traces.oracle import _read_json
+
+    rng = random.Random(11)
+
+    def number():
+        whole = rng.choice(["0", str(rng.randrange(1, 10)), str(rng.randrange(10**rng.randrange(1, 20)))])
+        frac = rng.choice(["", "", "." + "".join(rng.choice("0123456789") for _ in range(rng.randrange(1, 8)))])
+        exp = rng.choice(["", "", f"e{rng.randrange(-25, 26)}", f"E+{rng.randrange(0, 24)}", f"e-0{rng.randrange(9)}"])
+        return rng.choice(["", "-"]) + whole + frac + exp
+
+    scanned = refused = 0
+    for _ in range(600):
+        toks = [number() for _ in range(3)]
+        ints = [str(rng.randrange(-2**63, 2**63)) for _ in toks]
+        ids = [",".join(str(rng.randrange(2**rng.randrange(1, 64))) for _ in range(rng.randrange(0, 4))) for _ in toks]
+        data = "".join(f'{{"timestamp":{t},"input_length":{i},"hash_ids":[{h}]}}\n'
+                       for t, i, h in zip(toks, ints, ids)).encode()
+        got = _scanned(data, ["timestamp", "input_length", "hash_ids"], ",", ":", mooncake._JSON_SCHEMA)
+        if got is None:
+            refused += 1
+            continue
+        scanned += 1
+        assert got.column("timestamp").to_pylist() == [float(t) for t in toks]
+        assert [str(v) for v in got.column("timestamp").to_pylist()] == [str(float(t)) for t in toks]  # -0.0 too
+        assert got.column("input_length").to_pylist() == [int(i) for i in ints]
+        assert got.column("hash_ids").to_pylist() == [json.loads(f"[{h}]") for h in ids]
+        assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
+    assert scanned > 20 and refused > 20

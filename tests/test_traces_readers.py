@@ -110,6 +110,10 @@ def test_mooncake_unit_streams_are_splitmix64_of_the_ids():
     assert [int(x) for x in unit_streams(np.array(ids, np.int64))] == [_splitmix(u, "") for u in ids]
     assert [int(x) for x in unit_streams(np.array(ids, np.int64), "ns")] == [_splitmix(u, "=ns") for u in ids]
     assert unit_stream(2**64 - 1) == _splitmix(2**64 - 1, "")
+    # The id whose mixed value is 0 (id * golden + seed wraps to 0) gets stream 1; uint64 ids as int64 ones.
+    zero = (-stream_id("mooncake-units", "") * pow(0x9E3779B97F4A7C15, -1, 2**64)) % 2**64
+    assert _splitmix(zero, "") == 1 and [int(x) for x in unit_streams(np.array([zero, 5], np.uint64))] == [1, _splitmix(5, "")]
+    assert unit_streams(np.array([[3, 4]], np.int64)[:, ::-1][0]).tolist() == [_splitmix(4, ""), _splitmix(3, "")]
     # Past 64 bits (only the line path reads such ids): a hash of the id's text.
     assert unit_stream(2**64) == stream_id("mooncake-unit", str(2**64))
     assert unit_stream(2**64, "x") == stream_id("mooncake-unit", f"x:{2**64}")

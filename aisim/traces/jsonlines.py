@@ -1,4 +1,4 @@
-"""JSON lines of one shape read at the speed of Arrow's CSV reader.
+"""JSON lines of one shape read straight into Arrow columns, several times faster than ``pyarrow.json``.
 
 Machine-written JSONL traces (DuckDB's ``COPY ... (FORMAT JSON)``, Python's
 ``json.dumps`` one object a line) repeat one shape on every line: the same
@@ -7,18 +7,23 @@ such a block :func:`read_uniform` gives the table ``pyarrow.json`` would
 give with the same explicit schema, several times faster:
 
 1. the first line names the keys and the spacing (``,``/``:`` or ``, ``/``: ``);
-2. one regular expression (RE2, linear time) checks that *every* line is
+2. one typed scan (:mod:`aisim._core.tracescan`) reads every line as that
+   shape straight into the columns: integers within int64, floats it
+   converts exactly, strings without escapes, lists of ids.  A block it
+   refuses (say a float with more digits than a double holds) takes the
+   next steps;
+3. one regular expression (RE2, linear time) checks that *every* line is
    that shape with JSON values of the schema's types: integers, numbers,
    strings without escapes or control characters, lists of non-negative
    integers, ``null``.  A block it refuses goes back to the caller, which
    reads it another way (``pyarrow.json``, then line by line);
-3. the separators around the keys become one delimiter and the CSV reader
+4. the separators around the keys become one delimiter and the CSV reader
    converts the columns (numbers in C++, strings checked as UTF-8); lists
    are split and converted by ``pyarrow.compute``.
 
 Since no string may hold a quote, the only ``"`` of a line are the keys'
-and the strings' own, so the separators found in step 3 are exactly the
-ones step 2 checked; a string that looks like a separator (``":x"``) gives
+and the strings' own, so the separators found in step 4 are exactly the
+ones step 3 checked; a string that looks like a separator (``":x"``) gives
 its line an extra column, which the CSV reader refuses, and the block is
 read with another delimiter.
 """
@@ -75,6 +80,86 @@ def _block_pattern(keys, item_sep, key_sep, schema) -> str | None:
         return None
     line = r"\{" + re.escape(item_sep).join(f'"{k}"' + re.escape(key_sep) + v for k, v in zip(keys, values)) + r"\}"
     return r"\A(?:" + line + r"\r?\n)*(?:" + line + r")?\z"
+
+
+def _kind(typ: pa.DataType):
+    """The scanner's kind of a value of Arrow type ``typ`` (None: a type it leaves to others)."""
+    if pa.types.is_int64(typ):
+        return "int"
+    if pa.types.is_float64(typ):
+        return "float"
+    if pa.types.is_string(typ):
+        return "string"
+    if pa.types.is_list(typ) and pa.types.is_int64(typ.value_type):
+        return "list"
+    return None
+
+
+def _bitmap(valid, n: int, nulls: int):
+    """The validity buffer of ``n`` rows (None when no row is null)."""
+    import numpy as np
+
+    return pa.py_buffer(np.packbits(valid[:n], bitorder="little")) if nulls else None
+
+
+def _scanned(data: bytes, keys: list, item_sep: str, key_sep: str, schema: pa.Schema) -> pa.Table | None:
+    """The block's table from one typed scan (:mod:`aisim._core.tracescan`), or None: read it another way.
+
+    The scanner takes a subset of what the pattern of :func:`_block_pattern` takes (numbers it converts
+    exactly, no integer beyond int64) and, unlike the CSV split, strings holding a colon.
+    """
+    import numpy as np
+
+    from aisim._core import tracescan
+
+    kinds = [_kind(schema.field(k).type) for k in keys]
+    if any(k is None for k in kinds) or len(keys) > tracescan.MAX_COLUMNS or len(data) >= 2**31 - 1:
+        return None
+    sep, colon = item_sep.encode(), key_sep.encode()
+    lits = [(b"{" if i == 0 else sep) + b'"' + k.encode() + b'"' + colon for i, k in enumerate(keys)]
+    shortest = sum(len(x) for x in lits) + len(keys) + 1  # every value at least one byte, then "}"
+    cap = len(data) // shortest + 1
+    codes = np.array([tracescan.KINDS[k] for k in kinds], np.int8)
+    one_i, one_f = np.zeros(1, np.int64), np.zeros(1, np.float64)
+    # List items: room for one per 8 bytes first (a trace's ids are longer), else for as many as could be.
+    for item_cap in (len(data) // 8 + 16, len(data) // 2 + 1):
+        arrays = []
+        for kind in kinds:
+            arrays.append((np.empty(cap, np.int64) if kind in ("int", "string") else one_i,
+                           np.empty(cap, np.float64) if kind == "float" else one_f,
+                           np.empty(cap, np.uint8), np.empty(cap + 1, np.int32),
+                           np.empty(item_cap, np.int64) if kind == "list" else one_i))
+        n, nulls, wide = tracescan.scan_lines(data, lits, codes, b"}", sep, arrays, cap, item_cap)
+        if n != -2:  # -2: more list items than item_cap
+            break
+    if n < 0:
+        return None
+    out = {}
+    for key, kind, (ints, floats, valid, offsets, items), nul, w in zip(keys, kinds, arrays, nulls, wide):
+        typ = schema.field(key).type
+        bitmap = _bitmap(valid, n, nul)
+        if kind == "int":
+            out[key] = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(ints[:n])], null_count=nul)
+        elif kind == "float":
+            out[key] = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(floats[:n])], null_count=nul)
+        elif kind == "string":
+            text = np.empty(int(offsets[n]), np.uint8)
+            tracescan.gather_strings(data, ints[:n], offsets[:n + 1], text)
+            col = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets[:n + 1]), pa.py_buffer(text)],
+                                        null_count=nul)
+            if w:
+                try:
+                    col.validate(full=True)  # UTF-8, as the JSON reader checks it
+                except pa.ArrowInvalid:
+                    return None
+            out[key] = col
+        else:
+            used = int(offsets[n])
+            values = pa.Array.from_buffers(typ.value_type, used, [None, pa.py_buffer(items[:used])])
+            out[key] = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets[:n + 1])], null_count=nul,
+                                             children=[values])
+    arrays = [out[f.name] if f.name in out else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def _matches(data: bytes, pattern: str) -> bool:
@@ -165,6 +250,9 @@ def read_uniform(data: bytes, schema: pa.Schema) -> pa.Table | None:
     if shape is None:
         return None
     keys, item_sep, key_sep = shape
+    table = _scanned(data, keys, item_sep, key_sep, schema)
+    if table is not None:
+        return table
     pattern = _block_pattern(keys, item_sep, key_sep, schema)
     if pattern is None or not _matches(data, pattern):
         return None

@@ -40,6 +40,7 @@ import os
 import numpy as np
 import pyarrow as pa
 
+from aisim._core import tracescan
 from aisim.errors import TraceError
 from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, arrow_pays, ids_named_twice, no_requests, read_blocks, \
     segments_array, trace_rows
@@ -215,8 +216,7 @@ class MooncakeFormat:
             return None  # too many ids, or too few for the prompt: the line path says which
         line_ids = rid.null_count == n
         if line_ids:
-            rid = pc.binary_join_element_wise(pa.scalar(f"{file_stem(path)}:"),
-                                              pa.array(line, pa.int64()).cast(pa.string()), "")
+            rid = _line_id_column(file_stem(path), line)
         elif pc.count_distinct(rid).as_py() != n:
             return None
         # Segments: one per hash id (the last one partial); a prompt without ids is private.
@@ -494,11 +494,8 @@ class MooncakeFormat:
         return sort_by_arrival(table, "time")
 
 
-# splitmix64 (Steele, Lea and Flood 2014): an odd multiple of the id plus the namespace's seed, then a
-# bijective avalanche; two ids of one namespace never share a stream.
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
+# splitmix64 (Steele, Lea and Flood 2014, aisim._core.tracescan): an odd multiple of the id plus the namespace's
+# seed, then a bijective avalanche; two ids of one namespace never share a stream.
 
 
 def unit_streams(ids: np.ndarray, namespace: str | None = None) -> np.ndarray:
@@ -520,17 +517,13 @@ def unit_streams(ids: np.ndarray, namespace: str | None = None) -> np.ndarray:
         their equality matters (the prefix cache's), and distinct ids of one
         namespace never share one.
     """
-    seed = np.uint64(stream_id("mooncake-units", "" if namespace is None else "=" + namespace))
-    x = np.asarray(ids).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        x = x * _GOLDEN + seed
-        x ^= x >> np.uint64(30)
-        x *= _MIX1
-        x ^= x >> np.uint64(27)
-        x *= _MIX2
-        x ^= x >> np.uint64(31)
-    x[x == 0] = 1
-    return x
+    seed = stream_id("mooncake-units", "" if namespace is None else "=" + namespace)
+    x = np.asarray(ids)
+    # The id's 64 bits as uint64 (an int64 id is non-negative: the same number).
+    x = np.ascontiguousarray(x).view(np.uint64) if x.dtype in (np.int64, np.uint64) else x.astype(np.uint64)
+    out = np.empty(x.shape[0], np.uint64)
+    tracescan.unit_streams(x, seed, out)
+    return out
 
 
 def unit_stream(u: int, namespace: str | None = None) -> int:
@@ -538,6 +531,19 @@ def unit_stream(u: int, namespace: str | None = None) -> int:
     if u < 2**64:
         return int(unit_streams(np.array([u], dtype=np.uint64), namespace)[0])
     return stream_id("mooncake-unit", str(u) if namespace is None else f"{namespace}:{u}")
+
+
+def _line_id_column(stem: str, line: np.ndarray) -> pa.Array:
+    """The request ids ``<stem>:<line>`` of lines without one (a string column)."""
+    import pyarrow.compute as pc
+
+    try:
+        prefix = f"{stem}:".encode()
+    except UnicodeEncodeError:  # a file name that is not UTF-8: as Arrow takes it
+        return pc.binary_join_element_wise(pa.scalar(f"{stem}:"), pa.array(line, pa.int64()).cast(pa.string()), "")
+    offsets = np.empty(len(line) + 1, np.int32)
+    text = tracescan.line_ids(prefix, np.ascontiguousarray(line, np.int64), offsets)
+    return pa.Array.from_buffers(pa.string(), len(line), [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
 def _segments(rows) -> pa.Array:
