@@ -14,8 +14,9 @@ installs as the package ``aisim.sql`` (this loader is its ``__init__.py``).
 ``queries/*.sql``
     Named queries for ``aisim query NAME``: one ``SELECT`` per file.
 ``sweep/*.sql``
-    What ``aisim sweep`` adds: the ``sweep_candidates`` table and the
-    ``goodput`` query it ranks candidates by.
+    What ``aisim sweep`` adds: the ``sweep_candidates`` table, the ``goodput``
+    query it ranks candidates by and, with a ``[capacity]`` section, the
+    ``capacity_rate`` query (each candidate's highest rate within the SLO).
 
 Every file opens with a comment header: what it is (``-- table: NAME``,
 ``-- view: NAME``, ``-- query: NAME``), ``purpose``, ``grain`` and ``sources``.  A named query
