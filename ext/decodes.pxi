@@ -26,37 +26,60 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
     tail block (_cache_partial_tail_block): that key is re-added only when its block fills and on
     the step after, both residues above; every other call finds it there and does nothing.
 
-    0 (no quiet residues known) for Mamba state and chunked-local groups and the speculative-
-    decoding rules: those decodes are always stepped one at a time.
+    * a chunked-local group frees its blocks of the last chunk when the tokens processed enter a
+      new chunk (``num_computed % chunk`` 0, asynchronous 1), so the period takes in its chunk.
+
+    0 (no quiet residues known) for Mamba state and the speculative-decoding rules (those decodes
+    are always stepped one at a time), or a period longer than ``cap``.
     """
-    cdef tok_t P = kv.sched_block_size, x, bs
+    cdef tok_t S = kv.sched_block_size, P = kv.sched_block_size, x, bs, w
     cdef int32_t gi
     cdef const GroupSpecC* g
-    if P <= 0 or P > cap or kv.eagle or kv.hash_lookahead > 0:
+    if P <= 0 or kv.eagle or kv.hash_lookahead > 0:
+        return 0
+    for gi in range(kv.n_groups):
+        g = &kv.groups[gi].spec
+        if g.kind == GK_CHUNKED:
+            P = P // _gcd(P, g.window) * g.window
+            if P > cap:
+                return 0
+    if P > cap:
         return 0
     for x in range(P):
         works[x] = 0
     for gi in range(kv.n_groups):
         g = &kv.groups[gi].spec
         bs = g.block_size
+        w = g.window
         if g.kind == GK_RING:
             continue
-        if g.kind != GK_FULL and g.kind != GK_SWA:
+        if g.kind != GK_FULL and g.kind != GK_SWA and g.kind != GK_CHUNKED:
             return 0
-        if P % bs != 0:
+        if S % bs != 0:
             return 0
         for x in range(P):
-            if x % bs == 0 or (x + 1) % bs == 0 or (x + 1) % P == 0:
+            if x % bs == 0 or (x + 1) % bs == 0 or (x + 1) % S == 0:
                 works[x] = 1
-            if g.kind == GK_SWA and (x % bs == (g.window - 1) % bs or x % bs == g.window % bs):
+            if g.kind == GK_SWA and (x % bs == (w - 1) % bs or x % bs == w % bs):
+                works[x] = 1
+            if g.kind == GK_CHUNKED and (x % w == 0 or x % w == 1):
                 works[x] = 1
     return P
+
+
+cdef inline tok_t _gcd(tok_t a, tok_t b) noexcept nogil:
+    cdef tok_t t
+    while b != 0:
+        t = a % b
+        a = b
+        b = t
+    return a
 
 
 cdef bint kv_decode_settled(const KVCacheC* kv, const ReqC* r) noexcept nogil:
     """``r``'s next one-token decode follows kv_decode_period's residues: no group still has a
     partial prefix hit to copy (the first allocation after the hit makes the copy), and every
-    sliding window has released the blocks it left by the tokens processed (``num_computed_tokens``
+    sliding window or local chunk has released the blocks it left by the tokens processed (``num_computed_tokens``
     less those in flight; the first decode after a prefill releases all of them at once:
     remove_skipped_blocks)."""
     cdef int32_t gi, sb
@@ -65,7 +88,7 @@ cdef bint kv_decode_settled(const KVCacheC* kv, const ReqC* r) noexcept nogil:
         g = &kv.groups[gi]
         if g.partial_idx[r.slot] >= 0:
             return False
-        if g.spec.kind == GK_SWA:
+        if g.spec.kind == GK_SWA or g.spec.kind == GK_CHUNKED:
             sb = <int32_t>tmin(_skipped_tokens(g, r.num_computed - r.num_in_flight) // g.spec.block_size,
                                g.table_len[r.slot])
             if sb > 0 and kv_table(kv, gi, r.slot)[sb - 1] != 0:

@@ -20,7 +20,7 @@
 cdef int32_t MIN_ONE_STEP = 8
 
 # Longest period of block work a stretch follows (kv_decode_period's cap).
-cdef tok_t MAX_PERIOD = 4096
+cdef tok_t MAX_PERIOD = 1 << 15
 
 # No bound on when a stretch's iterations start (a single engine's stretch).
 cdef sec_t INF_TIME = 1e300

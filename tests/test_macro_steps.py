@@ -291,6 +291,8 @@ layouts = st.sampled_from([
     # blocks of different sizes: full attention's wider than the hash block (partial tail keys)
     [{"type": "full", "block_size": 16}, {"type": "sliding_window", "sliding_window": 12}],
     [{"type": "full"}, {"type": "sliding_window", "sliding_window": 20, "block_size": 16}],
+    [{"type": "full"}, {"type": "chunked_local", "attention_chunk_size": 8}],
+    [{"type": "full"}, {"type": "chunked_local", "attention_chunk_size": 24}],
 ])
 
 
