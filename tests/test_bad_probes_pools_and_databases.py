@@ -13,7 +13,8 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.errors import ConfigError, PipelineError, SpecError
 from aisim.pipeline import landing
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import resolve_inputs, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs
+from aisim.pipeline.spec import spec_from_dict
 from aisim.plan import load_probe, plan_from_model, plan_from_probe
 
 from test_pipeline_common import EXAMPLES, PIPELINES, demo_dict, demo_spec

@@ -114,7 +114,7 @@ def test_the_fleet_question_per_shard(tmp_path):
 
 
 def test_the_run_key_hashes_the_section(tmp_path):
-    from aisim.pipeline.spec import resolve_inputs, run_key
+    from aisim.pipeline.runkey import resolve_inputs, run_key
 
     spec = load_spec(_write(tmp_path))
     other = load_spec(_write(tmp_path, SLO + RATE.replace("0.01", "0.02")))

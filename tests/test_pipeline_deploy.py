@@ -20,7 +20,7 @@ from aisim.deploy import deploy
 from aisim.errors import ConfigError, ShardFailed, SpecError
 from aisim.pipeline import load_spec, spec_from_dict
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import resolve_inputs, run_key
+from aisim.pipeline.runkey import resolve_inputs, run_key
 from aisim.query import bind
 from aisim.traces import read_trace
 

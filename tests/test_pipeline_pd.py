@@ -11,7 +11,7 @@ from aisim.config.engine import load_engine_config
 from aisim.deploy import deploy
 from aisim.pipeline import spec_from_dict
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import resolve_inputs, run_key
+from aisim.pipeline.runkey import resolve_inputs, run_key
 from aisim.query import bind
 from aisim.traces import read_trace
 

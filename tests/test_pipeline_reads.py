@@ -15,7 +15,8 @@ import pytest
 from aisim.errors import ShardFailed
 from aisim.pipeline import graph
 from aisim.pipeline.run import build_plan, run_pipeline
-from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs, run_key
+from aisim.pipeline.spec import spec_from_dict
 from aisim.traces import blocks
 from aisim.traces.synth import synth_trace
 

@@ -15,7 +15,8 @@ from aisim.config.engine import load_engine_config
 from aisim.pipeline import landing
 from aisim.errors import DatabaseLocked, PipelineError, ShardFailed
 from aisim.pipeline.run import land_run, run_pipeline
-from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs, run_key
+from aisim.pipeline.spec import spec_from_dict
 from aisim.replay import replay
 from aisim.traces import READERS, read_trace
 

@@ -8,7 +8,8 @@ import pytest
 
 from aisim.errors import ConfigError
 from aisim.errors import SpecError
-from aisim.pipeline.spec import load_spec, resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs, run_key
+from aisim.pipeline.spec import load_spec, spec_from_dict
 
 from test_pipeline_common import DEMO, EXAMPLES, PIPELINES, demo_dict
 

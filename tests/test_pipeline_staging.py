@@ -173,7 +173,7 @@ def test_landing_options_are_checked(tmp_path):
                           source="s.toml", base_dir=str(tmp_path))
     assert spec.landing.staging == str(tmp_path / "st") and spec.landing.lock_timeout_s == 5.0
     # Landing options do not change what a run computes: same run key.
-    from aisim.pipeline.spec import resolve_inputs, run_key
+    from aisim.pipeline.runkey import resolve_inputs, run_key
 
     plain = spec_from_dict(demo_dict(tmp_path / "d.duckdb"), source="s.toml", base_dir=str(tmp_path))
     assert run_key(spec, resolve_inputs(spec)) == run_key(plain, resolve_inputs(plain))

@@ -15,7 +15,7 @@ from aisim.query.runner import bind_sql, pick_run
 from aisim.pipeline.run import build_plan
 from aisim.pipeline.staging import Staging
 from aisim.pipeline.shards import SHARD_SCHEMA, SUMMARY_SCHEMA
-from aisim.pipeline.spec import resolve_inputs, run_key
+from aisim.pipeline.runkey import resolve_inputs, run_key
 
 from test_pipeline_common import demo_spec
 

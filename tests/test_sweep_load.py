@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from aisim.cli import main
 from aisim.errors import ConfigError, SpecError, SweepError
 from aisim.pipeline.run import run_pipeline
-from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs, run_key
+from aisim.pipeline.spec import spec_from_dict
 from aisim.sweep import load_sweep, run_sweep
 from aisim.sweep.runner import sweep_from_dict
 from aisim.traces import from_frame

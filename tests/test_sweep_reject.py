@@ -9,7 +9,8 @@ from click.testing import CliRunner
 from aisim.cli import main
 from aisim.config.engine import engine_config_from_dict
 from aisim.errors import ConfigError, SpecError, TraceError
-from aisim.pipeline.spec import resolve_inputs, run_key, spec_from_dict
+from aisim.pipeline.runkey import resolve_inputs, run_key
+from aisim.pipeline.spec import spec_from_dict
 from aisim.replay import check_trace, replay, replay_stream
 from aisim.traces import from_frame
 

@@ -122,7 +122,8 @@ def check_cmd(spec, database, fmt):
     from aisim.errors import AisimError
     from aisim.pipeline.landing import run_landed
     from aisim.pipeline.run import build_plan
-    from aisim.pipeline.spec import load_spec, resolve_inputs, run_key
+    from aisim.pipeline.runkey import resolve_inputs, run_key
+    from aisim.pipeline.spec import load_spec
 
     out = console()
     try:

@@ -38,7 +38,8 @@ from datetime import datetime, timezone
 from aisim.columns import TABLES
 from aisim.errors import PipelineError
 from aisim.pipeline.progress import Quiet
-from aisim.pipeline.spec import PipelineSpec, canonical_json, load_spec, resolve_inputs, run_key
+from aisim.pipeline.runkey import canonical_json, resolve_inputs, run_key
+from aisim.pipeline.spec import PipelineSpec, load_spec
 from aisim.pipeline.staging import MANIFEST, MANIFEST_FORMAT
 
 # Columns that record how and when a run happened rather than what it computed.

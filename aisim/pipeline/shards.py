@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aisim.columns import REPLICAS, REQUESTS, SHARDS, STEPS, SUMMARIES
-from aisim.pipeline.spec import canonical_json
+from aisim.pipeline.runkey import canonical_json
 from aisim.pipeline.staging import STAGED_COMPRESSION
 from aisim.traces.load import LOAD_KEYS, Retimer
 
