@@ -206,6 +206,7 @@ cdef class Engine:
     cdef int _price(self, BatchC* b) except -1 nogil
     cdef int _end_sync_step(self, BatchC* b) except -1 nogil
     cdef BatchC* _process_oldest(self) except NULL nogil
+    cdef int _end_async_step(self, BatchC* b, block_id_t free_sched) except -1 nogil
     cdef int _release_next_turns(self) except -1 nogil
     cdef bint _open_due(self) noexcept nogil
     cdef bint _release_due(self) noexcept nogil

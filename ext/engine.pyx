@@ -530,6 +530,15 @@ cdef class Engine:
         self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
         return ob
 
+    cdef int _end_async_step(self, BatchC* b, block_id_t free_sched) except -1 nogil:
+        """An asynchronous iteration that scheduled ``b`` into a full queue: the oldest batch's output
+        processed, the row written, the clock at the end of ``b``'s forward pass."""
+        cdef BatchC* ob = self._process_oldest()
+        self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
+        self.clock = b.end_s
+        self.step += 1
+        return 0
+
     cdef int _end_sync_step(self, BatchC* b) except -1 nogil:
         """A synchronous iteration after its schedule(): the output of ``b`` processed
         (update_from_output), its row written, the clock at the end of its forward pass."""
@@ -683,12 +692,10 @@ cdef class Engine:
                 self.clock = b.end_s
                 self.step += 1
                 return 0
-        ob = self._process_oldest()
         if scheduled:
-            self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
-            self.clock = b.end_s
-        else:
-            self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
+            return self._end_async_step(b, free_sched)
+        ob = self._process_oldest()
+        self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
         self.step += 1
         return 0
 

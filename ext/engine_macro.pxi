@@ -107,6 +107,12 @@ cdef int64_t _quiet_length(Engine e) noexcept nogil:
     return length
 
 
+cdef inline void _at_step(const MacroC* m, ReqC* r, int32_t i, int64_t k) noexcept nogil:
+    # Running request i as it stands when step k of the stretch is scheduled (k decodes done).
+    r.num_computed = m.c0[i] + k
+    r.num_output = m.o0[i] + k
+
+
 cdef void _fill_decodes(const SchedC* s, BatchC* b, int32_t n) noexcept nogil:
     # The running pass of a quiet step: each running request, in running order, one decode token.
     cdef int32_t i
@@ -130,7 +136,6 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     cdef int32_t n = s.n_running, i, j, x, kp, hi
     cdef int64_t k = 0, length
     cdef bint closed = False
-    cdef block_id_t free_sched
     cdef ReqC* r
     length = _quiet_length(e)
     if length == 0:
@@ -183,8 +188,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         for j in range(hi):
             i = m.at[j]
             r = &s.reqs[s.running[i]]
-            r.num_computed = m.c0[i] + k
-            r.num_output = m.o0[i] + k
+            _at_step(m, r, i, k)
             kv_allocate_slots(&e.kv, r, 1, 0, False, True, 0, False)
         if s.n_waiting > 0:
             # The waiting pass, for real; the running requests' counters are not read there.
@@ -193,18 +197,12 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             # It admitted, or (synchronous) a request finishes: this step ends as any other (its
             # output processed by update_from_output), and the stretch with it.
             for i in range(n):
-                r = &s.reqs[s.running[i]]
-                r.num_computed = m.c0[i] + k
-                r.num_output = m.o0[i] + k
+                _at_step(m, &s.reqs[s.running[i]], i, k)
             sched_end_schedule(s, b)
             e._price(b)
             if asy:
-                free_sched = e.kv.pool.num_free
                 e.q_len += 1
-                ob = e._process_oldest()
-                e._log_line(e.step, LINE_STEP, e.clock, b, ob, free_sched)
-                e.clock = b.end_s
-                e.step += 1
+                e._end_async_step(b, e.kv.pool.num_free)
             else:
                 e._end_sync_step(b)
             k += 1
@@ -233,9 +231,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         # Every request has advanced k decode steps (update_from_output: one sampled token each);
         # asynchronous, one more is still in flight (its placeholder), as before the stretch.
         for i in range(n):
-            r = &s.reqs[s.running[i]]
-            r.num_computed = m.c0[i] + k
-            r.num_output = m.o0[i] + k
+            _at_step(m, &s.reqs[s.running[i]], i, k)
     if k > 0:
         e.stalled = 0
         m.stretches += 1
