@@ -29,9 +29,9 @@ from aisim._core.util cimport num_tokens
 from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
-    BatchC, SchedC, SchedConfC, batch_init, batch_release, sched_add_request, sched_admit_waiting,
-    sched_end_schedule, sched_has_requests, sched_init, sched_release, sched_schedule, sched_step_lpt,
-    sched_update,
+    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, sched_add_request,
+    sched_admit_waiting, sched_cap, sched_end_schedule, sched_has_requests, sched_init, sched_release,
+    sched_schedule, sched_step_lpt, sched_update,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t,

@@ -45,6 +45,17 @@ cdef int _macro_init(Engine e) except -1 nogil:
     return 0
 
 
+cdef int _macro_grow(MacroC* m, int32_t cap) except -1 nogil:
+    """Room for ``cap`` running requests (the batch capacity grew with the engine's slots)."""
+    if m.period > 0 and cap > m.cap:
+        mem_grow(<void**>&m.c0, m.cap, cap, sizeof(tok_t))
+        mem_grow(<void**>&m.o0, m.cap, cap, sizeof(tok_t))
+        mem_grow(<void**>&m.phase, m.cap, cap, sizeof(int32_t))
+        mem_grow(<void**>&m.at, m.cap, cap, sizeof(int32_t))
+        m.cap = cap
+    return 0
+
+
 cdef void _macro_release(MacroC* m) noexcept nogil:
     mem_free(m.works)
     mem_free(m.c0)

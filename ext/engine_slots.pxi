@@ -50,6 +50,7 @@ cdef int _grow_pool(Engine e, req_t need) except -1 nogil:
     cdef req_t i
     cdef req_t* ring
     cdef SchedC* sc = &e.sched
+    cdef int32_t cap
     mem_grow(<void**>&e.reqs, old, new, sizeof(ReqC))
     mem_grow(<void**>&e.free_slots, old, new, sizeof(req_t))
     # The new slots go under the free ones, lowest number on top of them.
@@ -80,6 +81,14 @@ cdef int _grow_pool(Engine e, req_t need) except -1 nogil:
         mem_grow(<void**>&sc.wheap.a, sc.wheap.cap, new, sizeof(sc.wheap.a[0]))
         sc.wheap.cap = new
     sc.n_reqs = new
+    # The batches (and a stretch's rows) hold every running request: as many as the slots, up to
+    # max_num_seqs.
+    cap = sched_cap(&sc.conf, new)
+    if cap > sc.cap:
+        batch_grow(&e.batches[0], sc.cap, cap)
+        batch_grow(&e.batches[1], sc.cap, cap)
+        _macro_grow(&e.macro, cap)
+        sc.cap = cap
     if e.rel.cap < new:
         mem_grow(<void**>&e.rel.a, e.rel.cap, new, sizeof(e.rel.a[0]))
         e.rel.cap = new

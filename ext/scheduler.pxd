@@ -108,7 +108,9 @@ cdef struct SchedC:
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
 cdef void sched_release(SchedC* s) noexcept nogil
 cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil
+cdef int batch_grow(BatchC* b, int32_t old, int32_t cap) except -1 nogil
 cdef void batch_release(BatchC* b) noexcept nogil
+cdef int32_t sched_cap(const SchedConfC* conf, int64_t n_reqs) noexcept nogil
 cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil
 cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil

@@ -29,7 +29,7 @@ from aisim._core.kvcache cimport (
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
-from aisim._core.memory cimport mem_calloc, mem_free
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, tmin
 
@@ -116,12 +116,16 @@ cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t 
     s.finished = <req_t*>mem_calloc(n_reqs, sizeof(req_t))
     if conf.priority:
         heap_init(&s.wheap, n_reqs)
-    # A step schedules at most every running request; priority preemption can
-    # list a request once as scheduled and once as preempted.
-    s.cap = conf.max_num_running_reqs if conf.max_num_running_reqs < n_reqs else n_reqs
-    if s.cap < 1:
-        s.cap = 1
+    s.cap = sched_cap(&s.conf, n_reqs)
     return 0
+
+
+cdef int32_t sched_cap(const SchedConfC* conf, int64_t n_reqs) noexcept nogil:
+    """Entries a batch needs with ``n_reqs`` request slots: a step schedules at most every running
+    request (max_num_seqs of them); priority preemption can list a request once as scheduled and
+    once as preempted."""
+    cdef int64_t cap = conf.max_num_running_reqs if conf.max_num_running_reqs < n_reqs else n_reqs
+    return <int32_t>(cap if cap > 1 else 1)
 
 
 cdef void sched_release(SchedC* s) noexcept nogil:
@@ -148,6 +152,24 @@ cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil:
     b.res_req = <req_t*>mem_calloc(cap, sizeof(req_t))
     b.res_computed = <tok_t*>mem_calloc(cap, sizeof(tok_t))
     b.preempted = <req_t*>mem_calloc(cap, sizeof(req_t))
+    return 0
+
+
+cdef int batch_grow(BatchC* b, int32_t old, int32_t cap) except -1 nogil:
+    """Room for ``cap`` entries (from ``old``), the entries kept."""
+    mem_grow(<void**>&b.req, old, cap, sizeof(req_t))
+    mem_grow(<void**>&b.tokens, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.sampled, old, cap, sizeof(flag_t))
+    mem_grow(<void**>&b.decode, old, cap, sizeof(flag_t))
+    mem_grow(<void**>&b.ctx, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.spec_m, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.spec_a, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.padded, old, cap, sizeof(flag_t))
+    mem_grow(<void**>&b.new_req, old, cap, sizeof(req_t))
+    mem_grow(<void**>&b.new_computed, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.res_req, old, cap, sizeof(req_t))
+    mem_grow(<void**>&b.res_computed, old, cap, sizeof(tok_t))
+    mem_grow(<void**>&b.preempted, old, cap, sizeof(req_t))
     return 0
 
 

@@ -19,6 +19,7 @@ from aisim.deploy import deploy
 from aisim.errors import ConfigError, TraceError
 from aisim.replay import replay
 from aisim.traces import read_oracle_trace
+from aisim.traces.frame import from_frame
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE, SPEC_ORACLE
@@ -308,6 +309,23 @@ def test_prefix_groups_one_per_replica(router):
     # Round robin sends each group to two replicas (request pairs alternate): two misses a group.
     assert rr.summary["prefix_hit_tokens_at_admission"] == k * (per - 2) * 256
     assert dep.summary["prefix_hit_rate"] > rr.summary["prefix_hit_rate"]
+
+
+def test_a_replica_runs_more_requests_than_its_share():
+    # Replicas size their batches by an even share of the trace (here 2 of 16 requests); a KV-aware
+    # router keeps sending a prefix's requests to the replicas caching it, which then run more at
+    # once and grow them.
+    eng = engine_config_from_dict({"num_gpu_blocks": 4000, "max_num_seqs": 32,
+                                   "time_model": {"kind": "linear", "base_s": 0.01}})
+    n, reps = 16, 8
+    trace = from_frame(pa.table({
+        "request_id": [f"r{i:02d}" for i in range(n)], "arrival_time": [0.02 * i for i in range(n)],
+        "prompt_len": [160] * n, "max_tokens": [200] * n, "prefix_group": [0] * n, "prefix_len": [128] * n}))
+    dep = deploy(trace, eng, {"replicas": reps, "router": "kv_aware"}, record_decisions=True)
+    assert np.bincount(dep.requests.column("replica").to_numpy(), minlength=reps).tolist() == [5, 5, 5, 1, 0, 0, 0, 0]
+    assert max(dep.replicas[0].steps.column("running").to_numpy()) == 5
+    for w in range(4):
+        assert _log(dep.replicas[w]) == _log(replay(_share(trace, dep, w), eng, record_decisions=True))
 
 
 def test_view_delay_hides_the_caches():
