@@ -8,11 +8,13 @@ from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok
 cdef struct BlockC:
     # One block's state in one place (one memory access where separate arrays took several).
     hash_t key                 # primary map key (block_hash); 0 = not cached
-    tok_t key_tokens           # prefix length the primary key covers
+    int32_t key_tokens         # prefix length the primary key covers (max_model_len fits)
     int32_t ref_cnt            # requests (and copy retentions) holding the block
     int32_t sec_head           # first secondary-key entry of the block; -1 = none
     block_id_t prev_free       # free-queue links (-1: not in the queue)
     block_id_t next_free
+    int32_t tag                # what a deployment's router calls the primary key (its index id;
+                               # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up)
 
 cdef struct MapEntC:
     # One slot of the key map (BlockHashToBlockMap): a key, its earliest-inserted block and the
@@ -45,9 +47,15 @@ cdef struct BlockPoolC:
     bint log_keys              # record key events
     int64_t n_keys             # keys in the map
     hash_t* ev_key             # [ev_cap] the key
+    int32_t* ev_tag            # [ev_cap] its tag (BlockC.tag of the primary key; TAG_NONE for a secondary)
     flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
     int64_t ev_n               # events recorded
     int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
+
+# BlockC.tag values that are not a router's key id.
+cdef enum:
+    TAG_NONE = -1              # no router reads this key
+    TAG_LOOKUP = -2            # a router may read it: look it up by the key
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -59,7 +67,8 @@ cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept 
 cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil
-cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens) except -1 nogil
+cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens,
+                               int32_t tag) except -1 nogil
 cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil

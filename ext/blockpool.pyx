@@ -106,6 +106,7 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.sec_next)
     mem_free(bp.map)
     mem_free(bp.ev_key)
+    mem_free(bp.ev_tag)
     mem_free(bp.ev_add)
     memset(bp, 0, sizeof(BlockPoolC))
 
@@ -175,8 +176,9 @@ cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept n
     return False
 
 
-cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
-    # Append ``b`` to the blocks of ``key`` (BlockHashToBlockMap.insert).
+cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b, int32_t tag) except -1 nogil:
+    # Append ``b`` to the blocks of ``key`` (BlockHashToBlockMap.insert); ``tag`` goes with the
+    # key's event.
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, cur
     if bp.map[s].key == 0:
@@ -184,7 +186,7 @@ cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
         bp.map[s].first = b
         bp.map[s].rest = -1
         if bp.log_keys:
-            _log_key(bp, key, 1)
+            _log_key(bp, key, 1, tag)
         bp.n_keys += 1
         return 0
     if bp.ent_free == -1:
@@ -203,16 +205,18 @@ cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b) except -1 nogil:
     return 0
 
 
-cdef int _log_key(BlockPoolC* bp, hash_t key, flag_t add) except -1 nogil:
+cdef int _log_key(BlockPoolC* bp, hash_t key, flag_t add, int32_t tag) except -1 nogil:
     # Record a key entering the map, keeping room for every key present to leave it too.
     cdef int64_t need = bp.ev_n + bp.n_keys + 2
     cdef int64_t new
     if need > bp.ev_cap:
         new = bp.ev_cap * 2 if bp.ev_cap * 2 > need else need
         mem_grow(<void**>&bp.ev_key, bp.ev_cap, new, sizeof(hash_t))
+        mem_grow(<void**>&bp.ev_tag, bp.ev_cap, new, sizeof(int32_t))
         mem_grow(<void**>&bp.ev_add, bp.ev_cap, new, sizeof(flag_t))
         bp.ev_cap = new
     bp.ev_key[bp.ev_n] = key
+    bp.ev_tag[bp.ev_n] = tag
     bp.ev_add[bp.ev_n] = add
     bp.ev_n += 1
     return 0
@@ -223,6 +227,7 @@ cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil:
     cdef int64_t need = bp.n_keys + 16
     if bp.ev_cap < need:
         mem_grow(<void**>&bp.ev_key, bp.ev_cap, need, sizeof(hash_t))
+        mem_grow(<void**>&bp.ev_tag, bp.ev_cap, need, sizeof(int32_t))
         mem_grow(<void**>&bp.ev_add, bp.ev_cap, need, sizeof(flag_t))
         bp.ev_cap = need
     bp.log_keys = True
@@ -247,8 +252,9 @@ cdef void _map_delete_slot(BlockPoolC* bp, hash_t s) noexcept nogil:
             s = j
 
 
-cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
-    # Remove only block ``b`` from ``key`` (BlockHashToBlockMap.pop(key, block_id)).
+cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b, int32_t tag) noexcept nogil:
+    # Remove only block ``b`` from ``key`` (BlockHashToBlockMap.pop(key, block_id)); ``tag`` goes
+    # with the key's event.
     cdef hash_t s = _find_slot(bp, key)
     cdef int32_t e, prev = -1
     if bp.map[s].key == 0:
@@ -261,6 +267,7 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
             if bp.log_keys:
                 # Room is guaranteed (ev_cap >= ev_n + n_keys before this removal).
                 bp.ev_key[bp.ev_n] = key
+                bp.ev_tag[bp.ev_n] = tag
                 bp.ev_add[bp.ev_n] = 0
                 bp.ev_n += 1
             return True
@@ -285,14 +292,18 @@ cdef bint _map_pop(BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
 
 # ---------------------------------------------------------------- block keys
 
-cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens) except -1 nogil:
-    """BlockPool._insert_block_hash: primary key if the block has none, else secondary."""
+cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens,
+                               int32_t tag) except -1 nogil:
+    """BlockPool._insert_block_hash: primary key if the block has none, else secondary.
+
+    ``tag``: what a deployment's router calls the key (BlockC.tag), kept for a primary key."""
     cdef int32_t e
     if bp.blk[b].key == key or bp_contains(bp, key, b):
         return 0
     if bp.blk[b].key == 0:
         bp.blk[b].key = key
         bp.blk[b].key_tokens = num_tokens
+        bp.blk[b].tag = tag
         if bp.blk[b].ref_cnt == 0 and b != 0:
             bp.cached_free += 1
     else:
@@ -303,12 +314,13 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
         bp.sec_key[e] = key
         bp.sec_next[e] = bp.blk[b].sec_head
         bp.blk[b].sec_head = e
-    return _map_insert(bp, key, b)
+        return _map_insert(bp, key, b, TAG_NONE)
+    return _map_insert(bp, key, b, tag)
 
 
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
     """Register an uncached held block under ``key`` as its primary key (tests)."""
-    return bp_insert_block_hash(bp, b, key, 0)
+    return bp_insert_block_hash(bp, b, key, 0, TAG_NONE)
 
 
 cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
@@ -321,10 +333,10 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     if bp.blk[b].key != 0 and bp.blk[b].ref_cnt == 0 and b != 0:
         bp.cached_free -= 1
     if bp.blk[b].key != 0:
-        removed += _map_pop(bp, bp.blk[b].key, b)
+        removed += _map_pop(bp, bp.blk[b].key, b, bp.blk[b].tag)
     e = bp.blk[b].sec_head
     while e != -1:
-        removed += _map_pop(bp, bp.sec_key[e], b)
+        removed += _map_pop(bp, bp.sec_key[e], b, TAG_NONE)
         nxt = bp.sec_next[e]
         bp.sec_next[e] = bp.sec_free
         bp.sec_free = e
@@ -339,19 +351,20 @@ cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -
     """Move every key of ``src`` onto ``dst`` (BlockPool.move_block_hashes)."""
     cdef tok_t num_tokens = bp.blk[src].key_tokens
     cdef hash_t primary = bp.blk[src].key
+    cdef int32_t tag = bp.blk[src].tag
     cdef int32_t e = bp.blk[src].sec_head
     cdef int32_t nxt
     if primary != 0:
-        _map_pop(bp, primary, src)
+        _map_pop(bp, primary, src, tag)
     bp.blk[src].key = 0
     bp.blk[src].key_tokens = 0
     bp.blk[src].sec_head = -1
     if primary != 0:
-        bp_insert_block_hash(bp, dst, primary, num_tokens)
+        bp_insert_block_hash(bp, dst, primary, num_tokens, tag)
     while e != -1:
         nxt = bp.sec_next[e]
-        _map_pop(bp, bp.sec_key[e], src)
-        bp_insert_block_hash(bp, dst, bp.sec_key[e], num_tokens)
+        _map_pop(bp, bp.sec_key[e], src, TAG_NONE)
+        bp_insert_block_hash(bp, dst, bp.sec_key[e], num_tokens, TAG_NONE)
         bp.sec_next[e] = bp.sec_free
         bp.sec_free = e
         e = nxt

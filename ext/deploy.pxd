@@ -15,38 +15,44 @@ cdef enum RouterKind:
 
 # What a replica reports to the router after an iteration (seen view_delay_s later).
 cdef enum DeltaKind:
-    DK_KEY_ADD = 0             # a block key entered the replica's prefix cache
+    DK_KEY_ADD = 0             # a prompt block's key entered the replica's prefix cache (value: its id)
     DK_KEY_DEL = 1             # ... left it
     DK_FIRST = 2               # a request produced its first token: its prefill booking ends
     DK_FINISH = 3              # a request finished: its load and active blocks are released
 
-cdef struct KeyEntC:
-    # One entry of the key index (one cache line holds two).
-    hash_t key                 # 0 = empty
-    hash_t cm                  # bit w: replica w caches the key
-    hash_t am                  # bit w: an outstanding request on w holds it
-    int64_t crow               # its row of counts (-1: none)
+cdef struct NodeC:
+    # One edge of the router's prefix index: consecutive prompt blocks that the same requests of
+    # the trace share (every request's prompt ends on a node's last block).
+    hash_t am                  # bit w: an outstanding request on w passes through it
+    int32_t first              # id of its first block; its blocks are ids first .. first + n - 1
+    int32_t n                  # blocks on it
+    int32_t crow               # its row of per-replica counts while any replica has it active (-1: none)
 
-cdef struct KeyMapC:
-    # The router's one index of block keys: key -> which replicas cache it (the KV events), which
-    # have it active (the router's bookings) and, while any has, a row of per-replica counts of
-    # active requests holding it.  Open addressing, linear probing, backward-shift deletion; an
-    # entry is deleted when both masks are empty.  Key 0 is never stored (block keys are never 0).
-    KeyEntC* e                 # [mask + 1]
-    hash_t mask                # capacity - 1, a power of two; grown at half load
-    int64_t n                  # keys stored
-    int64_t grows              # times the table was rebuilt (slots found before it are stale)
+cdef struct PrefixIndexC:
+    # The router's one index of the trace's prompt blocks, as Dynamo's KV router keeps a radix
+    # tree: built once from every request's prompt keys (a compressed prefix tree whose blocks
+    # get dense ids), it holds per block id which replicas cache it (their KV events) and per node
+    # which replicas have it active (the router's bookings), with counts while they do.
+    NodeC* node                # [n_nodes]
+    int32_t n_nodes
+    int32_t n_ids              # distinct prompt block keys of the trace
+    hash_t* cm                 # [n_ids] bit w: replica w caches the block's key
     int32_t n_rep              # counts per row
-    int32_t* cnt               # [rows_cap * n_rep] active requests holding the key, per replica
+    int32_t* cnt               # [rows_cap * n_rep] outstanding requests passing through, per replica
     int32_t* row_next          # [rows_cap] free list of rows
     int32_t rows_cap
     int32_t row_free           # head of the free list (-1: empty)
+    # key -> id, for keys a block tag cannot name (TAG_LOOKUP: output blocks a later prompt quotes);
+    # built only when some request's output is quoted.  Open addressing, linear probing.
+    hash_t* lk_key             # [lk_mask + 1] (0: empty)
+    int32_t* lk_id
+    hash_t lk_mask
 
 cdef struct DeltaC:
     sec_t stamp                # start of the iteration that produced it
     int32_t replica
     int32_t kind               # DeltaKind
-    hash_t value               # the key, or the request's trace index
+    hash_t value               # the block's id, or the request's trace index
 
 cdef struct DeltaQC:
     # FIFO ring of deltas not yet visible to the router.
@@ -74,22 +80,23 @@ cdef struct RouterC:
     int64_t* out_toks          # [n_rep] their prompt + max output tokens
     int64_t* pf_toks           # [n_rep] booked prefill tokens (released at the first token)
     int64_t* act_n             # [n_rep] distinct active prompt-block keys
-    KeyMapC idx                # block key -> caching replicas, active replicas, active counts
+    PrefixIndexC idx           # prompt blocks -> caching replicas; nodes -> active replicas, counts
     DeltaQC q                  # reported, not yet visible
     # per request of the trace
     int64_t* key_off           # [n + 1] its prompt-block keys: keys[key_off[i] : key_off[i + 1]]
     hash_t* keys
+    int32_t* kid               # [key_off[n]] each key's id in the index (kv routers)
+    int64_t* path_off          # [n + 1] its path of nodes: path[path_off[i] : path_off[i + 1]]
+    int32_t* path
+    flag_t* quoted             # [n] a later prompt quotes its output (its output blocks: TAG_LOOKUP)
     int64_t* booked_pf         # [n] prefill tokens booked at routing
     flag_t* pf_open            # [n] booking not yet released
     int64_t* session           # [n] session number (-1: none)
     int32_t* sticky            # [n_sessions] replica of the session (-1: not yet)
     # scratch, per replica
     int64_t* overlap           # [n_rep] leading prompt blocks cached (the router's view)
-    int64_t* newb              # [n_rep] prompt blocks not active there
     double* cost               # [n_rep]
-    int64_t* slots             # [longest prompt in blocks] index slots _kv_scores found, for _book
-    int64_t slots_grows        # the index's ``grows`` when they were found
-    int64_t* fin_slots         # [longest prompt in blocks] index slots of a finished request's keys
+    int64_t* cover             # [n_rep] leading prompt blocks active there
 
 cdef struct LinkC:
     # The prefill-to-decode KV transfer link of a disaggregated deployment.

@@ -23,7 +23,7 @@ from libc.string cimport memset
 
 import numpy as np
 
-from aisim._core.blockpool cimport bp_log_keys, bp_lookup
+from aisim._core.blockpool cimport TAG_LOOKUP, TAG_NONE, BlockPoolC, bp_log_keys, bp_lookup
 from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step
 
 # No next event: a replica's stretch is bounded only by its own requests.
@@ -46,7 +46,10 @@ cdef int N_FIELDS = 7
 # Router names in RouterKind order.
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
-# ------------------------------------------------------------------ the key index
+# ------------------------------------------------------------------ the prefix index
+
+# Block ids are int32 (a block's tag): the index refuses a trace with more distinct prompt blocks.
+cdef int64_t INT32_MAX_IDS = 2147483647
 
 include "keyindex.pxi"
 
@@ -90,17 +93,14 @@ cdef int _push(DeltaQC* q, sec_t stamp, int32_t w, int32_t kind, hash_t value) e
 cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
     """Make one reported change visible to the router."""
     cdef hash_t bit = (<hash_t>1) << d.replica
-    cdef int64_t g, k, s, lo, hi
+    cdef int64_t g, p
     cdef int32_t* c
-    cdef KeyMapC* m = &rt.idx
+    cdef NodeC* nd
+    cdef PrefixIndexC* x = &rt.idx
     if d.kind == DK_KEY_ADD:
-        s = km_insert(m, d.value)
-        m.e[s].cm |= bit
+        x.cm[d.value] |= bit
     elif d.kind == DK_KEY_DEL:
-        s = km_find(m, d.value)
-        if s >= 0:
-            m.e[s].cm &= ~bit
-            km_tidy(m, <hash_t>s)
+        x.cm[d.value] &= ~bit
     elif d.kind == DK_FIRST:
         g = <int64_t>d.value
         rt.pf_toks[d.replica] -= rt.booked_pf[g]
@@ -110,28 +110,17 @@ cdef int _apply(RouterC* rt, const TraceC* tr, const DeltaC* d) except -1 nogil:
         rt.out_reqs[d.replica] -= 1
         rt.out_toks[d.replica] -= tr.prompt_len[g] + tr.max_tokens[g]
         if rt.kv:
-            # Two passes, so that the count rows' misses overlap: find every key (its entry
-            # prefetched ahead) and prefetch its row; then count down.
-            lo = rt.key_off[g]
-            hi = rt.key_off[g + 1]
-            for k in range(lo, min(lo + AHEAD, hi)):
-                km_prefetch(m, rt.keys[k])
-            for k in range(lo, hi):
-                if k + AHEAD < hi:
-                    km_prefetch(m, rt.keys[k + AHEAD])
-                s = km_find(m, rt.keys[k])
-                rt.fin_slots[k - lo] = s
-                __builtin_prefetch(&m.cnt[m.e[s].crow * m.n_rep + d.replica])
-            for k in range(lo, hi):
-                s = rt.fin_slots[k - lo]
-                if m.e[s].key != rt.keys[k]:  # moved by a deletion in this loop
-                    s = km_find(m, rt.keys[k])
-                c = &m.cnt[m.e[s].crow * m.n_rep + d.replica]
+            # Its nodes are no longer held by it: a node no outstanding request on the replica
+            # passes through stops counting its blocks as active there.
+            for p in range(rt.path_off[g], rt.path_off[g + 1]):
+                nd = &x.node[rt.path[p]]
+                c = &x.cnt[<int64_t>nd.crow * x.n_rep + d.replica]
                 c[0] -= 1
                 if c[0] == 0:
-                    rt.act_n[d.replica] -= 1
-                    m.e[s].am &= ~bit
-                    km_tidy(m, <hash_t>s)
+                    rt.act_n[d.replica] -= nd.n
+                    nd.am &= ~bit
+                    if nd.am == 0:
+                        index_drop_row(x, nd)
     return 0
 
 
@@ -148,54 +137,52 @@ cdef int _apply_visible(RouterC* rt, const TraceC* tr, sec_t t) except -1 nogil:
 cdef void _kv_scores(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
     """Dynamo's classic KV-router cost for every replica (lib/kv-router scheduling/selector.rs,
     DefaultWorkerSelector::select_worker; research notes 1a):
-    overlap_w = leading prompt blocks replica w caches (the index, one lookup per block);
+    overlap_w = leading prompt blocks replica w caches;
     prefill_tokens_w = booked prefill tokens + max(0, prompt - overlap_w * B);
     decode_blocks_w = distinct active prompt blocks on w + this request's blocks not among them;
     cost_w = weight * prefill_tokens_w / B + decode_blocks_w.
-    Per block, only the replicas whose bits are set are visited: where the cached run ends, and
-    where the block is active (newb_w counts the blocks less those)."""
+    The prompt's blocks are read along its path in the prefix index until no replica's cached
+    run goes on; the blocks active on w are the leading nodes w has active (a request holds whole
+    paths, so what is active on a replica is closed under prefixes)."""
     cdef int32_t w, n = rt.n_rep
-    cdef int64_t k, j = 0, lo = rt.key_off[g], hi = rt.key_off[g + 1]
+    cdef int64_t p, j = 0, t, L = rt.key_off[g + 1] - rt.key_off[g]
     cdef hash_t alive = (<hash_t>-1) if n == 64 else ((<hash_t>1) << n) - 1
     cdef hash_t m, a
     cdef tok_t prompt = tr.prompt_len[g], new_tok
+    cdef const NodeC* nd
+    cdef const hash_t* cm
+    cdef PrefixIndexC* x = &rt.idx
     for w in range(n):
         rt.overlap[w] = 0
-        rt.newb[w] = hi - lo
-    cdef int64_t s
-    cdef KeyMapC* km = &rt.idx
-    rt.slots_grows = km.grows
-    for k in range(lo, lo + AHEAD if lo + AHEAD < hi else hi):
-        km_prefetch(km, rt.keys[k])
-    for k in range(lo, hi):
-        if k + AHEAD < hi:
-            km_prefetch(km, rt.keys[k + AHEAD])
-        s = km_find(km, rt.keys[k])
-        rt.slots[k - lo] = s
-        if s < 0:
-            while alive != 0:  # no replica caches the block: every cached run still open ends
-                rt.overlap[__builtin_ctzll(alive)] = j
-                alive &= alive - 1
-            continue
-        a = km.e[s].am
-        if alive != 0:
-            m = alive & ~km.e[s].cm  # the replicas whose cached run ends at block j
-            while m != 0:
-                rt.overlap[__builtin_ctzll(m)] = j
-                m &= m - 1
-            alive &= km.e[s].cm
-            j += 1
+        rt.cover[w] = 0
+    for p in range(rt.path_off[g], rt.path_off[g + 1]):
+        nd = &x.node[rt.path[p]]
+        a = nd.am
         while a != 0:
-            rt.newb[__builtin_ctzll(a)] -= 1
+            rt.cover[__builtin_ctzll(a)] += nd.n
             a &= a - 1
+        if alive != 0:
+            cm = &x.cm[nd.first]
+            for t in range(nd.n):
+                m = alive & ~cm[t]  # the replicas whose cached run ends at block j
+                while m != 0:
+                    rt.overlap[__builtin_ctzll(m)] = j
+                    m &= m - 1
+                alive &= cm[t]
+                if alive == 0:
+                    break
+                j += 1
+        elif nd.am == 0:
+            break
+    while alive != 0:  # cached through the whole prompt
+        rt.overlap[__builtin_ctzll(alive)] = j
+        alive &= alive - 1
     for w in range(n):
-        if (alive >> w) & 1:
-            rt.overlap[w] = j
         new_tok = prompt - rt.overlap[w] * rt.block
         if new_tok < 0:
             new_tok = 0
         rt.cost[w] = (rt.weight * (<double>(rt.pf_toks[w] + new_tok)) / <double>rt.block
-                      + <double>(rt.act_n[w] + rt.newb[w]))
+                      + <double>(rt.act_n[w] + L - rt.cover[w]))
 
 
 cdef int32_t _least(const int64_t* load, int32_t n) noexcept nogil:
@@ -249,9 +236,10 @@ cdef int32_t _choose(RouterC* rt, const TraceC* tr, int64_t g) noexcept nogil:
 cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 nogil:
     """The router's own accounting of a request it sent to ``w`` (immediate)."""
     cdef hash_t bit = (<hash_t>1) << w
-    cdef int64_t k, pf, s, j
+    cdef int64_t p, pf
     cdef int32_t* c
-    cdef KeyMapC* m = &rt.idx
+    cdef NodeC* nd
+    cdef PrefixIndexC* x = &rt.idx
     rt.out_reqs[w] += 1
     rt.out_toks[w] += tr.prompt_len[g] + tr.max_tokens[g]
     if not rt.kv:
@@ -260,24 +248,25 @@ cdef int _book(RouterC* rt, const TraceC* tr, int64_t g, int32_t w) except -1 no
     rt.booked_pf[g] = pf if pf > 0 else 0
     rt.pf_toks[w] += rt.booked_pf[g]
     rt.pf_open[g] = 1
-    for k in range(rt.key_off[g], rt.key_off[g + 1]):
-        # The slots _kv_scores found just now, unless the table was rebuilt since (an insertion
-        # into an empty slot moves no other entry).
-        s = rt.slots[k - rt.key_off[g]] if rt.slots_grows == m.grows else -1
-        if k + AHEAD < rt.key_off[g + 1] and rt.slots_grows == m.grows:
-            j = rt.slots[k + AHEAD - rt.key_off[g]]
-            if j >= 0 and m.e[j].crow >= 0:
-                __builtin_prefetch(&m.cnt[m.e[j].crow * m.n_rep + w])
-        if s < 0:
-            s = km_insert(m, rt.keys[k])
-        if m.e[s].crow < 0:
-            m.e[s].crow = _km_row(m)
-        c = &m.cnt[m.e[s].crow * m.n_rep + w]
+    for p in range(rt.path_off[g], rt.path_off[g + 1]):
+        nd = &x.node[rt.path[p]]
+        if nd.crow < 0:
+            nd.crow = index_row(x)
+        c = &x.cnt[<int64_t>nd.crow * x.n_rep + w]
         c[0] += 1
         if c[0] == 1:
-            rt.act_n[w] += 1
-            m.e[s].am |= bit
+            rt.act_n[w] += nd.n
+            nd.am |= bit
     return 0
+
+
+cdef inline void _tag(const RouterC* rt, ReqC* r, int64_t g) noexcept nogil:
+    """Give request ``g`` on a replica the router's ids of its prompt blocks, which its cache's
+    key events then carry (kvcache.pyx _cache_group)."""
+    if rt.kv:
+        r.tag_off = rt.key_off[g]
+        r.tag_n = <int32_t>(rt.key_off[g + 1] - rt.key_off[g])
+        r.tag_look = rt.quoted[g]
 
 
 cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, int32_t gid,
@@ -456,7 +445,10 @@ cdef class Deployment:
                        expected=max(n // (n_rep if w < n_rep else n_d), 1), out_rows=1 << 62, replica=True,
                        macro_steps=self.macro)
             if (rt.kv and w < n_rep) or (w >= n_rep and self.rd.kv):
+                # Its cache reports key events, its prompt blocks tagged with the router's ids.
                 bp_log_keys(&e.kv.pool)
+                e.kv.tag_group = (rt if w < n_rep else &self.rd).group
+                e.kv.tag_ids = (rt if w < n_rep else &self.rd).kid
             engines.append(e)
         self.engines = tuple(engines)
         self.done = False
@@ -507,7 +499,7 @@ cdef class Deployment:
                 row[2] = <double>rt.overlap[w]
                 row[3] = <double>true_n
                 row[4] = <double>(rt.pf_toks[w] + max(self.tr.prompt_len[g] - rt.overlap[w] * rt.block, 0))
-                row[5] = <double>(rt.act_n[w] + rt.newb[w])
+                row[5] = <double>(rt.act_n[w] + rt.key_off[g + 1] - rt.key_off[g] - rt.cover[w])
                 row[6] = rt.cost[w]
         return 0
 
@@ -525,18 +517,18 @@ cdef class Deployment:
         """What replica ``w`` (``wl`` in its router's pool) reports after its last iteration; a
         prefill replica's finished requests are routed to the decode pool at their first token."""
         cdef int64_t k, g
-        cdef int32_t i
+        cdef int32_t i, kid
         cdef req_t s
         cdef BatchC* b = e.upd_batch
         cdef const int64_t* glob = self.rep_glob[w]
+        cdef const BlockPoolC* pool = &e.kv.pool
         if rt.kv:
-            if rt.delay == 0:
-                for k in range(min(AHEAD, e.kv.pool.ev_n)):
-                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k])
-            for k in range(e.kv.pool.ev_n):
-                if rt.delay == 0 and k + AHEAD < e.kv.pool.ev_n:
-                    km_prefetch(&rt.idx, e.kv.pool.ev_key[k + AHEAD])
-                _report(rt, &self.tr, stamp, wl, DK_KEY_ADD if e.kv.pool.ev_add[k] else DK_KEY_DEL, e.kv.pool.ev_key[k])
+            # The cache's key events (vLLM's BlockStored / BlockRemoved), named by the ids their
+            # blocks' tags carry; keys that are no prompt block of the trace are not the router's.
+            for k in range(pool.ev_n):
+                kid = index_id(&rt.idx, pool.ev_key[k], pool.ev_tag[k])
+                if kid >= 0:
+                    _report(rt, &self.tr, stamp, wl, DK_KEY_ADD if pool.ev_add[k] else DK_KEY_DEL, <hash_t>kid)
             e.kv.pool.ev_n = 0
             if b != NULL:
                 for i in range(b.n):
@@ -657,6 +649,7 @@ cdef class Deployment:
                 self.sent[g] = t
                 e = <Engine>self.engines[w]
                 s = replica_add(e, tr, g, t)
+                _tag(rt, &e.reqs[s], g)
                 if released:
                     e.reqs[s].arrival_key = t  # a released turn is keyed by its release (Engine._pop_release)
                 if self.pd:
@@ -788,6 +781,7 @@ cdef class Deployment:
         self._assign(w, g)
         s = replica_add(de, &self.tr, g, t)
         r = &de.reqs[s]
+        _tag(&self.rd, r, g)
         # It carries the prefill replica's first token: the prompt's KV arrives, the rest is local.
         r.num_output = 1
         r.remote = 1

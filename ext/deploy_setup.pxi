@@ -62,7 +62,7 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
                       bint need_keys) except -1:
     """Set up router ``rt`` over ``n_rep`` replicas; ``need_keys`` keeps every request's prompt
     keys even when the router itself does not read the caches."""
-    cdef int64_t n = tr.n, i, total = 0, longest
+    cdef int64_t n = tr.n, i, total = 0
     cdef const int64_t[::1] sess = _c(router["session"], np.int64)
     keep.append(sess)
     if n:
@@ -84,15 +84,15 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
     rt.pf_toks = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
     rt.act_n = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
     rt.overlap = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
-    rt.newb = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
     rt.cost = <double*>mem_calloc(n_rep, sizeof(double))
+    rt.cover = <int64_t*>mem_calloc(n_rep, sizeof(int64_t))
     rt.key_off = <int64_t*>mem_calloc(n + 1, sizeof(int64_t))
     rt.booked_pf = <int64_t*>mem_calloc(n if n else 1, sizeof(int64_t))
     rt.pf_open = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
     rt.sticky = <int32_t*>mem_calloc(max(router["n_sessions"], 1), sizeof(int32_t))
     for i in range(max(router["n_sessions"], 1)):
         rt.sticky[i] = -1
-    km_init(&rt.idx, 1024, n_rep)
+    rt.idx.n_rep = n_rep
     rt.idx.row_free = -1
     need_keys = need_keys or rt.kv
     cdef int32_t ratio = <int32_t>(rt.block // rt.hash_block) if need_keys else 1
@@ -103,19 +103,34 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
                 total += _prompt_keys(tr, i, rt.hash_block, ratio, rt.group, NULL)
             rt.key_off[n] = total
             rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
-            longest = 1
-            for i in range(n):
-                if rt.key_off[i + 1] - rt.key_off[i] > longest:
-                    longest = rt.key_off[i + 1] - rt.key_off[i]
-            rt.slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
-            rt.fin_slots = <int64_t*>mem_calloc(longest, sizeof(int64_t))
             for i in range(n):
                 _prompt_keys(tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
         else:
             rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
-            rt.slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
-            rt.fin_slots = <int64_t*>mem_calloc(1, sizeof(int64_t))
+    rt.quoted = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
+    if rt.kv:
+        rt.kid = <int32_t*>mem_calloc(total if total else 1, sizeof(int32_t))
+        with nogil:
+            _index_nodes(rt, n)
+        if _quoted(rt.quoted, tr):
+            with nogil:
+                _index_lookups(rt, n)
     return 0
+
+
+cdef bint _quoted(flag_t* quoted, const TraceC* tr) except -1:
+    """Mark the requests whose output tokens a prompt of the trace quotes (a session's next turn
+    repeats the previous one's answer): their output blocks' keys may be prompt blocks."""
+    cdef int64_t i
+    cdef int64_t n_seg = 0
+    if tr.n == 0 or tr.seg_stream == NULL:
+        return False
+    for i in range(tr.n):
+        n_seg = max(n_seg, <int64_t>tr.seg_off[i] + tr.seg_cnt[i])
+    hit = np.isin(np.asarray(<hash_t[:tr.n]>tr.out_stream), np.asarray(<hash_t[:n_seg]>tr.seg_stream))
+    for i in np.flatnonzero(hit):
+        quoted[i] = 1
+    return bool(hit.any())
 
 
 cdef void _router_release(RouterC* rt) noexcept nogil:
@@ -124,17 +139,19 @@ cdef void _router_release(RouterC* rt) noexcept nogil:
     mem_free(rt.pf_toks)
     mem_free(rt.act_n)
     mem_free(rt.overlap)
-    mem_free(rt.newb)
     mem_free(rt.cost)
     mem_free(rt.key_off)
     mem_free(rt.keys)
-    mem_free(rt.slots)
-    mem_free(rt.fin_slots)
+    mem_free(rt.kid)
+    mem_free(rt.path_off)
+    mem_free(rt.path)
+    mem_free(rt.quoted)
+    mem_free(rt.cover)
     mem_free(rt.booked_pf)
     mem_free(rt.pf_open)
     mem_free(rt.sticky)
     mem_free(rt.q.a)
-    km_release(&rt.idx)
+    index_release(&rt.idx)
     memset(rt, 0, sizeof(RouterC))
 
 

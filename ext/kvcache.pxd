@@ -96,6 +96,9 @@ cdef struct KVCacheC:
     bint eagle                 # EAGLE/MTP block drop on every group (0.31/0.32 use_eagle_block_drop)
     tok_t hash_lookahead       # num_hash_lookahead_tokens: tokens after a block its hash covers (0.33)
     flag_t* tmp_verified       # [n_spec] EAGLE drop applied at the current candidate length
+    # a deployment's router (ext/deploy.pyx): its ids of the keys this group caches (set after kv_init)
+    int32_t tag_group          # the group whose full blocks carry the router's ids (-1: none)
+    const int32_t* tag_ids     # the router's id of every prompt block key (ReqC.tag_off indexes it)
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,

@@ -37,7 +37,7 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash, bp_pop_free,
+    TAG_LOOKUP, TAG_NONE, bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash, bp_pop_free,
     bp_release, bp_remove_hashes, bp_touch,
 )
 from aisim._core.hashing cimport group_key, hash_extend
@@ -110,6 +110,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     kv.retention = retention
     kv.max_model_len = max_model_len
     kv.watermark_blocks = watermark_blocks
+    kv.tag_group = -1
     kv.hash_row = <int32_t>(max_model_len // hash_block_size + 1)
     mem_grow(<void**>&kv.groups, 0, n_groups, sizeof(GroupC))
     for i in range(n_groups):
@@ -640,6 +641,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef block_id_t blk
     cdef hash_t key
     cdef tok_t b, pos
+    cdef int32_t tag = TAG_NONE
     if g.spec.kind == GK_RING or not g.spec.cacheable:
         return 0
     before = g.num_cached[s] if g.num_cached[s] > 0 else 0
@@ -661,7 +663,12 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
             if kv.pool.blk[blk].key != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
-            bp_insert_block_hash(&kv.pool, blk, key, (i + 1) * bs)
+            if gi == kv.tag_group:
+                # The router's id of a prompt block; a block past the prompt holds output tokens,
+                # which only a later prompt that quotes them can share (tag_look).
+                tag = (kv.tag_ids[r.tag_off + i] if i < r.tag_n
+                       else (TAG_LOOKUP if r.tag_look else TAG_NONE))
+            bp_insert_block_hash(&kv.pool, blk, key, (i + 1) * bs, tag)
         g.num_cached[s] = f
     if g.spec.kind == GK_FULL:
         if bs == h:

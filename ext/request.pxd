@@ -55,3 +55,7 @@ cdef struct ReqC:
                                # admitted; 2 = admitted, blocks held (WAITING_FOR_REMOTE_KVS); 0 = none
     flag_t held                # prefill replica: its blocks outlive its finish until the transfer lands
     sec_t remote_s             # decode replica: when the transfer lands
+    # --- a deployment's router ids (untouched in a single engine: zero = no ids)
+    int64_t tag_off            # its first prompt block's entry in KVCacheC.tag_ids
+    int32_t tag_n              # its full prompt blocks with an id there
+    flag_t tag_look            # its other full blocks: 1 = a router may read their keys (TAG_LOOKUP)

@@ -23,7 +23,7 @@
 
 
 from aisim._core.blockpool cimport (
-    bp_contains, bp_insert_block_hash, bp_move_hashes, bp_pop_free, bp_remove_hashes,
+    TAG_NONE, bp_contains, bp_insert_block_hash, bp_move_hashes, bp_pop_free, bp_remove_hashes,
 )
 from aisim._core.hashing cimport group_key
 from aisim._core.kvrows cimport (
@@ -332,7 +332,7 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
         bp_remove_hashes(&kv.pool, blk)
     elif (not already and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens < nh * h):
         bp_remove_hashes(&kv.pool, blk)
-    bp_insert_block_hash(&kv.pool, blk, key, nh * h)
+    bp_insert_block_hash(&kv.pool, blk, key, nh * h, TAG_NONE)
     return key
 
 
