@@ -21,10 +21,10 @@ Splits, printed as ratios of the core's CPU seconds on the same trace (best of h
 CPU time is less disturbed than wall-clock time by other load on a shared machine):
 
 * 8 replicas against 1 (both ``kv_aware``): what spreading the requests over the replicas costs
-  per request (eight caches, schedulers and a larger router index);
+  per request (eight caches and schedulers, the router's masks over eight replicas);
 * the router's share on 1 replica: ``kv_aware`` against ``round_robin`` there routes every
   request alike, so the replica's work is the same and the difference is the router's own
-  (its key index, scores and bookings, the replica's cache events);
+  (its prefix index, scores and bookings, the replica's cache events);
 * ``kv_aware`` against ``round_robin`` on 8 replicas: the router's cost plus that of the
   different placements it makes.
 
