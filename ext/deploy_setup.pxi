@@ -112,25 +112,37 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
         rt.kid = <int32_t*>mem_calloc(total if total else 1, sizeof(int32_t))
         with nogil:
             _index_nodes(rt, n)
-        if _quoted(rt.quoted, tr):
-            with nogil:
+            if _quoted(rt.quoted, tr):
                 _index_lookups(rt, n)
     return 0
 
 
-cdef bint _quoted(flag_t* quoted, const TraceC* tr) except -1:
+cdef bint _quoted(flag_t* quoted, const TraceC* tr) except -1 nogil:
     """Mark the requests whose output tokens a prompt of the trace quotes (a session's next turn
     repeats the previous one's answer): their output blocks' keys may be prompt blocks."""
-    cdef int64_t i
-    cdef int64_t n_seg = 0
+    cdef int64_t i, k, n_seg = 0
+    cdef hash_t mask, s, v
+    cdef hash_t* seen
+    cdef bint zero = False, any_ = False
     if tr.n == 0 or tr.seg_stream == NULL:
         return False
     for i in range(tr.n):
         n_seg = max(n_seg, <int64_t>tr.seg_off[i] + tr.seg_cnt[i])
-    hit = np.isin(np.asarray(<hash_t[:tr.n]>tr.out_stream), np.asarray(<hash_t[:n_seg]>tr.seg_stream))
-    for i in np.flatnonzero(hit):
-        quoted[i] = 1
-    return bool(hit.any())
+    seen = _table(n_seg, &mask)  # the prompts' streams (0, never a table key, by a flag)
+    for k in range(n_seg):
+        v = tr.seg_stream[k]
+        if v == 0:
+            zero = True
+        else:
+            s = _slot(seen, mask, v)
+            seen[s] = v
+    for i in range(tr.n):
+        v = tr.out_stream[i]
+        if (zero if v == 0 else seen[_slot(seen, mask, v)] == v):
+            quoted[i] = 1
+            any_ = True
+    mem_free(seen)
+    return any_
 
 
 cdef void _router_release(RouterC* rt) noexcept nogil:
