@@ -19,7 +19,7 @@ once per prompt block.
 """
 
 from libc.math cimport INFINITY
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -269,18 +269,22 @@ cdef inline void _tag(const RouterC* rt, ReqC* r, int64_t g) noexcept nogil:
         r.tag_look = rt.quoted[g]
 
 
-cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, int32_t gid,
-                          hash_t* out) noexcept nogil:
-    """The pool keys of request ``i``'s full prompt blocks (``group_key`` of the full-attention
-    group, over the chain hashing.pyx computes): written to ``out`` when given; returns how many."""
+cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, hash_t* out,
+                          int64_t start) noexcept nogil:
+    """The chain hashes (hashing.pyx's, before ``group_key``) at request ``i``'s full prompt
+    blocks: written to ``out`` from block ``start`` on (the ones before it are there already,
+    their tokens inside the first segment) when given; returns how many blocks."""
     cdef int64_t n_raw = tr.prompt_len[i] // hbs
-    cdef int64_t j, n = 0
+    cdef int64_t j, n = start
     cdef int32_t so = tr.seg_off[i], seg = 0
-    cdef tok_t off = 0, need, take, avail, length
-    cdef hash_t h = <hash_t>NONE_HASH_SEED
+    cdef tok_t off = start * ratio * hbs, need, take, avail, length
+    cdef hash_t h = out[start - 1] if start > 0 else <hash_t>NONE_HASH_SEED
     if out == NULL:
         return n_raw // ratio
-    for j in range(n_raw):
+    if start > 0 and off == tr.seg_len[so]:
+        seg = 1
+        off = 0
+    for j in range(start * ratio, n_raw):
         need = hbs
         while need > 0:
             length = tr.seg_len[so + seg]
@@ -294,9 +298,14 @@ cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio,
                 off = 0
         h = hash_finish(h)
         if (j + 1) % ratio == 0:
-            out[n] = group_key(h, gid)
+            out[n] = h
             n += 1
     return n
+
+
+cdef inline hash_t _pool_key(const RouterC* rt, int64_t k) noexcept nogil:
+    """Prompt block ``k``'s key in a replica's pool (its group's key over the chain hash)."""
+    return group_key(rt.keys[k], rt.group)
 
 
 # ------------------------------------------------------------------ the deployment
@@ -493,7 +502,7 @@ cdef class Deployment:
                 e = <Engine>self.engines[w]
                 true_n = 0
                 for k in range(rt.key_off[g], rt.key_off[g + 1]):
-                    if bp_lookup(&e.kv.pool, rt.keys[k]) < 0:
+                    if bp_lookup(&e.kv.pool, _pool_key(rt, k)) < 0:
                         break
                     true_n += 1
                 row[2] = <double>rt.overlap[w]

@@ -100,11 +100,10 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
         if need_keys:
             for i in range(n):
                 rt.key_off[i] = total
-                total += _prompt_keys(tr, i, rt.hash_block, ratio, rt.group, NULL)
+                total += _prompt_keys(tr, i, rt.hash_block, ratio, NULL, 0)
             rt.key_off[n] = total
             rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
-            for i in range(n):
-                _prompt_keys(tr, i, rt.hash_block, ratio, rt.group, rt.keys + rt.key_off[i])
+            _all_prompt_keys(rt, tr, ratio)
         else:
             rt.keys = <hash_t*>mem_calloc(1, sizeof(hash_t))
     rt.quoted = <flag_t*>mem_calloc(n if n else 1, sizeof(flag_t))
@@ -114,6 +113,41 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
             _index_nodes(rt, n)
             if _quoted(rt.quoted, tr):
                 _index_lookups(rt, n)
+    return 0
+
+
+cdef int _all_prompt_keys(RouterC* rt, const TraceC* tr, int32_t ratio) except -1 nogil:
+    """Every request's chain hashes at its full prompt blocks.  A request whose first segment
+    starts where an earlier one's does (a shared system prompt) takes the blocks both hold
+    inside it from that request instead of hashing them again."""
+    cdef int64_t i, j, m, nb, B = rt.hash_block * ratio
+    cdef hash_t mask, s, key
+    cdef hash_t* first = _table(tr.n, &mask)      # (stream, offset) of a first segment
+    cdef int64_t* who = <int64_t*>mem_calloc(mask + 1, sizeof(int64_t))
+    cdef int64_t* covers = <int64_t*>mem_calloc(mask + 1, sizeof(int64_t))
+    for i in range(tr.n):
+        m = 0
+        if tr.seg_cnt[i] > 0:
+            nb = min(tr.seg_len[tr.seg_off[i]] // B, rt.key_off[i + 1] - rt.key_off[i])
+            key = hash_combine(hash_combine(<hash_t>NONE_HASH_SEED, tr.seg_stream[tr.seg_off[i]]),
+                               <hash_t>tr.seg_first[tr.seg_off[i]]) | 1
+            s = _slot(first, mask, key)
+            j = who[s]
+            if (first[s] == key and tr.seg_stream[tr.seg_off[j]] == tr.seg_stream[tr.seg_off[i]]
+                    and tr.seg_first[tr.seg_off[j]] == tr.seg_first[tr.seg_off[i]]):
+                m = min(nb, covers[s])
+                memcpy(rt.keys + rt.key_off[i], rt.keys + rt.key_off[j], m * sizeof(hash_t))
+                if nb > covers[s]:
+                    who[s] = i
+                    covers[s] = nb
+            elif nb > 0:
+                first[s] = key
+                who[s] = i
+                covers[s] = nb
+        _prompt_keys(tr, i, rt.hash_block, ratio, rt.keys + rt.key_off[i], m)
+    mem_free(first)
+    mem_free(who)
+    mem_free(covers)
     return 0
 
 
@@ -193,7 +227,7 @@ cdef int64_t _blocks_to_move(const LinkC* link, const RouterC* rd, const KVCache
     cdef const block_id_t* table
     if link.missing:
         for k in range(rd.key_off[g], rd.key_off[g + 1]):
-            if bp_lookup(&dkv.pool, rd.keys[k]) < 0:
+            if bp_lookup(&dkv.pool, _pool_key(rd, k)) < 0:
                 break
             hit += rd.block
     for gi in range(pkv.n_groups):

@@ -118,9 +118,11 @@ cdef int _index_lookups(RouterC* rt, int64_t n) except -1 nogil:
     cdef hash_t s
     x.lk_key = _table(x.n_ids, &x.lk_mask)
     x.lk_id = <int32_t*>mem_calloc(x.lk_mask + 1, sizeof(int32_t))
+    cdef hash_t key
     for k in range(rt.key_off[n]):
-        s = _slot(x.lk_key, x.lk_mask, rt.keys[k])
-        x.lk_key[s] = rt.keys[k]
+        key = _pool_key(rt, k)
+        s = _slot(x.lk_key, x.lk_mask, key)
+        x.lk_key[s] = key
         x.lk_id[s] = rt.kid[k]
     return 0
 
