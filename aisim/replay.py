@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aisim._core.constants import GROUP_KINDS
 from aisim.config.engine import EngineConfig
@@ -69,15 +70,28 @@ def _segments_arrays(trace: pa.Table):
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
+def _is_trace_table(trace) -> bool:
+    """Whether ``trace`` is a table with the trace schema's columns (else a frame for ``from_frame``)."""
+    if not isinstance(trace, pa.Table):
+        return False
+    names = set(trace.column_names)
+    return all(f.name in names or f.name in OPTIONAL_COLUMNS for f in TRACE_SCHEMA)
+
+
 def _validate(trace: pa.Table, engine: EngineConfig, reject_too_long: bool = False):
+    """Raise the first fault of ``trace`` (:func:`check_trace`); else return its segment arrays
+    (:func:`_segments_arrays`, None for an empty trace), read once for the checks and the core."""
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
-    missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names and f.name not in OPTIONAL_COLUMNS]
+    names = set(trace.column_names)
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in names and f.name not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
-    fault = check_trace(trace, engine, reject_too_long=reject_too_long)
-    if fault is not None:
-        raise TraceError(fault)
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    found, segs = _faults_and_segments(trace, engine, timed, reject_too_long)
+    if found:
+        raise TraceError(found[min(found)])
+    return segs
 
 
 def check_trace(trace: pa.Table, engine: EngineConfig, *, reject_too_long: bool = False) -> str | None:
@@ -125,10 +139,15 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_l
     ``reject_too_long`` a prompt of ``max_model_len`` tokens or more is no
     fault (it is rejected), and the pool need only hold the other requests.
     """
+    return _faults_and_segments(trace, engine, timed, reject_too_long)[0]
+
+
+def _faults_and_segments(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_long: bool = False):
+    """:func:`_row_faults` and the segment arrays it read (None for an empty trace)."""
     found = {}
     n = trace.num_rows
     if n == 0:
-        return found
+        return found, None
     ids = trace.column("request_id")
 
     def rid(i):
@@ -166,14 +185,15 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_l
         i = bad[0]
         found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
                     f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
-    start, count, _, _, length = _segments_arrays(trace)
+    segs = _segments_arrays(trace)
+    start, count, _, _, length = segs
     cum = np.concatenate([[0], np.cumsum(length)])
     covered = cum[start + count] - cum[start]
     bad = np.flatnonzero(covered != prompt)
     if bad.size:
         i = bad[0]
         found[4] = f"request '{rid(i)}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
-    return found
+    return found, segs
 
 
 def _accept_arrays(trace: pa.Table):
@@ -215,13 +235,31 @@ def _closed_loop(trace: pa.Table, think_time_s):
     return nxt, think
 
 
-def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
-    """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop."""
-    ids = trace.column("request_id").to_pylist()
-    seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
+def _id_rank(ids: pa.ChunkedArray) -> np.ndarray:
+    """Each request id's rank in string order, ties in trace order (int32).
+
+    Arrow's stable sort of the UTF-8 bytes: the order of Python's ``str`` comparison (code
+    points), without a Python string per id.
+    """
+    n = len(ids)
+    if ids.null_count:  # refused as Python's sort refuses it (None is no string)
+        order = np.argsort(np.array(ids.to_pylist(), dtype=object), kind="stable")
+    else:
+        order = pc.sort_indices(ids).to_numpy()
+    rank = np.empty(n, dtype=np.int32)
+    rank[order] = np.arange(n, dtype=np.int32)
+    return rank
+
+
+def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None) -> dict:
+    """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop.
+
+    ``segs``: the trace's :func:`_segments_arrays` when already read (validation reads them).
+    """
+    ids = trace.column("request_id")
+    seg_off, seg_cnt, stream, first, length = segs if segs is not None else _segments_arrays(trace)
     arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
-    id_rank = np.empty(len(ids), dtype=np.int32)
-    id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
+    id_rank = _id_rank(ids)
     arrays = dict(
         prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
         max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
@@ -257,8 +295,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
 
-    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
-                                                for f in TRACE_SCHEMA)):
+    if not _is_trace_table(trace):
         trace = from_frame(trace)
     if (trace.schema.metadata or {}).get(b"clock") != b"time":
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
@@ -394,8 +431,7 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     """
     from aisim._core.engine import Engine
 
-    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
-                                                for f in TRACE_SCHEMA)):
+    if not _is_trace_table(trace):
         trace = from_frame(trace)  # a DataFrame or a plain table of requests
     _check_think(closed_loop, think_time_s)
     max_concurrency = _check_concurrency(max_concurrency, closed_loop)
@@ -405,12 +441,13 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     timed = isinstance(trace, pa.Table) and (trace.schema.metadata or {}).get(b"clock") == b"time"
     if closed_loop and not timed:
         raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
-    _validate(trace, engine, reject_too_long)
+    segs = _validate(trace, engine, reject_too_long)
     whole = trace
     rejected = _rejected_mask(trace, engine, reject_too_long)
     if rejected is not None:
         trace = trace.filter(pa.array(~rejected))  # the core never sees them
-    arrays = _whole_arrays(trace, engine, timed)
+        segs = None
+    arrays = _whole_arrays(trace, engine, timed, segs)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
