@@ -613,14 +613,15 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             core.end_input()
             return
         table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
-        for k, msg in _row_faults(table, engine, timed, reject_too_long).items():
+        found, segs = _faults_and_segments(table, engine, timed, reject_too_long)
+        for k, msg in found.items():
             faults.setdefault(k, msg)
         if faults:
             return  # nothing more is replayed; the rest of the input is only checked
         rejected = _rejected_mask(table, engine, reject_too_long)
         kept = table if rejected is None else table.filter(pa.array(~rejected))
         if kept.num_rows:  # a piece of rejected rows only: the core asks for input again
-            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None))
+            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None, segs if rejected is None else None))
         rows = table.select(_ROW_COLUMNS + (["arrival_s"] if reject_too_long and timed else []))
         if table.num_rows:
             pending.append((rows, rejected))
@@ -719,11 +720,14 @@ def _summary_columns(requests: pa.Table, r: dict) -> dict:
     return rq
 
 
-def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool) -> CoreTrace:
-    """One streamed piece as the core's request arrays (trace indices from ``offset``)."""
-    ids = table.column("request_id").to_pylist()
+def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, segs=None) -> CoreTrace:
+    """One streamed piece as the core's request arrays (trace indices from ``offset``).
+
+    ``segs``: the piece's :func:`_segments_arrays` when already read (the checks read them).
+    """
+    ids = table.column("request_id")
     n = len(ids)
-    seg_off, seg_cnt, stream, first, length = _segments_arrays(table)
+    seg_off, seg_cnt, stream, first, length = segs if segs is not None else _segments_arrays(table)
     arrival = table.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
     names = table.column_names
 
