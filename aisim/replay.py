@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aisim._core.constants import GROUP_KINDS
 from aisim.config.engine import EngineConfig
@@ -238,17 +237,47 @@ def _closed_loop(trace: pa.Table, think_time_s):
 def _id_rank(ids: pa.ChunkedArray) -> np.ndarray:
     """Each request id's rank in string order, ties in trace order (int32).
 
-    Arrow's stable sort of the UTF-8 bytes: the order of Python's ``str`` comparison (code
-    points), without a Python string per id.
+    Python's ``str`` order (code points) is the order of the ids' UTF-8 bytes: the ids are
+    compared as numpy byte strings built from the Arrow buffers, without a Python string per
+    id (and without ``pyarrow.compute``, a short replay's start-up).  Byte strings drop trailing
+    zero bytes, so ids holding a zero byte, a null id, or ids too long to lay out side by side
+    are sorted as Python strings.
     """
-    n = len(ids)
-    if ids.null_count:  # refused as Python's sort refuses it (None is no string)
-        order = np.argsort(np.array(ids.to_pylist(), dtype=object), kind="stable")
-    else:
-        order = pc.sort_indices(ids).to_numpy()
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    n = len(arr)
     rank = np.empty(n, dtype=np.int32)
-    rank[order] = np.arange(n, dtype=np.int32)
+    if n == 0:
+        return rank
+    keys = None if arr.null_count else _id_bytes(arr)
+    if keys is None:  # a null id is refused as Python's sort refuses it (None is no string)
+        keys = np.array(arr.to_pylist(), dtype=object)
+    rank[np.argsort(keys, kind="stable")] = np.arange(n, dtype=np.int32)
     return rank
+
+
+# Ids laid out side by side as byte strings at most this many bytes in all (else sorted as str).
+_ID_BYTES_MAX = 1 << 26
+
+
+def _id_bytes(arr: pa.Array):
+    """The ids of a string array as one numpy byte-string array, or None (see :func:`_id_rank`)."""
+    n = len(arr)
+    wide = arr.type == pa.large_string()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    lens = np.diff(offsets)
+    width = int(lens.max())
+    if width == 0:
+        return np.zeros(n, dtype="S1")
+    if n * width > _ID_BYTES_MAX:
+        return None
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    if not data.all():
+        return None
+    out = np.zeros(n * width, dtype=np.uint8)
+    rel = offsets[:-1] - offsets[0]
+    out[np.repeat(np.arange(n, dtype=np.int64) * width - rel, lens) + np.arange(len(data))] = data
+    return out.view(f"S{width}")
 
 
 def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None) -> dict:

@@ -27,6 +27,18 @@ def test_id_ranks_follow_python_string_order_ties_in_trace_order(typ):
     assert rp._id_rank(ids).dtype == np.int32
 
 
+@pytest.mark.parametrize("limit", [None, 8])
+def test_id_ranks_of_ids_with_zero_bytes_or_too_long_to_lay_out(monkeypatch, limit):
+    # "a" < "a\0" < "a\0b" < "ab" (a zero byte is no padding); with a low limit the ids are
+    # compared as Python strings, with the same ranks.
+    if limit is not None:
+        monkeypatch.setattr(rp, "_ID_BYTES_MAX", limit)
+    ids = pa.chunked_array([pa.array(["ab", "a\0", "a", "a\0b"])])
+    assert rp._id_rank(ids).tolist() == [3, 1, 0, 2]
+    # A slice of a longer array (its buffers start before its first id).
+    assert rp._id_rank(pa.array(["zz"] + IDS).slice(1)).tolist() == RANKS
+
+
 def test_a_null_request_id_is_refused_as_before():
     with pytest.raises(TypeError):
         rp._id_rank(pa.chunked_array([pa.array(["a", None, "b"])]))
@@ -85,3 +97,14 @@ def test_labels_share_one_dictionary_and_keep_the_codes():
     assert b.to_pylist() == ["waiting"]
     assert a.type == pa.dictionary(pa.int8(), pa.string())
     assert a.dictionary.equals(b.dictionary)
+
+
+def test_id_ranks_equal_python_sorting_on_random_ids():
+    import random
+
+    rng = random.Random(7)
+    alphabet = ["a", "b", "Z", "0", "é", "\u4e2d", "\uffff", "\U0001f600", "\x01"]
+    ids = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))) for _ in range(2000)]
+    expected = np.empty(len(ids), np.int32)
+    expected[sorted(range(len(ids)), key=lambda i: (ids[i], i))] = np.arange(len(ids))
+    assert rp._id_rank(pa.chunked_array([pa.array(ids[:700]), pa.array(ids[700:])])).tolist() == expected.tolist()
