@@ -1,6 +1,6 @@
 # The engine's result rows, included into engine.pyx (one module, so the calls stay inlinable):
 # the step and request columns (names and dtypes, growth, typed writes), the decision-log
-# events, the arenas of variable-length request data, and the copy of columns out to numpy.
+# events, the arenas of variable-length request data, and the handover of columns to numpy.
 
 # ------------------------------------------------------------------ result columns
 
