@@ -69,15 +69,28 @@ def _segments_arrays(trace: pa.Table):
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
+def _is_trace_table(trace) -> bool:
+    """Whether ``trace`` is a table with the trace schema's columns (else a frame for ``from_frame``)."""
+    if not isinstance(trace, pa.Table):
+        return False
+    names = set(trace.column_names)
+    return all(f.name in names or f.name in OPTIONAL_COLUMNS for f in TRACE_SCHEMA)
+
+
 def _validate(trace: pa.Table, engine: EngineConfig, reject_too_long: bool = False):
+    """Raise the first fault of ``trace`` (:func:`check_trace`); else return its segment arrays
+    (:func:`_segments_arrays`, None for an empty trace), read once for the checks and the core."""
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
-    missing = [f.name for f in TRACE_SCHEMA if f.name not in trace.column_names and f.name not in OPTIONAL_COLUMNS]
+    names = set(trace.column_names)
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in names and f.name not in OPTIONAL_COLUMNS]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
-    fault = check_trace(trace, engine, reject_too_long=reject_too_long)
-    if fault is not None:
-        raise TraceError(fault)
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    found, segs = _faults_and_segments(trace, engine, timed, reject_too_long)
+    if found:
+        raise TraceError(found[min(found)])
+    return segs
 
 
 def check_trace(trace: pa.Table, engine: EngineConfig, *, reject_too_long: bool = False) -> str | None:
@@ -125,10 +138,15 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_l
     ``reject_too_long`` a prompt of ``max_model_len`` tokens or more is no
     fault (it is rejected), and the pool need only hold the other requests.
     """
+    return _faults_and_segments(trace, engine, timed, reject_too_long)[0]
+
+
+def _faults_and_segments(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_long: bool = False):
+    """:func:`_row_faults` and the segment arrays it read (None for an empty trace)."""
     found = {}
     n = trace.num_rows
     if n == 0:
-        return found
+        return found, None
     ids = trace.column("request_id")
 
     def rid(i):
@@ -166,14 +184,15 @@ def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_l
         i = bad[0]
         found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
                     f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
-    start, count, _, _, length = _segments_arrays(trace)
+    segs = _segments_arrays(trace)
+    start, count, _, _, length = segs
     cum = np.concatenate([[0], np.cumsum(length)])
     covered = cum[start + count] - cum[start]
     bad = np.flatnonzero(covered != prompt)
     if bad.size:
         i = bad[0]
         found[4] = f"request '{rid(i)}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
-    return found
+    return found, segs
 
 
 def _accept_arrays(trace: pa.Table):
@@ -215,13 +234,61 @@ def _closed_loop(trace: pa.Table, think_time_s):
     return nxt, think
 
 
-def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool) -> dict:
-    """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop."""
-    ids = trace.column("request_id").to_pylist()
-    seg_off, seg_cnt, stream, first, length = _segments_arrays(trace)
+def _id_rank(ids: pa.ChunkedArray) -> np.ndarray:
+    """Each request id's rank in string order, ties in trace order (int32).
+
+    Python's ``str`` order (code points) is the order of the ids' UTF-8 bytes: the ids are
+    compared as numpy byte strings built from the Arrow buffers, without a Python string per
+    id (and without ``pyarrow.compute``, a short replay's start-up).  Byte strings drop trailing
+    zero bytes, so ids holding a zero byte, a null id, or ids too long to lay out side by side
+    are sorted as Python strings.
+    """
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    n = len(arr)
+    rank = np.empty(n, dtype=np.int32)
+    if n == 0:
+        return rank
+    keys = None if arr.null_count else _id_bytes(arr)
+    if keys is None:  # a null id is refused as Python's sort refuses it (None is no string)
+        keys = np.array(arr.to_pylist(), dtype=object)
+    rank[np.argsort(keys, kind="stable")] = np.arange(n, dtype=np.int32)
+    return rank
+
+
+# Ids laid out side by side as byte strings at most this many bytes in all (else sorted as str).
+_ID_BYTES_MAX = 1 << 26
+
+
+def _id_bytes(arr: pa.Array):
+    """The ids of a string array as one numpy byte-string array, or None (see :func:`_id_rank`)."""
+    n = len(arr)
+    wide = arr.type == pa.large_string()
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
+    offsets = offsets.astype(np.int64)
+    lens = np.diff(offsets)
+    width = int(lens.max())
+    if width == 0:
+        return np.zeros(n, dtype="S1")
+    if n * width > _ID_BYTES_MAX:
+        return None
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+    if not data.all():
+        return None
+    out = np.zeros(n * width, dtype=np.uint8)
+    rel = offsets[:-1] - offsets[0]
+    out[np.repeat(np.arange(n, dtype=np.int64) * width - rel, lens) + np.arange(len(data))] = data
+    return out.view(f"S{width}")
+
+
+def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None) -> dict:
+    """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop.
+
+    ``segs``: the trace's :func:`_segments_arrays` when already read (validation reads them).
+    """
+    ids = trace.column("request_id")
+    seg_off, seg_cnt, stream, first, length = segs if segs is not None else _segments_arrays(trace)
     arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
-    id_rank = np.empty(len(ids), dtype=np.int32)
-    id_rank[np.argsort(np.array(ids, dtype=object), kind="stable")] = np.arange(len(ids), dtype=np.int32)
+    id_rank = _id_rank(ids)
     arrays = dict(
         prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
         max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
@@ -257,8 +324,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
     from aisim.config.deployment import ROUTERS
 
-    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
-                                                for f in TRACE_SCHEMA)):
+    if not _is_trace_table(trace):
         trace = from_frame(trace)
     if (trace.schema.metadata or {}).get(b"clock") != b"time":
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
@@ -394,8 +460,7 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     """
     from aisim._core.engine import Engine
 
-    if not (isinstance(trace, pa.Table) and all(f.name in trace.column_names or f.name in OPTIONAL_COLUMNS
-                                                for f in TRACE_SCHEMA)):
+    if not _is_trace_table(trace):
         trace = from_frame(trace)  # a DataFrame or a plain table of requests
     _check_think(closed_loop, think_time_s)
     max_concurrency = _check_concurrency(max_concurrency, closed_loop)
@@ -405,12 +470,13 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     timed = isinstance(trace, pa.Table) and (trace.schema.metadata or {}).get(b"clock") == b"time"
     if closed_loop and not timed:
         raise TraceError("a closed-loop replay needs a trace clocked in seconds (arrival_s)")
-    _validate(trace, engine, reject_too_long)
+    segs = _validate(trace, engine, reject_too_long)
     whole = trace
     rejected = _rejected_mask(trace, engine, reject_too_long)
     if rejected is not None:
         trace = trace.filter(pa.array(~rejected))  # the core never sees them
-    arrays = _whole_arrays(trace, engine, timed)
+        segs = None
+    arrays = _whole_arrays(trace, engine, timed, segs)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
@@ -576,14 +642,15 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             core.end_input()
             return
         table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
-        for k, msg in _row_faults(table, engine, timed, reject_too_long).items():
+        found, segs = _faults_and_segments(table, engine, timed, reject_too_long)
+        for k, msg in found.items():
             faults.setdefault(k, msg)
         if faults:
             return  # nothing more is replayed; the rest of the input is only checked
         rejected = _rejected_mask(table, engine, reject_too_long)
         kept = table if rejected is None else table.filter(pa.array(~rejected))
         if kept.num_rows:  # a piece of rejected rows only: the core asks for input again
-            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None))
+            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None, segs if rejected is None else None))
         rows = table.select(_ROW_COLUMNS + (["arrival_s"] if reject_too_long and timed else []))
         if table.num_rows:
             pending.append((rows, rejected))
@@ -682,11 +749,14 @@ def _summary_columns(requests: pa.Table, r: dict) -> dict:
     return rq
 
 
-def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool) -> CoreTrace:
-    """One streamed piece as the core's request arrays (trace indices from ``offset``)."""
-    ids = table.column("request_id").to_pylist()
+def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, segs=None) -> CoreTrace:
+    """One streamed piece as the core's request arrays (trace indices from ``offset``).
+
+    ``segs``: the piece's :func:`_segments_arrays` when already read (the checks read them).
+    """
+    ids = table.column("request_id")
     n = len(ids)
-    seg_off, seg_cnt, stream, first, length = _segments_arrays(table)
+    seg_off, seg_cnt, stream, first, length = segs if segs is not None else _segments_arrays(table)
     arrival = table.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
     names = table.column_names
 

@@ -19,8 +19,17 @@ STEP_KINDS = names_by_code(STEP_KIND_CODES)
 STATUS_LABELS = STATUS_NAMES + ["rejected"]
 
 
+# Each label list as an Arrow dictionary (its type and values), built once.
+_DICTIONARIES = {}
+
+
 def _labels(codes, names) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(arrow_array(codes.astype(np.int8), pa.int8()), pa.array(names, pa.string()))
+    key = tuple(names)
+    if key not in _DICTIONARIES:
+        _DICTIONARIES[key] = (pa.dictionary(pa.int8(), pa.string()), pa.array(names, pa.string()))
+    typ, values = _DICTIONARIES[key]
+    codes = np.ascontiguousarray(codes, dtype=np.int8)
+    return pa.DictionaryArray.from_buffers(typ, len(codes), [None, pa.py_buffer(codes)], values)
 
 
 def _nan_where(mask, values):
@@ -58,7 +67,7 @@ def requests_table(trace: pa.Table, r: dict) -> pa.Table:
         "spec_drafts": r["spec_drafts"].astype(np.int32),
         "spec_accepted": r["spec_accepted"].astype(np.int32),
     }
-    return _table(cols, REQUESTS.replay_schema())
+    return _table(cols, _schema(REQUESTS))
 
 
 def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
@@ -83,9 +92,34 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     bpb = block_bytes(engine)
     cols["kv_cache_active_bytes"] = active * bpb
     cols["kv_cache_cached_bytes"] = s["cached_blocks"].astype(np.int64) * bpb
-    return _table(cols, STEPS.replay_schema())
+    return _table(cols, _schema(STEPS))
 
 
-def _table(cols: dict, schema: pa.Schema) -> pa.Table:
-    """``cols`` as a table of exactly ``schema``: its columns, in its order, of its types (no casts)."""
-    return pa.Table.from_arrays([arrow_array(cols[f.name], f.type) for f in schema], schema=schema)
+# The replay schemas with each field's numpy dtype (None: not a plain number), built once.
+_SCHEMAS = {}
+
+
+def _schema(table):
+    if table.name not in _SCHEMAS:
+        schema = table.replay_schema()
+        plain = [f.type.to_pandas_dtype() if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) else None
+                 for f in schema]
+        _SCHEMAS[table.name] = (schema, plain)
+    return _SCHEMAS[table.name]
+
+
+def _table(cols: dict, schema_dtypes) -> pa.Table:
+    """``cols`` as a table of exactly the schema: its columns, in its order, of its types (no casts).
+
+    A contiguous numpy column already of its field's type is wrapped as it is (as
+    :func:`aisim.arrowwrap.arrow_array` wraps it); anything else goes through ``arrow_array``.
+    """
+    schema, dtypes = schema_dtypes
+    arrays = []
+    for f, dt in zip(schema, dtypes):
+        v = cols[f.name]
+        if dt is not None and type(v) is np.ndarray and v.dtype == dt and v.ndim == 1 and v.flags.c_contiguous:
+            arrays.append(pa.Array.from_buffers(f.type, len(v), [None, pa.py_buffer(v)]))
+        else:
+            arrays.append(arrow_array(v, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)

@@ -42,8 +42,8 @@ given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with th
 and the ratio of its wall time to aisim's is printed.
 
 A third table splits the best ``replay`` call into the compiled core
-(``Engine(...)`` construction and ``Engine.run()``, which includes copying the
-result columns to numpy) and the Python around it (validation, Arrow to numpy
+(``Engine(...)`` construction and ``Engine.run()``, which includes handing the
+result columns over to numpy) and the Python around it (validation, Arrow to numpy
 conversion, the result tables and the summary).  ``--profile`` additionally
 prints a cProfile of the synthetic replay.
 

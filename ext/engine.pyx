@@ -15,6 +15,8 @@ time; the linear model is ``base_s + per_token_s * tokens + per_req_s *
 requests`` evaluated left to right, as the oracle's recorder did.
 """
 
+cimport cython
+from cpython.buffer cimport PyBuffer_FillInfo
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -737,11 +739,7 @@ cdef class Engine:
     def take_steps(self):
         """The step rows written since the last call (one array per step column), handed over."""
         cdef Py_ssize_t n = self.cols.n
-        cdef int k
-        out = _columns_out(self.cols.col, STEP_ITEM, STEP_COLUMNS, n)
-        # The buffer is reused: zero it as new memory would be (a drain line writes no batch columns).
-        for k in range(N_STEP_COLS):
-            memset(self.cols.col[k], 0, n * STEP_ITEM[k])
+        out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)
         self.steps_taken += n
         self.cols.n = 0
         return out
@@ -756,7 +754,7 @@ cdef class Engine:
             first row.
         """
         cdef Py_ssize_t n = self.rcols.n
-        out = _columns_out(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n)
+        out = _columns_handover(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n, &self.rcols.cap)
         self.rcols.n = 0
         return out
 

@@ -1,6 +1,6 @@
 # The engine's result rows, included into engine.pyx (one module, so the calls stay inlinable):
 # the step and request columns (names and dtypes, growth, typed writes), the decision-log
-# events, the arenas of variable-length request data, and the copy of columns out to numpy.
+# events, the arenas of variable-length request data, and the handover of columns to numpy.
 
 # ------------------------------------------------------------------ result columns
 
@@ -205,15 +205,36 @@ cdef void _rcols_put(ReqColsC* c, const ReqC* r) noexcept nogil:
     c.n += 1
 
 
-cdef object _columns_out(void** cols, const size_t* item, columns, Py_ssize_t n):
-    # One numpy copy per column out of C buffers (which stay the engine's).
-    cdef unsigned char[::1] dst
+@cython.final
+cdef class _HandedOver:
+    """A C column buffer handed over to numpy: freed when the last array viewing it goes."""
+    cdef void* p
+    cdef Py_ssize_t nbytes
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.p, self.nbytes, 0, flags)
+
+    def __dealloc__(self):
+        mem_free(self.p)
+
+
+cdef object _columns_handover(void** cols, const size_t* item, columns, Py_ssize_t n, int64_t* cap):
+    # The columns' first n rows as numpy arrays that take over the C buffers (no copy, no fresh
+    # zeroed memory): each buffer is trimmed to its n rows and given to the array; the engine's
+    # columns start empty again (cap 0, grown on the next row).
+    cdef _HandedOver owner
     cdef int k
     out = {}
     for k, (name, dtype) in enumerate(columns):
-        a = np.zeros(n, dtype)
-        if n:
-            dst = a.view(np.uint8)
-            memcpy(&dst[0], cols[k], n * item[k])
-        out[name] = a
+        if n == 0:
+            out[name] = np.zeros(0, dtype)
+            continue
+        mem_grow(&cols[k], cap[0], n, item[k])  # a shrink: nothing is zeroed or moved but the tail
+        owner = _HandedOver.__new__(_HandedOver)
+        owner.p = cols[k]
+        owner.nbytes = n * item[k]
+        cols[k] = NULL
+        out[name] = np.frombuffer(owner, dtype, n)
+    if n:
+        cap[0] = 0
     return out

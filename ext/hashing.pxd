@@ -30,7 +30,11 @@ cdef inline hash_t mix64(hash_t x) noexcept nogil:
     return x
 
 cdef inline hash_t hash_combine(hash_t h, hash_t v) noexcept nogil:
-    return mix64(h ^ (mix64(v) + <hash_t>0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)))
+    return hash_combine_mixed(h, mix64(v))
+
+cdef inline hash_t hash_combine_mixed(hash_t h, hash_t mixed) noexcept nogil:
+    # hash_combine(h, v) given mixed = mix64(v): a value mixed once serves many combines.
+    return mix64(h ^ (mixed + <hash_t>0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)))
 
 cdef inline hash_t hash_run(hash_t h, hash_t stream, tok_t first, tok_t length) noexcept nogil:
     # One run of consecutive tokens of one stream inside a block.

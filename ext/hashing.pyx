@@ -75,10 +75,30 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef int32_t j = kv.num_hashed[s]
     cdef int32_t seg = kv.cur_seg[s]
     cdef tok_t off = kv.cur_off[s]
-    cdef hash_t h
+    cdef tok_t size = kv.hash_block_size
+    cdef hash_t mixed_size = mix64(<hash_t>size)
+    cdef hash_t h, stream
+    cdef tok_t first, length
     while j < n_hashes:
         h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
-        h = _hash_tokens(kv, r, h, kv.hash_block_size, &seg, &off)
+        if seg < r.seg_cnt:
+            stream = kv.seg_stream[r.seg_off + seg]
+            first = kv.seg_first[r.seg_off + seg]
+            length = kv.seg_len[r.seg_off + seg]
+        else:
+            stream = r.out_stream
+            first = 0
+            length = r.num_output
+        if length - off >= size:
+            # The common block: one run of its cursor's stream, the key _hash_tokens gives it
+            # (hash_run), with the block size's mix made once per call.
+            h = hash_combine_mixed(hash_combine(hash_combine(h, stream), <hash_t>(first + off)), mixed_size)
+            off += size
+            if off == length and seg < r.seg_cnt:
+                seg += 1
+                off = 0
+        else:
+            h = _hash_tokens(kv, r, h, size, &seg, &off)
         if lookahead:
             h = _fold_lookahead(kv, r, h, seg, off)
         hashes[j] = hash_finish(h)

@@ -286,6 +286,19 @@ cdef class KVCache:
         return [j for j in range(kv_n_hashes(&self.c, q))
                 if bp_lookup(&self.c.pool, group_key(hs[j], group)) >= 0]
 
+    def block_hashes(self, int r, long num_output=0):
+        """``r``'s chained block hashes (``hash_extend``) once it has ``num_output`` output tokens.
+
+        The output count only grows; a later call extends the chain from where the last stopped.
+        """
+        cdef ReqC* q = self._req(r)
+        if num_output < q.num_output:
+            raise ValueError("a request's output only grows")
+        q.num_output = num_output
+        hash_extend(&self.c, q, kv_n_hashes(&self.c, q))
+        cdef hash_t* hs = kv_hashes(&self.c, q.slot)
+        return [hs[j] for j in range(kv_n_hashes(&self.c, q))]
+
     def evict_key(self, int r, int group, int hash_index):
         """Drop every block cached under ``r``'s hash ``hash_index`` for ``group`` (tests)."""
         cdef ReqC* q = self._req(r)
