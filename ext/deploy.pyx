@@ -458,6 +458,8 @@ cdef class Deployment:
                 bp_log_keys(&e.kv.pool)
                 e.kv.tag_group = (rt if w < n_rep else &self.rd).group
                 e.kv.tag_ids = (rt if w < n_rep else &self.rd).kid
+                if (rt if w < n_rep else &self.rd).block == e.kv.hash_block_size and e.kv.hash_lookahead == 0:
+                    e.kv.pre_hashes = (rt if w < n_rep else &self.rd).keys
             engines.append(e)
         self.engines = tuple(engines)
         self.done = False

@@ -9,6 +9,8 @@ functions and the chain rule are in ``hashing.pxd``; vLLM's counterpart is
 (vllm/v1/core/kv_cache_utils.py).
 """
 
+from libc.string cimport memcpy
+
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
@@ -78,7 +80,22 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef tok_t size = kv.hash_block_size
     cdef hash_t mixed_size = mix64(<hash_t>size)
     cdef hash_t h, stream
-    cdef tok_t first, length
+    cdef tok_t first, length, skip
+    if kv.pre_hashes != NULL and j < r.tag_n:
+        # A deployment's router hashed the prompt already (the same chain): copy its full blocks
+        # and move the cursor past their tokens.
+        skip = <tok_t>(min(n_hashes, r.tag_n) - j)
+        memcpy(&hashes[j], &kv.pre_hashes[r.tag_off + j], skip * sizeof(hash_t))
+        j += <int32_t>skip
+        skip *= size
+        while skip > 0:
+            length = kv.seg_len[r.seg_off + seg]
+            if length - off > skip:
+                off += skip
+                break
+            skip -= length - off
+            seg += 1
+            off = 0
     while j < n_hashes:
         h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
         if seg < r.seg_cnt:
