@@ -50,8 +50,8 @@ ALLREDUCES_PER_LAYER = 2
 # multiplies them in one grouped kernel (vllm/model_executor/layers/fused_moe/fused_moe.py,
 # ``fused_experts`` over ``moe_align_block_size``), each expert's few tokens padded to the
 # kernel's block of rows and its weights streamed per block, below a dense GEMM's rate.
-# Fitted by ``python benchmarks/timing_accuracy.py --fit`` on the MoE rows of the fitting
-# sources (benchmarks/data/README.md).
+# Fitted by ``python benchmarks/timing_accuracy.py --fit``: 1.0, its bound; the fitting sources'
+# MoE rows (one GPU) move the fit's loss by 3 % between 0.4 and 1.0 (benchmarks/data/README.md).
 MOE_EFFICIENCY = 1.0
 
 
@@ -71,9 +71,10 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
     -------
     dict
         ``flops_per_token`` (``expert_flops_per_token`` of it the routed experts'),
-        ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per request), ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer
-        kind), ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``,
-        ``comm_per_token_s``, ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
+        ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per request),
+        ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer kind),
+        ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``, ``comm_per_token_s``,
+        ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
         ``attention_flops`` (achievable in the KV cache's dtype), ``peak_bytes``.
     """
     wb = DTYPE_BYTES[dtype]
@@ -115,7 +116,8 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         comm_per_token_s = (n * model.hidden_size * ALLREDUCE_BYTES * 2.0 * (tp - 1) / tp
                             / gpu.link_bytes_per_s_each_way)
     return {
-        "flops_per_token": flops_per_token, "expert_flops_per_token": expert_flops, "flops_per_req": flops_per_req, "weight_bytes": weights,
+        "flops_per_token": flops_per_token, "expert_flops_per_token": expert_flops, "flops_per_req": flops_per_req,
+        "weight_bytes": weights,
         "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
         "moe_experts": experts, "moe_log_miss": miss, "moe_expert_bytes": expert_bytes,
         "comm_s": comm_s, "comm_per_token_s": comm_per_token_s,
