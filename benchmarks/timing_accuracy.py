@@ -22,17 +22,20 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py            # with the defaults of aisim/config/keys.py
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
 
-``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
-efficiencies, the overhead per step and per scheduled request) and the API server's two
+``--fit`` searches the roofline's six free numbers (compute, attention, routed-expert and
+bandwidth efficiencies, the overhead per step and per scheduled request) and the API server's two
 costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
-TPOT, throughput and a burst's TTFT over the fitting sources' points (absolute, not
-squared, so that a few points the model cannot reach do not steer the fit), and prints the
-values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
+TPOT, throughput and the TTFT of bursts and of cold long prompts over the fitting sources'
+points (absolute, not squared, so that a few points the model cannot reach do not steer the
+fit), and prints the
+values to write into ``TIME_MODEL_KEYS``, ``aisim/perf/roofline.py`` (``MOE_EFFICIENCY``)
+and ``aisim/perf/frontend.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import os
@@ -46,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "published_vllm.csv")
 
 # Which sources the defaults are fitted on; every other source is held out.
-FIT_SOURCES = ("cssnoeasy", "kvcached")
+FIT_SOURCES = ("cssnoeasy", "kvcached", "vllm-pr", "inferencex")
 METRICS = ("ttft", "tpot", "throughput")
 
 
@@ -164,7 +167,8 @@ def predict(point: dict, efficiencies: dict) -> dict:
     engine = engine_for(point, tm)
     for cached in runs:
         trace, kw, send = trace_for(point, cached, frontend)
-        rq = replay(trace, engine, **kw).requests
+        with moe_efficiency(efficiencies["moe_efficiency"]):
+            rq = replay(trace, engine, **kw).requests
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
@@ -179,6 +183,19 @@ def predict(point: dict, efficiencies: dict) -> dict:
         span = float(col["finish_s"].max() - send.min())
         out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
     return out
+
+
+@contextlib.contextmanager
+def moe_efficiency(value: float):
+    """Replays inside price the routed experts at ``value`` (``aisim.perf.roofline.MOE_EFFICIENCY``)."""
+    from aisim.perf import roofline
+
+    saved = roofline.MOE_EFFICIENCY
+    roofline.MOE_EFFICIENCY = value
+    try:
+        yield
+    finally:
+        roofline.MOE_EFFICIENCY = saved
 
 
 def _row_index(ids) -> np.ndarray:
@@ -201,29 +218,35 @@ def errors(points, preds) -> list[dict]:
 FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s",
                  "overhead_per_req_s")
 FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
-FREE = FREE_ROOFLINE + FREE_FRONTEND
+# Shares in (0, 1] first, then the costs searched in logs.
+FREE = FREE_ROOFLINE[:3] + ("moe_efficiency",) + FREE_ROOFLINE[3:] + FREE_FRONTEND
+SHARES = 4
 # Bounds of the numbers searched in logs (seconds).
 LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01),
               "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
 
 
 def _unpack(x) -> dict:
-    eff = {k: float(np.clip(v, 0.2, 1.0)) for k, v in zip(FREE[:3], x[:3])}
-    for k, v in zip(FREE[3:], x[3:]):
+    eff = {k: float(np.clip(v, 0.05, 1.0)) for k, v in zip(FREE[:SHARES], x[:SHARES])}
+    for k, v in zip(FREE[SHARES:], x[SHARES:]):
         lo, hi = LOG_BOUNDS[k]
         eff[k] = float(math.exp(np.clip(v, math.log(lo), math.log(hi))))
     return eff
 
 
-# The metrics the fit follows: TPOT and throughput everywhere; TTFT of bursts only, where the API
-# server's queue is most of it.  A lightly loaded run's TTFT (a Poisson run below capacity, a
-# concurrency-capped one) also holds the client's and the server's streaming of the first token,
-# which no queue or step time holds (benchmarks/data/README.md).
+# The metrics the fit follows: TPOT and throughput everywhere; TTFT where the engine's work is most
+# of it: a burst's (the API server's queue and the prefills) and a run's whose prompts of at least
+# COLD_PREFILL_TOKENS reach the engine uncached (the prefills and the wait behind the others').  A
+# lightly loaded run's TTFT over short or cached prompts (a Poisson run below capacity, the cached
+# cssnoeasy rounds) is mostly the client's and the server's streaming of the first token, which no
+# queue or step time holds (benchmarks/data/README.md).
 FIT_METRICS = ("ttft", "tpot", "throughput")
+COLD_PREFILL_TOKENS = 2048
 
 
 def _fitted_metrics(point: dict) -> tuple:
-    return FIT_METRICS if point["workload"] == "burst" else ("tpot", "throughput")
+    cold = not point["cached_prefix_by_run"] and point["input_len"] >= COLD_PREFILL_TOKENS
+    return FIT_METRICS if point["workload"] == "burst" or cold else ("tpot", "throughput")
 
 
 def loss(points, eff: dict) -> float:
@@ -240,8 +263,9 @@ def loss(points, eff: dict) -> float:
 
 def fit(points, start: dict, iters: int = 80) -> dict:
     """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``."""
-    x0 = np.array([start[k] for k in FREE[:3]] + [math.log(max(start[k], LOG_BOUNDS[k][0])) for k in FREE[3:]])
-    steps = np.array([0.15] * 3 + [0.8] * (len(FREE) - 3))
+    x0 = np.array([start[k] for k in FREE[:SHARES]]
+                  + [math.log(max(start[k], LOG_BOUNDS[k][0])) for k in FREE[SHARES:]])
+    steps = np.array([0.15] * SHARES + [0.8] * (len(FREE) - SHARES))
     simplex = [x0] + [x0 + np.eye(len(x0))[i] * steps[i] for i in range(len(x0))]
     values = [loss(points, _unpack(x)) for x in simplex]
     for it in range(iters):
@@ -285,12 +309,27 @@ def report(points, preds, errs) -> None:
         print(f"{p['point'][:44]:44s} {p['split']:8s} {cells[0]:>24s} {cells[1]:>20s} {cells[2]:>20s}")
     print()
     for split in ("fit", "held-out"):
-        rows = [e for p, e in zip(points, errs) if p["split"] == split]
-        if not rows:
-            continue
-        med = {m: float(np.median([e[m] for e in rows])) for m in METRICS}
-        print(f"median absolute error, {split} ({len(rows)} points): TTFT {med['ttft']:.1f}%, "
-              f"TPOT {med['tpot']:.1f}%, throughput {med['throughput']:.1f}%")
+        _medians(f"{split}", [e for p, e in zip(points, errs) if p["split"] == split])
+    print()
+    for g in sorted({group(p) for p in points}):
+        _medians(g, [e for p, e in zip(points, errs) if group(p) == g])
+
+
+def group(point: dict) -> str:
+    """The point's group in the per-group medians: its split, source, dense or MoE, long or short prompts."""
+    from aisim.config.catalog import get_model
+
+    kind = "MoE" if get_model(point["model"]).moe_layers else "dense"
+    prompts = "128-token burst" if point["workload"] == "burst" and point["input_len"] <= 256 else "longer prompts"
+    return f"{point['split']} {point['source']}, {kind}, {prompts}"
+
+
+def _medians(label: str, rows: list) -> None:
+    if not rows:
+        return
+    med = {m: float(np.median([e[m] for e in rows])) for m in METRICS}
+    print(f"median absolute error, {label} ({len(rows)} points): TTFT {med['ttft']:.1f}%, "
+          f"TPOT {med['tpot']:.1f}%, throughput {med['throughput']:.1f}%")
 
 
 def main(argv=None) -> int:
@@ -302,11 +341,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="points whose id contains this text")
     ap.add_argument("--fit-sources", help="comma-separated sources to fit on instead of the recorded split")
     args = ap.parse_args(argv)
-    from aisim.perf import frontend
+    from aisim.perf import frontend, roofline
 
     d = defaults(TIME_MODEL_KEYS)
     eff = {k: d[k] for k in FREE_ROOFLINE}
-    eff.update(frontend_per_request_s=frontend.PER_REQUEST_S, frontend_per_token_s=frontend.PER_TOKEN_S)
+    eff.update(moe_efficiency=roofline.MOE_EFFICIENCY, frontend_per_request_s=frontend.PER_REQUEST_S,
+               frontend_per_token_s=frontend.PER_TOKEN_S)
     start = dict(eff, frontend_per_request_s=max(eff["frontend_per_request_s"], 0.005),
                  frontend_per_token_s=max(eff["frontend_per_token_s"], 1e-6))
     sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES

@@ -75,3 +75,27 @@ def test_published_points_name_catalog_models_and_gpus():
         get_gpu(p["gpu"])
         assert p["workload"] in ("burst", "concurrency", "rate")
         assert p["workload"] != "concurrency" or p["concurrency"] >= 1
+
+
+def test_fit_follows_the_ttft_of_bursts_and_of_cold_long_prompts():
+    h = _harness()
+    every, no_ttft = ("ttft", "tpot", "throughput"), ("tpot", "throughput")
+    cold = dict(workload="concurrency", cached_prefix_by_run="", input_len=2048)
+    assert h._fitted_metrics(cold) == every
+    assert h._fitted_metrics(dict(cold, input_len=2047)) == no_ttft
+    assert h._fitted_metrics(dict(cold, cached_prefix_by_run="512")) == no_ttft
+    assert h._fitted_metrics(dict(cold, workload="rate", input_len=512)) == no_ttft
+    assert h._fitted_metrics(dict(cold, workload="burst", input_len=128)) == every
+
+
+def test_harness_prices_routed_experts_only_inside_its_replays():
+    from aisim.perf import roofline
+
+    h = _harness()
+    saved = roofline.MOE_EFFICIENCY
+    with h.moe_efficiency(0.25):
+        assert roofline.MOE_EFFICIENCY == 0.25
+    assert roofline.MOE_EFFICIENCY == saved
+    with pytest.raises(RuntimeError), h.moe_efficiency(0.5):
+        raise RuntimeError("a failed replay")
+    assert roofline.MOE_EFFICIENCY == saved

@@ -115,6 +115,39 @@ def test_roofline_moe_reads_the_experts_the_batch_touches():
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
 
 
+def test_roofline_prices_routed_experts_at_the_moe_efficiency(monkeypatch):
+    # qwen3-30b-a3b as above with the routed experts' products at half the dense rate: one 100-token
+    # prompt's expert FLOPs count twice; the step is compute-bound (memory reads every touched expert).
+    from aisim.perf import roofline
+
+    monkeypatch.setattr(roofline, "MOE_EFFICIENCY", 0.5)
+    expert = 3 * 2048 * 768
+    dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
+    router = 48 * 2048 * 128
+    head = 151936 * 2048
+    pair = 2 * 256 * 32 * 48
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("qwen3-30b-a3b"))
+    _, _, res = run_log(eng, [dict(id="a", prompt=2000, max_tokens=2, at=0)])
+    d = _durations(res)
+    flops = 2 * (dense + router) * 2000 + 2 * 48 * 8 * expert * 2000 / 0.5 + 2 * head
+    compute = flops / MATMUL + pair * (2000 * 2001 // 2) / ATTN
+    memory = ((dense + router + head) * 2 + 128 * (1 - (1 - 8 / 128) ** 2000) * 48 * expert * 2
+              + 2 * 4 * 128 * 2 * 48 * 2000) / HBM
+    assert compute > memory
+    assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
+
+
+def test_roofline_attention_runs_in_the_kv_cache_dtype():
+    # llama-3.1-8b with FP8 weights on one H100: the layers multiply at the FP8 rate (1,402.6 TFLOP/s
+    # measured), attention over the BF16 KV cache at the BF16 rate (794.5): 1,000 prompt tokens.
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("llama-3.1-8b", dtype="fp8"))
+    _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
+    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD) / (1402.6e12 * 0.5) + LLAMA_PAIR * 500_500 / ATTN
+    assert _durations(res)[0] == pytest.approx(0.002 + compute, rel=1e-12)
+
+
 def test_roofline_window_caps_attention_pairs_and_reads():
     # gemma-3-27b: 52 layers see the last 1,024 tokens, 10 see everything; 32 heads and 16 KV heads of 128;
     # hidden 5376, MLP 21504, tied vocabulary of 262208.
@@ -143,11 +176,17 @@ def test_roofline_terms_of_mla_and_fp8():
     t = roofline_terms(get_model("deepseek-r1"), get_gpu("H200"), 8, "fp8")
     assert t["kv_bytes"] == [61 * 576 * 2] and t["attn_flops"] == [2 * (576 + 512) * 16 * 61]
     assert t["peak_flops"] == 1979e12 and t["matmul_flops"] == 1453.4e12 and t["moe_experts"] == 256
+    # FP8 weights, BF16 latent: attention at the H200's BF16 rate; 58 layers x 8 of 3 x 7168 x 2048 routed.
+    assert t["attention_flops"] == 794.5e12
+    assert t["expert_flops_per_token"] == 2 * 58 * 8 * 3 * 7168 * 2048 / 8
     # 58 MoE layers of 256 experts of 3 x 7168 x 2048, FP8, an eighth on each GPU.
     assert t["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 * 1 / 8
     # FP8 weights on an A100 (no FP8 tensor cores) multiply at the BF16 rate but read one byte each.
     a100 = roofline_terms(get_model("llama-3.1-8b"), get_gpu("A100-80GB"), 1, "fp8")
     assert a100["matmul_flops"] == 271.2e12 and a100["weight_bytes"] == LLAMA_DENSE + LLAMA_HEAD
+    # GLM-5.3-Flash caches FP8 keys and values in every attention layer: attention at the FP8 rate.
+    glm = roofline_terms(get_model("glm-5.3-flash"), get_gpu("H100"), 1, "fp8")
+    assert glm["attention_flops"] == 1402.6e12 and glm["expert_flops_per_token"] == 0.0
 
 
 def _profile(tmp_path, rows, header="prefill_tokens,kv_tokens,latency_s"):

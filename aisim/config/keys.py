@@ -96,10 +96,12 @@ ENGINE_KEYS = (
 )
 
 # The roofline's efficiencies and overheads are fitted to published vLLM serving measurements:
-# `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy` and `kvcached` (vLLM 0.19.0;
-# A100 80GB PCIe TP 1 and 2, H100), TPOT and throughput (and a burst's TTFT), with the API server's
-# costs in front of the engine (aisim/perf/frontend.py); the source `gpustack` (vLLM 0.10-0.13) is held
-# out.  The points, their sources and the errors: benchmarks/data/README.md.
+# `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy`, `kvcached` (vLLM 0.19.0;
+# Qwen2.5-7B on A100 80GB PCIe TP 1 and 2, Qwen3-0.6B on H100), `vllm-pr` and `inferencex` (Qwen3-30B-A3B
+# on one H100 and one H200), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
+# the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts' share
+# (MOE_EFFICIENCY, aisim/perf/roofline.py); the source `gpustack` (vLLM 0.11.0) is held out.  The
+# points, their sources and the errors: benchmarks/data/README.md.
 TIME_MODEL_KEYS = (
     ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
               "`roofline`: from `model` on `tp` GPUs `gpu` (compute- or memory-bound, plus all-reduces); "
@@ -113,13 +115,13 @@ TIME_MODEL_KEYS = (
     ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
-    ConfigKey("overhead_s", 0.0018, "roofline: fixed seconds per step (fitted)"),
-    ConfigKey("overhead_per_req_s", 0.0, "roofline: fixed seconds per scheduled request of a step (fitted: 0.1 us, "
-              "written as 0)"),
-    ConfigKey("compute_efficiency", 0.49, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
+    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)"),
+    ConfigKey("overhead_per_req_s", 3.1e-5, "roofline: fixed seconds per scheduled request of a step (fitted)"),
+    ConfigKey("compute_efficiency", 0.47, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "the model's matrix products reach, in (0, 1] (fitted)"),
-    ConfigKey("attention_efficiency", 0.72, "roofline: the same share for attention, in (0, 1] (fitted)"),
-    ConfigKey("bandwidth_efficiency", 0.76, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)"),
+    ConfigKey("attention_efficiency", 0.54, "roofline: the same share for attention (at the rate of the KV "
+              "cache's dtype), in (0, 1] (fitted)"),
+    ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)"),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),

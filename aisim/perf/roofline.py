@@ -14,8 +14,11 @@ same work on its share) costs
   positions (causal attention, a sliding window caps the keys; MLA multiplies over its
   latent); linear-attention state updates per token.  Matrix products run at the GPU's
   achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
-  ``attention_efficiency``; the rate of the weights' dtype (FP8 weights on a GPU without
-  FP8 tensor cores run at the BF16 rate).
+  ``attention_efficiency``, the routed experts' products at the same rate x
+  :data:`MOE_EFFICIENCY`; the rate of the weights' dtype (FP8 weights on a GPU without
+  FP8 tensor cores run at the BF16 rate), attention's the rate of the KV cache's dtype
+  (the attention kernels multiply the cached keys and values as stored: BF16 unless every
+  attention layer caches FP8, whatever the weights).
 * **memory**: the weights read once per step (split layers / ``tp``, whole layers, the
   LM head / ``tp``; the embedding is only gathered); of the routed experts only those the
   batch touches: with ``T`` scheduled tokens each picking ``k`` of ``E`` experts
@@ -43,6 +46,13 @@ from aisim.config.modelspec import DTYPE_BYTES
 ALLREDUCE_BYTES = 2
 # All-reduces per decoder layer under tensor parallelism (attention output, MLP output).
 ALLREDUCES_PER_LAYER = 2
+# The routed experts' matrix products run at this share of the dense products' rate: vLLM
+# multiplies them in one grouped kernel (vllm/model_executor/layers/fused_moe/fused_moe.py,
+# ``fused_experts`` over ``moe_align_block_size``), each expert's few tokens padded to the
+# kernel's block of rows and its weights streamed per block, below a dense GEMM's rate.
+# Fitted by ``python benchmarks/timing_accuracy.py --fit``: 1.0, its bound; the fitting sources'
+# MoE rows (one GPU) move the fit's loss by 3 % between 0.4 and 1.0 (benchmarks/data/README.md).
+MOE_EFFICIENCY = 1.0
 
 
 def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
@@ -60,17 +70,20 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
     Returns
     -------
     dict
-        ``flops_per_token``, ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per
-        request), ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer
-        kind), ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``,
-        ``comm_per_token_s``, ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
-        ``peak_bytes``.
+        ``flops_per_token`` (``expert_flops_per_token`` of it the routed experts'),
+        ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per request),
+        ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer kind),
+        ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``, ``comm_per_token_s``,
+        ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
+        ``attention_flops`` (achievable in the KV cache's dtype), ``peak_bytes``.
     """
     wb = DTYPE_BYTES[dtype]
     attn_flops, kv_bytes, window = [], [], []
     state = state_flops = 0.0
+    fp8_kv = True
     for layer in model.layers:
         if layer.num_kv_heads:
+            fp8_kv = fp8_kv and layer.kv_dtype_bytes == 1
             heads = (layer.num_heads or model.num_heads) / tp
             qk, v = layer.qk_dim or layer.head_size, layer.v_dim or layer.head_size
             attn_flops.append(2.0 * (qk + v) * heads * layer.count)
@@ -79,10 +92,11 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         if layer.state_bytes:
             state += 2.0 * layer.state_bytes * layer.count / tp   # read, then written back
             state_flops += layer.state_flops * layer.count / tp
+    expert_flops = 0.0
     if model.detailed:
         head = float(model.vocab_size * model.hidden_size)
-        flops_per_token = 2.0 * (model.dense_params / tp + model.replicated_params
-                                 + model.moe_layers * model.experts_per_token * model.expert_params / tp) + state_flops
+        expert_flops = 2.0 * model.moe_layers * model.experts_per_token * model.expert_params / tp
+        flops_per_token = 2.0 * (model.dense_params / tp + model.replicated_params) + expert_flops + state_flops
         flops_per_req = 2.0 * head / tp
         weights = (model.dense_params / tp + model.replicated_params + head / tp) * wb
     else:  # no parameter split known: every active parameter is read and multiplied
@@ -102,11 +116,15 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         comm_per_token_s = (n * model.hidden_size * ALLREDUCE_BYTES * 2.0 * (tp - 1) / tp
                             / gpu.link_bytes_per_s_each_way)
     return {
-        "flops_per_token": flops_per_token, "flops_per_req": flops_per_req, "weight_bytes": weights,
+        "flops_per_token": flops_per_token, "expert_flops_per_token": expert_flops, "flops_per_req": flops_per_req,
+        "weight_bytes": weights,
         "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
         "moe_experts": experts, "moe_log_miss": miss, "moe_expert_bytes": expert_bytes,
         "comm_s": comm_s, "comm_per_token_s": comm_per_token_s,
         "peak_flops": gpu.flops_for(dtype), "matmul_flops": gpu.achievable_flops(dtype),
+        # vLLM's attention backends (vllm/v1/attention/backends/flash_attn.py, mla/flashmla.py) take
+        # queries, keys and values in the KV cache's dtype: FP8 weights leave attention in BF16.
+        "attention_flops": gpu.achievable_flops("fp8" if fp8_kv and attn_flops else "bf16"),
         "peak_bytes": gpu.hbm_bytes_per_s,
     }
 
@@ -117,11 +135,16 @@ def resolved_dtype(tm, model) -> str:
 
 
 def roofline_args(tm) -> dict:
-    """Core arguments of the roofline model of ``tm`` (an engine's TimeModel)."""
+    """Core arguments of the roofline model of ``tm`` (an engine's TimeModel).
+
+    The core prices every matrix FLOP at one rate; the routed experts' FLOPs, slower by
+    :data:`MOE_EFFICIENCY`, enter ``flops_per_token`` as ``1 / MOE_EFFICIENCY`` FLOPs each.
+    """
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
     t = roofline_terms(model, gpu, tm.tp, resolved_dtype(tm, model))
-    t["attn_rate"] = t["matmul_flops"] * tm.attention_efficiency
+    t["flops_per_token"] += t["expert_flops_per_token"] * (1.0 / MOE_EFFICIENCY - 1.0)
+    t["attn_rate"] = t["attention_flops"] * tm.attention_efficiency
     t["req_s"] = tm.overhead_per_req_s
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
