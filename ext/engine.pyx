@@ -28,7 +28,7 @@ from aisim._core.kvcache cimport (
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.util cimport num_tokens
-from aisim._core.steptime cimport TM_LINEAR, TM_ROOFLINE, TM_TABLE, TimeModelC, tm_step_time
+from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
     BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, sched_add_request,
@@ -215,7 +215,7 @@ cdef class Engine:
         self.time_model.per_token_s = config.per_token_s
         self.time_model.per_req_s = config.per_req_s
         if config.step_time is not None:
-            self._set_step_time(config.step_time)
+            self._tm_keep = tm_load(&self.time_model, config.step_time)
         self.record_events = record_events
         self.finished = False
         if self.whole:
@@ -241,52 +241,6 @@ cdef class Engine:
                                    or spec["drafter_per_token_s"] > 0)
         self._spec_keep = table
         return 0
-
-    def _set_step_time(self, dict m):
-        """Load a roofline or table model (plain dict from aisim.perf)."""
-        cdef const double[::1] af, kb, xs, ys, lat
-        cdef const tok_t[::1] win
-        cdef TimeModelC* tm = &self.time_model
-        tm.kind = m["kind"]
-        keep = []
-        if m["kind"] == TM_ROOFLINE:
-            af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)
-            kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
-            win = np.ascontiguousarray(m["window"], dtype=np.int64)
-            keep += [af, kb, win]
-            tm.n_terms = <int32_t>af.shape[0]
-            tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
-            tm.kv_bytes = <double*>&kb[0] if kb.shape[0] else NULL
-            tm.window = <tok_t*>&win[0] if win.shape[0] else NULL
-            tm.flops_per_token = m["flops_per_token"]
-            tm.state_bytes = m["state_bytes"]
-            tm.weight_bytes = m["weight_bytes"]
-            tm.flops_rate = m["flops_rate"]
-            tm.bytes_rate = m["bytes_rate"]
-            tm.overhead_s = m["overhead_s"]
-            tm.req_s = m["req_s"]
-            tm.flops_per_req = m["flops_per_req"]
-            tm.attn_rate = m["attn_rate"]
-            tm.moe_experts = m["moe_experts"]
-            tm.moe_log_miss = m["moe_log_miss"]
-            tm.moe_expert_bytes = m["moe_expert_bytes"]
-            tm.comm_s = m["comm_s"]
-            tm.comm_per_token_s = m["comm_per_token_s"]
-        elif m["kind"] == TM_TABLE:
-            xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
-            ys = np.ascontiguousarray(m["ys"], dtype=np.float64)
-            lat = np.ascontiguousarray(m["latency"], dtype=np.float64)
-            keep += [xs, ys, lat]
-            tm.n_axes = len(m["axes"])
-            tm.axis[0] = m["axes"][0]
-            tm.axis[1] = m["axes"][1] if tm.n_axes == 2 else 0
-            tm.n_x = <int32_t>xs.shape[0]
-            tm.n_y = <int32_t>ys.shape[0]
-            tm.xs = <double*>&xs[0]
-            tm.ys = <double*>&ys[0]
-            tm.latency = <double*>&lat[0]
-        self._tm_keep = keep
-
 
     def __dealloc__(self):
         if self.reqs == NULL:

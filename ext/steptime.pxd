@@ -57,3 +57,4 @@ cdef struct TimeModelC:
     double bad_y                    # its value on axis 1
 
 cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil
+cdef list tm_load(TimeModelC* tm, dict m)

@@ -25,9 +25,12 @@ samples a token: a fraction of the target step's time, or ``base_s +
 per_token_s * scheduled tokens``.
 """
 
+from libc.math cimport exp
+
+import numpy as np
+
 from aisim._core.scheduler cimport BatchC
 from aisim._core.types cimport int32_t, sec_t, tok_t
-from libc.math cimport exp
 
 
 cdef inline double _feature(const TimeModelC* tm, int32_t axis, double batch, double prefill,
@@ -160,3 +163,51 @@ cdef inline double _pairs(double n, double c, double w) noexcept nogil:
     if a >= w:
         return w * n
     return (a + w) * (w - a + 1.0) * 0.5 + w * (c - w)
+
+
+# ------------------------------------------------------------------ loading a model
+
+cdef list tm_load(TimeModelC* tm, dict m):
+    """Load a roofline or table model (a plain dict from aisim.perf, validated there) into
+    ``tm``; returns the arrays its pointers borrow, which the caller keeps alive."""
+    cdef const double[::1] af, kb, xs, ys, lat
+    cdef const tok_t[::1] win
+    tm.kind = m["kind"]
+    keep = []
+    if m["kind"] == TM_ROOFLINE:
+        af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)
+        kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
+        win = np.ascontiguousarray(m["window"], dtype=np.int64)
+        keep += [af, kb, win]
+        tm.n_terms = <int32_t>af.shape[0]
+        tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
+        tm.kv_bytes = <double*>&kb[0] if kb.shape[0] else NULL
+        tm.window = <tok_t*>&win[0] if win.shape[0] else NULL
+        tm.flops_per_token = m["flops_per_token"]
+        tm.state_bytes = m["state_bytes"]
+        tm.weight_bytes = m["weight_bytes"]
+        tm.flops_rate = m["flops_rate"]
+        tm.bytes_rate = m["bytes_rate"]
+        tm.overhead_s = m["overhead_s"]
+        tm.req_s = m["req_s"]
+        tm.flops_per_req = m["flops_per_req"]
+        tm.attn_rate = m["attn_rate"]
+        tm.moe_experts = m["moe_experts"]
+        tm.moe_log_miss = m["moe_log_miss"]
+        tm.moe_expert_bytes = m["moe_expert_bytes"]
+        tm.comm_s = m["comm_s"]
+        tm.comm_per_token_s = m["comm_per_token_s"]
+    elif m["kind"] == TM_TABLE:
+        xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
+        ys = np.ascontiguousarray(m["ys"], dtype=np.float64)
+        lat = np.ascontiguousarray(m["latency"], dtype=np.float64)
+        keep += [xs, ys, lat]
+        tm.n_axes = len(m["axes"])
+        tm.axis[0] = m["axes"][0]
+        tm.axis[1] = m["axes"][1] if tm.n_axes == 2 else 0
+        tm.n_x = <int32_t>xs.shape[0]
+        tm.n_y = <int32_t>ys.shape[0]
+        tm.xs = <double*>&xs[0]
+        tm.ys = <double*>&ys[0]
+        tm.latency = <double*>&lat[0]
+    return keep
