@@ -162,7 +162,11 @@ cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil:
 
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil:
     """Whether block ``b`` is cached under ``key`` (BlockHashToBlockMap.contain)."""
-    cdef hash_t s = _find_slot(bp, key)
+    return _slot_has(bp, _find_slot(bp, key), b)
+
+
+cdef inline bint _slot_has(const BlockPoolC* bp, hash_t s, block_id_t b) noexcept nogil:
+    # Whether block ``b`` is among the blocks of the key in slot ``s`` (empty: none).
     cdef int32_t e
     if bp.map[s].key == 0:
         return False
@@ -176,10 +180,9 @@ cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept n
     return False
 
 
-cdef int _map_insert(BlockPoolC* bp, hash_t key, block_id_t b, int32_t tag) except -1 nogil:
-    # Append ``b`` to the blocks of ``key`` (BlockHashToBlockMap.insert); ``tag`` goes with the
-    # key's event.
-    cdef hash_t s = _find_slot(bp, key)
+cdef int _map_insert(BlockPoolC* bp, hash_t s, hash_t key, block_id_t b, int32_t tag) except -1 nogil:
+    # Append ``b`` to the blocks of ``key``, whose slot (or the empty one where it goes) is ``s``
+    # (BlockHashToBlockMap.insert); ``tag`` goes with the key's event.
     cdef int32_t e, cur
     if bp.map[s].key == 0:
         bp.map[s].key = key
@@ -298,7 +301,11 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
 
     ``tag``: what a deployment's router calls the key (BlockC.tag), kept for a primary key."""
     cdef int32_t e
-    if bp.blk[b].key == key or bp_contains(bp, key, b):
+    cdef hash_t s
+    if bp.blk[b].key == key:
+        return 0
+    s = _find_slot(bp, key)  # one probe finds whether b holds the key and where it goes
+    if _slot_has(bp, s, b):
         return 0
     if bp.blk[b].key == 0:
         bp.blk[b].key = key
@@ -314,8 +321,8 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
         bp.sec_key[e] = key
         bp.sec_next[e] = bp.blk[b].sec_head
         bp.blk[b].sec_head = e
-        return _map_insert(bp, key, b, TAG_NONE)
-    return _map_insert(bp, key, b, tag)
+        return _map_insert(bp, s, key, b, TAG_NONE)
+    return _map_insert(bp, s, key, b, tag)
 
 
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
