@@ -31,7 +31,7 @@ cdef sec_t INF_S = 1e300
 from aisim._core.heap cimport HeapC, heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_table
-from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_finish, hash_run, mix64
+from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_prompt, mix64
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
@@ -267,40 +267,6 @@ cdef inline void _tag(const RouterC* rt, ReqC* r, int64_t g) noexcept nogil:
         r.tag_off = rt.key_off[g]
         r.tag_n = <int32_t>(rt.key_off[g + 1] - rt.key_off[g])
         r.tag_look = rt.quoted[g]
-
-
-cdef int64_t _prompt_keys(const TraceC* tr, int64_t i, tok_t hbs, int32_t ratio, hash_t* out,
-                          int64_t start) noexcept nogil:
-    """The chain hashes (hashing.pyx's, before ``group_key``) at request ``i``'s full prompt
-    blocks: written to ``out`` from block ``start`` on (the ones before it are there already,
-    their tokens inside the first segment) when given; returns how many blocks."""
-    cdef int64_t n_raw = tr.prompt_len[i] // hbs
-    cdef int64_t j, n = start
-    cdef int32_t so = tr.seg_off[i], seg = 0
-    cdef tok_t off = start * ratio * hbs, need, take, avail, length
-    cdef hash_t h = out[start - 1] if start > 0 else <hash_t>NONE_HASH_SEED
-    if out == NULL:
-        return n_raw // ratio
-    if start > 0 and off == tr.seg_len[so]:
-        seg = 1
-        off = 0
-    for j in range(start * ratio, n_raw):
-        need = hbs
-        while need > 0:
-            length = tr.seg_len[so + seg]
-            avail = length - off
-            take = need if need < avail else avail
-            h = hash_run(h, tr.seg_stream[so + seg], tr.seg_first[so + seg] + off, take)
-            off += take
-            need -= take
-            if off == length:
-                seg += 1
-                off = 0
-        h = hash_finish(h)
-        if (j + 1) % ratio == 0:
-            out[n] = h
-            n += 1
-    return n
 
 
 cdef inline hash_t _pool_key(const RouterC* rt, int64_t k) noexcept nogil:

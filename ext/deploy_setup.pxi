@@ -100,7 +100,7 @@ cdef int _router_init(RouterC* rt, dict router, int32_t n_rep, tok_t hash_block,
         if need_keys:
             for i in range(n):
                 rt.key_off[i] = total
-                total += _prompt_keys(tr, i, rt.hash_block, ratio, NULL, 0)
+                total += tr.prompt_len[i] // rt.hash_block // ratio
             rt.key_off[n] = total
             rt.keys = <hash_t*>mem_calloc(total if total else 1, sizeof(hash_t))
             _all_prompt_keys(rt, tr, ratio)
@@ -144,7 +144,8 @@ cdef int _all_prompt_keys(RouterC* rt, const TraceC* tr, int32_t ratio) except -
                 first[s] = key
                 who[s] = i
                 covers[s] = nb
-        _prompt_keys(tr, i, rt.hash_block, ratio, rt.keys + rt.key_off[i], m)
+        hash_prompt(&tr.seg_stream[tr.seg_off[i]], &tr.seg_first[tr.seg_off[i]], &tr.seg_len[tr.seg_off[i]],
+                    tr.seg_cnt[i], tr.prompt_len[i], rt.hash_block, ratio, rt.keys + rt.key_off[i], m)
     mem_free(first)
     mem_free(who)
     mem_free(covers)

@@ -14,7 +14,7 @@
 # decomposition of the same tokens yields the same hashes.
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport hash_t, int32_t, tok_t
+from aisim._core.types cimport hash_t, int32_t, int64_t, tok_t
 
 # Seed of every chain (vLLM's NONE_HASH plays this role).
 cdef enum:
@@ -54,3 +54,6 @@ cdef inline hash_t group_key(hash_t block_hash, int group) noexcept nogil:
 
 # Extend a request's chained hashes up to hash block ``n_hashes`` (exclusive).
 cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil
+# The same chain over a prompt's segments, at every ratio-th hash block (a deployment's router).
+cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t n_seg,
+                         tok_t prompt_len, tok_t size, int32_t ratio, hash_t* out, int64_t start) noexcept nogil

@@ -14,42 +14,85 @@ from libc.string cimport memcpy
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport hash_t, int32_t, slot_t, tok_t
+from aisim._core.types cimport hash_t, int32_t, int64_t, slot_t, tok_t
 
 
-cdef inline hash_t _hash_tokens(const KVCacheC* kv, const ReqC* r, hash_t h, tok_t need,
-                                int32_t* seg, tok_t* off) noexcept nogil:
+cdef struct TokensC:
+    # Where a chain reads its tokens: prompt segments (stream, first offset, length), then one
+    # output stream (offset = output index) of ``n_out`` tokens.
+    const hash_t* stream
+    const tok_t* first
+    const tok_t* length
+    int32_t n_seg
+    hash_t out_stream
+    tok_t n_out
+
+
+cdef inline tok_t _run_at(const TokensC* t, int32_t seg, hash_t* stream, tok_t* first) noexcept nogil:
+    # The run of the cursor's segment ``seg`` (a prompt segment, or the output stream): its stream
+    # and first offset; returns its length.
+    if seg < t.n_seg:
+        stream[0] = t.stream[seg]
+        first[0] = t.first[seg]
+        return t.length[seg]
+    stream[0] = t.out_stream
+    first[0] = 0
+    return t.n_out
+
+
+cdef inline hash_t _hash_tokens(const TokensC* t, hash_t h, tok_t need, int32_t* seg, tok_t* off) noexcept nogil:
     # Mix the next ``need`` tokens from the cursor (seg, off) into ``h`` as runs and move the cursor
-    # past them: prompt segments first, then the output stream (one stream per request, offset =
-    # output index).
+    # past them: prompt segments first, then the output stream.
     cdef tok_t take, avail, length, first
     cdef hash_t stream
     while need > 0:
-        if seg[0] < r.seg_cnt:
-            stream = kv.seg_stream[r.seg_off + seg[0]]
-            first = kv.seg_first[r.seg_off + seg[0]]
-            length = kv.seg_len[r.seg_off + seg[0]]
-        else:
-            stream = r.out_stream
-            first = 0
-            length = r.num_output
+        length = _run_at(t, seg[0], &stream, &first)
         avail = length - off[0]
         take = need if need < avail else avail
         h = hash_run(h, stream, first + off[0], take)
         off[0] += take
         need -= take
-        if off[0] == length and seg[0] < r.seg_cnt:
+        if off[0] == length and seg[0] < t.n_seg:
             seg[0] += 1
             off[0] = 0
     return h
 
 
-cdef inline hash_t _fold_lookahead(const KVCacheC* kv, const ReqC* r, hash_t h, int32_t seg,
+cdef inline hash_t _hash_block(const TokensC* t, hash_t h, tok_t size, hash_t mixed_size, int32_t* seg,
+                               tok_t* off) noexcept nogil:
+    # The chain's next full block of ``size`` tokens from the cursor (not yet finished).
+    cdef hash_t stream
+    cdef tok_t first, length
+    length = _run_at(t, seg[0], &stream, &first)
+    if length - off[0] < size:
+        return _hash_tokens(t, h, size, seg, off)
+    # The common block: one run of its cursor's stream, the key _hash_tokens gives it (hash_run),
+    # with the block size's mix made once by the caller.
+    h = hash_combine_mixed(hash_combine(hash_combine(h, stream), <hash_t>(first + off[0])), mixed_size)
+    off[0] += size
+    if off[0] == length and seg[0] < t.n_seg:
+        seg[0] += 1
+        off[0] = 0
+    return h
+
+
+cdef inline TokensC _tokens_of(const KVCacheC* kv, const ReqC* r) noexcept nogil:
+    cdef TokensC t
+    t.stream = &kv.seg_stream[r.seg_off]
+    t.first = &kv.seg_first[r.seg_off]
+    t.length = &kv.seg_len[r.seg_off]
+    t.n_seg = r.seg_cnt
+    t.out_stream = r.out_stream
+    t.n_out = r.num_output
+    return t
+
+
+cdef inline hash_t _fold_lookahead(const TokensC* t, tok_t lookahead, hash_t h, int32_t seg,
                                    tok_t off) noexcept nogil:
-    # The next kv.hash_lookahead tokens from the cursor (seg, off), as runs, without moving the
+    # The next ``lookahead`` tokens from the cursor (seg, off), as runs, without moving the
     # request's cursor (a copy moves); a marker keeps these keys apart from plain ones.
     h = hash_combine(h, <hash_t>0x6c6f6f6b61686561)
-    return _hash_tokens(kv, r, h, kv.hash_lookahead, &seg, &off)
+    return _hash_tokens(t, h, lookahead, &seg, &off)
 
 
 cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
@@ -79,17 +122,18 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef tok_t off = kv.cur_off[s]
     cdef tok_t size = kv.hash_block_size
     cdef hash_t mixed_size = mix64(<hash_t>size)
-    cdef hash_t h, stream
-    cdef tok_t first, length, skip
+    cdef hash_t h
+    cdef tok_t skip, length
+    cdef TokensC t = _tokens_of(kv, r)
     if kv.pre_hashes != NULL and j < r.tag_n:
-        # A deployment's router hashed the prompt already (the same chain): copy its full blocks
-        # and move the cursor past their tokens.
+        # A deployment's router hashed the prompt already (hash_prompt, the same chain): copy its
+        # full blocks and move the cursor past their tokens.
         skip = <tok_t>(min(n_hashes, r.tag_n) - j)
         memcpy(&hashes[j], &kv.pre_hashes[r.tag_off + j], skip * sizeof(hash_t))
         j += <int32_t>skip
         skip *= size
         while skip > 0:
-            length = kv.seg_len[r.seg_off + seg]
+            length = t.length[seg]
             if length - off > skip:
                 off += skip
                 break
@@ -97,29 +141,39 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
             seg += 1
             off = 0
     while j < n_hashes:
-        h = hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED
-        if seg < r.seg_cnt:
-            stream = kv.seg_stream[r.seg_off + seg]
-            first = kv.seg_first[r.seg_off + seg]
-            length = kv.seg_len[r.seg_off + seg]
-        else:
-            stream = r.out_stream
-            first = 0
-            length = r.num_output
-        if length - off >= size:
-            # The common block: one run of its cursor's stream, the key _hash_tokens gives it
-            # (hash_run), with the block size's mix made once per call.
-            h = hash_combine_mixed(hash_combine(hash_combine(h, stream), <hash_t>(first + off)), mixed_size)
-            off += size
-            if off == length and seg < r.seg_cnt:
-                seg += 1
-                off = 0
-        else:
-            h = _hash_tokens(kv, r, h, size, &seg, &off)
+        h = _hash_block(&t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off)
         if lookahead:
-            h = _fold_lookahead(kv, r, h, seg, off)
+            h = _fold_lookahead(&t, kv.hash_lookahead, h, seg, off)
         hashes[j] = hash_finish(h)
         j += 1
     kv.num_hashed[s] = j
     kv.cur_seg[s] = seg
     kv.cur_off[s] = off
+
+
+cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t n_seg,
+                         tok_t prompt_len, tok_t size, int32_t ratio, hash_t* out, int64_t start) noexcept nogil:
+    """The chain (``hash_extend``'s, before ``group_key``) of a prompt given as its segments, at
+    every ``ratio``-th full hash block of ``size`` tokens: written to ``out`` from entry ``start``
+    on (those before it are there already, all inside the first segment); returns the entries."""
+    cdef TokensC t
+    cdef int64_t j, n = start, n_raw = prompt_len // size
+    cdef int32_t seg = 0
+    cdef tok_t off = start * ratio * size
+    cdef hash_t h = out[start - 1] if start > 0 else <hash_t>NONE_HASH_SEED
+    cdef hash_t mixed_size = mix64(<hash_t>size)
+    t.stream = stream
+    t.first = first
+    t.length = length
+    t.n_seg = n_seg
+    t.out_stream = 0
+    t.n_out = 0
+    if start > 0 and off == length[0]:
+        seg = 1
+        off = 0
+    for j in range(start * ratio, n_raw):
+        h = hash_finish(_hash_block(&t, h, size, mixed_size, &seg, &off))
+        if (j + 1) % ratio == 0:
+            out[n] = h
+            n += 1
+    return n
