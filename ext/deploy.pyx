@@ -13,9 +13,10 @@ The router sees each replica as reported by its iterations: an iteration's effec
 entering or leaving its prefix cache, first tokens, finishes) become visible to arrivals after
 the iteration's start, ``view_delay_s`` later with a delay.  The router's own bookings (a
 request's load, prefill tokens and active blocks, added when it is routed) are immediate, as in
-Dynamo's router (lib/kv-router, ``ActiveSequences``).  The cache view is one index, block key ->
-bitmask of the replicas caching it, kept from the replicas' block-pool key events, and looked up
-once per prompt block.
+Dynamo's router (lib/kv-router, ``ActiveSequences``).  Both live in one prefix index of the
+trace's prompt blocks (keyindex.pxi): per block id the replicas caching it, kept from the
+replicas' block-pool key events (which name a block by the id its request tagged it with), per
+node of the prefix tree the replicas holding it active.
 """
 
 from libc.math cimport INFINITY
@@ -23,7 +24,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from aisim._core.blockpool cimport TAG_LOOKUP, TAG_NONE, BlockPoolC, bp_log_keys, bp_lookup
+from aisim._core.blockpool cimport TAG_NONE, BlockPoolC, bp_log_keys, bp_lookup
 from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step
 
 # No next event: a replica's stretch is bounded only by its own requests.
@@ -36,7 +37,7 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
-from aisim._core.util cimport __builtin_ctzll, __builtin_prefetch
+from aisim._core.util cimport __builtin_ctzll
 
 # Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
 ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",
