@@ -505,15 +505,8 @@ cdef class Deployment:
             # blocks' tags carry; keys that are no prompt block of the trace are not the router's.
             for k in range(pool.ev_n):
                 kid = index_id(&rt.idx, pool.ev_key[k], pool.ev_tag[k])
-                if kid < 0:
-                    continue
-                if rt.delay == 0:  # seen at once (_apply's)
-                    if pool.ev_add[k]:
-                        rt.idx.cm[kid] |= (<hash_t>1) << wl
-                    else:
-                        rt.idx.cm[kid] &= ~((<hash_t>1) << wl)
-                else:
-                    _push(&rt.q, stamp, wl, DK_KEY_ADD if pool.ev_add[k] else DK_KEY_DEL, <hash_t>kid)
+                if kid >= 0:
+                    _report(rt, &self.tr, stamp, wl, DK_KEY_ADD if pool.ev_add[k] else DK_KEY_DEL, <hash_t>kid)
             e.kv.pool.ev_n = 0
             if b != NULL:
                 for i in range(b.n):

@@ -76,6 +76,20 @@ cdef inline hash_t _hash_block(const TokensC* t, hash_t h, tok_t size, hash_t mi
     return h
 
 
+cdef inline void _advance(const TokensC* t, int32_t* seg, tok_t* off, tok_t tokens) noexcept nogil:
+    # Move the cursor (seg, off) past ``tokens`` prompt tokens without hashing them (a segment
+    # ended exactly is left for the next one, as the hashing loops leave it).
+    cdef tok_t rest
+    while tokens > 0:
+        rest = t.length[seg[0]] - off[0]
+        if rest > tokens:
+            off[0] += tokens
+            return
+        tokens -= rest
+        seg[0] += 1
+        off[0] = 0
+
+
 cdef inline TokensC _tokens_of(const KVCacheC* kv, const ReqC* r) noexcept nogil:
     cdef TokensC t
     t.stream = &kv.seg_stream[r.seg_off]
@@ -123,7 +137,7 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef tok_t size = kv.hash_block_size
     cdef hash_t mixed_size = mix64(<hash_t>size)
     cdef hash_t h
-    cdef tok_t skip, length
+    cdef tok_t skip
     cdef TokensC t = _tokens_of(kv, r)
     if kv.pre_hashes != NULL and j < r.tag_n:
         # A deployment's router hashed the prompt already (hash_prompt, the same chain): copy its
@@ -131,15 +145,7 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
         skip = <tok_t>(min(n_hashes, r.tag_n) - j)
         memcpy(&hashes[j], &kv.pre_hashes[r.tag_off + j], skip * sizeof(hash_t))
         j += <int32_t>skip
-        skip *= size
-        while skip > 0:
-            length = t.length[seg]
-            if length - off > skip:
-                off += skip
-                break
-            skip -= length - off
-            seg += 1
-            off = 0
+        _advance(&t, &seg, &off, skip * size)
     while j < n_hashes:
         h = _hash_block(&t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off)
         if lookahead:
@@ -159,7 +165,7 @@ cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* 
     cdef TokensC t
     cdef int64_t j, n = start, n_raw = prompt_len // size
     cdef int32_t seg = 0
-    cdef tok_t off = start * ratio * size
+    cdef tok_t off = 0
     cdef hash_t h = out[start - 1] if start > 0 else <hash_t>NONE_HASH_SEED
     cdef hash_t mixed_size = mix64(<hash_t>size)
     t.stream = stream
@@ -168,9 +174,7 @@ cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* 
     t.n_seg = n_seg
     t.out_stream = 0
     t.n_out = 0
-    if start > 0 and off == length[0]:
-        seg = 1
-        off = 0
+    _advance(&t, &seg, &off, start * ratio * size)
     for j in range(start * ratio, n_raw):
         h = hash_finish(_hash_block(&t, h, size, mixed_size, &seg, &off))
         if (j + 1) % ratio == 0:
