@@ -183,6 +183,10 @@ class CoreTrace:
     follows : numpy.ndarray of int8 or None
         Closed loop, a piece of a streamed trace: the request is an earlier
         request's next turn (sent by that one's finish).
+    private : numpy.ndarray of int8 or None
+        1 where the request shares no KV block with any other request of the
+        whole trace (:func:`private_requests`): the core may cache its blocks
+        without computing their keys.  None: no request is taken as private.
     """
 
     prompt_len: np.ndarray
@@ -205,3 +209,37 @@ class CoreTrace:
     accept_values: np.ndarray | None = None
     next_think: np.ndarray | None = None
     follows: np.ndarray | None = None
+    private: np.ndarray | None = None
+
+
+def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:
+    """Which requests of a whole trace share no KV block with any other.
+
+    Block keys are a chain (vllm/v1/core/kv_cache_utils.py, ``hash_block_tokens``): two
+    requests share a block only if they share their first hash block, prompt tokens then
+    output tokens.  A request whose first block no other request of the trace has, or that
+    never fills a block, is private.
+
+    Parameters
+    ----------
+    trace : CoreTrace
+        Every request the engine will see.
+    hash_block_size : int
+        Tokens per block hash (:attr:`CoreConfig.hash_block_size`).
+
+    Returns
+    -------
+    numpy.ndarray of int8
+    """
+    from aisim._core.hashing import first_block_keys
+
+    keys = first_block_keys(trace, hash_block_size)
+    order = np.argsort(keys)
+    ranked = keys[order]
+    twin = ranked[1:] == ranked[:-1]  # a key equal to its neighbour's in sorted order is shared
+    shared = np.zeros(len(keys), dtype=bool)
+    shared[1:] |= twin
+    shared[:-1] |= twin
+    private = np.empty(len(keys), dtype=np.int8)
+    private[order] = ~shared | (ranked == 0)
+    return private

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -14,7 +14,7 @@ from aisim._core.constants import GROUP_KINDS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.speculative import scheduler_view
-from aisim.core_input import CoreTrace, core_config
+from aisim.core_input import CoreTrace, core_config, private_requests
 from aisim.result_tables import requests_table, steps_table
 from aisim.errors import ConfigError, ReplayError, TraceError
 from aisim.summary import REJECTED, Totals, summarize
@@ -480,6 +480,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config, core_trace = core_config(engine), CoreTrace(**arrays)
+    if config.enable_prefix_caching:
+        core_trace = replace(core_trace, private=private_requests(core_trace, config.hash_block_size))
     try:
         out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency,
                      macro_steps=macro_steps).run()

@@ -56,10 +56,12 @@ cdef struct BlockPoolC:
 cdef enum:
     TAG_NONE = -1              # no router reads this key
     TAG_LOOKUP = -2            # a router may read it: look it up by the key
+    TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily)
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
 cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil
+cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
 cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil
 cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
@@ -70,6 +72,9 @@ cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept n
 cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens,
                                int32_t tag) except -1 nogil
 cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil
+cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, tok_t tokens,
+                          tok_t block_size) noexcept nogil
+cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil

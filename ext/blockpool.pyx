@@ -20,6 +20,14 @@ Rules reproduced (vLLM 0.31/0.32, ``vllm/v1/core/block_pool.py`` and
   (``cached_block_hashes_by_block``); eviction drops all of them
   (``BlockPool._remove_cached_block_hashes``).
 
+A block can be cached *lazily* (``bp_cache_lazily``): it is cached in every way the
+free queue and the counts see (its key slot is non-zero, so a free appends it to
+the tail; it counts in ``cached_free``; popping it is an eviction), but its key
+is neither computed nor in the map.  The KV-cache manager does this for a
+request no other request can share a block with, whose keys no lookup could
+find; ``bp_key_lazy`` gives such a block its real key when a lookup could
+(kvcache's ``kv_key_lazy``).
+
 The free queue is intrusive (links in the blocks, sentinels HEAD = N, TAIL = N + 1).
 The map is open addressing with linear probing and backward-shift deletion
 (no tombstones), sized to a power of two at least twice the block count so the
@@ -32,6 +40,10 @@ from libc.string cimport memset
 
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
+
+# The key slot of a lazily cached block: non-zero, never looked up (its tag says it is lazy).
+cdef enum:
+    LAZY_KEY = 1
 
 
 cdef inline block_id_t _head(const BlockPoolC* bp) noexcept nogil:
@@ -340,7 +352,10 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     if bp.blk[b].key != 0 and bp.blk[b].ref_cnt == 0 and b != 0:
         bp.cached_free -= 1
     if bp.blk[b].key != 0:
-        removed += _map_pop(bp, bp.blk[b].key, b, bp.blk[b].tag)
+        if bp.blk[b].tag == TAG_LAZY:
+            removed += 1  # a key the map never held (bp_cache_lazily): evicted all the same
+        else:
+            removed += _map_pop(bp, bp.blk[b].key, b, bp.blk[b].tag)
     e = bp.blk[b].sec_head
     while e != -1:
         removed += _map_pop(bp, bp.sec_key[e], b, TAG_NONE)
@@ -354,8 +369,34 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     return removed
 
 
+cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, tok_t tokens,
+                          tok_t block_size) noexcept nogil:
+    """Cache the uncached ``blocks[0 .. n)`` without their keys (see the module notes); block i
+    ends at ``tokens + (i + 1) * block_size`` tokens.  Null entries are skipped."""
+    cdef int32_t i
+    cdef BlockC* k
+    for i in range(n):
+        if blocks[i] == 0:
+            continue
+        k = &bp.blk[blocks[i]]
+        k.key = LAZY_KEY
+        k.key_tokens = <int32_t>(tokens + (i + 1) * block_size)
+        k.tag = TAG_LAZY
+        if k.ref_cnt == 0:
+            bp.cached_free += 1
+
+
+cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
+    """Give the lazily cached block ``b`` its key: into the map as its primary key."""
+    bp.blk[b].key = key
+    bp.blk[b].tag = TAG_NONE
+    return _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
+
+
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil:
-    """Move every key of ``src`` onto ``dst`` (BlockPool.move_block_hashes)."""
+    """Move every key of ``src`` onto ``dst`` (BlockPool.move_block_hashes).
+
+    Never given a lazily cached block: lazy keys are off where blocks are copied (kv_lazy_ok)."""
     cdef tok_t num_tokens = bp.blk[src].key_tokens
     cdef hash_t primary = bp.blk[src].key
     cdef int32_t tag = bp.blk[src].tag
@@ -386,12 +427,26 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
     The caller has checked that a free block exists.
     """
     cdef block_id_t b = bp.blk[_head(bp)].next_free
+    cdef BlockC* k = &bp.blk[b]
     _unlink(bp, b)
-    bp.blk[b].ref_cnt = 1
-    if bp.blk[b].key != 0 or bp.blk[b].sec_head != -1:
+    k.ref_cnt = 1
+    if k.key != 0 and k.tag == TAG_LAZY:
+        # Cached lazily (bp_cache_lazily): evicted with no map entry to drop.
+        k.key = 0
+        k.key_tokens = 0
+        bp.evictions += 1
+    elif k.key != 0 or k.sec_head != -1:
         if bp_remove_hashes(bp, b) > 0:
             bp.evictions += 1
     return b
+
+
+cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
+    """FreeKVCacheBlockQueue.popleft_n: the first ``n`` free blocks into ``out``, as
+    ``bp_pop_free`` pops them one by one.  The caller has checked that ``n`` are free."""
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = bp_pop_free(bp)
 
 
 cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:

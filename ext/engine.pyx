@@ -24,7 +24,7 @@ import numpy as np
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
-    kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
+    kv_lazy_ok, kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.util cimport num_tokens
@@ -316,6 +316,9 @@ cdef class Engine:
             next_think[has] = np.asarray(th_raw, dtype=np.float64)[nt_local[has]]
         cdef const flag_t[::1] fol = _c_array(follows, np.int8)
         cdef const sec_t[::1] nth = _c_array(next_think, np.float64)
+        # Requests sharing no block with any other are keyed lazily where the cache allows it.
+        cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
+        cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
         cdef int64_t n_seg = g_str.shape[0]
         # Speculative decoding: the requests' own `accept` lists (count 0: the configured rule).
         has_acc = trace.accept_values is not None and len(trace.accept_values) > 0
@@ -350,6 +353,7 @@ cdef class Engine:
                 r.acc_off = <int32_t>(self.accs.n + acc_o[i])
                 r.acc_cnt = acc_c[i]
                 r.out_stream = o_str[i]
+                r.lazy_keys = priv[i] if lazy_ok else 0
             self.segs.n += n_seg
             self.accs.n += n_acc
             _point_at_arenas(self)

@@ -11,6 +11,8 @@ functions and the chain rule are in ``hashing.pxd``; vLLM's counterpart is
 
 from libc.string cimport memcpy
 
+import numpy as np
+
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
@@ -181,3 +183,42 @@ cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* 
             out[n] = h
             n += 1
     return n
+
+
+def first_block_keys(trace, tok_t size):
+    """The chain hash (before ``group_key``) of every request's first block of ``size`` tokens,
+    prompt then output stream (``trace`` a CoreTrace of a whole trace); 0 where the request's
+    prompt and output together are shorter than one block, so that no block of it is ever full.
+
+    Two requests share a block key only if they share their first block's (the chain), so a
+    request whose first block's hash no other request has shares no block with any.
+    """
+    cdef const tok_t[::1] p_len = np.ascontiguousarray(trace.prompt_len, dtype=np.int64)
+    cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
+    cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
+    cdef const int32_t[::1] s_cnt = np.ascontiguousarray(trace.seg_cnt, dtype=np.int32)
+    cdef const hash_t[::1] o_str = np.ascontiguousarray(trace.out_stream, dtype=np.uint64)
+    cdef const hash_t[::1] g_str = np.ascontiguousarray(trace.seg_stream, dtype=np.uint64)
+    cdef const tok_t[::1] g_first = np.ascontiguousarray(trace.seg_first, dtype=np.int64)
+    cdef const tok_t[::1] g_len = np.ascontiguousarray(trace.seg_len, dtype=np.int64)
+    cdef Py_ssize_t i, n = p_len.shape[0]
+    out = np.zeros(n, dtype=np.uint64)
+    cdef hash_t[::1] keys = out
+    cdef hash_t mixed_size = mix64(<hash_t>size)
+    cdef TokensC t
+    cdef int32_t seg
+    cdef tok_t off
+    with nogil:
+        for i in range(n):
+            if p_len[i] + m_tok[i] < size:
+                continue
+            t.stream = &g_str[s_off[i]] if s_cnt[i] else NULL
+            t.first = &g_first[s_off[i]] if s_cnt[i] else NULL
+            t.length = &g_len[s_off[i]] if s_cnt[i] else NULL
+            t.n_seg = s_cnt[i]
+            t.out_stream = o_str[i]
+            t.n_out = m_tok[i]
+            seg = 0
+            off = 0
+            keys[i] = hash_finish(_hash_block(&t, <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off))
+    return out

@@ -117,6 +117,8 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
                            tok_t num_lookahead, bint delay_cache) except -1 nogil
 cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogil
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
+cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil
+cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
 cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil
 cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexcept nogil

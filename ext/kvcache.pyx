@@ -37,8 +37,8 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    TAG_LOOKUP, TAG_NONE, bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash, bp_pop_free,
-    bp_release, bp_remove_hashes, bp_touch,
+    TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
+    bp_cache_lazily, bp_key_lazy, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch,
 )
 from aisim._core.hashing cimport group_key, hash_extend
 from aisim._core.kvrows cimport (
@@ -363,6 +363,10 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
     r.shared_prefix_boundary = 0
     if not kv.caching or kv.n_spec == 0:
         return 0
+    if r.lazy_keys:
+        # No other request shares its first hash block, so no key of its chain is in the map
+        # (its own blocks get theirs if it is preempted: kv_key_lazy): the lookup finds nothing.
+        return 0
     # The last token is always recomputed for its logits.
     max_len = num_tokens(r) - 1
     hash_extend(kv, r, kv_n_hashes(kv, r))
@@ -538,7 +542,7 @@ cdef int _allocate_new_blocks(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens,
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t i, k
+    cdef int32_t k
     cdef block_id_t cow
     if g.spec.kind == GK_RING:
         if g.table_len[s] == 0:
@@ -554,9 +558,9 @@ cdef int _allocate_new_blocks(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens,
         kv_apply_cow(kv, gi, s, cow)
         g.partial_idx[s] = -1
     k = <int32_t>(cdiv(n_tokens, bs) - g.table_len[s])
-    for i in range(k):
-        table[g.table_len[s]] = bp_pop_free(&kv.pool)
-        g.table_len[s] += 1
+    if k > 0:
+        bp_pop_n(&kv.pool, &table[g.table_len[s]], k)
+        g.table_len[s] += k
     return 0
 
 
@@ -653,6 +657,11 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
         f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
     else:
         f = <int32_t>(n // bs)
+    if c < f and r.lazy_keys:
+        # Cached without keys (kv_lazy_ok: one full-attention group, no mask, no partial entries).
+        bp_cache_lazily(&kv.pool, &table[c], f - c, c * bs, bs)
+        g.num_cached[s] = f
+        return 0
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
         for i in range(c, f):
@@ -726,13 +735,51 @@ cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) e
         # so that block may be cached too
         # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
         extra = spec and kv.eagle and n > 0
-    if n > 0:
+    if n > 0 and not r.lazy_keys:
         hash_extend(kv, r, _hash_blocks(kv, r, full if extra else n) if spec else <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
         ng = n
         if extra:
             ng = tmin(full, n + kv.groups[gi].spec.block_size)
         _cache_group(kv, gi, r, ng, mode)
+    return 0
+
+
+# ------------------------------------------------------------------ lazy keys
+
+cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil:
+    """Whether a request that shares no block with any other may be keyed lazily here.
+
+    Such a request's keys can only ever be found by its own lookup after a preemption, so its
+    blocks are cached without them (bp_mark_lazy: the free queue, the counts and evictions see a
+    cached block) and keyed when it is preempted (kv_key_lazy).  On only where nothing else reads
+    a key: one full-attention group hashed at its block size (no partial entries, no copied
+    blocks, no state), no speculative-decoding key rules, no router reading key events.
+    """
+    return (kv.caching and kv.n_groups == 1 and kv.groups[0].spec.kind == GK_FULL
+            and kv.groups[0].spec.cacheable and kv.groups[0].spec.block_size == kv.hash_block_size
+            and not kv.fine and not kv.eagle and kv.hash_lookahead == 0 and not kv.pool.log_keys)
+
+
+cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil:
+    """``r`` is preempted: its re-admission will look up its own blocks, so those it cached
+    without keys get them now, the keys they would have had since they were cached."""
+    cdef slot_t s = r.slot
+    cdef int32_t i, n
+    cdef block_id_t* table
+    cdef hash_t* hashes
+    if not r.lazy_keys:
+        return 0
+    r.lazy_keys = 0
+    if s < 0 or kv.groups[0].num_cached[s] <= 0:
+        return 0
+    n = kv.groups[0].num_cached[s]
+    hash_extend(kv, r, n)
+    table = kv_table(kv, 0, s)
+    hashes = kv_hashes(kv, s)
+    for i in range(n):
+        if table[i] != 0 and kv.pool.blk[table[i]].tag == TAG_LAZY:
+            bp_key_lazy(&kv.pool, table[i], group_key(hashes[i], 0))
     return 0
 
 

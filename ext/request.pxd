@@ -26,6 +26,8 @@ cdef struct ReqC:
     # --- scheduler state
     flag_t status              # ReqStatus
     flag_t is_prefill_chunk    # set after scheduling (Scheduler._update_after_schedule)
+    flag_t lazy_keys           # its blocks are cached without keys until it is preempted: no other
+                               # request of the trace shares its first hash block (kvcache kv_lazy_ok)
     tok_t num_output           # output tokens appended so far
     tok_t num_computed         # num_computed_tokens, advanced at schedule time
     tok_t num_placeholders     # num_output_placeholders (async scheduling)

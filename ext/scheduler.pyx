@@ -24,7 +24,7 @@ from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release, heap
 
 from aisim._core.kvcache cimport (
     KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_end_schedule, kv_free,
-    kv_get_computed_blocks, kv_new_step_starts, kv_release_slot,
+    kv_get_computed_blocks, kv_key_lazy, kv_new_step_starts, kv_release_slot,
 )
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
@@ -273,9 +273,10 @@ cdef bint sched_has_requests(const SchedC* s) noexcept nogil:
 
 # ------------------------------------------------------------------ schedule()
 
-cdef void _preempt(SchedC* s, BatchC* b, req_t v) noexcept nogil:
+cdef int _preempt(SchedC* s, BatchC* b, req_t v) except -1 nogil:
     """Scheduler._preempt_request; the caller removed ``v`` from running."""
     cdef ReqC* r = &s.reqs[v]
+    kv_key_lazy(s.kv, r)  # its re-admission looks up its own blocks: they need their keys
     kv_free(s.kv, r)
     r.status = ST_PREEMPTED
     r.num_computed = 0
@@ -286,6 +287,7 @@ cdef void _preempt(SchedC* s, BatchC* b, req_t v) noexcept nogil:
     _wq_push_front(s, v)
     b.preempted[b.n_preempted] = v
     b.n_preempted += 1
+    return 0
 
 
 cdef int32_t _priority_victim(const SchedC* s) noexcept nogil:

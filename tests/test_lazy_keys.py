@@ -1,0 +1,197 @@
+"""Private requests: their blocks are cached without keys, and nothing a replay reports changes.
+
+A request whose first hash block no other request of the trace has shares no block with any
+other (block keys are a chain), so only its own lookup after a preemption could find its keys:
+the core caches its blocks lazily (ext/blockpool.pyx ``bp_cache_lazily``) and keys them when it
+is preempted (ext/kvcache.pyx ``kv_key_lazy``).  Every comparison here replays a trace with the
+private requests found (the default) and with none (``aisim.replay.private_requests`` replaced by
+all zeros) and asserts byte-identical step and request tables, summaries and decision logs.
+"""
+
+import json
+import os
+
+import hypothesis.strategies as st
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import aisim.replay as replay_module
+from aisim.config.engine import engine_config_from_dict
+from aisim.core_input import CoreTrace, core_config, private_requests
+from aisim.decisionlog import decision_lines, log_line_json
+from aisim.replay import _whole_arrays, replay
+from aisim.traces import read_oracle_trace, read_trace
+from aisim.traces.schema import output_stream, stream_id, trace_table
+
+from conftest import ORACLE
+from helpers import make_trace, oracle_engine_dict
+
+TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
+
+
+def _bytes(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _private(trace, eng):
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    return private_requests(CoreTrace(**_whole_arrays(trace, eng, timed)), core_config(eng).hash_block_size).tolist()
+
+
+def _same_with_and_without(trace, eng, monkeypatch, **kw):
+    lazy = replay(trace, eng, record_decisions=True, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(replay_module, "private_requests", lambda ct, size: np.zeros(len(ct.prompt_len), dtype=np.int8))
+        keyed = replay(trace, eng, record_decisions=True, **kw)
+    assert _bytes(lazy.steps) == _bytes(keyed.steps)
+    assert _bytes(lazy.requests) == _bytes(keyed.requests)
+    assert json.dumps(lazy.summary) == json.dumps(keyed.summary)
+    assert [log_line_json(x) for x in decision_lines(lazy)] == [log_line_json(x) for x in decision_lines(keyed)]
+    return lazy
+
+
+def _engine(**kw):
+    base = dict(num_gpu_blocks=8, block_size=4, max_num_batched_tokens=64, max_num_seqs=2, max_model_len=64,
+                kv_cache_groups=[{"type": "full"}], time_model={"kind": "linear", "base_s": 0.01})
+    base.update(kw)
+    return engine_config_from_dict(base)
+
+
+# ------------------------------------------------------------------ which requests are private
+
+def test_private_requests_by_hand():
+    # Blocks of 4 tokens.  a and b open with the same 4 "sys" tokens: both shared.  c's first block
+    # is its own, but f resends c's prompt: both shared.  d (2 + 1 tokens) never fills a block.
+    # e (2 prompt tokens) fills its first block with 2 of its outputs: no other request has them.
+    # g opens with e's outputs (not e's first block, whose chain starts at e's prompt): private,
+    # and e too.
+    rows = [dict(id="a", prompt=12, max_tokens=2, at=0, segments=[("sys", 0, 8), ("a", 0, 4)]),
+            dict(id="b", prompt=10, max_tokens=2, at=0, segments=[("sys", 0, 8), ("b", 0, 2)]),
+            dict(id="c", prompt=10, max_tokens=2, at=0),
+            dict(id="d", prompt=2, max_tokens=1, at=0),
+            dict(id="e", prompt=2, max_tokens=5, at=0)]
+    trace = make_trace(rows)
+    segs = trace.column("segments").to_pylist() + [
+        [(stream_id("t", "private-c"), 0, 10), (stream_id("t", "f"), 0, 3)],
+        [(output_stream("e"), 0, 4)]]
+    whole = trace_table({"request_id": ["a", "b", "c", "d", "e", "f", "g"], "arrival_step": [0] * 7,
+                         "arrival_s": [None] * 7, "prompt_tokens": [12, 10, 10, 2, 2, 13, 4],
+                         "output_tokens": [2, 2, 2, 1, 5, 2, 2], "priority": [0] * 7,
+                         "segments": [[tuple(s.values()) if isinstance(s, dict) else tuple(s) for s in row]
+                                      for row in segs]}, "step")
+    eng = _engine(num_gpu_blocks=40)
+    assert _private(whole, eng) == [0, 0, 0, 1, 1, 0, 1]
+
+
+# ------------------------------------------------------------------ by hand
+
+def test_a_private_request_preempted_finds_its_own_blocks(monkeypatch):
+    # 7 usable blocks of 4 tokens; a and b (8 private prompt tokens, 12 outputs each) are admitted
+    # at step 0 with 2 blocks each (a: 1, 2; b: 3, 4).  Their 9th token takes a third block each at
+    # step 1 (a: 5, b: 6): one left.  At step 5 their 13th token needs a fourth: a takes block 7,
+    # b finds none and is preempted (the last of the running).  b had computed 12 tokens, so its
+    # blocks 3, 4, 6 are full and cached: freed tail first they queue as 6, 4, 3 behind nothing.
+    # a's 17th token (step 9) pops block 6, evicting b's tokens 8..11.  When a finishes, b is
+    # re-admitted with 8 + 5 tokens; its lookup finds its blocks 3 and 4: a hit of 8 tokens, which
+    # the lazily cached blocks could only give once keyed at the preemption.
+    trace = make_trace([dict(id="a", prompt=8, max_tokens=12, at=0), dict(id="b", prompt=8, max_tokens=12, at=0)])
+    eng = _engine()
+    assert _private(trace, eng) == [1, 1]
+    res = _same_with_and_without(trace, eng, monkeypatch)
+    rows = {r["request_id"]: r for r in res.requests.to_pylist()}
+    assert rows["b"]["preemptions"] == 1 and rows["a"]["preemptions"] == 0
+    assert rows["b"]["cached_tokens"] == 0 and rows["b"]["cached_tokens_all_admissions"] == 8
+    stats = res.summary["prefix_cache_stats"]
+    assert (stats["preempted_queries"], stats["preempted_hits"], stats["hits"]) == (13, 8, 0)
+
+
+def test_session_turns_that_quote_answers(monkeypatch):
+    # Turn 2 resends turn 1's prompt and answer: neither is private; the third request is.
+    t1 = [(stream_id("s", "sys"), 0, 100)]
+    t2 = t1 + [(output_stream("t1"), 0, 30), (stream_id("s", "new"), 0, 40)]
+    rows = {"request_id": ["t1", "t2", "x"], "arrival_step": [None] * 3, "arrival_s": [0.0, 5.0, 0.1],
+            "prompt_tokens": [100, 170, 64], "output_tokens": [30, 5, 20], "priority": [0] * 3,
+            "segments": [t1, t2, [(stream_id("s", "x"), 0, 64)]], "session_id": ["s", "s", None],
+            "turn": [0, 1, 0]}
+    trace = trace_table(rows, "time")
+    eng = _engine(num_gpu_blocks=60, block_size=16, max_model_len=4096)
+    # In arrival order: t1, x, t2.
+    assert _private(trace, eng) == [0, 1, 0]
+    res = _same_with_and_without(trace, eng, monkeypatch)
+    # t2 hits t1's 100 prompt tokens and 28 of its outputs (8 full blocks; the last output has no KV).
+    assert res.requests.column("cached_tokens").to_pylist() == [0, 0, 128]
+
+
+# ------------------------------------------------------------------ recorded and sample traces
+
+@pytest.mark.parametrize("scenario", sorted(os.listdir(ORACLE)))
+def test_oracle_scenarios_identical(scenario, monkeypatch):
+    path = os.path.join(ORACLE, scenario)
+    eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
+    trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
+    _same_with_and_without(trace, eng, monkeypatch)
+
+
+@pytest.mark.parametrize("path", ["mooncake/synthetic_trace.jsonl", "azure2023/AzureLLMInferenceTrace_code_head500.csv"])
+def test_sample_traces_under_pressure_identical(path, monkeypatch):
+    trace = read_trace(os.path.join(TRACES, path))
+    eng = _engine(num_gpu_blocks=1100, block_size=16, max_num_seqs=64, max_num_batched_tokens=1024,
+                  max_model_len=16384, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5})
+    res = _same_with_and_without(trace, eng, monkeypatch, reject_too_long=True)
+    assert res.summary["preemptions"] > 0
+
+
+# ------------------------------------------------------------------ property
+
+requests = st.lists(
+    st.fixed_dictionaries({
+        "prompt": st.integers(1, 70),
+        "max_tokens": st.integers(1, 60),
+        "at": st.integers(0, 40),
+        "shared": st.integers(0, 12),
+    }),
+    min_size=1, max_size=14,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(reqs=requests, block=st.sampled_from([2, 4, 8]), blocks=st.integers(10, 80), seqs=st.integers(1, 6),
+       budget=st.sampled_from([3, 6, 16, 64]), chunked=st.booleans(), version=st.sampled_from(["0.31.0", "0.32.0",
+                                                                                              "0.33.0"]),
+       policy=st.sampled_from(["fcfs", "priority"]), asynchronous=st.booleans(), macro=st.booleans(),
+       swa=st.booleans())
+def test_random_traces_identical(reqs, block, blocks, seqs, budget, chunked, version, policy, asynchronous, macro,
+                                 swa, monkeypatch):
+    groups = [{"type": "full", "page_size_bytes": 1, "prefix_cacheable": True}]
+    if swa:  # a second group: lazy keys stay off, the results must not move either
+        groups.append({"type": "sliding_window", "sliding_window": 8, "page_size_bytes": 1, "prefix_cacheable": True})
+    mml = 96
+    kw = dict(num_gpu_blocks=blocks, block_size=block, max_num_batched_tokens=max(budget, 1 if chunked else mml),
+              max_num_seqs=seqs, max_model_len=mml, kv_cache_groups=groups, enable_chunked_prefill=chunked,
+              vllm_version=version, policy=policy, async_scheduling=asynchronous,
+              time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 0.001})
+    if swa:
+        kw["cache_extra"] = {"prefix_match_unit": block}
+    try:
+        eng = engine_config_from_dict(kw)
+    except Exception:
+        return  # a combination the configuration refuses
+    rows = []
+    for i, r in enumerate(reqs):
+        prompt = min(r["prompt"], mml - 1)
+        shared = min(r["shared"], prompt)
+        segs = ([("common", 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
+        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"], at=r["at"],
+                         segments=[s for s in segs if s[2] > 0], priority=i % 3))
+    trace = make_trace(rows)
+    try:
+        replay(trace, eng)
+    except Exception:
+        return  # refused (a request that can never fit): nothing to compare
+    _same_with_and_without(trace, eng, monkeypatch, macro_steps=macro)
