@@ -372,7 +372,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     arrays = _whole_arrays(trace, engine, True)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
-    core_trace = CoreTrace(**arrays)
+    core_trace = _with_private(CoreTrace(**arrays), config, *([pd["config"]] if pd else []))
     cap = _check_concurrency(max_concurrency, closed_loop)
     try:
         out = Deployment(config, core_trace, n_rep, router, record_events, record_routing, pd, cap,
@@ -380,6 +380,16 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     except (ValueError, RuntimeError) as exc:
         raise ReplayError(str(exc)) from None
     return trace, out
+
+
+def _with_private(core_trace: CoreTrace, *configs) -> CoreTrace:
+    """``core_trace`` with its private requests marked (:func:`aisim.core_input.private_requests`)
+    when an engine of ``configs`` caches prefixes; at the smallest hash block of them, as a request
+    private there is private at every larger one (its first block holds the smaller one's)."""
+    caching = [c.hash_block_size for c in configs if c.enable_prefix_caching]
+    if not caching or len(core_trace.prompt_len) == 0:
+        return core_trace
+    return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 
 def _pd_supported(engine: EngineConfig) -> None:
@@ -479,9 +489,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     arrays = _whole_arrays(trace, engine, timed, segs)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
-    config, core_trace = core_config(engine), CoreTrace(**arrays)
-    if config.enable_prefix_caching:
-        core_trace = replace(core_trace, private=private_requests(core_trace, config.hash_block_size))
+    config = core_config(engine)
+    core_trace = _with_private(CoreTrace(**arrays), config)
     try:
         out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency,
                      macro_steps=macro_steps).run()

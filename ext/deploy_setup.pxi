@@ -55,6 +55,11 @@ cdef list _borrow_trace(TraceC* t, trace):
         t.next_turn = &nt[0]
         t.think_s = &th[0]
         t.follows = &fol[0]
+    cdef const flag_t[::1] priv
+    if n and getattr(trace, "private", None) is not None:
+        priv = _c(trace.private, np.int8)
+        keep.append(priv)
+        t.private_req = &priv[0]
     return keep
 
 

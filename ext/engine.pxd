@@ -143,6 +143,8 @@ cdef struct TraceC:
     const int32_t* next_turn
     const sec_t* think_s
     const flag_t* follows
+    # Requests sharing no block with any other (CoreTrace.private; NULL: none): keyed lazily.
+    const flag_t* private_req
 
 
 cdef class Engine:

@@ -42,6 +42,7 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1
     r.acc_off = <int32_t>e.accs.n
     r.acc_cnt = n_acc
     r.out_stream = t.out_stream[i]
+    r.lazy_keys = t.private_req[i] if t.private_req != NULL and kv_lazy_ok(&e.kv) else 0
     e.segs.n += n_seg
     e.accs.n += n_acc
     e.loaded += 1

@@ -21,9 +21,11 @@ import aisim.replay as replay_module
 from aisim.config.engine import engine_config_from_dict
 from aisim.core_input import CoreTrace, core_config, private_requests
 from aisim.decisionlog import decision_lines, log_line_json
+from aisim.deploy import deploy
 from aisim.replay import _whole_arrays, replay
 from aisim.traces import read_oracle_trace, read_trace
 from aisim.traces.schema import output_stream, stream_id, trace_table
+from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE
 from helpers import make_trace, oracle_engine_dict
@@ -144,6 +146,26 @@ def test_sample_traces_under_pressure_identical(path, monkeypatch):
                   max_model_len=16384, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5})
     res = _same_with_and_without(trace, eng, monkeypatch, reject_too_long=True)
     assert res.summary["preemptions"] > 0
+
+
+@pytest.mark.parametrize("fleet", [{"replicas": 3, "router": "round_robin"},
+                                   {"prefill": {"replicas": 2, "router": "round_robin"},
+                                    "decode": {"replicas": 2, "router": "least_loaded"},
+                                    "link": {"bandwidth_gb_s": "inf"}}])
+def test_deployments_identical(fleet, monkeypatch):
+    # Replicas and disaggregated pools under pressure: private requests preempted on a replica.
+    trace = synth_trace(300, seed=7, rate=60.0, prompt="lognormal:300:0.5", output="lognormal:40:0.5", turns=1,
+                        think_time_s=0.1, prefix_groups=5, prefix_len=128, prefix_fraction=0.5)
+    eng = _engine(num_gpu_blocks=120, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024,
+                  max_model_len=8192, time_model={"kind": "linear", "base_s": 0.005, "per_token_s": 2e-5})
+    assert 0 < sum(_private(trace, eng)) < trace.num_rows
+    lazy = deploy(trace, eng, fleet)
+    with monkeypatch.context() as m:
+        m.setattr(replay_module, "private_requests", lambda ct, size: np.zeros(len(ct.prompt_len), dtype=np.int8))
+        keyed = deploy(trace, eng, fleet)
+    assert lazy.summary["preemptions"] > 0
+    assert _bytes(lazy.requests) == _bytes(keyed.requests)
+    assert _bytes(lazy.steps) == _bytes(keyed.steps)
 
 
 # ------------------------------------------------------------------ property
