@@ -280,15 +280,18 @@ def _id_bytes(arr: pa.Array):
     return out.view(f"S{width}")
 
 
-def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None) -> dict:
+def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None, rank: bool = True) -> dict:
     """A whole validated trace as the core's request arrays (:class:`CoreTrace` fields), open loop.
 
     ``segs``: the trace's :func:`_segments_arrays` when already read (validation reads them).
+    ``rank``: rank the request ids (else zeros): only the priority policy's waiting heap compares
+    ids (vllm/v1/request.py ``Request.__lt__``: priority, arrival time, then request id, used by
+    ``PriorityRequestQueue`` in vllm/v1/core/sched/request_queue.py); FCFS never does.
     """
     ids = trace.column("request_id")
     seg_off, seg_cnt, stream, first, length = segs if segs is not None else _segments_arrays(trace)
     arrival = trace.column("arrival_s" if timed else "arrival_step").to_numpy(zero_copy_only=False)
-    id_rank = _id_rank(ids)
+    id_rank = _id_rank(ids) if rank else np.zeros(trace.num_rows, dtype=np.int32)
     arrays = dict(
         prompt_len=trace.column("prompt_tokens").to_numpy(zero_copy_only=False),
         max_tokens=trace.column("output_tokens").to_numpy(zero_copy_only=False),
@@ -486,7 +489,7 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     if rejected is not None:
         trace = trace.filter(pa.array(~rejected))  # the core never sees them
         segs = None
-    arrays = _whole_arrays(trace, engine, timed, segs)
+    arrays = _whole_arrays(trace, engine, timed, segs, rank=engine.policy == "priority")
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config = core_config(engine)

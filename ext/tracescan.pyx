@@ -1,9 +1,12 @@
-"""The trace readers' kernels: uniform JSON lines, hash ids' token streams, ids made of line numbers.
+"""The trace readers' kernels: uniform JSON lines, hash ids' token streams, ids made of line numbers,
+the requests' output streams.
 
 :func:`scan_lines` (used by ``aisim.traces.jsonlines``) reads JSON lines of
 one shape straight into typed columns; :func:`unit_streams` gives Mooncake
 hash ids their token streams and :func:`line_ids` makes the ``stem:line``
-request ids of lines without one (both used by ``aisim.traces.mooncake``).
+request ids of lines without one (both used by ``aisim.traces.mooncake``);
+:func:`id_streams` gives every request id its output tokens' stream
+(``aisim.traces.schema.output_streams``).
 
 A block whose lines all repeat its first line's shape -- the same keys in
 the same order, the same separators -- is a fixed program: the literal
@@ -434,3 +437,35 @@ def unit_streams(const uint64_t[::1] ids not None, uint64_t seed, uint64_t[::1] 
         return
     with nogil:
         _splitmix(&ids[0], n, seed, &out[0])
+
+
+cdef void _id_streams(const uint8_t* data, const int64_t* offsets, int64_t n, uint64_t* out) noexcept nogil:
+    # FNV-1a over each id's bytes, its length folded in with the golden ratio (the "output" domain),
+    # finished with splitmix64's avalanche; 0 becomes 1 (0 is no stream).
+    cdef int64_t i, j
+    cdef uint64_t h
+    for i in range(n):
+        h = 0xCBF29CE484222325ULL
+        for j in range(offsets[i], offsets[i + 1]):
+            h = (h ^ data[j]) * 0x100000001B3ULL
+        h ^= <uint64_t>(offsets[i + 1] - offsets[i]) + 0x9E3779B97F4A7C15ULL
+        h ^= h >> 30
+        h *= 0xBF58476D1CE4E5B9ULL
+        h ^= h >> 27
+        h *= 0x94D049BB133111EBULL
+        h ^= h >> 31
+        out[i] = h if h != 0 else 1
+
+
+def id_streams(const uint8_t[::1] data not None, const int64_t[::1] offsets not None, uint64_t[::1] out not None):
+    """``out[i]``: the output token stream of the id in ``data[offsets[i]:offsets[i + 1]]`` (its UTF-8
+    bytes; see ``aisim.traces.schema.output_streams``)."""
+    cdef int64_t n = out.shape[0]
+    if offsets.shape[0] != n + 1:
+        raise ValueError("id_streams: offsets must hold one more entry than out")
+    if n == 0:
+        return
+    if offsets[0] < 0 or offsets[n] > data.shape[0]:
+        raise ValueError("id_streams: offsets beyond data")
+    with nogil:
+        _id_streams(&data[0] if data.shape[0] else NULL, &offsets[0], n, &out[0])

@@ -83,3 +83,29 @@ def test_keys_follow_the_rule_however_the_tokens_fall(size, lookahead):
             got = kv.block_hashes(0, out)
             assert got == reference(segments, out_stream, out, size, lookahead), (case, segments, out)
         assert len(got) == max(prompt + out - lookahead, 0) // size
+
+
+def output_stream_rule(request_id):
+    """A request's output stream: FNV-1a over its id's UTF-8 bytes, the length and the golden ratio
+    folded in, then splitmix64's avalanche; never 0."""
+    data = request_id.encode()
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & M64
+    return mix64(h ^ ((len(data) + 0x9E3779B97F4A7C15) & M64)) or 1
+
+
+def test_output_streams_follow_their_rule():
+    import pyarrow as pa
+
+    from aisim.traces.schema import output_streams
+
+    rng = random.Random(3)
+    ids = ["", "a", "syn0", "é", "日本語", "x" * 300] + [
+        "".join(rng.choice("abz09é日\x01") for _ in range(rng.randint(0, 40))) for _ in range(500)]
+    want = [output_stream_rule(i) for i in ids]
+    assert output_streams(ids).tolist() == want
+    # An Arrow slice of a large_string array and a chunked array read from their buffers alike.
+    assert output_streams(pa.array(ids, pa.large_string()).slice(3, 100)).tolist() == want[3:103]
+    assert output_streams(pa.chunked_array([pa.array(ids[:10]), pa.array(ids[10:50])])).tolist() == want[:50]
+    assert hex(want[1]) == "0xb07fb2a571b3216e"

@@ -62,15 +62,12 @@ def stream_id(kind: str, name: str) -> int:
     return int.from_bytes(digest, "little") or 1
 
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-
-
 def output_streams(request_ids) -> np.ndarray:
     """The token streams of the requests' output tokens (uint64, never 0).
 
-    A vectorised FNV-1a over each id's UTF-8 bytes, finished with a splitmix64
-    avalanche; the value depends only on the id, never on the batch.
+    FNV-1a over each id's UTF-8 bytes, finished with a splitmix64 avalanche
+    (``aisim._core.tracescan.id_streams``); the value depends only on the id,
+    never on the batch.
 
     Parameters
     ----------
@@ -78,38 +75,22 @@ def output_streams(request_ids) -> np.ndarray:
         The ids (an Arrow array is read from its buffers, without a Python
         string per id).
     """
+    from aisim._core.tracescan import id_streams
+
     if isinstance(request_ids, pa.ChunkedArray):
         request_ids = request_ids.combine_chunks()
     if not isinstance(request_ids, pa.Array):
         request_ids = pa.array(list(request_ids), pa.string())
     arr = request_ids
     n = len(arr)
+    out = np.zeros(n, dtype=np.uint64)
     if n == 0:
-        return np.zeros(0, dtype=np.uint64)
+        return out
     wide = arr.type == pa.large_string()
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64 if wide else np.int32)[arr.offset:arr.offset + n + 1]
-    offsets = offsets.astype(np.int64)
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(1, np.uint8)
-    if data.size == 0:
-        data = np.zeros(1, np.uint8)
-    starts = offsets[:-1]
-    lens = offsets[1:] - starts
-    width = int(lens.max())
-    last = data.size - 1
-    h = np.full(n, _FNV_OFFSET, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(width):
-            live = lens > j
-            byte = data[np.minimum(starts + j, last)].astype(np.uint64)
-            h = np.where(live, (h ^ byte) * _FNV_PRIME, h)
-        h ^= lens.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)  # "output" domain and length
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    h[h == 0] = 1
-    return h
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] is not None else np.zeros(0, np.uint8)
+    id_streams(data, offsets.astype(np.int64), out)
+    return out
 
 
 def output_stream(request_id: str) -> int:
