@@ -233,7 +233,12 @@ def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:
     """
     from aisim._core.hashing import first_block_keys
 
-    keys = first_block_keys(trace, hash_block_size)
+    return private_of_keys(first_block_keys(trace, hash_block_size))
+
+
+def private_of_keys(keys: np.ndarray) -> np.ndarray:
+    """:func:`private_requests` from every request's first block key (``aisim._core.hashing.
+    first_block_keys``, 0: no full block): int8, 1 where no other request has the key."""
     order = np.argsort(keys)
     ranked = keys[order]
     twin = ranked[1:] == ranked[:-1]  # a key equal to its neighbour's in sorted order is shared

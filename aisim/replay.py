@@ -14,7 +14,7 @@ from aisim._core.constants import GROUP_KINDS
 from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.speculative import scheduler_view
-from aisim.core_input import CoreTrace, core_config, private_requests
+from aisim.core_input import CoreTrace, core_config, private_of_keys, private_requests
 from aisim.result_tables import requests_table, steps_table
 from aisim.errors import ConfigError, ReplayError, TraceError
 from aisim.summary import REJECTED, Totals, summarize
@@ -580,7 +580,7 @@ STREAM_COLUMNS = ("id_rank", "next_turn", "think_s", "next_think", "follows")
 
 def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, out_rows: int = 65536,
                   stats: dict | None = None, reject_too_long: bool = False, max_concurrency: int | None = None,
-                  macro_steps: bool = True):
+                  macro_steps: bool = True, private=None):
     """Replay a trace given in pieces, holding only the requests in flight; yield the results in pieces.
 
     The same replay as :func:`replay`, row for row and bit for bit, for a
@@ -616,6 +616,10 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
         closed-loop columns).
     macro_steps : bool
         Replay quiet stretches of decoding in one move, as :func:`replay` does.
+    private : numpy.ndarray of int8, optional
+        Every trace row's :func:`stream_private` flag: the core caches the blocks of requests
+        sharing none with any other without computing their keys, as :func:`replay` does.
+        The results are the same without it.
 
     Yields
     ------
@@ -648,9 +652,10 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     totals = Totals()
     source = iter(batches)
     fed = 0
+    row = 0  # trace rows read, rejected ones included
 
     def feed() -> None:
-        nonlocal fed
+        nonlocal fed, row
         piece = next(source, None)
         if piece is None:
             core.end_input()
@@ -663,8 +668,14 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             return  # nothing more is replayed; the rest of the input is only checked
         rejected = _rejected_mask(table, engine, reject_too_long)
         kept = table if rejected is None else table.filter(pa.array(~rejected))
+        flags = None
+        if private is not None:
+            flags = private[row:row + table.num_rows]
+            flags = flags if rejected is None else flags[~rejected]
+        row += table.num_rows
         if kept.num_rows:  # a piece of rejected rows only: the core asks for input again
-            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None, segs if rejected is None else None))
+            core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None, segs if rejected is None else None,
+                                  flags))
         rows = table.select(_ROW_COLUMNS + (["arrival_s"] if reject_too_long and timed else []))
         if table.num_rows:
             pending.append((rows, rejected))
@@ -763,10 +774,12 @@ def _summary_columns(requests: pa.Table, r: dict) -> dict:
     return rq
 
 
-def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, segs=None) -> CoreTrace:
+def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, segs=None,
+                private=None) -> CoreTrace:
     """One streamed piece as the core's request arrays (trace indices from ``offset``).
 
-    ``segs``: the piece's :func:`_segments_arrays` when already read (the checks read them).
+    ``segs``: the piece's :func:`_segments_arrays` when already read (the checks read them);
+    ``private``: its rows' :func:`stream_private` flags.
     """
     ids = table.column("request_id")
     n = len(ids)
@@ -791,7 +804,39 @@ def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, se
     arrays["arrival_time" if timed else "arrival_step"] = arrival
     if speculative and "accept" in names:
         arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(table)
-    return CoreTrace(**arrays)
+    return CoreTrace(**arrays, private=private)
+
+
+def stream_private(batches, engine: EngineConfig, *, timed: bool):
+    """The private requests of a trace given in pieces, for :func:`replay_stream`'s ``private``.
+
+    :func:`aisim.core_input.private_requests` over the whole trace, one pass over ``batches``
+    (holding 8 bytes a request); None when the engine caches no prefix.
+
+    Parameters
+    ----------
+    batches : iterable of pyarrow.Table or pyarrow.RecordBatch
+        The trace in trace order, as :func:`replay_stream` takes it.
+    engine : EngineConfig
+    timed : bool
+        Arrivals in seconds (``arrival_s``), else by engine step.
+
+    Returns
+    -------
+    numpy.ndarray of int8, or None
+        One flag per trace row, in trace order.
+    """
+    from aisim._core.hashing import first_block_keys
+
+    config = core_config(engine)
+    if not config.enable_prefix_caching:
+        return None
+    keys = [np.zeros(0, dtype=np.uint64)]
+    for piece in batches:
+        table = piece if isinstance(piece, pa.Table) else pa.Table.from_batches([piece])
+        if table.num_rows:
+            keys.append(first_block_keys(_core_chunk(table, timed, 0, False), config.hash_block_size))
+    return private_of_keys(np.concatenate(keys))
 
 
 class _ReplayModule(types.ModuleType):

@@ -22,7 +22,7 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.core_input import CoreTrace, core_config, private_requests
 from aisim.decisionlog import decision_lines, log_line_json
 from aisim.deploy import deploy
-from aisim.replay import _whole_arrays, replay
+from aisim.replay import _whole_arrays, replay, replay_stream, stream_private
 from aisim.traces import read_oracle_trace, read_trace
 from aisim.traces.schema import output_stream, stream_id, trace_table
 from aisim.traces.synth import synth_trace
@@ -146,6 +146,34 @@ def test_sample_traces_under_pressure_identical(path, monkeypatch):
                   max_model_len=16384, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5})
     res = _same_with_and_without(trace, eng, monkeypatch, reject_too_long=True)
     assert res.summary["preemptions"] > 0
+
+
+def _streamed(trace, eng, private, **kw):
+    pieces = [trace.slice(i, 97) for i in range(0, trace.num_rows, 97)]
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    out = {"requests": [], "steps": []}
+    for item in replay_stream(iter(pieces), eng, timed=timed, expected=trace.num_rows, out_rows=41,
+                              private=private, **kw):
+        if item[0] != "summary":
+            out[item[0]].append(item[1])
+    return [_bytes(pa.concat_tables(v).combine_chunks()) for v in out.values()]
+
+
+def test_streamed_replays_identical():
+    # The Mooncake sample in pieces of 97 rows with prompts of max_model_len or more rejected: the
+    # flags of one pass over the pieces (stream_private) line up with the rows the core is fed.
+    trace = read_trace(os.path.join(TRACES, "mooncake/synthetic_trace.jsonl"))
+    eng = _engine(num_gpu_blocks=1100, block_size=16, max_num_seqs=64, max_num_batched_tokens=1024,
+                  max_model_len=16384, time_model={"kind": "linear", "base_s": 0.02, "per_token_s": 1e-5})
+    pieces = [trace.slice(i, 97) for i in range(0, trace.num_rows, 97)]
+    private = stream_private(iter(pieces), eng, timed=True)
+    assert private.tolist() == _private(trace, eng)
+    assert 0 < private.sum() < trace.num_rows
+    lazy = _streamed(trace, eng, private, reject_too_long=True)
+    assert lazy == _streamed(trace, eng, None, reject_too_long=True)
+    whole = replay(trace, eng, reject_too_long=True)
+    assert whole.summary["preemptions"] > 0
+    assert lazy[1] == _bytes(whole.steps.combine_chunks())
 
 
 @pytest.mark.parametrize("fleet", [{"replicas": 3, "router": "round_robin"},

@@ -125,7 +125,7 @@ def _run_shard(desc: dict, parts: list) -> dict:
         ``summaries`` rows as dictionaries and the staged files.
     """
     from aisim.pipeline.merge import ShardTrace
-    from aisim.replay import replay_stream
+    from aisim.replay import replay_stream, stream_private
 
     t0 = time.perf_counter()
     engine = desc["engine_config"]
@@ -143,8 +143,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
         fleet = desc.get("deployment")
         # A deployment ranks the request ids itself (aisim.replay.run_deployment).
         # A deployment links a closed loop's turns itself too (aisim.deploy.deploy(closed_loop=...)).
-        batches = trace.batches(rank=engine.policy == "priority" and fleet is None,
-                                closed_loop=closed_loop and fleet is None, think_time_s=opts.get("think_time_s"))
+        order = dict(rank=engine.policy == "priority" and fleet is None, closed_loop=closed_loop and fleet is None,
+                     think_time_s=opts.get("think_time_s"))
+        batches = trace.batches(**order)
         load = {k: opts[k] for k in LOAD_KEYS if k in opts}
         if load:  # the model's merged trace re-timed, piece by piece, before the core
             retimer = Retimer(load, timed)
@@ -160,9 +161,11 @@ def _run_shard(desc: dict, parts: list) -> dict:
         else:
             index = 0
             summary = None
+            # A first pass finds the requests sharing no block with any other (keyed lazily by the core).
+            private = stream_private(trace.batches(**order), engine, timed=trace.clock == "time")
             for item in replay_stream(batches, engine, timed=timed, expected=trace.rows,
                                       reject_too_long=opts.get("reject_too_long", False),
-                                      max_concurrency=load.get("max_concurrency")):
+                                      max_concurrency=load.get("max_concurrency"), private=private):
                 if item[0] == "requests":
                     requests.add(_requests_table(desc, item[2], item[1], index))
                     index += item[1].num_rows
