@@ -69,7 +69,8 @@ MOE_EFFICIENCY = 1.0
 # The most new tokens an MLA request runs in the decode form: the decode threshold of vLLM's MLA
 # metadata builders (MLACommonMetadataBuilder.reorder_batch_threshold), 1 in the backends vLLM 0.11
 # picks (FlashMLA on Hopper, CUTLASS MLA on Blackwell, Triton MLA) and, without drafts, in 0.33's
-# Triton and FlashInfer MLA; 0.33's FlashAttention MLA (its first choice on Hopper) takes up to 512.
+# Triton and FlashInfer MLA.  Not followed: 0.33's FlashAttention MLA (its first choice on Hopper)
+# takes up to 512 and its FlashMLA up to 128; the time model is not told the release.
 MLA_DECODE_MAX_TOKENS = 1
 
 
