@@ -33,6 +33,11 @@ cdef struct TimeModelC:
     sec_t req_s                     # fixed seconds per scheduled request (the engine's per-request work)
     double flops_per_req            # FLOPs per scheduled request: the LM head on its last position
     double attn_rate                # FLOP/s of attention (its kernels reach another share of peak than matmuls)
+    # MLA's two forms: a request of more than decode_max_tokens new tokens (not a decode) runs in the prefill form
+    bint two_forms                  # the prefill form costs otherwise (MLA); else every request in the one form
+    tok_t decode_max_tokens         # the MLA backend's decode threshold (vLLM's reorder_batch_threshold)
+    double* attn_flops_prefill      # [n_terms] FLOPs per pair of a prefill-form request (multi-head over up-projected K, V)
+    double ctx_flops                # matmul FLOPs per cached context token of a prefill-form request (its up-projection)
     double moe_experts              # routed experts per MoE layer, E (0: no routed experts)
     double moe_log_miss             # log(1 - k / E): log of one token's chance to skip a given expert
     double moe_expert_bytes         # bytes of one routed expert over every MoE layer, per GPU

@@ -11,7 +11,12 @@
   recurrent state, over the effective bandwidth; the step costs ``overhead_s
   + per-request seconds * requests + max(compute, memory)`` plus its
   tensor-parallel all-reduces.  Prefill is thus compute-bound and decode
-  memory-bound;
+  memory-bound.  MLA runs a request in one of two forms, as vLLM's MLA
+  metadata builder splits the batch: a request of more than
+  ``decode_max_tokens`` new tokens that is not a decode is priced at
+  ``attn_flops_prefill`` a pair plus ``ctx_flops`` matmul FLOPs per token of
+  its cached context, every other at ``attn_flops`` (models without MLA:
+  one form, the same arithmetic);
 * table: linear (one axis) or bilinear (two axes) interpolation in a grid of
   measured forward passes over batch size, prefill tokens and KV tokens read.
   A step outside the measured range is never extrapolated: the model flags it
@@ -129,7 +134,8 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
     # then the tensor-parallel all-reduces, which wait for both.
     if b.n == 0:
         return tm.overhead_s
-    cdef double tokens = <double>b.total_tokens, attn = 0.0
+    cdef double tokens = <double>b.total_tokens, attn = 0.0, up = 0.0
+    cdef const double* af
     flops = tm.flops_per_token * tokens + tm.flops_per_req * <double>b.n
     bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
     if tm.moe_experts > 0.0 and tokens > 0.0:
@@ -138,13 +144,24 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
         bytes_ += (tm.moe_expert_bytes * tm.moe_experts
                    * (1.0 - exp(tokens * tm.moe_log_miss)))
     for i in range(b.n):
+        af = tm.attn_flops
+        # vLLM's MLA metadata builder (MLACommonMetadataBuilder.build -> split_decodes_and_prefills,
+        # vllm/model_executor/layers/attention/mla_attention.py) sends a request of more new tokens than
+        # its reorder_batch_threshold to the prefill path (forward_mha); a decode verifying drafts stays
+        # on the decode path, the threshold raised to 1 + drafts (_init_reorder_batch_threshold).
+        if tm.two_forms and b.tokens[i] > tm.decode_max_tokens and not b.decode[i]:
+            af = tm.attn_flops_prefill
+            up += <double>(b.ctx[i] - b.tokens[i])   # its cached context, up-projected this step
         for t in range(tm.n_terms):
             ctx = <double>b.ctx[i]
             if tm.window[t] > 0 and ctx > tm.window[t]:
                 ctx = <double>tm.window[t]
             pairs = _pairs(<double>b.tokens[i], <double>b.ctx[i], <double>tm.window[t])
-            attn += tm.attn_flops[t] * pairs
+            attn += af[t] * pairs
             bytes_ += tm.kv_bytes[t] * ctx   # every context token's K and V, read once
+    if tm.two_forms:
+        # _compute_prefill_context: kv_b_proj over the cached latent of every prefill-form request.
+        flops += tm.ctx_flops * up
     flops = flops / tm.flops_rate + attn / tm.attn_rate
     bytes_ = bytes_ / tm.bytes_rate
     return (tm.overhead_s + tm.req_s * <double>b.n + (flops if flops > bytes_ else bytes_)
@@ -170,7 +187,7 @@ cdef inline double _pairs(double n, double c, double w) noexcept nogil:
 cdef list tm_load(TimeModelC* tm, dict m):
     """Load a roofline or table model (a plain dict from aisim.perf, validated there) into
     ``tm``; returns the arrays its pointers borrow, which the caller keeps alive."""
-    cdef const double[::1] af, kb, xs, ys, lat
+    cdef const double[::1] af, afp, kb, xs, ys, lat
     cdef const tok_t[::1] win
     tm.kind = m["kind"]
     keep = []
@@ -178,9 +195,15 @@ cdef list tm_load(TimeModelC* tm, dict m):
         af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)
         kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
         win = np.ascontiguousarray(m["window"], dtype=np.int64)
-        keep += [af, kb, win]
+        afp = np.ascontiguousarray(m["attn_flops_prefill"], dtype=np.float64)
+        keep += [af, afp, kb, win]
         tm.n_terms = <int32_t>af.shape[0]
         tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
+        tm.attn_flops_prefill = <double*>&afp[0] if afp.shape[0] else NULL
+        tm.ctx_flops = m["ctx_flops"]
+        tm.decode_max_tokens = m["decode_max_tokens"]
+        # One form unless a term's prefill pairs cost otherwise or the context is up-projected.
+        tm.two_forms = tm.ctx_flops != 0.0 or list(m["attn_flops_prefill"]) != list(m["attn_flops"])
         tm.kv_bytes = <double*>&kb[0] if kb.shape[0] else NULL
         tm.window = <tok_t*>&win[0] if win.shape[0] else NULL
         tm.flops_per_token = m["flops_per_token"]

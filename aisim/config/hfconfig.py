@@ -212,8 +212,11 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
         attn_whole = hidden * (lora + rope) + (hidden * q_lora if q_lora else 0)
         attn_split = ((q_lora if q_lora else hidden) * heads * (nope + rope) + lora * heads * (nope + v_head)
                       + heads * v_head * hidden)
+        # Decode form over the latent (absorbed weights), prefill form over up-projected heads
+        # (vllm/v1/attention/backends/mla/common.py: MLACommonImpl.forward, _forward_prefill).
         attn_kind = LayerKind("full", 0, num_kv_heads=1, head_size=lora + rope, num_heads=heads,
-                              qk_dim=lora + rope, v_dim=lora, latent_dim=lora + rope)
+                              qk_dim=lora + rope, v_dim=lora, latent_dim=lora + rope,
+                              prefill_qk_dim=nope + rope, prefill_v_dim=v_head, up_rank=lora, up_dim=nope + v_head)
     else:
         gate = 2 if arch == "Qwen3NextForCausalLM" else 1  # Qwen3-Next gates the attention output
         attn_split = hidden * heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
@@ -285,7 +288,9 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
                                 head_size=base.head_size, sliding_window=window, state_bytes=base.state_bytes,
                                 prefill_checkpoint_alignment=base.prefill_checkpoint_alignment,
                                 num_heads=base.num_heads, qk_dim=base.qk_dim, v_dim=base.v_dim,
-                                latent_dim=base.latent_dim, state_flops=base.state_flops))
+                                latent_dim=base.latent_dim, state_flops=base.state_flops,
+                                prefill_qk_dim=base.prefill_qk_dim, prefill_v_dim=base.prefill_v_dim,
+                                up_rank=base.up_rank, up_dim=base.up_dim))
     active = dense + whole + moe_layers * top_k * expert
     label = name or (raw.get("_name_or_path") if isinstance(raw.get("_name_or_path"), str) else None) or source
     return ModelSpec(label, params=total, weight_bytes=DTYPE_BYTES[dtype], layers=tuple(layers), hidden_size=hidden,

@@ -44,6 +44,16 @@ class LayerKind:
     latent_dim : int
         MLA: elements of the compressed KV of one token (``kv_lora_rank +
         qk_rope_head_dim``); every tensor-parallel rank holds all of it.
+    prefill_qk_dim, prefill_v_dim : int
+        Per head, the QK and PV lengths of a request vLLM runs in the prefill form (0:
+        ``qk_dim`` and ``v_dim``, the one form of every non-MLA layer).  MLA prefills as
+        multi-head attention over up-projected keys and values: QK over
+        ``qk_nope_head_dim + qk_rope_head_dim``, PV over ``v_head_dim``.
+    up_rank, up_dim : int
+        MLA: ``kv_b_proj``, which up-projects a token's latent (``up_rank`` =
+        ``kv_lora_rank`` elements) into ``up_dim`` = ``qk_nope_head_dim + v_head_dim``
+        per head; a prefill-form request up-projects its cached context with it every
+        step (0: none).
     state_flops : float
         State layers: FLOPs of one token's recurrent update (all heads of one layer).
     """
@@ -61,6 +71,10 @@ class LayerKind:
     v_dim: int = 0
     latent_dim: int = 0
     state_flops: float = 0.0
+    prefill_qk_dim: int = 0
+    prefill_v_dim: int = 0
+    up_rank: int = 0
+    up_dim: int = 0
 
     def bytes_per_token(self, tp: int = 1) -> int:
         """KV bytes of one token in one layer, per GPU under tensor parallelism ``tp``.

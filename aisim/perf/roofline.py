@@ -11,8 +11,8 @@ same work on its share) costs
   logits at one position of each); attention, per layer kind, ``2 (qk + v)`` FLOPs per
   head per (new token, key) pair over the layer's share of heads, the pairs of ``n`` new
   tokens ending at context ``c`` being ``sum min(position, window)`` over their
-  positions (causal attention, a sliding window caps the keys; MLA multiplies over its
-  latent); linear-attention state updates per token.  Matrix products run at the GPU's
+  positions (causal attention, a sliding window caps the keys; MLA in two forms, below);
+  linear-attention state updates per token.  Matrix products run at the GPU's
   achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
   ``attention_efficiency``, the routed experts' products at the same rate x
   :data:`MOE_EFFICIENCY`; the rate of the weights' dtype (FP8 weights on a GPU without
@@ -26,12 +26,25 @@ same work on its share) costs
   scheduled request's KV cache (``min(context, window)`` tokens per attention layer; MLA's
   latent whole on every GPU, GQA's share of heads); each recurrent state read and
   written.  Over ``peak bandwidth x bandwidth_efficiency``.
+* **MLA** runs each request in one of two forms, as vLLM's MLA metadata builder splits the
+  batch (``MLACommonMetadataBuilder.build`` -> ``split_decodes_and_prefills`` with the
+  backend's ``reorder_batch_threshold``, ``vllm/model_executor/layers/attention/mla_attention.py``;
+  ``vllm/v1/attention/backends/mla/common.py`` before): a request of at most
+  :data:`MLA_DECODE_MAX_TOKENS` new tokens, or a decode verifying drafts, in the decode form
+  (``forward_mqa``: absorbed weights, QK over ``kv_lora_rank + qk_rope_head_dim``, PV over
+  ``kv_lora_rank`` a head); every other in the prefill form (``forward_mha``: multi-head
+  attention over up-projected keys and values, QK over ``qk_nope_head_dim +
+  qk_rope_head_dim``, PV over ``v_head_dim``), which also up-projects the latent of its cached
+  context through ``kv_b_proj`` every step (``_compute_prefill_context``, in workspace-sized
+  chunks): ``2 x kv_lora_rank x heads/tp x (qk_nope_head_dim + v_head_dim)`` matmul FLOPs per
+  context token per layer.  The new tokens' own up-projection (prefill) and the absorbed
+  ``W_UK``/``W_UV`` products (decode), the same count a token, are ``kv_b_proj``'s parameters
+  in the FLOPs per token.  Other layers have one form.
 * **all-reduce** (``tp > 1``): two per layer (after attention and after the MLP), each a
   ring over ``T x hidden x 2 bytes x 2 (tp - 1) / tp`` at the GPU's one-way interconnect
   bandwidth, plus a fixed latency (:mod:`aisim.config.gpus`).
 
-The step-level terms travel to the core after the per-term KV coefficients
-(``RooflineTail`` in ``ext/steptime.pxd``).
+The coefficients travel to the core as ``TimeModelC`` (``ext/steptime.pxd``).
 """
 
 from __future__ import annotations
@@ -53,6 +66,12 @@ ALLREDUCES_PER_LAYER = 2
 # Fitted by ``python benchmarks/timing_accuracy.py --fit``: 1.0, its bound; the fitting sources'
 # MoE rows (one GPU) move the fit's loss by 3 % between 0.4 and 1.0 (benchmarks/data/README.md).
 MOE_EFFICIENCY = 1.0
+# The most new tokens an MLA request runs in the decode form: the decode threshold of vLLM's MLA
+# metadata builders (MLACommonMetadataBuilder.reorder_batch_threshold), 1 in the backends vLLM 0.11
+# picks (FlashMLA on Hopper, CUTLASS MLA on Blackwell, Triton MLA) and, without drafts, in 0.33's
+# Triton and FlashInfer MLA.  Not followed: 0.33's FlashAttention MLA (its first choice on Hopper)
+# takes up to 512 and its FlashMLA up to 128; the time model is not told the release.
+MLA_DECODE_MAX_TOKENS = 1
 
 
 def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
@@ -73,13 +92,16 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         ``flops_per_token`` (``expert_flops_per_token`` of it the routed experts'),
         ``flops_per_req``, ``weight_bytes``, ``state_bytes`` (per request),
         ``attn_flops``/``kv_bytes``/``window`` (one entry per attention layer kind),
+        ``attn_flops_prefill`` (the same kinds' FLOPs a pair in MLA's prefill form; else
+        ``attn_flops``), ``ctx_flops`` (MLA: matmul FLOPs per cached context token of a
+        request in the prefill form; else 0),
         ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``, ``comm_per_token_s``,
         ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
         ``attention_flops`` (achievable in the KV cache's dtype), ``peak_bytes``.
     """
     wb = DTYPE_BYTES[dtype]
-    attn_flops, kv_bytes, window = [], [], []
-    state = state_flops = 0.0
+    attn_flops, attn_flops_prefill, kv_bytes, window = [], [], [], []
+    state = state_flops = ctx_flops = 0.0
     fp8_kv = True
     for layer in model.layers:
         if layer.num_kv_heads:
@@ -87,6 +109,9 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
             heads = (layer.num_heads or model.num_heads) / tp
             qk, v = layer.qk_dim or layer.head_size, layer.v_dim or layer.head_size
             attn_flops.append(2.0 * (qk + v) * heads * layer.count)
+            pqk, pv = layer.prefill_qk_dim or qk, layer.prefill_v_dim or v
+            attn_flops_prefill.append(2.0 * (pqk + pv) * heads * layer.count)
+            ctx_flops += 2.0 * layer.up_rank * layer.up_dim * heads * layer.count
             kv_bytes.append(float(layer.bytes_per_token(tp) * layer.count))
             window.append(int(layer.sliding_window or 0))
         if layer.state_bytes:
@@ -119,6 +144,7 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         "flops_per_token": flops_per_token, "expert_flops_per_token": expert_flops, "flops_per_req": flops_per_req,
         "weight_bytes": weights,
         "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
+        "attn_flops_prefill": attn_flops_prefill, "ctx_flops": ctx_flops,
         "moe_experts": experts, "moe_log_miss": miss, "moe_expert_bytes": expert_bytes,
         "comm_s": comm_s, "comm_per_token_s": comm_per_token_s,
         "peak_flops": gpu.flops_for(dtype), "matmul_flops": gpu.achievable_flops(dtype),
@@ -150,6 +176,9 @@ def roofline_args(tm) -> dict:
         "kind": TIME_MODEL_KINDS["roofline"],
         "flops_per_token": t["flops_per_token"],
         "attn_flops": t["attn_flops"],
+        "attn_flops_prefill": t["attn_flops_prefill"],
+        "ctx_flops": t["ctx_flops"],
+        "decode_max_tokens": MLA_DECODE_MAX_TOKENS,
         "kv_bytes": t["kv_bytes"],
         "window": t["window"],
         "state_bytes": t["state_bytes"],
