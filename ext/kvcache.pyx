@@ -469,7 +469,7 @@ cdef tok_t _blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n_tokens, bin
 
 # ------------------------------------------------------------------ window and state releases
 
-cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) noexcept nogil:
+cdef int _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) except -1 nogil:
     """remove_skipped_blocks: null and free blocks that left the window."""
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
@@ -478,7 +478,7 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
     cdef int32_t sb, i, first, n = g.table_len[s]
     cdef block_id_t front
     if g.spec.kind == GK_FULL or g.spec.kind == GK_RING:
-        return
+        return 0
     front = bp_head(&kv.pool)
     if skipped > 0:
         sb = <int32_t>tmin(skipped // g.spec.block_size, n)
@@ -493,10 +493,16 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
                     table[i] = 0
                 g.retired[s] = sb
         else:
+            if r.lazy_keys and sb > 0:
+                # Freed blocks leave the request's table: those cached lazily get their keys now,
+                # which its lookup after a preemption could find (kv_key_lazy keys the rest).
+                hash_extend(kv, r, sb)
             # Highest index first, stopping at the first null.
             for i in range(sb - 1, -1, -1):
                 if table[i] == 0:
                     break
+                if r.lazy_keys:
+                    _key_lazy_block(kv, gi, r, i, table[i])
                 bp_free_one(&kv.pool, table[i], &front)
                 table[i] = 0
     if g.spec.kind == GK_MAMBA and g.spec.align_mode:
@@ -506,6 +512,7 @@ cdef void _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) no
             front = bp_head(&kv.pool)
             bp_free_one(&kv.pool, table[i], &front)
             table[i] = 0
+    return 0
 
 
 # ------------------------------------------------------------------ allocation
@@ -657,13 +664,18 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
         f = <int32_t>(tmin(n, <tok_t>kv_n_hashes(kv, r) * h) // bs)
     else:
         f = <int32_t>(n // bs)
-    if c < f and r.lazy_keys:
-        # Cached without keys (kv_lazy_ok: one full-attention group, no mask, no partial entries).
-        bp_cache_lazily(&kv.pool, &table[c], f - c, c * bs, bs)
-        g.num_cached[s] = f
-        return 0
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
+        if r.lazy_keys:
+            # Cached without keys (kv_lazy_ok: attention groups at the hash block, no partial entries).
+            if not masked:
+                bp_cache_lazily(&kv.pool, &table[c], f - c, c * bs, bs)
+            else:
+                for i in range(c, f):
+                    if kv.mask[i - c]:
+                        bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
+            g.num_cached[s] = f
+            return 0
         for i in range(c, f):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
@@ -751,35 +763,54 @@ cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil:
     """Whether a request that shares no block with any other may be keyed lazily here.
 
     Such a request's keys can only ever be found by its own lookup after a preemption, so its
-    blocks are cached without them (bp_mark_lazy: the free queue, the counts and evictions see a
-    cached block) and keyed when it is preempted (kv_key_lazy).  On only where nothing else reads
-    a key: one full-attention group hashed at its block size (no partial entries, no copied
-    blocks, no state), no speculative-decoding key rules, no router reading key events.
+    blocks are cached without them (bp_cache_lazily: the free queue, the counts and evictions see
+    a cached block) and keyed when it is preempted (kv_key_lazy), or when a window or a local
+    chunk frees one of them before that (_remove_skipped).  On only where nothing else reads a
+    key: attention groups (full, sliding window, chunked local; ring buffers cache nothing) with
+    blocks of the hash block (no partial entries, no copied blocks), no state groups, no
+    speculative-decoding key rules, no router reading key events.
     """
-    return (kv.caching and kv.n_groups == 1 and kv.groups[0].spec.kind == GK_FULL
-            and kv.groups[0].spec.cacheable and kv.groups[0].spec.block_size == kv.hash_block_size
-            and not kv.fine and not kv.eagle and kv.hash_lookahead == 0 and not kv.pool.log_keys)
+    cdef int32_t gi
+    cdef const GroupSpecC* g
+    if not kv.caching or kv.fine or kv.eagle or kv.hash_lookahead > 0 or kv.pool.log_keys:
+        return False
+    for gi in range(kv.n_groups):
+        g = &kv.groups[gi].spec
+        if g.kind == GK_RING or not g.cacheable:
+            continue
+        if (g.kind != GK_FULL and g.kind != GK_SWA and g.kind != GK_CHUNKED) or g.block_size != kv.hash_block_size:
+            return False
+    return True
+
+
+cdef inline int _key_lazy_block(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, block_id_t blk) except -1 nogil:
+    # Block i of group gi of a lazily keyed request gets its key (its hash computed by the caller).
+    if blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_LAZY:
+        bp_key_lazy(&kv.pool, blk, group_key(kv_hashes(kv, r.slot)[i], gi))
+    return 0
 
 
 cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil:
     """``r`` is preempted: its re-admission will look up its own blocks, so those it cached
     without keys get them now, the keys they would have had since they were cached."""
     cdef slot_t s = r.slot
-    cdef int32_t i, n
+    cdef int32_t gi, i, n = 0
     cdef block_id_t* table
-    cdef hash_t* hashes
     if not r.lazy_keys:
         return 0
     r.lazy_keys = 0
-    if s < 0 or kv.groups[0].num_cached[s] <= 0:
+    if s < 0:
         return 0
-    n = kv.groups[0].num_cached[s]
+    for gi in range(kv.n_groups):
+        if kv.groups[gi].num_cached[s] > n:
+            n = kv.groups[gi].num_cached[s]
+    if n == 0:
+        return 0
     hash_extend(kv, r, n)
-    table = kv_table(kv, 0, s)
-    hashes = kv_hashes(kv, s)
-    for i in range(n):
-        if table[i] != 0 and kv.pool.blk[table[i]].tag == TAG_LAZY:
-            bp_key_lazy(&kv.pool, table[i], group_key(hashes[i], 0))
+    for gi in range(kv.n_groups):
+        table = kv_table(kv, gi, s)
+        for i in range(kv.groups[gi].num_cached[s]):
+            _key_lazy_block(kv, gi, r, i, table[i])
     return 0
 
 

@@ -129,6 +129,24 @@ def test_session_turns_that_quote_answers(monkeypatch):
     assert res.requests.column("cached_tokens").to_pylist() == [0, 0, 128]
 
 
+def test_a_window_frees_blocks_a_preempted_request_finds_again(monkeypatch):
+    # Full attention and a 12-token window, 20 usable blocks of 4 tokens: the window frees blocks of
+    # the requests it slides over; requests are preempted and resumed.  Their lookups after a
+    # preemption find blocks a window freed before it: keyed when the window freed them.
+    eng = _engine(num_gpu_blocks=21, block_size=4, max_num_batched_tokens=8, max_num_seqs=6, max_model_len=32,
+                  vllm_version="0.31.0", enable_chunked_prefill=True,
+                  kv_cache_groups=[{"type": "full", "page_size_bytes": 1, "prefix_cacheable": True},
+                                   {"type": "sliding_window", "sliding_window": 12, "page_size_bytes": 1,
+                                    "prefix_cacheable": True}],
+                  cache_extra={"prefix_match_unit": 4})
+    shape = [(19, 13, 23), (4, 28, 8), (13, 18, 23), (16, 16, 3), (30, 2, 9), (24, 8, 27), (17, 13, 7), (20, 10, 2),
+             (26, 6, 6), (29, 3, 11), (28, 4, 4), (11, 21, 11)]
+    trace = make_trace([dict(id=f"r{i:02d}", prompt=p, max_tokens=m, at=a) for i, (p, m, a) in enumerate(shape)])
+    assert _private(trace, eng) == [1] * len(shape)
+    res = _same_with_and_without(trace, eng, monkeypatch)
+    assert res.summary["prefix_cache_stats"]["preempted_hits"] > 0
+
+
 # ------------------------------------------------------------------ recorded and sample traces
 
 @pytest.mark.parametrize("scenario", sorted(os.listdir(ORACLE)))
@@ -209,25 +227,33 @@ requests = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
-@given(reqs=requests, block=st.sampled_from([2, 4, 8]), blocks=st.integers(10, 80), seqs=st.integers(1, 6),
+@given(reqs=requests, block=st.sampled_from([2, 4, 8]), spare=st.integers(0, 60), seqs=st.integers(1, 6),
        budget=st.sampled_from([3, 6, 16, 64]), chunked=st.booleans(), version=st.sampled_from(["0.31.0", "0.32.0",
                                                                                               "0.33.0"]),
        policy=st.sampled_from(["fcfs", "priority"]), asynchronous=st.booleans(), macro=st.booleans(),
-       swa=st.booleans())
-def test_random_traces_identical(reqs, block, blocks, seqs, budget, chunked, version, policy, asynchronous, macro,
-                                 swa, monkeypatch):
+       second=st.sampled_from([None, {"type": "sliding_window", "sliding_window": 8},
+                               {"type": "sliding_window", "sliding_window": 13},
+                               {"type": "chunked_local", "attention_chunk_size": 8}, {"type": "ring"}]),
+       retention=st.sampled_from([None, 4, 8, 16]), mml=st.sampled_from([32, 48, 96]))
+def test_random_traces_identical(reqs, block, spare, seqs, budget, chunked, version, policy, asynchronous, macro,
+                                 second, retention, mml, monkeypatch):
     groups = [{"type": "full", "page_size_bytes": 1, "prefix_cacheable": True}]
-    if swa:  # a second group: lazy keys stay off, the results must not move either
-        groups.append({"type": "sliding_window", "sliding_window": 8, "page_size_bytes": 1, "prefix_cacheable": True})
-    mml = 96
+    if second:  # a window or a local chunk frees blocks a preempted request could find again
+        groups.append(dict(second, page_size_bytes=1, prefix_cacheable=second["type"] != "ring"))
+    # A pool just big enough for one request of max_model_len in every group, plus ``spare`` blocks.
+    blocks = len(groups) * -(-mml // block) + 2 + spare
     kw = dict(num_gpu_blocks=blocks, block_size=block, max_num_batched_tokens=max(budget, 1 if chunked else mml),
               max_num_seqs=seqs, max_model_len=mml, kv_cache_groups=groups, enable_chunked_prefill=chunked,
               vllm_version=version, policy=policy, async_scheduling=asynchronous,
               time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 0.001})
-    if swa:
+    if second:
+        # Sparse retention caches only some window blocks: a resumed request's window may then
+        # match blocks freed long before its preemption.
         kw["cache_extra"] = {"prefix_match_unit": block}
+        if retention:
+            kw["cache_extra"]["prefix_cache_retention_interval"] = retention
     try:
         eng = engine_config_from_dict(kw)
     except Exception:
