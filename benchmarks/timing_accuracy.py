@@ -7,10 +7,12 @@ GPU, model and tensor-parallel size.  Each is replayed through aisim:
 * ``burst``: every request sent at once (``vllm bench serve`` at request rate ``inf``);
 * ``concurrency``: at most ``concurrency`` requests in flight (``--max-concurrency``):
   ``replay(..., max_concurrency=C)``, the core sending a request when another finishes;
-* ``rate``: Poisson sends at ``rate_rps``, seeded.
+* ``rate``: Poisson sends at ``rate_rps``, seeded; with a ``concurrency`` too, at most that
+  many in flight (``--request-rate R --max-concurrency C``), a send due while ``C`` are in
+  flight waiting for one to finish.
 
-A burst's and a Poisson run's requests reach the engine through the API server's serial
-queue (:mod:`aisim.perf.frontend`); latencies and throughput count from the client's sends.
+An uncapped burst's and Poisson run's requests reach the engine through the API server's
+serial queue (:mod:`aisim.perf.frontend`); latencies and throughput count from the client's sends.
 
 The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's batch
 limits for the GPU, the KV cache left by the weights at the point's
@@ -93,11 +95,12 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
     (``vllm bench serve``'s random prompts repeat when a seed is reused): one warm-up
     request per prompt computes them first, and the measured requests (ids ``r...``)
     are sent ``WARM_UP_S`` later.  ``frontend``: the API server's cost per request and
-    per prompt token (:mod:`aisim.perf.frontend`); a burst's or a Poisson run's requests
-    reach the engine when the serial server has handled them, while the send times
-    (returned, one per measured request) stay the client's.  A ``concurrency`` run's
-    requests are held by the client's cap (``replay(..., max_concurrency=C)``, as
-    ``vllm bench serve --max-concurrency``); the core decides when each is sent.
+    per prompt token (:mod:`aisim.perf.frontend`); a burst's or an uncapped Poisson run's
+    requests reach the engine when the serial server has handled them, while the send times
+    (returned, one per measured request) stay the client's.  A run with a ``concurrency``
+    (a ``concurrency`` run, or a Poisson run under a cap) has its requests held by the
+    client's cap (``replay(..., max_concurrency=C)``, as ``vllm bench serve
+    --max-concurrency``); the core decides when each is sent.
     """
     from aisim.perf.frontend import engine_arrivals
     from aisim.traces import from_frame
@@ -107,12 +110,8 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
     cols = {"request_id": [f"r{i}" for i in range(n)], "prompt_len": [point["input_len"]] * n,
             "max_tokens": [point["output_len"]] * n, "prefix_group": list(range(n)),
             "prefix_len": [min(cached, point["input_len"])] * n}
-    kw = {}
-    if point["workload"] == "burst":
+    if point["workload"] in ("burst", "concurrency"):
         send = np.full(n, t0)
-    elif point["workload"] == "concurrency":
-        send = np.full(n, t0)
-        kw = {"max_concurrency": point["concurrency"]}
     elif point["workload"] == "rate":
         rng = np.random.default_rng(point["seed"] or 0)
         gaps = rng.exponential(1.0 / point["rate_rps"], n)
@@ -120,7 +119,8 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
         send = t0 + np.cumsum(gaps)
     else:
         raise ValueError(f"{point['point']}: unknown workload {point['workload']!r}")
-    if point["workload"] == "concurrency":
+    kw = {"max_concurrency": point["concurrency"]} if capped(point) else {}
+    if capped(point):
         cols["arrival_time"] = send.tolist()
     else:
         cols["arrival_time"] = engine_arrivals(send, cols["prompt_len"], *frontend).tolist()
@@ -132,6 +132,11 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
         cols["prefix_len"] += [cached] * n
         cols["arrival_time"] += [0.0] * n
     return from_frame(pa.table(cols)), kw, send
+
+
+def capped(point: dict) -> bool:
+    """Whether the client holds the point's requests in flight to a ``concurrency``."""
+    return point["workload"] == "concurrency" or (point["workload"] == "rate" and bool(point["concurrency"]))
 
 
 STAT = {"mean": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p99": "p99"}
@@ -149,11 +154,12 @@ def predict(point: dict, efficiencies: dict) -> dict:
 
     ``efficiencies``: the time model's :data:`FREE_ROOFLINE` numbers and the API server's
     :data:`FREE_FRONTEND` costs.  Latencies count from the client's send: a burst's or
-    a Poisson run's first token comes after the API server's queue and the engine; a
-    ``concurrency`` run holds at most ``C`` requests, so the server's queue is taken as
-    empty and each request's first token comes its service time after the engine's
-    (the engine sees it at once: the core has no delay between the cap's release and
-    the engine).  A point published as the mean of several runs with different
+    an uncapped Poisson run's first token comes after the API server's queue and the engine; a
+    run under a cap (a ``concurrency`` run, a capped Poisson run) holds at most ``C``
+    requests, so the server's queue is taken as empty and each request's first token
+    comes its service time after the engine's, counted from the cap's release (the
+    engine sees it at once: the core has no delay between the cap's release and the
+    engine).  A point published as the mean of several runs with different
     prefix-cache states (``cached_prefix_by_run``) is predicted as the mean of their
     replays.
     """
@@ -173,7 +179,7 @@ def predict(point: dict, efficiencies: dict) -> dict:
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
                for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
-        if point["workload"] == "concurrency":
+        if capped(point):
             send = col["arrival_s"]   # when the cap let the client send it
             ttft = col["ttft_s"] + service_s([point["input_len"]] * len(send), *frontend)
         else:

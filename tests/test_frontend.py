@@ -64,6 +64,24 @@ def test_harness_caps_concurrency_and_queues_bursts():
     assert np.allclose(trace.column("arrival_s").to_pylist(), [0.01, 0.02, 0.03, 0.04])
 
 
+def test_harness_caps_a_poisson_run_without_the_server_queue():
+    # --request-rate R --max-concurrency C: the Poisson sends go to the core as they are, held by the
+    # cap; the same run uncapped reaches the engine through the server's queue (10 ms a request).
+    h = _harness()
+    point = {"point": "p", "num_prompts": 4, "input_len": 100, "output_len": 8, "workload": "rate",
+             "concurrency": 2, "rate_rps": 1000.0, "seed": 7}
+    trace, kw, send = h.trace_for(point, 0, (0.01, 0.0))
+    assert kw == {"max_concurrency": 2}
+    assert h.capped(point)
+    assert send[0] == 0.0 and np.all(np.diff(send) > 0)
+    assert np.allclose(trace.column("arrival_s").to_pylist(), send)
+    uncapped = dict(point, concurrency=None)
+    trace, kw, send = h.trace_for(uncapped, 0, (0.01, 0.0))
+    assert kw == {} and not h.capped(uncapped)
+    assert np.allclose(trace.column("arrival_s").to_pylist(), engine_arrivals(send, [100] * 4, 0.01, 0.0))
+    assert trace.column("arrival_s").to_pylist()[0] == pytest.approx(0.01)
+
+
 def test_published_points_name_catalog_models_and_gpus():
     from aisim.config.catalog import get_gpu, get_model
 
