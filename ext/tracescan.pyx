@@ -414,18 +414,21 @@ def line_ids(bytes prefix not None, const int64_t[::1] lines not None, int32_t[:
     return text
 
 
+cdef inline uint64_t _stream_mix(uint64_t x) noexcept nogil:
+    # splitmix64's finaliser (Steele, Lea and Flood 2014); 0 becomes 1 (0 is no stream).
+    x ^= x >> 30
+    x *= 0xBF58476D1CE4E5B9ULL
+    x ^= x >> 27
+    x *= 0x94D049BB133111EBULL
+    x ^= x >> 31
+    return x if x != 0 else 1
+
+
 cdef void _splitmix(const uint64_t* ids, int64_t n, uint64_t seed, uint64_t* out) noexcept nogil:
-    # splitmix64 (Steele, Lea and Flood 2014) of id * golden + seed; 0 becomes 1 (0 is no stream).
+    # splitmix64 of id * golden + seed.
     cdef int64_t i
-    cdef uint64_t x
     for i in range(n):
-        x = ids[i] * 0x9E3779B97F4A7C15ULL + seed
-        x ^= x >> 30
-        x *= 0xBF58476D1CE4E5B9ULL
-        x ^= x >> 27
-        x *= 0x94D049BB133111EBULL
-        x ^= x >> 31
-        out[i] = x if x != 0 else 1
+        out[i] = _stream_mix(ids[i] * 0x9E3779B97F4A7C15ULL + seed)
 
 
 def unit_streams(const uint64_t[::1] ids not None, uint64_t seed, uint64_t[::1] out not None):
@@ -441,7 +444,7 @@ def unit_streams(const uint64_t[::1] ids not None, uint64_t seed, uint64_t[::1] 
 
 cdef void _id_streams(const uint8_t* data, const int64_t* offsets, int64_t n, uint64_t* out) noexcept nogil:
     # FNV-1a over each id's bytes, its length folded in with the golden ratio (the "output" domain),
-    # finished with splitmix64's avalanche; 0 becomes 1 (0 is no stream).
+    # finished with splitmix64's finaliser.
     cdef int64_t i, j
     cdef uint64_t h
     for i in range(n):
@@ -449,12 +452,7 @@ cdef void _id_streams(const uint8_t* data, const int64_t* offsets, int64_t n, ui
         for j in range(offsets[i], offsets[i + 1]):
             h = (h ^ data[j]) * 0x100000001B3ULL
         h ^= <uint64_t>(offsets[i + 1] - offsets[i]) + 0x9E3779B97F4A7C15ULL
-        h ^= h >> 30
-        h *= 0xBF58476D1CE4E5B9ULL
-        h ^= h >> 27
-        h *= 0x94D049BB133111EBULL
-        h ^= h >> 31
-        out[i] = h if h != 0 else 1
+        out[i] = _stream_mix(h)
 
 
 def id_streams(const uint8_t[::1] data not None, const int64_t[::1] offsets not None, uint64_t[::1] out not None):

@@ -1,5 +1,7 @@
 """Small builders shared by the tests."""
 
+import pyarrow as pa
+
 from aisim.config.engine import engine_config_from_dict
 from aisim.decisionlog import decision_lines
 from aisim.replay import replay
@@ -65,3 +67,11 @@ def run_log(engine, requests, clock="step"):
         if line["type"] == "step":
             steps[line["step"]] = line
     return steps, lines[-1], result
+
+
+def ipc_bytes(table):
+    """The table as Arrow IPC bytes: byte-identical tables, NaN times included."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()

@@ -28,16 +28,9 @@ from aisim.traces.schema import output_stream, stream_id, trace_table
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE
-from helpers import make_trace, oracle_engine_dict
+from helpers import ipc_bytes, make_trace, oracle_engine_dict
 
 TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
-
-
-def _bytes(table):
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def _private(trace, eng):
@@ -50,8 +43,8 @@ def _same_with_and_without(trace, eng, monkeypatch, **kw):
     with monkeypatch.context() as m:
         m.setattr(replay_module, "private_requests", lambda ct, size: np.zeros(len(ct.prompt_len), dtype=np.int8))
         keyed = replay(trace, eng, record_decisions=True, **kw)
-    assert _bytes(lazy.steps) == _bytes(keyed.steps)
-    assert _bytes(lazy.requests) == _bytes(keyed.requests)
+    assert ipc_bytes(lazy.steps) == ipc_bytes(keyed.steps)
+    assert ipc_bytes(lazy.requests) == ipc_bytes(keyed.requests)
     assert json.dumps(lazy.summary) == json.dumps(keyed.summary)
     assert [log_line_json(x) for x in decision_lines(lazy)] == [log_line_json(x) for x in decision_lines(keyed)]
     return lazy
@@ -174,7 +167,7 @@ def _streamed(trace, eng, private, **kw):
                               private=private, **kw):
         if item[0] != "summary":
             out[item[0]].append(item[1])
-    return [_bytes(pa.concat_tables(v).combine_chunks()) for v in out.values()]
+    return [ipc_bytes(pa.concat_tables(v).combine_chunks()) for v in out.values()]
 
 
 def test_streamed_replays_identical():
@@ -191,7 +184,7 @@ def test_streamed_replays_identical():
     assert lazy == _streamed(trace, eng, None, reject_too_long=True)
     whole = replay(trace, eng, reject_too_long=True)
     assert whole.summary["preemptions"] > 0
-    assert lazy[1] == _bytes(whole.steps.combine_chunks())
+    assert lazy[1] == ipc_bytes(whole.steps.combine_chunks())
 
 
 @pytest.mark.parametrize("fleet", [{"replicas": 3, "router": "round_robin"},
@@ -210,8 +203,8 @@ def test_deployments_identical(fleet, monkeypatch):
         m.setattr(replay_module, "private_requests", lambda ct, size: np.zeros(len(ct.prompt_len), dtype=np.int8))
         keyed = deploy(trace, eng, fleet)
     assert lazy.summary["preemptions"] > 0
-    assert _bytes(lazy.requests) == _bytes(keyed.requests)
-    assert _bytes(lazy.steps) == _bytes(keyed.steps)
+    assert ipc_bytes(lazy.requests) == ipc_bytes(keyed.requests)
+    assert ipc_bytes(lazy.steps) == ipc_bytes(keyed.steps)
 
 
 # ------------------------------------------------------------------ property

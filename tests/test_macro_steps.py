@@ -26,19 +26,11 @@ from aisim.traces import read_oracle_trace, read_trace
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE, SPEC_ORACLE
-from helpers import make_trace, oracle_engine_dict
+from helpers import ipc_bytes, make_trace, oracle_engine_dict
 
 SCENARIOS = sorted(os.listdir(ORACLE))
 SPEC_SCENARIOS = sorted(os.listdir(SPEC_ORACLE))
 TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
-
-
-def _bytes(table):
-    """The table as Arrow IPC bytes: byte-identical tables, NaN times included."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def _log(result):
@@ -48,8 +40,8 @@ def _log(result):
 def _same_both_ways(trace, eng, **kw):
     on = replay(trace, eng, record_decisions=True, macro_steps=True, **kw)
     off = replay(trace, eng, record_decisions=True, macro_steps=False, **kw)
-    assert _bytes(on.steps) == _bytes(off.steps)
-    assert _bytes(on.requests) == _bytes(off.requests)
+    assert ipc_bytes(on.steps) == ipc_bytes(off.steps)
+    assert ipc_bytes(on.requests) == ipc_bytes(off.requests)
     assert json.dumps(on.summary) == json.dumps(off.summary)
     assert _log(on) == _log(off)
     return on
@@ -209,7 +201,7 @@ def test_streamed_replay_identical_both_ways():
     pieces = [t.slice(i, 50) for i in range(0, t.num_rows, 50)]
     steps = [item[1] for item in replay_stream(iter(pieces), eng, timed=False, expected=t.num_rows, out_rows=37)
              if item[0] == "steps"]
-    assert _bytes(pa.concat_tables(steps).combine_chunks()) == _bytes(whole.steps.combine_chunks())
+    assert ipc_bytes(pa.concat_tables(steps).combine_chunks()) == ipc_bytes(whole.steps.combine_chunks())
 
 
 # ------------------------------------------------------------------ deployments
@@ -231,8 +223,8 @@ def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
     off = deploy(trace, eng, deployment, record_decisions=True, record_routing=True, macro_steps=False, **kw)
     assert on.routing.keys() == off.routing.keys()
     assert all(np.asarray(on.routing[k]).tobytes() == np.asarray(off.routing[k]).tobytes() for k in on.routing)
-    assert _bytes(on.requests) == _bytes(off.requests)
-    assert _bytes(on.steps) == _bytes(off.steps)
+    assert ipc_bytes(on.requests) == ipc_bytes(off.requests)
+    assert ipc_bytes(on.steps) == ipc_bytes(off.steps)
     assert [_log(r) for r in on.replicas] == [_log(r) for r in off.replicas]
     assert taken[1] == 0
     return taken[0]
