@@ -28,9 +28,16 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
 
     * a chunked-local group frees its blocks of the last chunk when the tokens processed enter a
       new chunk (``num_computed % chunk`` 0, asynchronous 1), so the period takes in its chunk.
+    * a state group (Mamba, any mode) holds one running state block: a decode appends the next
+      one as the new token starts a block (``num_computed % block_size == 0``; align mode:
+      MambaManager.allocate_new_blocks, one block a step, no checkpoint for a one-token decode),
+      then retires the blocks below and frees the state it kept one step as the next initial
+      state once the tokens processed cross into the new block (``num_computed % block_size``
+      1, asynchronous 2: remove_skipped_blocks with get_num_skipped_tokens = processed - 1).
+      Its blocks are cached as they fill (the rule above; the partial tail state is a prompt's).
 
-    0 (no quiet residues known) for Mamba state and the speculative-decoding rules (those decodes
-    are always stepped one at a time), or a period longer than ``cap``.
+    0 (no quiet residues known) for the speculative-decoding rules (those decodes are always
+    stepped one at a time), or a period longer than ``cap``.
     """
     cdef tok_t S = kv.sched_block_size, P = kv.sched_block_size, x, bs, w
     cdef int32_t gi
@@ -53,9 +60,9 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
         w = g.window
         if g.kind == GK_RING:
             continue
-        if g.kind != GK_FULL and g.kind != GK_SWA and g.kind != GK_CHUNKED:
+        if g.kind != GK_FULL and g.kind != GK_SWA and g.kind != GK_CHUNKED and g.kind != GK_MAMBA:
             return 0
-        if S % bs != 0:
+        if S % bs != 0 or g.num_spec != 0:
             return 0
         for x in range(P):
             if x % bs == 0 or (x + 1) % bs == 0 or (x + 1) % S == 0:
@@ -63,6 +70,8 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
             if g.kind == GK_SWA and (x % bs == (w - 1) % bs or x % bs == w % bs):
                 works[x] = 1
             if g.kind == GK_CHUNKED and (x % w == 0 or x % w == 1):
+                works[x] = 1
+            if g.kind == GK_MAMBA and (x % bs == 1 or x % bs == 2):
                 works[x] = 1
     return P
 
@@ -79,18 +88,28 @@ cdef inline tok_t _gcd(tok_t a, tok_t b) noexcept nogil:
 cdef bint kv_decode_settled(const KVCacheC* kv, const ReqC* r) noexcept nogil:
     """``r``'s next one-token decode follows kv_decode_period's residues: no group still has a
     partial prefix hit to copy (the first allocation after the hit makes the copy), and every
-    sliding window or local chunk has released the blocks it left by the tokens processed (``num_computed_tokens``
-    less those in flight; the first decode after a prefill releases all of them at once:
-    remove_skipped_blocks)."""
-    cdef int32_t gi, sb
+    sliding window, local chunk or state group has released the blocks it left by the tokens
+    processed (``num_computed_tokens`` less those in flight; the first decode after a prefill
+    releases all of them at once: remove_skipped_blocks); a state group in align mode has also
+    dropped the state it kept as a chunk's initial state and the prefill's checkpoint (the
+    first decode's get_num_blocks_to_allocate clears it)."""
+    cdef int32_t gi, sb, last
+    cdef tok_t processed = r.num_computed - r.num_in_flight
     cdef const GroupC* g
+    cdef const block_id_t* table
     for gi in range(kv.n_groups):
         g = &kv.groups[gi]
         if g.partial_idx[r.slot] >= 0:
             return False
-        if g.spec.kind == GK_SWA or g.spec.kind == GK_CHUNKED:
-            sb = <int32_t>tmin(_skipped_tokens(g, r.num_computed - r.num_in_flight) // g.spec.block_size,
-                               g.table_len[r.slot])
-            if sb > 0 and kv_table(kv, gi, r.slot)[sb - 1] != 0:
+        if g.spec.kind == GK_SWA or g.spec.kind == GK_CHUNKED or g.spec.kind == GK_MAMBA:
+            table = kv_table(kv, gi, r.slot)
+            sb = <int32_t>tmin(_skipped_tokens(g, processed) // g.spec.block_size, g.table_len[r.slot])
+            if g.spec.kind == GK_MAMBA and g.spec.align_mode:
+                # _remove_skipped retires up to sb (skipping nulls), then frees the kept state.
+                last = g.last_state[r.slot]
+                if (g.ckpt_pos[r.slot] > 0 or not g.allocated[r.slot] or (sb > 0 and g.retired[r.slot] < sb)
+                        or (last >= 0 and last < cdiv(processed, g.spec.block_size) - 1 and table[last] != 0)):
+                    return False
+            elif sb > 0 and table[sb - 1] != 0:
                 return False
     return True

@@ -27,12 +27,13 @@ cdef sec_t INF_TIME = 1e300
 
 
 cdef int _macro_init(Engine e) except -1 nogil:
-    """Macro-steps for an engine without drafts or Mamba alignment, over KV-cache groups whose
-    decodes touch the cache at known residues; else off (period 0)."""
+    """Macro-steps for an engine without drafts, over KV-cache groups whose decodes touch the
+    cache at known residues; else off (period 0).  Mamba's block-aligned split
+    (Scheduler._mamba_block_aligned_split) leaves a decode's one token alone."""
     cdef MacroC* m = &e.macro
     cdef SchedConfC* c = &e.sched.conf
     memset(m, 0, sizeof(MacroC))
-    if c.num_spec_tokens > 0 or c.mamba_split:
+    if c.num_spec_tokens > 0:
         return 0
     m.works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
     m.period = kv_decode_period(&e.kv, m.works, MAX_PERIOD)

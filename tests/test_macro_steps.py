@@ -126,6 +126,25 @@ def test_an_asynchronous_engine_by_hand():
     assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 8}
 
 
+def test_mamba_state_in_align_mode_by_hand():
+    # Full attention + Mamba state in align mode, blocks of 8; prompt 8, 20 outputs.  Step 0 prefills
+    # (a block each); steps 1..19 decode at 8..26 computed tokens, step 19 finishing.  A decode that
+    # starts a block takes one in each group (steps 1, 9, 17: 8, 16, 24 computed); the next step
+    # retires the state block left behind (MambaManager: one running state; steps 2, 10, 18).  Steps
+    # 1..19 are one stretch, its KV calls at residues 0, 1, 2 and 7 of 8 only.
+    groups = [{"type": "full", "prefix_cacheable": True, "page_size_bytes": 1},
+              {"type": "mamba", "prefix_cacheable": True, "page_size_bytes": 1, "prefill_checkpoint_blocks": 0}]
+    eng = _engine(num_gpu_blocks=20, block_size=8, kv_cache_groups=groups, cache_extra={"prefix_match_unit": 8},
+                  vllm_version="0.32.0", max_model_len=64,
+                  time_model={"kind": "linear", "base_s": 0.01})
+    assert eng.resolved_mamba_cache_mode == "align"
+    trace = make_trace([dict(id="a", prompt=8, max_tokens=20, at=0)])
+    res = _same_both_ways(trace, eng)
+    assert res.steps.column("free_blocks_sched").to_pylist() == (
+        [17, 15] + [16] * 7 + [14, 15] + [15] * 6 + [13, 14, 14, 19])
+    assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 19}
+
+
 def test_switched_off_no_stretch_is_taken():
     trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
     timed = False
@@ -148,17 +167,18 @@ def test_oracle_scenarios_identical_both_ways(scenario, version):
 
 
 def test_quiet_stretches_are_taken_in_the_recorded_scenarios():
-    # No drafts, no Mamba alignment: macro-steps apply (full attention, sliding window; sync or async).
+    # No drafts: macro-steps apply (full attention, sliding window, Mamba state in align mode; sync or async).
     taken = {}
-    for scenario in ("bench_full", "full_small", "full_nocache", "hybrid_swa", "timed", "full_pressure_async"):
+    for scenario in ("bench_full", "full_small", "full_nocache", "hybrid_swa", "timed", "full_pressure_async",
+                     "hybrid_mamba", "hybrid_mamba_fine", "hybrid_mamba_pressure"):
         path = os.path.join(ORACLE, scenario)
         eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
         trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
         taken[scenario] = _macro_counts(trace, eng)["steps"]
     assert all(n > 0 for n in taken.values()), taken
-    # Never with drafts or Mamba state in align mode.
-    for scenario, root in (("hybrid_mamba", ORACLE), ("spec_full_k3", SPEC_ORACLE), ("spec_mtp_k1_async", SPEC_ORACLE)):
-        path = os.path.join(root, scenario)
+    # Never with drafts.
+    for scenario in ("spec_full_k3", "spec_mtp_k1_async"):
+        path = os.path.join(SPEC_ORACLE, scenario)
         eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
         trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
         assert _macro_counts(trace, eng)["steps"] == 0
@@ -285,6 +305,13 @@ layouts = st.sampled_from([
     [{"type": "full"}, {"type": "sliding_window", "sliding_window": 20, "block_size": 16}],
     [{"type": "full"}, {"type": "chunked_local", "attention_chunk_size": 8}],
     [{"type": "full"}, {"type": "chunked_local", "attention_chunk_size": 24}],
+    # state groups: align mode with prefix caching (else one block of max_model_len tokens), wider than
+    # the hash block (fine-grained hits, the partial tail state), with prefill checkpoints
+    [{"type": "full"}, {"type": "mamba", "prefill_checkpoint_blocks": 0}],
+    [{"type": "full"}, {"type": "mamba", "block_size": 16, "prefill_checkpoint_blocks": 0}],
+    [{"type": "full", "block_size": 16}, {"type": "mamba", "block_size": 16, "prefill_checkpoint_blocks": 0},
+     {"type": "sliding_window", "sliding_window": 12}],
+    [{"type": "full"}, {"type": "gdn", "prefill_checkpoint_blocks": 1, "prefill_checkpoint_alignment": 4}],
 ])
 
 
