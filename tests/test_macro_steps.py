@@ -143,6 +143,15 @@ def test_mamba_state_in_align_mode_by_hand():
     assert res.steps.column("free_blocks_sched").to_pylist() == (
         [17, 15] + [16] * 7 + [14, 15] + [15] * 6 + [13, 14, 14, 19])
     assert _macro_counts(trace, eng) == {"stretches": 1, "steps": 19}
+    # Asynchronous: step k schedules token 7 + k while token 6 + k is in flight, so the blocks are
+    # taken at the same steps and the state left behind is retired one step later (3, 11, 19: once
+    # the tokens processed cross the block); step 20 has the last token in flight (the async guard
+    # skips it), step 21 frees everything.  Steps 2..19 are one stretch.
+    asy = eng.replace(async_scheduling=True)
+    res = _same_both_ways(trace, asy)
+    assert res.steps.column("free_blocks_sched").to_pylist() == (
+        [17, 15, 15] + [16] * 6 + [14, 14] + [15] * 6 + [13, 13, 14, 14, 19, 19])
+    assert _macro_counts(trace, asy) == {"stretches": 1, "steps": 18}
 
 
 def test_switched_off_no_stretch_is_taken():
