@@ -279,6 +279,18 @@ def test_deployments_identical_both_ways(router, load, monkeypatch):
     assert (steps == 0) if delayed_keys else (steps > 0)
 
 
+@pytest.mark.parametrize("router", ["round_robin", "kv_aware", {"kind": "least_loaded", "view_delay_s": 0.05}])
+def test_deployments_with_mamba_state_identical_both_ways(router, monkeypatch):
+    groups = [{"type": "full", "prefix_cacheable": True, "page_size_bytes": 1},
+              {"type": "mamba", "prefix_cacheable": True, "page_size_bytes": 1, "prefill_checkpoint_blocks": 0}]
+    eng = engine_config_from_dict(dict(DEPLOY_ENGINE, block_size=32, kv_cache_groups=groups, vllm_version="0.32.0",
+                                       max_model_len=2048,
+                                       cache_extra={"prefix_match_unit": 16}))
+    trace = synth_trace(240, seed=3, rate=40.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5", turns=4,
+                        think_time_s=0.05, prefix_groups=3, prefix_len=64, prefix_fraction=0.5)
+    assert _deploy_both_ways(trace, eng, {"replicas": 3, "router": router}, monkeypatch) > 0
+
+
 def test_one_kv_aware_replica_takes_stretches(monkeypatch):
     eng = engine_config_from_dict(DEPLOY_ENGINE)
     trace = synth_trace(200, seed=4, rate=30.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5")
