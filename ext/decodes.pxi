@@ -28,9 +28,10 @@ cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexce
 
     * a chunked-local group frees its blocks of the last chunk when the tokens processed enter a
       new chunk (``num_computed % chunk`` 0, asynchronous 1), so the period takes in its chunk.
-    * a state group (Mamba, any mode) holds one running state block: a decode appends the next
-      one as the new token starts a block (``num_computed % block_size == 0``; align mode:
-      MambaManager.allocate_new_blocks, one block a step, no checkpoint for a one-token decode),
+    * a state group (Mamba, any mode; vllm/v1/core/single_type_kv_cache_manager.py, MambaManager)
+      holds one running state block: a decode appends the next one as the new token starts a
+      block (``num_computed % block_size == 0``; align mode: allocate_new_blocks, one block a
+      step, no checkpoint for a one-token decode),
       then retires the blocks below and frees the state it kept one step as the next initial
       state once the tokens processed cross into the new block (``num_computed % block_size``
       1, asynchronous 2: remove_skipped_blocks with get_num_skipped_tokens = processed - 1).
