@@ -92,17 +92,25 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
-    # Free queue HEAD <-> 1 <-> 2 ... <-> N-1 <-> TAIL; block 0 (null) stays out.
-    bp.blk[_head(bp)].next_free = _tail(bp)
-    bp.blk[_tail(bp)].prev_free = _head(bp)
+    # Free queue HEAD <-> 1 <-> 2 ... <-> N-1 <-> TAIL; block 0 (null) stays out.  Linked in
+    # one pass (HEAD is block N, TAIL N + 1: block 1's predecessor and block N-1's successor).
+    for i in range(num_blocks):
+        bp.blk[i].sec_head = -1
+        bp.blk[i].prev_free = i - 1
+        bp.blk[i].next_free = i + 1
+    if num_blocks > 1:
+        bp.blk[1].prev_free = _head(bp)
+        bp.blk[num_blocks - 1].next_free = _tail(bp)
+        bp.blk[_head(bp)].next_free = 1
+        bp.blk[_tail(bp)].prev_free = num_blocks - 1
+        bp.num_free = num_blocks - 1
+    else:
+        bp.blk[_head(bp)].next_free = _tail(bp)
+        bp.blk[_tail(bp)].prev_free = _head(bp)
     bp.blk[_head(bp)].prev_free = -1
     bp.blk[_tail(bp)].next_free = -1
     bp.blk[0].prev_free = -1
     bp.blk[0].next_free = -1
-    for i in range(1, num_blocks):
-        _insert_after(bp, bp.blk[_tail(bp)].prev_free, i)
-    for i in range(num_blocks):
-        bp.blk[i].sec_head = -1
     bp.ent_free = -1
     bp.sec_free = -1
     _grow_entries(bp, num_blocks + 16)

@@ -172,7 +172,9 @@ cdef class Engine:
         self.win = <req_t*>mem_calloc(self.win_cap, sizeof(req_t))
         self.open_cap = _pow2_at_least(cap)
         self.open_q = <req_t*>mem_calloc(self.open_cap, sizeof(req_t))
-        _arena_init(&self.segs, FIRST_SEGMENTS, 3, sizeof(hash_t), sizeof(tok_t), sizeof(tok_t))
+        # A whole trace's segments arrive in one feed, which sizes the arena exactly (_make_room).
+        _arena_init(&self.segs, 0 if self.whole else FIRST_SEGMENTS, 3, sizeof(hash_t), sizeof(tok_t),
+                    sizeof(tok_t))
         _arena_init(&self.accs, 0, 1, sizeof(int64_t), 0, 0)
         heap_init(&self.rel, cap)
         conf.max_num_batched_tokens = config.max_num_batched_tokens
