@@ -1,0 +1,144 @@
+"""Why an engine cannot replay a trace: the checks :func:`aisim.replay.replay` runs before it
+starts (a sweep or a capacity search asks them of every candidate first, :func:`check_trace`), and
+the trace's segment arrays they read once for the checks and the core."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from aisim.config.engine import EngineConfig
+from aisim.config.kvgroups import request_blocks
+from aisim.config.speculative import scheduler_view
+from aisim.errors import TraceError
+from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA
+
+
+def _segments_arrays(trace: pa.Table):
+    seg = trace.column("segments").combine_chunks()
+    offsets = seg.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = seg.values
+    stream = values.field("stream").to_numpy(zero_copy_only=False).astype(np.uint64)
+    first = values.field("first").to_numpy(zero_copy_only=False).astype(np.int64)
+    length = values.field("length").to_numpy(zero_copy_only=False).astype(np.int64)
+    start = offsets[:-1] - offsets[0]
+    count = np.diff(offsets)
+    return start.astype(np.int32), count.astype(np.int32), stream, first, length
+
+
+def _validate(trace: pa.Table, engine: EngineConfig, reject_too_long: bool = False):
+    """Raise the first fault of ``trace`` (:func:`check_trace`); else return its segment arrays
+    (:func:`_segments_arrays`, None for an empty trace), read once for the checks and the core."""
+    if not isinstance(trace, pa.Table):
+        raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
+    names = set(trace.column_names)
+    missing = [f.name for f in TRACE_SCHEMA if f.name not in names and f.name not in OPTIONAL_COLUMNS]
+    if missing:
+        raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    found, segs = _faults_and_segments(trace, engine, timed, reject_too_long)
+    if found:
+        raise TraceError(found[min(found)])
+    return segs
+
+
+def check_trace(trace: pa.Table, engine: EngineConfig, *, reject_too_long: bool = False) -> str | None:
+    """Why ``engine`` cannot replay ``trace``, or None when it can.
+
+    The checks :func:`aisim.replay.replay` runs before it starts (see :func:`_row_faults`):
+    a configuration sweep asks them of every candidate before replaying any.
+
+    Parameters
+    ----------
+    trace : pyarrow.Table
+        A trace table (:mod:`aisim.traces.schema`).
+    engine : EngineConfig
+    reject_too_long : bool
+        Prompts of ``max_model_len`` tokens or more are rejected, not an error
+        (as :func:`aisim.replay.replay` takes it).
+
+    Returns
+    -------
+    str or None
+        The message :func:`aisim.replay.replay` would raise as a :class:`~aisim.errors.TraceError`.
+    """
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    found = _row_faults(trace, engine, timed, reject_too_long)
+    return found[min(found)] if found else None
+
+
+def too_long(prompt, engine: EngineConfig):
+    """Which prompts vLLM's server rejects on ``engine``: ``prompt_len >= max_model_len``.
+
+    vLLM: ``vllm/v1/engine/input_processor.py`` ``InputProcessor._validate_prompt_len``
+    refuses a decoder prompt longer than ``max_model_len``, and one of exactly
+    ``max_model_len`` tokens, which leaves no room for an output token.
+    """
+    return np.asarray(prompt) >= engine.max_model_len
+
+
+def _row_faults(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_long: bool = False) -> dict:
+    """The first row (in trace order) failing each check: check number -> message.
+
+    The checks run in this order, and a replay reports the first check any
+    row fails (its first such row): counts of at least 1, a finite
+    non-negative arrival, a prompt below ``max_model_len``, a request that
+    fits an empty pool, segments covering the prompt.  With
+    ``reject_too_long`` a prompt of ``max_model_len`` tokens or more is no
+    fault (it is rejected), and the pool need only hold the other requests.
+    """
+    return _faults_and_segments(trace, engine, timed, reject_too_long)[0]
+
+
+def _faults_and_segments(trace: pa.Table, engine: EngineConfig, timed: bool, reject_too_long: bool = False):
+    """:func:`_row_faults` and the segment arrays it read (None for an empty trace)."""
+    found = {}
+    n = trace.num_rows
+    if n == 0:
+        return found, None
+    ids = trace.column("request_id")
+
+    def rid(i):
+        return ids[int(i)].as_py()
+
+    prompt = trace.column("prompt_tokens").to_numpy(zero_copy_only=False)
+    out = trace.column("output_tokens").to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero((prompt < 1) | (out < 1))
+    if bad.size:
+        found[0] = f"request '{rid(bad[0])}': prompt_tokens and output_tokens must be at least 1"
+    name = "arrival_s" if timed else "arrival_step"
+    arrival = trace.column(name)
+    # A null arrival reads as NaN, refused with the finite check below.
+    values = arrival.to_numpy(zero_copy_only=False).astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+    if bad.size:
+        v = arrival[int(bad[0])].as_py()
+        found[1] = f"request '{rid(bad[0])}': {name} must be a finite non-negative number, got {v!r}"
+    rejected = too_long(prompt, engine)
+    bad = np.flatnonzero(rejected) if not reject_too_long else ()
+    if len(bad):
+        i = bad[0]
+        found[2] = (f"request '{rid(i)}': prompt_tokens ({prompt[i]}) must be below max_model_len "
+                    f"({engine.max_model_len}); vLLM rejects such a prompt")
+    # Every request must fit an empty pool, or the replay could never finish it.  With speculative
+    # decoding its last verification reaches k drafts and the drafter's lookahead slots further.
+    extra = 0
+    if engine.speculative is not None:
+        view = scheduler_view(engine)
+        extra = view["num_speculative_tokens"] - 1 + view["num_lookahead_tokens"]
+    longest = np.minimum(prompt.astype(np.int64) + out + extra, engine.max_model_len)
+    need = request_blocks(engine, longest)
+    bad = np.flatnonzero((need > engine.num_gpu_blocks - 1) & ~rejected)
+    if bad.size:
+        i = bad[0]
+        found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
+                    f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
+    segs = _segments_arrays(trace)
+    start, count, _, _, length = segs
+    cum = np.concatenate([[0], np.cumsum(length)])
+    covered = cum[start + count] - cum[start]
+    bad = np.flatnonzero(covered != prompt)
+    if bad.size:
+        i = bad[0]
+        found[4] = f"request '{rid(i)}': its segments cover {covered[i]} tokens, not prompt_tokens ({prompt[i]})"
+    return found, segs
