@@ -435,8 +435,15 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
     The caller has checked that a free block exists.
     """
     cdef block_id_t b = bp.blk[_head(bp)].next_free
-    cdef BlockC* k = &bp.blk[b]
     _unlink(bp, b)
+    _take(bp, b)
+    return b
+
+
+cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
+    # A block out of the free queue for reuse (unlinked, counts updated): one reference, and
+    # its keys evicted now (vLLM's lazy eviction, BlockPool._maybe_evict_cached_block).
+    cdef BlockC* k = &bp.blk[b]
     k.ref_cnt = 1
     if k.key != 0 and k.tag == TAG_LAZY:
         # Cached lazily (bp_cache_lazily): evicted with no map entry to drop.
@@ -446,15 +453,28 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
     elif k.key != 0 or k.sec_head != -1:
         if bp_remove_hashes(bp, b) > 0:
             bp.evictions += 1
-    return b
 
 
 cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
     """FreeKVCacheBlockQueue.popleft_n: the first ``n`` free blocks into ``out``, as
     ``bp_pop_free`` pops them one by one.  The caller has checked that ``n`` are free."""
     cdef Py_ssize_t i
+    cdef block_id_t head = _head(bp)
+    cdef block_id_t b = bp.blk[head].next_free
+    cdef BlockC* k
+    # One walk from the head; the queue is relinked once, behind the last block taken.
     for i in range(n):
-        out[i] = bp_pop_free(bp)
+        k = &bp.blk[b]
+        out[i] = b
+        b = k.next_free
+        k.prev_free = -1
+        k.next_free = -1
+        if k.key != 0:
+            bp.cached_free -= 1
+        _take(bp, out[i])
+    bp.blk[head].next_free = b
+    bp.blk[b].prev_free = head
+    bp.num_free -= <block_id_t>n
 
 
 cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:
@@ -489,9 +509,48 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
     """
     cdef Py_ssize_t i
-    cdef block_id_t front = _head(bp)
+    cdef block_id_t b
+    # The blocks bp_free_one would put behind the head (no key) and before the tail (keyed),
+    # each gathered as a chain in that order, then spliced in once each.
+    cdef block_id_t f_first = -1, f_last = -1, t_first = -1, t_last = -1
+    cdef block_id_t added = 0
     for i in range(n - 1, -1, -1):
-        bp_free_one(bp, blocks[i], &front)
+        b = blocks[i]
+        if b == 0:
+            continue
+        bp.blk[b].ref_cnt -= 1
+        if bp.blk[b].ref_cnt != 0:
+            continue
+        added += 1
+        if bp.blk[b].key == 0 or not bp.caching:
+            _chain_add(bp, &f_first, &f_last, b)
+        else:
+            _chain_add(bp, &t_first, &t_last, b)
+            bp.cached_free += 1
+    if f_first != -1:
+        _splice_after(bp, _head(bp), f_first, f_last)
+    if t_first != -1:
+        _splice_after(bp, bp.blk[_tail(bp)].prev_free, t_first, t_last)
+    bp.num_free += added
+
+
+cdef inline void _chain_add(BlockPoolC* bp, block_id_t* first, block_id_t* last, block_id_t b) noexcept nogil:
+    # Append ``b`` to a chain of blocks linked among themselves, not yet in the queue.
+    bp.blk[b].prev_free = last[0]
+    if last[0] == -1:
+        first[0] = b
+    else:
+        bp.blk[last[0]].next_free = b
+    last[0] = b
+
+
+cdef inline void _splice_after(BlockPoolC* bp, block_id_t at, block_id_t first, block_id_t last) noexcept nogil:
+    # Link the chain ``first .. last`` into the free queue right after ``at`` (the caller counts it).
+    cdef block_id_t nxt = bp.blk[at].next_free
+    bp.blk[first].prev_free = at
+    bp.blk[at].next_free = first
+    bp.blk[last].next_free = nxt
+    bp.blk[nxt].prev_free = last
 
 
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:

@@ -56,15 +56,24 @@ for _k, (_name, _dtype) in enumerate(STEP_COLUMNS):
     STEP_ITEM[_k] = np.dtype(_dtype).itemsize
 
 
-cdef int _cols_reserve(StepColsC* c) except -1 nogil:
+cdef inline int _cols_reserve(StepColsC* c) except -1 nogil:
     # Room for one more row: every column doubles together.
-    cdef int64_t new
-    cdef int k
     if c.n < c.cap:
         return 0
-    new = c.cap * 2 if c.cap > 0 else 1024
+    return _cols_grow(c, c.cap * 2 if c.cap > 0 else 1024)
+
+
+cdef int _cols_grow(StepColsC* c, int64_t new) except -1 nogil:
+    # Room for ``new`` rows in every column (zero-filled); never shrinks.
+    cdef int k
+    if new <= c.cap:
+        return 0
     for k in range(N_STEP_COLS):
-        mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
+        if c.cap == 0:
+            mem_free(c.col[k])
+            c.col[k] = mem_calloc(new, STEP_ITEM[k])  # a large first size: pages zeroed as touched
+        else:
+            mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
     c.cap = new
     return 0
 
@@ -169,15 +178,24 @@ for _k, (_name, _dtype) in enumerate(REQUEST_COLUMNS):
     REQ_KIND[_k] = {"int8": 0, "int32": 1, "int64": 2, "float64": 3}[_dtype]
 
 
-cdef int _rcols_reserve(ReqColsC* c) except -1 nogil:
+cdef inline int _rcols_reserve(ReqColsC* c) except -1 nogil:
     # Room for one more row: every column doubles together.
-    cdef int64_t new
-    cdef int k
     if c.n < c.cap:
         return 0
-    new = c.cap * 2 if c.cap > 0 else 1024
+    return _rcols_grow(c, c.cap * 2 if c.cap > 0 else 1024)
+
+
+cdef int _rcols_grow(ReqColsC* c, int64_t new) except -1 nogil:
+    # Room for ``new`` rows in every column (zero-filled); never shrinks.
+    cdef int k
+    if new <= c.cap:
+        return 0
     for k in range(N_REQ_COLS):
-        mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
+        if c.cap == 0:
+            mem_free(c.col[k])
+            c.col[k] = mem_calloc(new, REQ_ITEM[k])  # a large first size: pages zeroed as touched
+        else:
+            mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
     c.cap = new
     return 0
 

@@ -11,7 +11,7 @@ tables of ``aisim._core.engine``) against the declarations themselves.
 import numpy as np
 
 from aisim._core.blockpool cimport (
-    BlockPoolC, bp_cache, bp_free_reversed, bp_init, bp_lookup, bp_pop_free, bp_release,
+    BlockPoolC, bp_cache, bp_free_reversed, bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release,
     bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
@@ -114,7 +114,9 @@ cdef class BlockPool:
         """Pop ``n`` blocks from the head of the free queue."""
         if n < 0 or n > self.c.num_free:
             raise ValueError(f"cannot allocate {n} blocks with {self.c.num_free} free")
-        return [bp_pop_free(&self.c) for _ in range(n)]
+        cdef block_id_t[::1] out = np.zeros(max(n, 1), dtype=np.int32)
+        bp_pop_n(&self.c, &out[0], n)
+        return [out[i] for i in range(n)]
 
     def _check(self, int b):
         if b <= 0 or b >= self.c.num_blocks:
@@ -164,6 +166,25 @@ cdef class BlockPool:
             out.append(b)
             b = self.c.blk[b].next_free
         return out
+
+    def free_queue_backward(self):
+        """Block ids of the free queue from tail to head, by the backward links."""
+        out = []
+        cdef block_id_t b = self.c.blk[self.c.num_blocks + 1].prev_free
+        while b != self.c.num_blocks:
+            out.append(b)
+            b = self.c.blk[b].prev_free
+        return out
+
+    @property
+    def cached_free(self):
+        """Blocks in the free queue that still carry a key."""
+        return self.c.cached_free
+
+    @property
+    def evictions(self):
+        """Blocks whose keys were dropped when popped for reuse."""
+        return self.c.evictions
 
 
 cdef class KVCache:

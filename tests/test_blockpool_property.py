@@ -50,6 +50,7 @@ class RefBlockPool:
         self.ref = [0] * num_blocks
         self.key = [0] * num_blocks  # 0 = uncached
         self.map = {}  # key -> [block ids in insertion order]
+        self.evictions = 0  # blocks whose key was dropped when popped for reuse
 
     @property
     def num_free(self):
@@ -75,6 +76,7 @@ class RefBlockPool:
             b = self.queue.pop(0)
             if self.key[b]:
                 self._evict(b)
+                self.evictions += 1
             self.ref[b] = 1
             out.append(b)
         return out
@@ -232,6 +234,10 @@ class BlockPoolMachine(RuleBasedStateMachine):
             return
         self.ref.check_invariants()
         assert self.pool.free_queue() == self.ref.queue
+        # The backward links agree (a batch of pops or frees relinks the queue in one splice).
+        assert self.pool.free_queue_backward() == self.ref.queue[::-1]
+        assert self.pool.cached_free == sum(1 for b in self.ref.queue if self.ref.key[b])
+        assert self.pool.evictions == self.ref.evictions
         assert self.pool.num_free == self.ref.num_free == len(self.ref.queue)
         assert math.isclose(self.pool.usage, self.ref.usage, abs_tol=1e-12)
         n = self.ref.num_blocks
