@@ -8,7 +8,6 @@ run one job per CPU, and Cython's C is regenerated only when a source changed.
 """
 
 import os
-import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
