@@ -21,7 +21,7 @@ from aisim.traces.frame import from_frame
 from aisim.trace_checks import (  # noqa: F401  (check_trace: part of aisim.replay's public face)
     _faults_and_segments, _row_faults, _segments_arrays, _validate, check_trace, too_long,
 )
-from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA, output_streams
+from aisim.traces.schema import REQUIRED_COLUMNS, output_streams
 
 
 @dataclass
@@ -64,8 +64,7 @@ def _is_trace_table(trace) -> bool:
     """Whether ``trace`` is a table with the trace schema's columns (else a frame for ``from_frame``)."""
     if not isinstance(trace, pa.Table):
         return False
-    names = set(trace.column_names)
-    return all(f.name in names or f.name in OPTIONAL_COLUMNS for f in TRACE_SCHEMA)
+    return set(REQUIRED_COLUMNS).issubset(trace.schema.names)
 
 
 def _accept_arrays(trace: pa.Table):

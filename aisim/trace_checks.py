@@ -11,7 +11,7 @@ from aisim.config.engine import EngineConfig
 from aisim.config.kvgroups import request_blocks
 from aisim.config.speculative import scheduler_view
 from aisim.errors import TraceError
-from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA
+from aisim.traces.schema import REQUIRED_COLUMNS
 
 
 def _segments_arrays(trace: pa.Table):
@@ -31,8 +31,8 @@ def _validate(trace: pa.Table, engine: EngineConfig, reject_too_long: bool = Fal
     (:func:`_segments_arrays`, None for an empty trace), read once for the checks and the core."""
     if not isinstance(trace, pa.Table):
         raise TypeError("trace must be a pyarrow.Table with the trace schema (aisim.traces)")
-    names = set(trace.column_names)
-    missing = [f.name for f in TRACE_SCHEMA if f.name not in names and f.name not in OPTIONAL_COLUMNS]
+    names = set(trace.schema.names)
+    missing = [name for name in REQUIRED_COLUMNS if name not in names]
     if missing:
         raise TraceError(f"trace table lacks column(s): {', '.join(missing)}")
     timed = (trace.schema.metadata or {}).get(b"clock") == b"time"

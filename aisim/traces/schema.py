@@ -55,6 +55,9 @@ TRACE_SCHEMA = pa.schema(
 # Columns a trace file may leave out (all null then): older aisim Parquet traces have none of them.
 OPTIONAL_COLUMNS = ("accept",)
 
+# The columns every trace table has, in schema order.
+REQUIRED_COLUMNS = tuple(name for name in TRACE_SCHEMA.names if name not in OPTIONAL_COLUMNS)
+
 
 def stream_id(kind: str, name: str) -> int:
     """A stable 64-bit token-stream id for ``kind:name`` (never 0)."""
