@@ -58,7 +58,7 @@ METRICS = ("ttft", "tpot", "throughput")
 def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
     """The published points, numbers parsed, each marked ``fit`` or ``held-out`` by its source."""
     ints = ("tp", "concurrency", "seed", "num_prompts", "input_len", "output_len", "requested_output_len",
-            "max_model_len")  # cached_prefix_by_run stays text: tokens per run, ';'-separated
+            "max_model_len")  # cached_prefix_by_run stays text (cached_runs reads it)
     floats = ("rate_rps", "gpu_memory_utilization", "ttft_ms", "tpot_ms", "throughput_tok_s")
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -88,13 +88,40 @@ def engine_for(point: dict, efficiencies: dict):
 WARM_UP_S = 1000.0
 
 
-def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tuple[pa.Table, dict, np.ndarray]:
+def cached_runs(point: dict) -> list[tuple[int, int | None]]:
+    """The prefix-cache state of each run a point averages: ``(tokens, prompts)`` pairs.
+
+    ``cached_prefix_by_run`` holds one entry a run, ``;`` between them: ``T`` (``T``
+    tokens of every prompt cached when the run started), ``T@K`` (``T`` tokens of the
+    first ``K`` prompts only: a run resending the first ``K`` prompts of an earlier run
+    with the same seed) or empty (a cold cache).  ``prompts`` is None for every prompt.
+
+    Examples
+    --------
+    >>> cached_runs({"cached_prefix_by_run": "512;1021@100"})
+    [(512, None), (1021, 100)]
+    >>> cached_runs({"cached_prefix_by_run": ""})
+    [(0, None)]
+    """
+    text = point["cached_prefix_by_run"]
+    if not text:
+        return [(0, None)]
+    runs = []
+    for entry in text.split(";"):
+        tokens, _, prompts = entry.partition("@")
+        runs.append((int(tokens), int(prompts) if prompts else None))
+    return runs
+
+
+def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0),
+              cached_prompts: int | None = None) -> tuple[pa.Table, dict, np.ndarray]:
     """The point's requests as a trace table, the replay's keyword arguments, the client's send times.
 
     ``cached``: tokens of each prompt already in the prefix cache when the run starts
-    (``vllm bench serve``'s random prompts repeat when a seed is reused): one warm-up
-    request per prompt computes them first, and the measured requests (ids ``r...``)
-    are sent ``WARM_UP_S`` later.  ``frontend``: the API server's cost per request and
+    (``vllm bench serve``'s random prompts repeat when a seed is reused), of the first
+    ``cached_prompts`` prompts only when that is given: one warm-up request per such
+    prompt computes them first, and the measured requests (ids ``r...``) are sent
+    ``WARM_UP_S`` later.  ``frontend``: the API server's cost per request and
     per prompt token (:mod:`aisim.perf.frontend`); a burst's or an uncapped Poisson run's
     requests reach the engine when the serial server has handled them, while the send times
     (returned, one per measured request) stay the client's.  A run with a ``concurrency``
@@ -106,10 +133,13 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
     from aisim.traces import from_frame
 
     n = point["num_prompts"]
-    t0 = WARM_UP_S if cached else 0.0
+    warm = n if cached_prompts is None else min(cached_prompts, n)
+    if not cached:
+        warm = 0
+    t0 = WARM_UP_S if warm else 0.0
     cols = {"request_id": [f"r{i}" for i in range(n)], "prompt_len": [point["input_len"]] * n,
             "max_tokens": [point["output_len"]] * n, "prefix_group": list(range(n)),
-            "prefix_len": [min(cached, point["input_len"])] * n}
+            "prefix_len": [min(cached, point["input_len"])] * warm + [0] * (n - warm)}
     if point["workload"] in ("burst", "concurrency"):
         send = np.full(n, t0)
     elif point["workload"] == "rate":
@@ -124,13 +154,13 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0)) -> tup
         cols["arrival_time"] = send.tolist()
     else:
         cols["arrival_time"] = engine_arrivals(send, cols["prompt_len"], *frontend).tolist()
-    if cached:
-        cols["request_id"] += [f"w{i}" for i in range(n)]
-        cols["prompt_len"] += [cached] * n
-        cols["max_tokens"] += [1] * n
-        cols["prefix_group"] += list(range(n))
-        cols["prefix_len"] += [cached] * n
-        cols["arrival_time"] += [0.0] * n
+    if warm:
+        cols["request_id"] += [f"w{i}" for i in range(warm)]
+        cols["prompt_len"] += [cached] * warm
+        cols["max_tokens"] += [1] * warm
+        cols["prefix_group"] += list(range(warm))
+        cols["prefix_len"] += [cached] * warm
+        cols["arrival_time"] += [0.0] * warm
     return from_frame(pa.table(cols)), kw, send
 
 
@@ -166,13 +196,13 @@ def predict(point: dict, efficiencies: dict) -> dict:
     from aisim.perf.frontend import service_s
     from aisim.replay import replay
 
-    runs = [int(c) for c in point["cached_prefix_by_run"].split(";")] if point["cached_prefix_by_run"] else [0]
+    runs = cached_runs(point)
     out = {m: 0.0 for m in METRICS}
     tm = {k: efficiencies[k] for k in FREE_ROOFLINE}
     frontend = tuple(efficiencies[k] for k in FREE_FRONTEND)
     engine = engine_for(point, tm)
-    for cached in runs:
-        trace, kw, send = trace_for(point, cached, frontend)
+    for cached, prompts in runs:
+        trace, kw, send = trace_for(point, cached, frontend, prompts)
         with moe_efficiency(efficiencies["moe_efficiency"]):
             rq = replay(trace, engine, **kw).requests
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
@@ -316,6 +346,8 @@ def report(points, preds, errs) -> None:
     print()
     for split in ("fit", "held-out"):
         _medians(f"{split}", [e for p, e in zip(points, errs) if p["split"] == split])
+    for split, source in sorted({(p["split"], p["source"]) for p in points}):
+        _medians(f"{split} {source}", [e for p, e in zip(points, errs) if p["source"] == source])
     print()
     for g in sorted({group(p) for p in points}):
         _medians(g, [e for p, e in zip(points, errs) if group(p) == g])

@@ -117,3 +117,19 @@ def test_harness_prices_routed_experts_only_inside_its_replays():
     with pytest.raises(RuntimeError), h.moe_efficiency(0.5):
         raise RuntimeError("a failed replay")
     assert roofline.MOE_EFFICIENCY == saved
+
+
+def test_harness_warms_the_first_prompts_a_run_shares_with_an_earlier_one():
+    # "1000@2": an earlier run with the same seed sent the first 2 of these 3 prompts; they are
+    # cached (one warm-up request each), the third reaches a cold cache.
+    h = _harness()
+    assert h.cached_runs({"cached_prefix_by_run": "512;1000@2"}) == [(512, None), (1000, 2)]
+    assert h.cached_runs({"cached_prefix_by_run": ""}) == [(0, None)]
+    point = {"point": "p", "num_prompts": 3, "input_len": 1000, "output_len": 8, "workload": "burst",
+             "concurrency": None, "rate_rps": None, "seed": None}
+    trace, _, send = h.trace_for(point, 1000, (0.0, 0.0), cached_prompts=2)
+    ids = trace.column("request_id").to_pylist()
+    assert sorted(i for i in ids if i.startswith("w")) == ["w0", "w1"]
+    assert send.tolist() == [h.WARM_UP_S] * 3
+    every, _, _ = h.trace_for(point, 1000, (0.0, 0.0))
+    assert sum(i.startswith("w") for i in every.column("request_id").to_pylist()) == 3

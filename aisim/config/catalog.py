@@ -43,6 +43,10 @@ _CONFIGS = {
         "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
         "tie_word_embeddings": False, "use_sliding_window": False}),
+    "qwen2.5-32b": ("qwen2.5-32b", {  # Qwen/Qwen2.5-32B
+        "architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120, "intermediate_size": 27648,
+        "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064,
+        "tie_word_embeddings": False, "use_sliding_window": False}),
     "qwen3-0.6b": ("qwen3-0.6b", _qwen3(1024, 3072, 28, 16, 8, tied=True)),   # Qwen/Qwen3-0.6B
     "qwen3-8b": ("qwen3-8b", _qwen3(4096, 12288, 36, 32, 8)),                  # Qwen/Qwen3-8B
     "qwen3-14b": ("qwen3-14b", _qwen3(5120, 17408, 40, 40, 8)),                # Qwen/Qwen3-14B
