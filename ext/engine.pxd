@@ -109,6 +109,7 @@ cdef struct EventsC:
 cdef struct MacroC:
     # Macro-steps (engine_macro.pxi): a quiet stretch of decoding replayed in one move.
     tok_t period               # P of kv_decode_period: residues of num_computed_tokens modulo P (0: off)
+    tok_t mask                 # P - 1 when P is a power of two (a residue is then a mask), else 0
     flag_t* works              # [MAX_PERIOD] works[x]: a decode at num_computed_tokens = x (mod P) may touch the cache
     int32_t cap                # running requests a stretch can hold (the batch capacity)
     tok_t* c0                  # [cap] each running request's num_computed_tokens when the stretch began

@@ -37,6 +37,8 @@ cdef int _macro_init(Engine e) except -1 nogil:
         return 0
     m.works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
     m.period = kv_decode_period(&e.kv, m.works, MAX_PERIOD)
+    if m.period > 0 and (m.period & (m.period - 1)) == 0:
+        m.mask = m.period - 1
     if m.period > 0:
         m.cap = e.sched.cap
         m.c0 = <tok_t*>mem_calloc(m.cap, sizeof(tok_t))
@@ -119,6 +121,14 @@ cdef int64_t _quiet_length(Engine e) noexcept nogil:
     return length
 
 
+cdef inline int32_t _residue(const MacroC* m, int64_t x) noexcept nogil:
+    # x modulo the period (x >= 0): a mask when the period is a power of two, as it is for
+    # block sizes that are (a division costs tens of cycles, once a request a stretch).
+    if m.mask != 0:
+        return <int32_t>(x & m.mask)
+    return <int32_t>(x % m.period)
+
+
 cdef inline void _at_step(const MacroC* m, ReqC* r, int32_t i, int64_t k) noexcept nogil:
     # Running request i as it stands when step k of the stretch is scheduled (k decodes done).
     r.num_computed = m.c0[i] + k
@@ -158,7 +168,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         r = &s.reqs[s.running[i]]
         m.c0[i] = r.num_computed
         m.o0[i] = r.num_output
-        m.phase[i] = <int32_t>(r.num_computed % P)
+        m.phase[i] = _residue(m, r.num_computed)
     if asy:
         _fill_decodes(s, &e.batches[(e.q_head + 1) % 2], n)  # the other slot; the one in flight later
     else:
@@ -170,7 +180,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             if not e.replica and e._add_arrivals() == ADV_INPUT:
                 break
         # The requests whose decode may touch the KV cache in this step, in running order.
-        kp = <int32_t>(k % P) if k >= P else <int32_t>k
+        kp = _residue(m, k) if k >= P else <int32_t>k
         hi = 0
         for i in range(n):
             x = m.phase[i] + kp
