@@ -36,11 +36,26 @@ cdef inline hash_t hash_combine_mixed(hash_t h, hash_t mixed) noexcept nogil:
     # hash_combine(h, v) given mixed = mix64(v): a value mixed once serves many combines.
     return mix64(h ^ (mixed + <hash_t>0x9e3779b97f4a7c15 + (h << 6) + (h >> 2)))
 
-cdef inline hash_t hash_run(hash_t h, hash_t stream, tok_t first, tok_t length) noexcept nogil:
-    # One run of consecutive tokens of one stream inside a block.
-    h = hash_combine(h, stream)
-    h = hash_combine(h, <hash_t>first)
-    return hash_combine(h, <hash_t>length)
+# A block's key is hash_combine_mixed(parent key, the digest of its tokens' runs): the digest
+# does not depend on the chain, so a chain step is one mix (and the next block's digest can be
+# computed while it waits).  Roles of a run's three numbers, kept apart:
+cdef enum:
+    RUN_FIRST = 0x6669727374       # added to the run's first offset
+    RUN_LENGTH = 0x6c656e677468    # added to its length
+    RUN_NEXT = 0x6e657874          # a block's later runs: order-sensitive fold
+
+cdef inline hash_t length_mix(tok_t length) noexcept nogil:
+    # The length's part of run_digest, made once for the many runs of one block size.
+    return mix64(<hash_t>length + <hash_t>RUN_LENGTH)
+
+cdef inline hash_t run_digest(hash_t stream, tok_t first, hash_t mixed_length) noexcept nogil:
+    # One run of consecutive tokens of one stream inside a block: (stream, first offset,
+    # length), the length given as length_mix(length).
+    return mix64(mix64(stream) ^ mix64(<hash_t>first + <hash_t>RUN_FIRST) ^ mixed_length)
+
+cdef inline hash_t digest_then(hash_t digest, hash_t run) noexcept nogil:
+    # The digest of a block's runs so far, then one more run (run_digest): in order.
+    return mix64(digest ^ <hash_t>RUN_NEXT) ^ run
 
 cdef inline hash_t hash_finish(hash_t h) noexcept nogil:
     # 0 means "no hash" in the block pool, so a finished hash is never 0.

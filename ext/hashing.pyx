@@ -42,35 +42,38 @@ cdef inline tok_t _run_at(const TokensC* t, int32_t seg, hash_t* stream, tok_t* 
     return t.n_out
 
 
-cdef inline hash_t _hash_tokens(const TokensC* t, hash_t h, tok_t need, int32_t* seg, tok_t* off) noexcept nogil:
-    # Mix the next ``need`` tokens from the cursor (seg, off) into ``h`` as runs and move the cursor
-    # past them: prompt segments first, then the output stream.
+cdef inline hash_t _digest_tokens(const TokensC* t, tok_t need, int32_t* seg, tok_t* off) noexcept nogil:
+    # The digest (run_digest, digest_then) of the next ``need`` tokens from the cursor (seg, off),
+    # as runs, and move the cursor past them: prompt segments first, then the output stream.
     cdef tok_t take, avail, length, first
-    cdef hash_t stream
+    cdef hash_t stream, run, digest = 0
+    cdef bint started = False
     while need > 0:
         length = _run_at(t, seg[0], &stream, &first)
         avail = length - off[0]
         take = need if need < avail else avail
-        h = hash_run(h, stream, first + off[0], take)
+        run = run_digest(stream, first + off[0], length_mix(take))
+        digest = digest_then(digest, run) if started else run
+        started = True
         off[0] += take
         need -= take
         if off[0] == length and seg[0] < t.n_seg:
             seg[0] += 1
             off[0] = 0
-    return h
+    return digest
 
 
 cdef inline hash_t _hash_block(const TokensC* t, hash_t h, tok_t size, hash_t mixed_size, int32_t* seg,
                                tok_t* off) noexcept nogil:
-    # The chain's next full block of ``size`` tokens from the cursor (not yet finished).
+    # The chain's next full block of ``size`` tokens from the cursor (not yet finished);
+    # ``mixed_size`` is length_mix(size), made once by the caller.
     cdef hash_t stream
     cdef tok_t first, length
     length = _run_at(t, seg[0], &stream, &first)
     if length - off[0] < size:
-        return _hash_tokens(t, h, size, seg, off)
-    # The common block: one run of its cursor's stream, the key _hash_tokens gives it (hash_run),
-    # with the block size's mix made once by the caller.
-    h = hash_combine_mixed(hash_combine(hash_combine(h, stream), <hash_t>(first + off[0])), mixed_size)
+        return hash_combine_mixed(h, _digest_tokens(t, size, seg, off))
+    # The common block: one run of its cursor's stream (the digest _digest_tokens gives it).
+    h = hash_combine_mixed(h, run_digest(stream, first + off[0], mixed_size))
     off[0] += size
     if off[0] == length and seg[0] < t.n_seg:
         seg[0] += 1
@@ -108,7 +111,7 @@ cdef inline hash_t _fold_lookahead(const TokensC* t, tok_t lookahead, hash_t h, 
     # The next ``lookahead`` tokens from the cursor (seg, off), as runs, without moving the
     # request's cursor (a copy moves); a marker keeps these keys apart from plain ones.
     h = hash_combine(h, <hash_t>0x6c6f6f6b61686561)
-    return _hash_tokens(t, h, lookahead, &seg, &off)
+    return hash_combine_mixed(h, _digest_tokens(t, lookahead, &seg, &off))
 
 
 cdef void hash_extend(KVCacheC* kv, ReqC* r, int32_t n_hashes) noexcept nogil:
@@ -137,7 +140,7 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     cdef int32_t seg = kv.cur_seg[s]
     cdef tok_t off = kv.cur_off[s]
     cdef tok_t size = kv.hash_block_size
-    cdef hash_t mixed_size = mix64(<hash_t>size)
+    cdef hash_t mixed_size = length_mix(size)
     cdef hash_t h
     cdef tok_t skip
     cdef TokensC t = _tokens_of(kv, r)
@@ -169,7 +172,7 @@ cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* 
     cdef int32_t seg = 0
     cdef tok_t off = 0
     cdef hash_t h = out[start - 1] if start > 0 else <hash_t>NONE_HASH_SEED
-    cdef hash_t mixed_size = mix64(<hash_t>size)
+    cdef hash_t mixed_size = length_mix(size)
     t.stream = stream
     t.first = first
     t.length = length
@@ -204,7 +207,7 @@ def first_block_keys(trace, tok_t size):
     cdef Py_ssize_t i, n = p_len.shape[0]
     out = np.zeros(n, dtype=np.uint64)
     cdef hash_t[::1] keys = out
-    cdef hash_t mixed_size = mix64(<hash_t>size)
+    cdef hash_t mixed_size = length_mix(size)
     cdef TokensC t
     cdef int32_t seg
     cdef tok_t off

@@ -1,8 +1,8 @@
 """The block-hash chain (ext/hashing.pxd, hash_extend) against its rule written out in Python.
 
-A block's key mixes its parent's key with the runs (stream, first offset, length) of its
-tokens: prompt segments in order, then the request's output stream; with lookahead L the next
-L tokens' runs are folded in after a marker.  The core computes the common block (one run)
+A block's key mixes its parent's key with one digest of the runs (stream, first offset, length)
+of its tokens: prompt segments in order, then the request's output stream; with lookahead L the
+next L tokens' digest is mixed in after a marker.  The core computes the common block (one run)
 on a short path; these keys must be the rule's to the bit, however the tokens fall into runs
 and however the chain is extended call by call.
 """
@@ -26,8 +26,25 @@ def mix64(x):
     return x ^ (x >> 31)
 
 
+def combine_mixed(h, mixed):
+    return mix64(h ^ ((mixed + 0x9E3779B97F4A7C15 + ((h << 6) & M64) + (h >> 2)) & M64))
+
+
 def combine(h, v):
-    return mix64(h ^ ((mix64(v) + 0x9E3779B97F4A7C15 + ((h << 6) & M64) + (h >> 2)) & M64))
+    return combine_mixed(h, mix64(v))
+
+
+RUN_FIRST, RUN_LENGTH, RUN_NEXT = 0x6669727374, 0x6C656E677468, 0x6E657874
+
+
+def digest(block_runs):
+    """One value for a block's runs, in order: each run (stream, first, length) mixed on its own,
+    later runs folded in after the earlier ones."""
+    out = None
+    for s, f, n in block_runs:
+        run = mix64(mix64(s) ^ mix64((f + RUN_FIRST) & M64) ^ mix64((n + RUN_LENGTH) & M64))
+        out = run if out is None else mix64(out ^ RUN_NEXT) ^ run
+    return out
 
 
 def runs(tokens, start, n):
@@ -49,13 +66,9 @@ def reference(segments, out_stream, num_output, size, lookahead=0):
     n_keys = (len(tokens) - lookahead) // size if len(tokens) > lookahead else 0
     keys, h = [], SEED
     for j in range(n_keys):
-        for s, f, n in runs(tokens, j * size, size):
-            h = combine(combine(combine(h, s), f), n)
-        k = h
+        k = combine_mixed(h, digest(runs(tokens, j * size, size)))
         if lookahead:
-            k = combine(k, LOOKAHEAD_MARK)
-            for s, f, n in runs(tokens, (j + 1) * size, lookahead):
-                k = combine(combine(combine(k, s), f), n)
+            k = combine_mixed(combine(k, LOOKAHEAD_MARK), digest(runs(tokens, (j + 1) * size, lookahead)))
         h = k if k else 1
         keys.append(h)
     return keys
@@ -64,7 +77,7 @@ def reference(segments, out_stream, num_output, size, lookahead=0):
 def test_one_block_by_the_rule():
     # A 4-token prompt of stream 7 from offset 10, blocks of 4: one key.
     kv = KVCache(8, 4, 64, [[(7, 10, 4)]])
-    assert kv.block_hashes(0) == [combine(combine(combine(SEED, 7), 10), 4)]
+    assert kv.block_hashes(0) == [combine_mixed(SEED, digest([(7, 10, 4)]))]
 
 
 @pytest.mark.parametrize("size,lookahead", [(1, 0), (4, 0), (16, 0), (5, 0), (4, 3), (16, 1), (7, 9)])
