@@ -56,6 +56,19 @@ for _k, (_name, _dtype) in enumerate(STEP_COLUMNS):
     STEP_ITEM[_k] = np.dtype(_dtype).itemsize
 
 
+cdef int _grow_columns(void** col, int n_cols, const size_t* item, int64_t cap, int64_t new) except -1 nogil:
+    # Columns of ``cap`` rows grown to ``new`` (> cap), the new rows zeroed; from none, calloc'd
+    # (nothing to copy).
+    cdef int k
+    for k in range(n_cols):
+        if cap == 0:
+            mem_free(col[k])
+            col[k] = mem_calloc(new, item[k])
+        else:
+            mem_grow(&col[k], cap, new, item[k])
+    return 0
+
+
 cdef inline int _cols_reserve(StepColsC* c) except -1 nogil:
     # Room for one more row: every column doubles together.
     if c.n < c.cap:
@@ -65,16 +78,9 @@ cdef inline int _cols_reserve(StepColsC* c) except -1 nogil:
 
 cdef int _cols_grow(StepColsC* c, int64_t new) except -1 nogil:
     # Room for ``new`` rows in every column (zero-filled); never shrinks.
-    cdef int k
-    if new <= c.cap:
-        return 0
-    for k in range(N_STEP_COLS):
-        if c.cap == 0:
-            mem_free(c.col[k])
-            c.col[k] = mem_calloc(new, STEP_ITEM[k])  # a large first size: pages zeroed as touched
-        else:
-            mem_grow(&c.col[k], c.cap, new, STEP_ITEM[k])
-    c.cap = new
+    if new > c.cap:
+        _grow_columns(c.col, N_STEP_COLS, STEP_ITEM, c.cap, new)
+        c.cap = new
     return 0
 
 
@@ -187,16 +193,9 @@ cdef inline int _rcols_reserve(ReqColsC* c) except -1 nogil:
 
 cdef int _rcols_grow(ReqColsC* c, int64_t new) except -1 nogil:
     # Room for ``new`` rows in every column (zero-filled); never shrinks.
-    cdef int k
-    if new <= c.cap:
-        return 0
-    for k in range(N_REQ_COLS):
-        if c.cap == 0:
-            mem_free(c.col[k])
-            c.col[k] = mem_calloc(new, REQ_ITEM[k])  # a large first size: pages zeroed as touched
-        else:
-            mem_grow(&c.col[k], c.cap, new, REQ_ITEM[k])
-    c.cap = new
+    if new > c.cap:
+        _grow_columns(c.col, N_REQ_COLS, REQ_ITEM, c.cap, new)
+        c.cap = new
     return 0
 
 
