@@ -32,12 +32,12 @@ cdef sec_t INF_S = 1e300
 from aisim._core.heap cimport HeapC, heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_table
-from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_prompt, mix64
+from aisim._core.hashing cimport NONE_HASH_SEED, group_key, hash_combine, hash_prompt
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, sched_free_held, sched_has_requests, sched_next_landing
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, tok_t
-from aisim._core.util cimport __builtin_ctzll
+from aisim._core.util cimport __builtin_ctzll, mix64
 
 # Router inputs recorded per decision and replica (Deployment(record_routing=True)), in this order.
 ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks", "overlap_blocks_true",

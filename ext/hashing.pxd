@@ -15,19 +15,11 @@
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport hash_t, int32_t, int64_t, tok_t
+from aisim._core.util cimport mix64
 
 # Seed of every chain (vLLM's NONE_HASH plays this role).
 cdef enum:
     NONE_HASH_SEED = 0x5eed5eed
-
-cdef inline hash_t mix64(hash_t x) noexcept nogil:
-    # splitmix64 finaliser: a bijective 64-bit avalanche.
-    x ^= x >> 30
-    x *= <hash_t>0xbf58476d1ce4e5b9
-    x ^= x >> 27
-    x *= <hash_t>0x94d049bb133111eb
-    x ^= x >> 31
-    return x
 
 cdef inline hash_t hash_combine(hash_t h, hash_t v) noexcept nogil:
     return hash_combine_mixed(h, mix64(v))

@@ -31,7 +31,7 @@ from aisim._core.request cimport (
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
-from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, tmin
+from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, splitmix64, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
@@ -342,14 +342,6 @@ cdef inline void _emit(BatchC* b, req_t r, tok_t n, bint spec) noexcept nogil:
 # min(m, A(i, n)); A is the request's trace list, the configured counts, a
 # histogram draw or the seeded per-position hash rule.
 
-cdef inline hash_t _sm(hash_t x) noexcept nogil:
-    # One splitmix64 output (all arithmetic mod 2**64).
-    cdef hash_t z = x + <hash_t>0x9E3779B97F4A7C15
-    z = (z ^ (z >> 30)) * <hash_t>0xBF58476D1CE4E5B9
-    z = (z ^ (z >> 27)) * <hash_t>0x94D049BB133111EB
-    return z ^ (z >> 31)
-
-
 cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
     """Drafts the model accepts of ``m`` at request ``i``'s next verification."""
     cdef const SchedConfC* c = &s.conf
@@ -363,7 +355,7 @@ cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
     elif c.acc_kind == ACC_COUNTS:
         a = c.acc_table[n % c.acc_n]
     else:
-        h = _sm(_sm(c.acc_seed_mix ^ <hash_t>r.trace_index) ^ <hash_t>n)
+        h = splitmix64(splitmix64(c.acc_seed_mix ^ <hash_t>r.trace_index) ^ <hash_t>n)
         if c.acc_kind == ACC_HISTOGRAM:
             # A uniform 53-bit draw against the cumulative thresholds.
             v = h >> 11
@@ -373,7 +365,7 @@ cdef tok_t _accepted(const SchedC* s, req_t i, tok_t m) noexcept nogil:
             # Leading positions j < m with sm(h ^ j) % 1000 < permille[min(j, len - 1)].
             for j in range(m):
                 p = <int32_t>(j if j < c.acc_n else c.acc_n - 1)
-                if <int64_t>(_sm(h ^ <hash_t>j) % 1000) >= c.acc_table[p]:
+                if <int64_t>(splitmix64(h ^ <hash_t>j) % 1000) >= c.acc_table[p]:
                     break
                 a += 1
     return a if a < m else m

@@ -35,6 +35,7 @@ builds the Arrow arrays over them; nothing here allocates.
 from libc.string cimport memcpy
 
 from aisim._core.types cimport int8_t, int32_t, int64_t, scan_col_t, uint8_t, uint64_t
+from aisim._core.util cimport mix64
 
 # Value kinds (aisim.traces.jsonlines maps Arrow types onto them).
 cdef enum:
@@ -415,12 +416,8 @@ def line_ids(bytes prefix not None, const int64_t[::1] lines not None, int32_t[:
 
 
 cdef inline uint64_t _stream_mix(uint64_t x) noexcept nogil:
-    # splitmix64's finaliser (Steele, Lea and Flood 2014); 0 becomes 1 (0 is no stream).
-    x ^= x >> 30
-    x *= 0xBF58476D1CE4E5B9ULL
-    x ^= x >> 27
-    x *= 0x94D049BB133111EBULL
-    x ^= x >> 31
+    # splitmix64's finaliser; 0 becomes 1 (0 is no stream).
+    x = mix64(x)
     return x if x != 0 else 1
 
 

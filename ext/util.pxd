@@ -2,7 +2,7 @@
 # (kvcache, scheduler, engine, deploy and the group managers).  Inline: they sit in
 # the hottest loops, and a cross-module call of a one-line function costs.
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport tok_t
+from aisim._core.types cimport hash_t, tok_t
 
 
 cdef extern from *:
@@ -10,6 +10,22 @@ cdef extern from *:
     void __builtin_prefetch(const void* addr) noexcept nogil
     # GCC/Clang: the index of the lowest set bit (x != 0).
     int __builtin_ctzll(unsigned long long x) noexcept nogil
+
+
+cdef inline hash_t mix64(hash_t x) noexcept nogil:
+    # splitmix64's finaliser (Steele, Lea and Flood 2014): a bijective 64-bit avalanche.  The one
+    # mixer of the core: block keys (hashing.pxd), token streams (tracescan), draws.
+    x ^= x >> 30
+    x *= <hash_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <hash_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+
+cdef inline hash_t splitmix64(hash_t x) noexcept nogil:
+    # One splitmix64 output for state ``x`` (all arithmetic mod 2**64).
+    return mix64(x + <hash_t>0x9e3779b97f4a7c15)
 
 
 cdef inline tok_t cdiv(tok_t a, tok_t b) noexcept nogil:
