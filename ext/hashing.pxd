@@ -30,10 +30,10 @@ cdef inline hash_t hash_combine_mixed(hash_t h, hash_t mixed) noexcept nogil:
 
 # A block's key is hash_combine_mixed(parent key, the digest of its tokens' runs): the digest
 # does not depend on the chain, so a chain step is one mix (and the next block's digest can be
-# computed while it waits).  Roles of a run's three numbers, kept apart:
+# computed while it waits).  Roles of a run's three numbers, kept apart (C enum values: 31 bits):
 cdef enum:
-    RUN_FIRST = 0x6669727374       # added to the run's first offset
-    RUN_LENGTH = 0x6c656e677468    # added to its length
+    RUN_FIRST = 0x66697273         # added to the run's first offset
+    RUN_LENGTH = 0x6c656e67        # added to its length
     RUN_NEXT = 0x6e657874          # a block's later runs: order-sensitive fold
 
 cdef inline hash_t length_mix(tok_t length) noexcept nogil:

@@ -34,7 +34,7 @@ def combine(h, v):
     return combine_mixed(h, mix64(v))
 
 
-RUN_FIRST, RUN_LENGTH, RUN_NEXT = 0x6669727374, 0x6C656E677468, 0x6E657874
+RUN_FIRST, RUN_LENGTH, RUN_NEXT = 0x66697273, 0x6C656E67, 0x6E657874
 
 
 def digest(block_runs):
