@@ -133,9 +133,7 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0),
     from aisim.traces import from_frame
 
     n = point["num_prompts"]
-    warm = n if cached_prompts is None else min(cached_prompts, n)
-    if not cached:
-        warm = 0
+    warm = 0 if not cached else n if cached_prompts is None else min(cached_prompts, n)
     t0 = WARM_UP_S if warm else 0.0
     cols = {"request_id": [f"r{i}" for i in range(n)], "prompt_len": [point["input_len"]] * n,
             "max_tokens": [point["output_len"]] * n, "prefix_group": list(range(n)),
