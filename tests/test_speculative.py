@@ -12,10 +12,48 @@ padding of a one-token admission, the rollback of rejected drafts in
 import pytest
 
 from aisim.config.engine import engine_config_from_dict
-from aisim.config.speculative import accepted, histogram_thresholds, parse_speculative, scheduler_view, splitmix64
+from aisim.config.speculative import (
+    HISTOGRAM_BITS, SpeculativeConfig, histogram_thresholds, parse_speculative, scheduler_view, splitmix64,
+)
 from aisim.errors import ConfigError
 
 from helpers import run_log
+
+
+def accepted(sp: SpeculativeConfig, i: int, n: int, m: int, accept=None) -> int:
+    """Drafts accepted of ``m`` at request ``i``'s ``n``-th verification: the core's rule
+    (ext/scheduler.pyx ``_accepted``) restated in Python, the reference the tests hold it to.
+
+    Parameters
+    ----------
+    sp : SpeculativeConfig
+    i, n, m : int
+        Request index in the trace, earlier verifications, drafts verified.
+    accept : list of int, optional
+        The request's trace field ``accept``.
+
+    Returns
+    -------
+    int
+    """
+    if accept:
+        return min(m, accept[n % len(accept)])
+    kind, values, seed = sp.rule()
+    if kind == "counts":
+        return min(m, values[n % len(values)])
+    h = splitmix64(splitmix64(splitmix64(seed) ^ i) ^ n)
+    if kind == "histogram":
+        v, t = h >> (64 - HISTOGRAM_BITS), histogram_thresholds(values)
+        a = 0
+        while a < len(t) - 1 and v >= t[a]:
+            a += 1
+        return min(m, a)
+    a = 0
+    for j in range(m):
+        if splitmix64(h ^ j) % 1000 >= values[min(j, len(values) - 1)]:
+            break
+        a += 1
+    return a
 
 
 def spec(k=3, method="eagle", **acceptance):

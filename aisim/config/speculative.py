@@ -273,41 +273,6 @@ def histogram_thresholds(hist) -> list[int]:
     return out
 
 
-def accepted(sp: SpeculativeConfig, i: int, n: int, m: int, accept=None) -> int:
-    """Drafts accepted of ``m`` at request ``i``'s ``n``-th verification (the core's rule, in Python).
-
-    Parameters
-    ----------
-    sp : SpeculativeConfig
-    i, n, m : int
-        Request index in the trace, earlier verifications, drafts verified.
-    accept : list of int, optional
-        The request's trace field ``accept``.
-
-    Returns
-    -------
-    int
-    """
-    if accept:
-        return min(m, accept[n % len(accept)])
-    kind, values, seed = sp.rule()
-    if kind == "counts":
-        return min(m, values[n % len(values)])
-    h = splitmix64(splitmix64(splitmix64(seed) ^ i) ^ n)
-    if kind == "histogram":
-        v, t = h >> (64 - HISTOGRAM_BITS), histogram_thresholds(values)
-        a = 0
-        while a < len(t) - 1 and v >= t[a]:
-            a += 1
-        return min(m, a)
-    a = 0
-    for j in range(m):
-        if splitmix64(h ^ j) % 1000 >= values[min(j, len(values) - 1)]:
-            break
-        a += 1
-    return a
-
-
 def core_args(cfg) -> dict | None:
     """The replay core's speculative settings for ``cfg`` (None without speculative decoding)."""
     from aisim._core.constants import ACCEPT_KINDS
