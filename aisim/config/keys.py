@@ -100,8 +100,9 @@ ENGINE_KEYS = (
 # Qwen2.5-7B on A100 80GB PCIe TP 1 and 2, Qwen3-0.6B on H100), `vllm-pr` and `inferencex` (Qwen3-30B-A3B
 # on one H100 and one H200), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
 # the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts' share
-# (MOE_EFFICIENCY, aisim/perf/roofline.py); the sources `gpustack` (vLLM 0.11.0) and `dennislee22` (vLLM
-# 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM) are held out.  The
+# (MOE_EFFICIENCY, aisim/perf/roofline.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
+# 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
+# 8 H200, Llama-3.1-8B FP8 on one) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100) are held out.  The
 # points, their sources and the errors: benchmarks/data/README.md.
 TIME_MODEL_KEYS = (
     ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
