@@ -24,20 +24,19 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py            # with the defaults of aisim/config/keys.py
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
 
-``--fit`` searches the roofline's six free numbers (compute, attention, routed-expert and
-bandwidth efficiencies, the overhead per step and per scheduled request) and the API server's two
+``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
+efficiencies, the overhead per step and per scheduled request; the routed experts run at their
+kernel's measured rate, :mod:`aisim.perf.moe_kernel`) and the API server's two
 costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
 TPOT, throughput and the TTFT of bursts and of cold long prompts over the fitting sources'
 points (absolute, not squared, so that a few points the model cannot reach do not steer the
 fit), and prints the
-values to write into ``TIME_MODEL_KEYS``, ``aisim/perf/roofline.py`` (``MOE_EFFICIENCY``)
-and ``aisim/perf/frontend.py``.
+values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import math
 import os
@@ -201,8 +200,7 @@ def predict(point: dict, efficiencies: dict) -> dict:
     engine = engine_for(point, tm)
     for cached, prompts in runs:
         trace, kw, send = trace_for(point, cached, frontend, prompts)
-        with moe_efficiency(efficiencies["moe_efficiency"]):
-            rq = replay(trace, engine, **kw).requests
+        rq = replay(trace, engine, **kw).requests
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
@@ -217,19 +215,6 @@ def predict(point: dict, efficiencies: dict) -> dict:
         span = float(col["finish_s"].max() - send.min())
         out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
     return out
-
-
-@contextlib.contextmanager
-def moe_efficiency(value: float):
-    """Replays inside price the routed experts at ``value`` (``aisim.perf.roofline.MOE_EFFICIENCY``)."""
-    from aisim.perf import roofline
-
-    saved = roofline.MOE_EFFICIENCY
-    roofline.MOE_EFFICIENCY = value
-    try:
-        yield
-    finally:
-        roofline.MOE_EFFICIENCY = saved
 
 
 def _row_index(ids) -> np.ndarray:
@@ -253,8 +238,8 @@ FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_effici
                  "overhead_per_req_s")
 FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
 # Shares in (0, 1] first, then the costs searched in logs.
-FREE = FREE_ROOFLINE[:3] + ("moe_efficiency",) + FREE_ROOFLINE[3:] + FREE_FRONTEND
-SHARES = 4
+FREE = FREE_ROOFLINE + FREE_FRONTEND
+SHARES = 3
 # Bounds of the numbers searched in logs (seconds).
 LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01),
               "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
@@ -377,12 +362,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="points whose id contains this text")
     ap.add_argument("--fit-sources", help="comma-separated sources to fit on instead of the recorded split")
     args = ap.parse_args(argv)
-    from aisim.perf import frontend, roofline
+    from aisim.perf import frontend
 
     d = defaults(TIME_MODEL_KEYS)
     eff = {k: d[k] for k in FREE_ROOFLINE}
-    eff.update(moe_efficiency=roofline.MOE_EFFICIENCY, frontend_per_request_s=frontend.PER_REQUEST_S,
-               frontend_per_token_s=frontend.PER_TOKEN_S)
+    eff.update(frontend_per_request_s=frontend.PER_REQUEST_S, frontend_per_token_s=frontend.PER_TOKEN_S)
     start = dict(eff, frontend_per_request_s=max(eff["frontend_per_request_s"], 0.005),
                  frontend_per_token_s=max(eff["frontend_per_token_s"], 1e-6))
     sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES

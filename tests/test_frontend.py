@@ -106,19 +106,6 @@ def test_fit_follows_the_ttft_of_bursts_and_of_cold_long_prompts():
     assert h._fitted_metrics(dict(cold, workload="burst", input_len=128)) == every
 
 
-def test_harness_prices_routed_experts_only_inside_its_replays():
-    from aisim.perf import roofline
-
-    h = _harness()
-    saved = roofline.MOE_EFFICIENCY
-    with h.moe_efficiency(0.25):
-        assert roofline.MOE_EFFICIENCY == 0.25
-    assert roofline.MOE_EFFICIENCY == saved
-    with pytest.raises(RuntimeError), h.moe_efficiency(0.5):
-        raise RuntimeError("a failed replay")
-    assert roofline.MOE_EFFICIENCY == saved
-
-
 def test_harness_warms_the_first_prompts_a_run_shares_with_an_earlier_one():
     # "1000@2": an earlier run with the same seed sent the first 2 of these 3 prompts; they are
     # cached (one warm-up request each), the third reaches a cold cache.

@@ -87,9 +87,13 @@ def test_roofline_tensor_parallel_all_reduces():
     assert d[1] == pytest.approx(0.002 + memory + comm_s + comm_per_token, rel=1e-12)
 
 
-def test_roofline_moe_reads_the_experts_the_batch_touches():
+def test_roofline_moe_reads_the_experts_the_batch_touches(monkeypatch):
     # qwen3-30b-a3b on one H100: 48 layers, each 128 experts of 3 x 2048 x 768 parameters, 8 picked per
     # token; attention q, o 2048 x 4096, k, v 2048 x 512; a 2048 x 128 router held whole; vocabulary 151936.
+    # The experts' kernel at the dense products' share (0.5) here; its own share: the next test.
+    from aisim.perf import roofline
+
+    monkeypatch.setattr(roofline, "expert_share", lambda n, fp8: 0.5)
     expert = 3 * 2048 * 768
     dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
     router = 48 * 2048 * 128
@@ -115,12 +119,14 @@ def test_roofline_moe_reads_the_experts_the_batch_touches():
     assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
 
 
-def test_roofline_prices_routed_experts_at_the_moe_efficiency(monkeypatch):
-    # qwen3-30b-a3b as above with the routed experts' products at half the dense rate: one 100-token
-    # prompt's expert FLOPs count twice; the step is compute-bound (memory reads every touched expert).
+def test_roofline_prices_routed_experts_at_their_kernels_share(monkeypatch):
+    # qwen3-30b-a3b as above with the routed experts' kernel at 0.25 of the achievable rate, half the
+    # dense products' 0.5: one 2,000-token prompt's expert FLOPs count twice; the step is compute-bound
+    # (memory reads every touched expert).  The kernel's N: one expert's 768 columns on one GPU.
     from aisim.perf import roofline
 
-    monkeypatch.setattr(roofline, "MOE_EFFICIENCY", 0.5)
+    asked = []
+    monkeypatch.setattr(roofline, "expert_share", lambda n, fp8: asked.append((n, fp8)) or 0.25)
     expert = 3 * 2048 * 768
     dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
     router = 48 * 2048 * 128
@@ -134,7 +140,7 @@ def test_roofline_prices_routed_experts_at_the_moe_efficiency(monkeypatch):
     compute = flops / MATMUL + pair * (2000 * 2001 // 2) / ATTN
     memory = ((dense + router + head) * 2 + 128 * (1 - (1 - 8 / 128) ** 2000) * 48 * expert * 2
               + 2 * 4 * 128 * 2 * 48 * 2000) / HBM
-    assert compute > memory
+    assert compute > memory and asked == [(768, False)]
     assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
 
 

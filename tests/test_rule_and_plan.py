@@ -229,6 +229,22 @@ def test_plan_from_the_catalog():
         plan_from_model("qwen3-next-80b-a3b", 80)
 
 
+def test_a_moe_plan_says_at_what_share_its_experts_run():
+    from aisim.perf.moe_kernel import expert_share
+
+    # qwen3-235b-a22b's experts hold 1,536 intermediate columns: 192 a GPU at TP 8; deepseek-r1's 2,048 (FP8
+    # weights): 256, in FP8 on an H200; qwen3-30b-a3b's 768 with FP8 weights: at the BF16 rate on an A100.
+    _, notes = plan_from_model("qwen3-235b-a22b", tp=8, gpu="H100")
+    assert notes[-1] == (f"routed experts at {expert_share(192):.2f} of the achievable BF16 matmul rate: vLLM's "
+                         "fused-MoE kernel with 192 columns an expert a GPU (aisim/perf/moe_kernel.py)")
+    _, notes = plan_from_model("deepseek-r1", tp=8, gpu="H200")
+    assert notes[-1].startswith(f"routed experts at {expert_share(256, True):.2f} of the achievable FP8 matmul rate")
+    _, notes = plan_from_model("qwen3-30b-a3b", gpu="A100-80GB", dtype="fp8")
+    assert notes[-1].startswith(f"routed experts at {expert_share(768):.2f} of the achievable BF16 matmul rate")
+    _, notes = plan_from_model("llama-3.1-8b", gpu="H100")
+    assert not any("routed experts" in n for n in notes)
+
+
 # ---------------------------------------------------------------- a plan that passes always replays
 
 group_st = st.sampled_from([

@@ -74,15 +74,19 @@ class GPUSpec:
         """Peak dense BF16 FLOP/s (the rate of BF16 weights and of FP8 weights without FP8 cores)."""
         return self.bf16_flops
 
+    def multiplies_fp8(self, dtype: str) -> bool:
+        """Whether ``dtype`` weights multiply in FP8 here: FP8 weights and FP8 tensor cores (else BF16)."""
+        return dtype == "fp8" and self.fp8_flops is not None
+
     def flops_for(self, dtype: str) -> float:
         """Peak dense FLOP/s of matrix products with ``dtype`` weights (``bf16`` or ``fp8``)."""
-        if dtype == "fp8" and self.fp8_flops is not None:
+        if self.multiplies_fp8(dtype):
             return self.fp8_flops
         return self.bf16_flops
 
     def achievable_flops(self, dtype: str) -> float:
         """Matmul FLOP/s reachable with ``dtype`` weights: the measured MAMF, else the datasheet peak."""
-        if dtype == "fp8" and self.fp8_flops is not None:
+        if self.multiplies_fp8(dtype):
             return self.fp8_mamf or self.fp8_flops
         return self.bf16_mamf or self.bf16_flops
 

@@ -99,8 +99,8 @@ ENGINE_KEYS = (
 # `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy`, `kvcached` (vLLM 0.19.0;
 # Qwen2.5-7B on A100 80GB PCIe TP 1 and 2, Qwen3-0.6B on H100), `vllm-pr` and `inferencex` (Qwen3-30B-A3B
 # on one H100 and one H200), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
-# the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts' share
-# (MOE_EFFICIENCY, aisim/perf/roofline.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
+# the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts at their
+# kernel's published rate (aisim/perf/moe_kernel.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
 # 8 H200, Llama-3.1-8B FP8 on one) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100) are held out.  The
 # points, their sources and the errors: benchmarks/data/README.md.
@@ -118,10 +118,10 @@ TIME_MODEL_KEYS = (
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
     ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)"),
-    ConfigKey("overhead_per_req_s", 3.1e-5, "roofline: fixed seconds per scheduled request of a step (fitted)"),
-    ConfigKey("compute_efficiency", 0.47, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
+    ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)"),
+    ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "the model's matrix products reach, in (0, 1] (fitted)"),
-    ConfigKey("attention_efficiency", 0.54, "roofline: the same share for attention (at the rate of the KV "
+    ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)"),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)"),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "

@@ -14,9 +14,10 @@ same work on its share) costs
   positions (causal attention, a sliding window caps the keys; MLA in two forms, below);
   linear-attention state updates per token.  Matrix products run at the GPU's
   achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
-  ``attention_efficiency``, the routed experts' products at the same rate x
-  :data:`MOE_EFFICIENCY`; the rate of the weights' dtype (FP8 weights on a GPU without
-  FP8 tensor cores run at the BF16 rate), attention's the rate of the KV cache's dtype
+  ``attention_efficiency``, the routed experts' products at the share of that rate vLLM's
+  fused-MoE kernel reaches for their shape (:func:`aisim.perf.moe_kernel.expert_share`); the
+  rate of the weights' dtype (FP8 weights on a GPU without FP8 tensor cores run at the BF16
+  rate), attention's the rate of the KV cache's dtype
   (the attention kernels multiply the cached keys and values as stored: BF16 unless every
   attention layer caches FP8, whatever the weights).
 * **memory**: the weights read once per step (split layers / ``tp``, whole layers, the
@@ -54,18 +55,12 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
+from aisim.perf.moe_kernel import expert_columns, expert_share
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
 ALLREDUCE_BYTES = 2
 # All-reduces per decoder layer under tensor parallelism (attention output, MLP output).
 ALLREDUCES_PER_LAYER = 2
-# The routed experts' matrix products run at this share of the dense products' rate: vLLM
-# multiplies them in one grouped kernel (vllm/model_executor/layers/fused_moe/fused_moe.py,
-# ``fused_experts`` over ``moe_align_block_size``), each expert's few tokens padded to the
-# kernel's block of rows and its weights streamed per block, below a dense GEMM's rate.
-# Fitted by ``python benchmarks/timing_accuracy.py --fit``: 1.0, its bound; the fitting sources'
-# MoE rows (one GPU) move the fit's loss by 3 % between 0.4 and 1.0 (benchmarks/data/README.md).
-MOE_EFFICIENCY = 1.0
 # The most new tokens an MLA request runs in the decode form: the decode threshold of vLLM's MLA
 # metadata builders (MLACommonMetadataBuilder.reorder_batch_threshold), 1 in the backends vLLM 0.11
 # picks (FlashMLA on Hopper, CUTLASS MLA on Blackwell, Triton MLA) and, without drafts, in 0.33's
@@ -163,13 +158,18 @@ def resolved_dtype(tm, model) -> str:
 def roofline_args(tm) -> dict:
     """Core arguments of the roofline model of ``tm`` (an engine's TimeModel).
 
-    The core prices every matrix FLOP at one rate; the routed experts' FLOPs, slower by
-    :data:`MOE_EFFICIENCY`, enter ``flops_per_token`` as ``1 / MOE_EFFICIENCY`` FLOPs each.
+    The core prices every matrix FLOP at one rate, the achievable rate x ``compute_efficiency``;
+    the routed experts run at the achievable rate x their kernel's share
+    (:func:`aisim.perf.moe_kernel.expert_share`), so their FLOPs enter ``flops_per_token`` as
+    ``compute_efficiency / share`` FLOPs each.
     """
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
-    t = roofline_terms(model, gpu, tm.tp, resolved_dtype(tm, model))
-    t["flops_per_token"] += t["expert_flops_per_token"] * (1.0 / MOE_EFFICIENCY - 1.0)
+    dtype = resolved_dtype(tm, model)
+    t = roofline_terms(model, gpu, tm.tp, dtype)
+    if t["expert_flops_per_token"]:
+        share = expert_share(expert_columns(model, tm.tp), gpu.multiplies_fp8(dtype))
+        t["flops_per_token"] += t["expert_flops_per_token"] * (tm.compute_efficiency / share - 1.0)
     t["attn_rate"] = t["attention_flops"] * tm.attention_efficiency
     t["req_s"] = tm.overhead_per_req_s
     return {

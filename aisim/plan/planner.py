@@ -43,6 +43,7 @@ from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_probl
                                unmodeled_version_note)
 from aisim.config.toml_out import dumps
 from aisim.errors import ConfigError
+from aisim.perf.moe_kernel import expert_columns, expert_share
 from aisim.textin import decode_utf8, loads_json
 
 PROBE_KEYS = {
@@ -279,6 +280,11 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         notes.append(f"step times: roofline of {model.name} on {tp} x {spec.name} "
                      f"({dtype or model.dtype} weights); batch limits of vllm serve on {spec.name}: "
                      f"{raw['max_num_batched_tokens']} tokens, {raw['max_num_seqs']} sequences")
+        if model.moe_layers:
+            n, fp8 = expert_columns(model, tp), spec.multiplies_fp8(dtype or model.dtype)
+            notes.append(f"routed experts at {expert_share(n, fp8):.2f} of the achievable {'FP8' if fp8 else 'BF16'} "
+                         f"matmul rate: vLLM's fused-MoE kernel with {n:g} columns an expert a GPU "
+                         "(aisim/perf/moe_kernel.py)")
     cold = catalog_cold_reason(grouped)
     if cold is not None:
         notes.insert(0, f"prefix caching off (cold replay): {cold}")

@@ -1,0 +1,87 @@
+"""The routed experts' share of the matmul rate, from published fused-MoE kernel timings."""
+
+import pytest
+
+from aisim.config.catalog import get_model
+from aisim.perf import moe_kernel
+from aisim.perf.moe_kernel import KernelRun
+
+
+def test_a_runs_share_is_its_flops_over_the_gpus_achievable_rate():
+    # Mixtral-8x7B at TP 2 on an H100: 1,536 tokens, top 2, hidden 4,096, N 7,168 in 1,122.93 us;
+    # 6 x 1536 x 2 x 4096 x 7168 = 541,165,879,296 FLOPs against the H100's measured 794.5 TFLOP/s.
+    run = KernelRun("x", "H100", 8, 7168, 4096, 2, 1536, 1122.93)
+    assert run.flops == 541_165_879_296
+    assert moe_kernel.run_share(run) == pytest.approx(541_165_879_296 / 1122.93e-6 / 794.5e12, rel=1e-12)
+    # The same run read against the FP8 rate (1,402.6 TFLOP/s measured).
+    assert moe_kernel.run_share(run, "fp8") == pytest.approx(541_165_879_296 / 1122.93e-6 / 1402.6e12, rel=1e-12)
+
+
+def _run_at(share: float, n: int) -> KernelRun:
+    """A run on an H100 (794.5 TFLOP/s) that reaches ``share`` with ``n`` columns."""
+    flops = 6.0 * 4096 * 8 * 2048 * n
+    return KernelRun("x", "H100", 128, n, 2048, 8, 4096, flops / (share * 794.5e12) * 1e6)
+
+
+def test_the_line_through_runs_on_it_is_found_exactly():
+    # Shares 1 / (1.5 + 600 / N) at N = 200, 600, 2400: 1/3.0, 1/2.5, 1/1.75; least squares of 1/share on
+    # 1/N passes through all three.
+    runs = [_run_at(1.0 / (1.5 + 600.0 / n), n) for n in (200, 600, 2400)]
+    a, b = moe_kernel._fit(runs)
+    assert a == pytest.approx(1.5, rel=1e-9) and b == pytest.approx(600.0, rel=1e-9)
+
+
+def test_the_line_off_the_runs_is_the_least_squares_one():
+    # 1/share = 2, 3, 3 at 1/N = 0, 1/1000, 1/500 -> x = 0, 1, 2 (in 1/1000): mean x 1, mean y 8/3;
+    # slope sum (x - 1)(y - 8/3) / sum (x - 1)^2 = (-1 x -2/3 + 0 + 1 x 1/3) / 2 = 1/2 per 1/1000 -> b 500;
+    # a = 8/3 - 1/2 = 13/6.  (N = inf stands in for 1/N = 0 as N = 1e12.)
+    runs = [_run_at(1 / 2, 10**12), _run_at(1 / 3, 1000), _run_at(1 / 3, 500)]
+    a, b = moe_kernel._fit(runs)
+    assert a == pytest.approx(13 / 6, rel=1e-6) and b == pytest.approx(500.0, rel=1e-6)
+
+
+def test_the_share_halves_at_b_over_a_and_never_passes_the_rate(monkeypatch):
+    monkeypatch.setattr(moe_kernel, "SHARE_A", 1.5)
+    monkeypatch.setattr(moe_kernel, "SHARE_B", 600.0)
+    assert moe_kernel.expert_share(400.0) == pytest.approx(1 / 3, rel=1e-12)     # (1/1.5) / 2
+    assert moe_kernel.expert_share(1e9) == pytest.approx(1 / 1.5, rel=1e-6)
+    monkeypatch.setattr(moe_kernel, "SHARE_A", 0.5)
+    assert moe_kernel.expert_share(1e9) == 1.0
+
+
+def test_the_shipped_line_is_fitted_on_the_bf16_runs():
+    assert (moe_kernel.SHARE_A, moe_kernel.SHARE_B) == moe_kernel._fit(moe_kernel.KERNEL_RUNS)
+    # Narrower slices run slower: the line's slope is positive and the shares fall with N.
+    assert moe_kernel.SHARE_B > 0
+    shares = [moe_kernel.expert_share(n) for n in (96, 192, 768, 7168)]
+    assert shares == sorted(shares) and 0 < shares[0] and shares[-1] <= 1
+
+
+@pytest.mark.parametrize("model, tp, n", [
+    ("qwen3-30b-a3b", 1, 768),          # moe_intermediate_size 768
+    ("qwen3-235b-a22b", 8, 192),        # 1,536 / 8
+    ("deepseek-r1", 8, 256),            # 2,048 / 8
+    ("glm-4.6", 8, 192),                # 1,536 / 8
+])
+def test_the_kernels_columns_are_one_experts_intermediate_size_a_gpu(model, tp, n):
+    assert moe_kernel.expert_columns(get_model(model), tp) == pytest.approx(n, rel=1e-12)
+
+
+def test_the_published_fp8_runs_reach_less_than_the_bf16_line():
+    # Both at N 768, 4,096 tokens, top 8, hidden 2,048: 309,237,645,312 FLOPs.  Qwen3-30B-A3B on an H100
+    # in 1,647.57 us against its measured FP8 rate 1,402.6 TFLOP/s: 0.134; Qwen3-VL-30B-A3B on an L40S in
+    # 1,846.43 us against its datasheet FP8 peak 733 TFLOP/s: 0.228.
+    h100, l40s = moe_kernel.FP8_KERNEL_RUNS
+    assert h100.flops == l40s.flops == 309_237_645_312
+    assert moe_kernel.run_share(h100, "fp8") == pytest.approx(309_237_645_312 / 1647.57e-6 / 1402.6e12, rel=1e-12)
+    assert moe_kernel.run_share(l40s, "fp8") == pytest.approx(309_237_645_312 / 1846.43e-6 / 733e12, rel=1e-12)
+    assert all(moe_kernel.run_share(r, "fp8") < moe_kernel.expert_share(r.n) for r in (h100, l40s))
+
+
+def test_fp8_products_run_at_the_fp8_runs_mean_share_of_the_bf16_line():
+    # Both FP8 runs sit at N 768, so the FP8 share there is their geometric mean: sqrt(0.134 x 0.228).
+    r1 = 309_237_645_312 / 1647.57e-6 / 1402.6e12
+    r2 = 309_237_645_312 / 1846.43e-6 / 733e12
+    assert moe_kernel.expert_share(768, fp8=True) == pytest.approx((r1 * r2) ** 0.5, rel=1e-12)
+    assert moe_kernel.FP8_FACTOR == pytest.approx((r1 * r2) ** 0.5 / moe_kernel.expert_share(768), rel=1e-12)
+    assert moe_kernel.expert_share(192, fp8=True) == pytest.approx(moe_kernel.FP8_FACTOR * moe_kernel.expert_share(192))
