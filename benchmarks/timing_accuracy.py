@@ -23,6 +23,8 @@ sources the defaults were fitted on and for the held-out ones.
 
     python benchmarks/timing_accuracy.py            # with the defaults of aisim/config/keys.py
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
+    python benchmarks/timing_accuracy.py --cross-validate --iters 150 --jobs 2
+                                                    # each source predicted by a fit on the others
 
 ``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
 efficiencies, the overhead per step and per scheduled request; the routed experts run at their
@@ -30,8 +32,9 @@ kernel's measured rate, :mod:`aisim.perf.moe_kernel`) and the API server's two
 costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
 TPOT, throughput and the TTFT of bursts and of cold long prompts over the fitting sources'
 points (absolute, not squared, so that a few points the model cannot reach do not steer the
-fit), and prints the
-values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
+fit), and prints the values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
+``--cross-validate`` runs the same fit once per source on every other source's points and
+reports each source's errors from the fit that left it out.
 """
 
 from __future__ import annotations
@@ -280,8 +283,8 @@ def loss(points, eff: dict) -> float:
     return total / count
 
 
-def fit(points, start: dict, iters: int = 80) -> dict:
-    """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``."""
+def fit(points, start: dict, iters: int = 80, label: str = "fit") -> dict:
+    """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``; progress on stderr."""
     x0 = np.array([start[k] for k in FREE[:SHARES]]
                   + [math.log(max(start[k], LOG_BOUNDS[k][0])) for k in FREE[SHARES:]])
     steps = np.array([0.15] * SHARES + [0.8] * (len(FREE) - SHARES))
@@ -292,7 +295,7 @@ def fit(points, start: dict, iters: int = 80) -> dict:
         simplex = [simplex[i] for i in order]
         values = [values[i] for i in order]
         best = _unpack(simplex[0])
-        print(f"  fit {it:3d}: loss {values[0]:.5f} at " + ", ".join(f"{k} {v:.4g}" for k, v in best.items()),
+        print(f"  {label} {it:3d}: loss {values[0]:.5f} at " + ", ".join(f"{k} {v:.4g}" for k, v in best.items()),
               file=sys.stderr, flush=True)
         centre = np.mean(simplex[:-1], axis=0)
         worst = simplex[-1]
@@ -313,6 +316,42 @@ def fit(points, start: dict, iters: int = 80) -> dict:
                 simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
                 values = [values[0]] + [loss(points, _unpack(x)) for x in simplex[1:]]
     return _unpack(simplex[int(np.argmin(values))])
+
+
+def _fold(args) -> tuple[str, dict, list[dict]]:
+    """One fold of :func:`cross_validate`: the source's points predicted by a fit on the others."""
+    source, points, start, iters = args
+    eff = fit([p for p in points if p["source"] != source], start, iters, label=f"without {source}")
+    held = [p for p in points if p["source"] == source]
+    return source, eff, errors(held, [predict(p, eff) for p in held])
+
+
+def cross_validate(points, start: dict, iters: int, jobs: int = 1) -> None:
+    """Leave one source out: each source's points predicted by a fit on every other source's.
+
+    Prints each fold's fitted numbers and the medians per source and over all points, each
+    point's errors coming from a fit that never saw its source.  Folds run in ``jobs``
+    processes; the result does not depend on how many.
+    """
+    sources = sorted({p["source"] for p in points})
+    if len(sources) < 2:
+        raise SystemExit(f"--cross-validate needs points of two sources or more; these are of {sources}")
+    folds = [(s, points, start, iters) for s in sources]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_fold, folds))
+    else:
+        results = [_fold(f) for f in folds]
+    every = []
+    for source, eff, errs in results:
+        print(f"without {source}: " + ", ".join(f"{k} {v:.4g}" for k, v in eff.items()))
+    print()
+    for source, eff, errs in results:
+        _medians(f"{source}, fitted on the other sources", errs)
+        every += errs
+    _medians("every source, each fitted on the others", every)
 
 
 def _fmt(v: float) -> str:
@@ -361,6 +400,9 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=80, help="Nelder-Mead iterations of --fit")
     ap.add_argument("--only", help="points whose id contains this text")
     ap.add_argument("--fit-sources", help="comma-separated sources to fit on instead of the recorded split")
+    ap.add_argument("--cross-validate", action="store_true",
+                    help="leave one source out: predict each source's points by a fit on the others (--iters each)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for --cross-validate's folds")
     args = ap.parse_args(argv)
     from aisim.perf import frontend
 
@@ -371,6 +413,9 @@ def main(argv=None) -> int:
                  frontend_per_token_s=max(eff["frontend_per_token_s"], 1e-6))
     sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES
     points = [p for p in load_points(fit_sources=sources) if not args.only or args.only in p["point"]]
+    if args.cross_validate:
+        cross_validate(points, start, args.iters, args.jobs)
+        return 0
     if args.fit:
         eff = fit([p for p in points if p["split"] == "fit"], start, args.iters)
         print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in eff.items()))

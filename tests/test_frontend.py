@@ -120,3 +120,29 @@ def test_harness_warms_the_first_prompts_a_run_shares_with_an_earlier_one():
     assert send.tolist() == [h.WARM_UP_S] * 3
     every, _, _ = h.trace_for(point, 1000, (0.0, 0.0))
     assert sum(i.startswith("w") for i in every.column("request_id").to_pylist()) == 3
+
+
+def test_cross_validation_predicts_each_source_by_a_fit_that_never_saw_it(monkeypatch, capsys):
+    # Three sources of two, one and one points; the fit and the prediction are stand-ins that say
+    # what each fold was given: a fold's fit sees every other source's points and none of its own.
+    h = _harness()
+    points = [dict(point=f"{s}{i}", source=s, ttft_ms=10.0, tpot_ms=10.0, throughput_tok_s=10.0)
+              for s, n in (("a", 2), ("b", 1), ("c", 1)) for i in range(n)]
+    seen = {}
+
+    def fake_fit(train, start, iters, label="fit"):
+        seen[label] = sorted(p["point"] for p in train)
+        return {"compute_efficiency": len(train) / 10}
+
+    monkeypatch.setattr(h, "fit", fake_fit)
+    monkeypatch.setattr(h, "predict", lambda p, eff: {"ttft": 10.0 * (1 + eff["compute_efficiency"]),
+                                                      "tpot": 10.0, "throughput": 10.0})
+    h.cross_validate(points, {}, iters=3)
+    assert seen == {"without a": ["b0", "c0"], "without b": ["a0", "a1", "c0"], "without c": ["a0", "a1", "b0"]}
+    out = capsys.readouterr().out
+    # Source a's points are predicted by the fit on 2 points (TTFT +20 %), b's and c's on 3 (+30 %).
+    assert "a, fitted on the other sources (2 points): TTFT 20.0%" in out
+    assert "b, fitted on the other sources (1 points): TTFT 30.0%" in out
+    assert "every source, each fitted on the others (4 points): TTFT 25.0%, TPOT 0.0%, throughput 0.0%" in out
+    with pytest.raises(SystemExit, match="two sources or more"):
+        h.cross_validate(points[:2], {}, iters=3)
