@@ -77,9 +77,8 @@ def engine_for(point: dict, efficiencies: dict):
     """The engine ``aisim plan`` writes for the point's model, GPU and tensor parallelism."""
     from aisim.plan import plan_from_model
 
-    need = point["input_len"] + point["output_len"] + 16
-    max_len = point["max_model_len"] or max(need, 8192)
-    cfg, _ = plan_from_model(point["model"], tp=point["tp"], max_model_len=max_len, gpu=point["gpu"],
+    # Unrecorded, max_model_len is vllm serve's default, as the plan's.
+    cfg, _ = plan_from_model(point["model"], tp=point["tp"], max_model_len=point["max_model_len"], gpu=point["gpu"],
                              gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
                              dtype=point["dtype"] or None)
     tm = dict(cfg.raw["time_model"], **efficiencies)

@@ -72,8 +72,65 @@ def test_the_catalog_and_the_real_files_agree():
                        ("deepseek-r1", "deepseek-r1.json"), ("mistral-7b-v0.1", "mistral-7b-instruct-v0.1.json")):
         a, b = MODELS[name], load_hf_config(_hf(file))
         for field in ("params", "dense_params", "replicated_params", "expert_params", "moe_layers", "layers",
-                      "vocab_size", "dtype"):
+                      "vocab_size", "dtype", "context_len", "context_key"):
             assert getattr(a, field) == getattr(b, field), (name, field)
+
+
+def _llama(**change):
+    with open(_hf("llama-3.1-8b.json")) as fh:
+        cfg = json.load(fh)
+    cfg.pop("rope_scaling")
+    cfg.update(change)
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+@pytest.mark.parametrize("cfg,length,key", [
+    # The real files: Llama 3.1's llama3 and DeepSeek's yarn RoPE come already scaled (not x 8, not x 40).
+    (_hf("llama-3.1-8b.json"), 131072, "max_position_embeddings"),
+    (_hf("deepseek-r1.json"), 163840, "max_position_embeddings"),
+    (_hf("qwen3-30b-a3b.json"), 40960, "max_position_embeddings"),
+    # Other RoPE types multiply by their factor, one per layer type when nested; "default" has none.
+    (_llama(max_position_embeddings=4096, rope_scaling={"type": "linear", "factor": 4}), 16384,
+     "max_position_embeddings"),
+    (_llama(max_position_embeddings=8192, rope_parameters={"rope_type": "dynamic", "factor": 2.0}), 16384,
+     "max_position_embeddings"),
+    (_llama(max_position_embeddings=8192, rope_parameters={"full_attention": {"rope_type": "default"},
+                                                           "sliding_attention": {"rope_type": "linear",
+                                                                                 "factor": 2}}), 16384,
+     "max_position_embeddings"),
+    # LongRoPE starts from the original length.
+    (_llama(max_position_embeddings=131072, original_max_position_embeddings=4096,
+            rope_scaling={"type": "longrope", "long_factor": [1.0], "short_factor": [1.0]}), 4096,
+     "max_position_embeddings"),
+    # The smallest of the length fields; model_max_length above them all; an absent max_position_embeddings
+    # at its transformers class's default.
+    (_llama(max_position_embeddings=8192, seq_length=4096), 4096, "seq_length"),
+    (_llama(max_position_embeddings=4096, model_max_length=8192), 8192, "model_max_length"),
+    (_llama(max_position_embeddings=None), 2048, "max_position_embeddings, LlamaConfig's default"),
+    (_llama(max_position_embeddings=None, seq_length=1024), 1024, "seq_length"),
+    (_llama(max_position_embeddings=None, architectures=["Qwen3ForCausalLM"]), 32768,
+     "max_position_embeddings, Qwen3Config's default"),
+])
+def test_a_config_gets_the_max_model_len_vllm_derives(cfg, length, key):
+    m = load_hf_config(cfg) if isinstance(cfg, str) else parse_hf_config(cfg, "config.json")
+    assert (m.context_len, m.context_key) == (length, key)
+
+
+def test_every_architecture_has_its_class_default_length():
+    from aisim.config.hfconfig import ARCHITECTURES, DEFAULT_MAX_POSITIONS
+
+    assert sorted(DEFAULT_MAX_POSITIONS) == sorted(ARCHITECTURES)
+
+
+def test_the_catalog_s_context_lengths():
+    # Gemma 3's file names no length: Gemma3TextConfig's 131,072, its linear factor 8 already in it (vLLM
+    # skips the factor for Gemma 3).
+    assert MODELS["gemma-3-27b"].context_key == "max_position_embeddings, Gemma3TextConfig's default"
+    assert {k: m.context_len for k, m in MODELS.items()} == {
+        "llama-3.1-8b": 131072, "llama-3.1-70b": 131072, "mistral-7b-v0.1": 32768, "qwen2.5-7b": 32768,
+        "qwen2.5-32b": 131072, "qwen3-0.6b": 40960, "qwen3-8b": 40960, "qwen3-14b": 40960, "qwen3-32b": 40960,
+        "qwen3-30b-a3b": 40960, "qwen3-235b-a22b": 262144, "glm-4.5-air": 131072, "glm-4.6": 202752,
+        "deepseek-r1": 163840, "gemma-3-27b": 131072, "qwen3-next-80b-a3b": 262144, "glm-5.3-flash": 0}
 
 
 def test_hybrid_layer_patterns():
@@ -108,6 +165,11 @@ def test_hybrid_layer_patterns():
      "field 'quantization_config.quant_method' must be fp8 (the only quantization modelled), got 'awq'"),
     ({"layer_types": ["full_attention"] * 31 + ["chunked_attention"]},
      "field 'layer_types' names a layer mixer aisim does not model: 'chunked_attention'"),
+    ({"max_position_embeddings": "long"}, "field 'max_position_embeddings' must be a positive number of tokens, "
+                                          "got 'long'"),
+    ({"rope_scaling": {"type": "linear", "factor": -1}}, "field 'rope_scaling.factor' must be a positive number, "
+                                                         "got -1"),
+    ({"rope_scaling": [8.0]}, "field 'rope_scaling' must be a mapping, got [8.0]"),
 ])
 def test_bad_configs_are_refused_naming_the_field(tmp_path, change, fragment):
     with open(_hf("llama-3.1-8b.json")) as fh:
@@ -198,6 +260,9 @@ def test_plan_writes_the_roofline_and_round_trips(tmp_path):
      f"error: {os.path.join(HF, 'gpt2.json')}: field 'architectures' names 'GPT2LMHeadModel', which aisim does not "
      "model; supported: " + ", ".join(__import__("aisim.config.hfconfig", fromlist=["x"]).ARCHITECTURES)),
     (["--model", "llama-3.1-8b"], "Error: --model needs --gpu (or --gpu-memory-gib)"),
+    (["--model", "llama-3.1-8b", "--gpu", "H100", "--max-model-len", "131073"],
+     "error: max_model_len 131,073 exceeds llama-3.1-8b's 131,072 tokens (max_position_embeddings); vLLM refuses "
+     "a longer one"),
 ])
 def test_plan_refuses_with_one_line(tmp_path, args, line):
     out = tmp_path / "plan.toml"

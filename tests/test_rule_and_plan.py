@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from aisim.cli import main
 from aisim.config.engine import engine_config_from_dict, load_engine_config
-from aisim.config.rule import grouped_prefix_caching_problems, startup_blocks
+from aisim.config.kvgroups import request_blocks
+from aisim.config.rule import grouped_prefix_caching_problems, longest_startup_len, startup_blocks
 from aisim.errors import ConfigError
 from aisim.plan import plan_from_model, plan_from_probe
 
@@ -227,6 +228,59 @@ def test_plan_from_the_catalog():
     assert "probe evidence" in notes[0]
     with pytest.raises(ConfigError, match="does not fit"):
         plan_from_model("qwen3-next-80b-a3b", 80)
+
+
+def _windowed(**over):
+    """Cold full + 4,096-token window groups of 16-token blocks, 8,192 tokens a step, synchronous."""
+    raw = {"num_gpu_blocks": 1000, "block_size": 16, "max_model_len": 32768, "max_num_batched_tokens": 8192,
+           "async_scheduling": False, "enable_prefix_caching": False,
+           "kv_cache_groups": [{"type": "full"}, {"type": "sliding_window", "sliding_window": 4096}]}
+    return engine_config_from_dict({**raw, **over})
+
+
+def test_startup_blocks_at_any_length_are_the_check_at_that_max_model_len():
+    # SlidingWindowSpec.max_memory_usage_bytes at max_model_len L: cdiv(min(4095 + 8192, L), 16) + 1 window
+    # blocks beside cdiv(L, 16) full ones: 769 at 100,000 tokens, 63 + 1 at 1,000.
+    cfg = _windowed(max_model_len=100000)
+    assert startup_blocks(cfg) == 6250 + 769
+    assert int(request_blocks(cfg, 1000, startup=True)) == 63 + 64
+    for length in (1, 16, 17, 4096, 12288, 12289, 50000, 100000):
+        assert int(request_blocks(cfg, length, startup=True)) == startup_blocks(cfg.replace(max_model_len=length))
+
+
+def test_the_longest_max_model_len_that_fits():
+    # One full group: 2,168 blocks, the null block held back: 2,167 x 16 tokens.
+    cfg = engine_config_from_dict({"num_gpu_blocks": 2168, "block_size": 16, "max_model_len": 131072})
+    assert longest_startup_len(cfg) == 34672
+    # Full + window: below 12,288 tokens the window holds cdiv(L, 16) + 1 blocks, so 2 cdiv(L, 16) + 1 <= 999.
+    assert longest_startup_len(_windowed()) == 7984
+    assert startup_blocks(_windowed(max_model_len=7984)) == 999
+    assert startup_blocks(_windowed(max_model_len=7985)) == 1001
+    # Already fitting: the configuration's own length; nothing fits: 0.
+    assert longest_startup_len(_windowed(num_gpu_blocks=100000)) == 32768
+    assert longest_startup_len(_windowed(num_gpu_blocks=2)) == 0
+
+
+def test_a_plan_starts_with_the_max_model_len_vllm_serve_would():
+    cfg, notes = plan_from_model("llama-3.1-8b", gpu="H100")
+    assert cfg.max_model_len == 131072
+    assert notes[1] == "max_model_len 131,072: llama-3.1-8b's context (max_position_embeddings), vllm serve's default"
+    # Llama-3.1-70B on two A100s: 131,072 tokens need 8,192 blocks; the longest that fits the pool is cut to.
+    cfg, notes = plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2)
+    assert cfg.max_model_len == 16 * (cfg.num_gpu_blocks - 1) < 131072
+    assert notes[1] == (f"max_model_len {cfg.max_model_len:,}: llama-3.1-70b's context of 131,072 tokens does not "
+                        "fit one request in the KV cache, so vllm serve would not start with its default; "
+                        f"{cfg.max_model_len:,} is the longest that fits, the estimate its start-up error names")
+    with pytest.raises(ConfigError, match=f"vLLM would not start: the longest that fits is {cfg.max_model_len:,}"):
+        plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2, max_model_len=cfg.max_model_len + 1)
+    cfg, notes = plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2, max_model_len=8192)
+    assert cfg.max_model_len == 8192 and notes[1] == "max_model_len 8,192 (asked for)"
+    with pytest.raises(ConfigError, match="max_model_len 131,073 exceeds llama-3.1-8b's 131,072 tokens"):
+        plan_from_model("llama-3.1-8b", gpu="H100", max_model_len=131073)
+    # A spec without a config to derive it from keeps aisim's default.
+    cfg, notes = plan_from_model("glm-5.3-flash", gpu="H200")
+    assert cfg.max_model_len == 32768 and notes[1] == "max_model_len 32,768: aisim's default (GLM-5.3-Flash names " \
+                                                      "no context length)"
 
 
 def test_a_moe_plan_says_at_what_share_its_experts_run():

@@ -22,31 +22,35 @@ __all__ = ["GPUS", "GPUSpec", "LayerKind", "MODELS", "ModelSpec", "check_tp", "g
 def _qwen3(hidden, inter, layers, heads, kv, tied=False):
     return {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden, "intermediate_size": inter,
             "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "head_dim": 128,
-            "vocab_size": 151936, "tie_word_embeddings": tied}
+            "vocab_size": 151936, "tie_word_embeddings": tied, "max_position_embeddings": 40960}
 
+
+_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}
 
 # name -> (display name, config.json fields).  Values: each model's config.json on Hugging Face.
 _CONFIGS = {
     "llama-3.1-8b": ("llama-3.1-8b", {  # meta-llama/Llama-3.1-8B
         "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-        "tie_word_embeddings": False}),
+        "tie_word_embeddings": False, "max_position_embeddings": 131072, "rope_scaling": _LLAMA3_ROPE}),
     "llama-3.1-70b": ("llama-3.1-70b", {  # meta-llama/Llama-3.1-70B
         "architectures": ["LlamaForCausalLM"], "hidden_size": 8192, "intermediate_size": 28672,
         "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-        "vocab_size": 128256, "tie_word_embeddings": False}),
+        "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+        "rope_scaling": _LLAMA3_ROPE}),
     "mistral-7b-v0.1": ("mistral-7b-v0.1", {  # mistralai/Mistral-7B-Instruct-v0.1: a 4,096-token window everywhere
         "architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096,
-        "vocab_size": 32000, "tie_word_embeddings": False}),
+        "vocab_size": 32000, "tie_word_embeddings": False, "max_position_embeddings": 32768}),
     "qwen2.5-7b": ("qwen2.5-7b", {  # Qwen/Qwen2.5-7B-Instruct
         "architectures": ["Qwen2ForCausalLM"], "hidden_size": 3584, "intermediate_size": 18944,
         "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-        "tie_word_embeddings": False, "use_sliding_window": False}),
+        "tie_word_embeddings": False, "use_sliding_window": False, "max_position_embeddings": 32768}),
     "qwen2.5-32b": ("qwen2.5-32b", {  # Qwen/Qwen2.5-32B
         "architectures": ["Qwen2ForCausalLM"], "hidden_size": 5120, "intermediate_size": 27648,
         "num_hidden_layers": 64, "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064,
-        "tie_word_embeddings": False, "use_sliding_window": False}),
+        "tie_word_embeddings": False, "use_sliding_window": False, "max_position_embeddings": 131072}),
     "qwen3-0.6b": ("qwen3-0.6b", _qwen3(1024, 3072, 28, 16, 8, tied=True)),   # Qwen/Qwen3-0.6B
     "qwen3-8b": ("qwen3-8b", _qwen3(4096, 12288, 36, 32, 8)),                  # Qwen/Qwen3-8B
     "qwen3-14b": ("qwen3-14b", _qwen3(5120, 17408, 40, 40, 8)),                # Qwen/Qwen3-14B
@@ -55,34 +59,38 @@ _CONFIGS = {
         "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 6144,
         "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "decoder_sparse_step": 1,
-        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False}),
+        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 40960}),
     "qwen3-235b-a22b": ("qwen3-235b-a22b", {  # Qwen/Qwen3-235B-A22B-Instruct-2507
         "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
         "num_hidden_layers": 94, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128,
         "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1536, "decoder_sparse_step": 1,
-        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False}),
+        "mlp_only_layers": [], "vocab_size": 151936, "tie_word_embeddings": False,
+        "max_position_embeddings": 262144}),
     "glm-4.5-air": ("glm-4.5-air", {  # zai-org/GLM-4.5-Air
         "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 4096, "intermediate_size": 10944,
         "num_hidden_layers": 46, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
         "n_routed_experts": 128, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1408,
-        "first_k_dense_replace": 1, "vocab_size": 151552, "tie_word_embeddings": False}),
+        "first_k_dense_replace": 1, "vocab_size": 151552, "tie_word_embeddings": False,
+        "max_position_embeddings": 131072}),
     "glm-4.6": ("glm-4.6", {  # zai-org/GLM-4.6
         "architectures": ["Glm4MoeForCausalLM"], "hidden_size": 5120, "intermediate_size": 12288,
         "num_hidden_layers": 92, "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
         "n_routed_experts": 160, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 1536,
-        "first_k_dense_replace": 3, "vocab_size": 151552, "tie_word_embeddings": False}),
+        "first_k_dense_replace": 3, "vocab_size": 151552, "tie_word_embeddings": False,
+        "max_position_embeddings": 202752}),
     "deepseek-r1": ("deepseek-r1", {  # deepseek-ai/DeepSeek-R1 (DeepSeek-V3 architecture, FP8 weights)
         "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
         "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "kv_lora_rank": 512,
         "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
         "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
         "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280, "tie_word_embeddings": False,
-        "quantization_config": {"quant_method": "fp8"}}),
+        "quantization_config": {"quant_method": "fp8"}, "max_position_embeddings": 163840,
+        "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}}),
     "gemma-3-27b": ("gemma-3-27b", {  # google/gemma-3-27b-it: five 1,024-token window layers per global one
         "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {
             "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62, "num_attention_heads": 32,
             "num_key_value_heads": 16, "head_dim": 128, "sliding_window": 1024, "sliding_window_pattern": 6,
-            "vocab_size": 262208}}),
+            "vocab_size": 262208, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}}),
     "qwen3-next-80b-a3b": ("qwen3-next-80b-a3b", {  # Qwen/Qwen3-Next-80B-A3B-Instruct: 3 Gated DeltaNet layers per full one
         "architectures": ["Qwen3NextForCausalLM"], "hidden_size": 2048, "intermediate_size": 5120,
         "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
@@ -90,7 +98,7 @@ _CONFIGS = {
         "linear_num_value_heads": 32, "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
         "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
         "shared_expert_intermediate_size": 512, "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "vocab_size": 151936, "tie_word_embeddings": False}),
+        "vocab_size": 151936, "tie_word_embeddings": False, "max_position_embeddings": 262144}),
 }
 
 

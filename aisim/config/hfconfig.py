@@ -22,8 +22,9 @@ A ``layer_types`` list, when present, names each layer's mixer and wins over the
 above.  Parameter counts follow vLLM's layers: gated MLPs of three matrices, one router
 per MoE layer and MLA's ``q_a``/``kv_a`` projections held whole by every tensor-parallel
 rank (``ReplicatedLinear``), everything else split.  Norms and biases are left out.
-Weights are BF16 unless ``quantization_config.quant_method`` is ``fp8``.  Anything else
-is refused with an error naming the field.
+Weights are BF16 unless ``quantization_config.quant_method`` is ``fp8``.  The context
+length is the ``max_model_len`` vLLM derives when none is given (length fields and RoPE
+scaling, :func:`_context_length`).  Anything else is refused with an error naming the field.
 """
 
 from __future__ import annotations
@@ -149,6 +150,84 @@ def _moe_layers(cfg: dict, f: _Fields, arch: str, n: int) -> list:
     return [False] * n
 
 
+# vllm/transformers_utils/model_arch_config_convertor.py derive_max_model_len_and_key: the smallest
+# of these fields a config sets is the model's length, and ``model_max_length`` overrides them all.
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+# vLLM reads a config through its transformers class, so an absent max_position_embeddings is the class
+# default (transformers/models/*/configuration_*.py): the length field every architecture here has.
+DEFAULT_MAX_POSITIONS = {
+    "LlamaForCausalLM": ("LlamaConfig", 2048), "MistralForCausalLM": ("MistralConfig", 131072),
+    "Qwen2ForCausalLM": ("Qwen2Config", 32768), "Qwen3ForCausalLM": ("Qwen3Config", 32768),
+    "Qwen2MoeForCausalLM": ("Qwen2MoeConfig", 32768), "Qwen3MoeForCausalLM": ("Qwen3MoeConfig", 32768),
+    "MixtralForCausalLM": ("MixtralConfig", 131072), "Glm4MoeForCausalLM": ("Glm4MoeConfig", 131072),
+    "DeepseekV2ForCausalLM": ("DeepseekV2Config", 2048), "DeepseekV3ForCausalLM": ("DeepseekV3Config", 4096),
+    "Gemma2ForCausalLM": ("Gemma2Config", 8192), "Gemma3ForCausalLM": ("Gemma3TextConfig", 131072),
+    "Gemma3ForConditionalGeneration": ("Gemma3TextConfig", 131072), "Qwen3NextForCausalLM": ("Qwen3NextConfig", 32768),
+}
+# vllm/config/model.py _get_and_verify_max_len: RoPE types whose max_position_embeddings is already the
+# scaled length; other types multiply it by their factor.
+_PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+
+
+def _rope_parameters(raw: dict, f: _Fields) -> list:
+    """The RoPE parameter sets of a config: ``rope_parameters`` (one, or one per layer type) or ``rope_scaling``."""
+    key = "rope_parameters" if raw.get("rope_parameters") is not None else "rope_scaling"
+    rope = raw.get(key)
+    if rope is None:
+        return []
+    if not isinstance(rope, dict):
+        raise f.error(key, f"must be a mapping, got {rope!r}")
+    nested = rope and all(isinstance(v, dict) for v in rope.values())
+    sets = [v for v in rope.values() if v] if nested else ([rope] if rope else [])
+    for rp in sets:
+        kind = rp.get("rope_type", rp.get("type", "default"))
+        factor = rp.get("factor")
+        if not isinstance(kind, str):
+            raise f.error(key, f"names its RoPE type as a string, got {kind!r}")
+        if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
+            raise f.error(f"{key}.factor", f"must be a positive number, got {factor!r}")
+    return sets
+
+
+def _context_length(raw: dict, cfg: dict, f: _Fields, top: _Fields, arch: str) -> tuple[int, str]:
+    """vLLM's default ``max_model_len`` for the config, and the field it comes from.
+
+    ``vllm/config/model.py`` ``_get_and_verify_max_len`` with ``max_model_len`` unset: the
+    derived length (``MAX_LEN_KEYS``, read from the language model's config, an absent
+    ``max_position_embeddings`` at its class default), times the RoPE scaling factor unless the
+    type is pre-scaled or the model is Gemma 3; LongRoPE defaults to
+    ``original_max_position_embeddings``.  A tokenizer's ``model_max_length`` (not in
+    ``config.json``) is not seen.
+    """
+    cls, default = DEFAULT_MAX_POSITIONS[arch]
+    length, key = None, ""
+    if cfg.get("max_position_embeddings") is None:
+        length, key = default, f"max_position_embeddings, {cls}'s default"
+    for k in MAX_LEN_KEYS:
+        v = cfg.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1:
+            raise f.error(k, f"must be a positive number of tokens, got {v!r}")
+        if length is None or v < length:
+            length, key = v, k
+    if cfg.get("model_max_length"):
+        length, key = cfg["model_max_length"], "model_max_length"
+    rope = _rope_parameters(raw, top)
+    if rope and not arch.startswith("Gemma3"):
+        factor = 1.0
+        for rp in rope:
+            if rp.get("rope_type", rp.get("type")) not in _PRESCALED_ROPE:
+                factor = rp.get("factor") or factor
+        length *= factor
+    if any(rp.get("rope_type", rp.get("type")) == "longrope" for rp in rope):
+        original = raw.get("original_max_position_embeddings")
+        if original is not None:
+            length = top.int("original_max_position_embeddings")
+    return int(length), key
+
+
 def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from the dictionary of a Hugging Face ``config.json``.
 
@@ -200,6 +279,7 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
     mixers = _mixers(cfg, f, arch, n)
     moe = _moe_layers(cfg, f, arch, n)
     mla = arch in ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+    context_len, context_key = _context_length(raw, cfg, f, top, arch)
 
     # Attention and linear-attention mixers: parameters split by TP, held whole, per layer.
     attn_split = attn_whole = 0.0
@@ -296,7 +376,8 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
     return ModelSpec(label, params=total, weight_bytes=DTYPE_BYTES[dtype], layers=tuple(layers), hidden_size=hidden,
                      num_heads=heads, active_params=active, vocab_size=vocab, tie_word_embeddings=tied,
                      dense_params=dense, replicated_params=whole, moe_layers=moe_layers, num_experts=experts,
-                     experts_per_token=top_k, expert_params=expert, dtype=dtype)
+                     experts_per_token=top_k, expert_params=expert, dtype=dtype,
+                     context_len=context_len, context_key=context_key)
 
 
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:

@@ -249,9 +249,12 @@ def request_blocks(cfg, tokens, startup: bool = False):
     The per-group footprint of vLLM's start-up sizing (``max_memory_usage_bytes``):
     full attention every block, a sliding window or chunked local group its
     admission cap, a state group two state blocks (+ drafts and a checkpoint)
-    in align mode or one (+ drafts) otherwise, a ring one.  ``startup`` takes the
-    admission cap as vLLM's start-up check does; otherwise a request shorter
-    than the cap holds only its own blocks.
+    in align mode or one (+ drafts) otherwise, a ring one.  ``startup`` sizes a
+    window group as vLLM's start-up check does for ``max_model_len = tokens``
+    (``SlidingWindowSpec.max_memory_usage_bytes``: ``cdiv(min(window - 1 +
+    in-flight tokens, tokens), block) + 1``; chunked local without the ``- 1``
+    and the ``+ 1``), for any ``tokens`` up to ``cfg.max_model_len``; otherwise a
+    request shorter than the cap holds only its own blocks.
 
     Parameters
     ----------
@@ -266,7 +269,9 @@ def request_blocks(cfg, tokens, startup: bool = False):
     for g, spec in zip(expand_groups(cfg.groups), resolve_groups(cfg)["groups"]):
         full = -(-tokens // spec["block_size"])
         if g["type"] in ("sliding_window", "chunked_local"):
-            total += spec["admission_cap"] if startup else np.minimum(full, spec["admission_cap"])
+            # The cap is this formula at cfg.max_model_len: at tokens <= it, the smaller of the two.
+            at_len = full + (g["type"] == "sliding_window") if startup else full
+            total += np.minimum(at_len, spec["admission_cap"])
         elif g["type"] in STATE_KINDS:
             total += (2 + spec["num_spec"] + int(spec["has_ckpt"])) if spec["align_mode"] else 1 + spec["num_spec"]
         elif g["type"] == "ring":

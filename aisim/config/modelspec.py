@@ -118,6 +118,11 @@ class ModelSpec:
         Parameters of one routed expert in one layer.
     dtype : str
         The checkpoint's weights: ``bf16`` or ``fp8``.
+    context_len : int
+        The longest sequence vLLM derives from the config (its default ``max_model_len``);
+        0 when the spec has no config to derive it from.
+    context_key : str
+        The field ``context_len`` comes from (and whether it is its transformers class's default).
     """
 
     name: str
@@ -136,6 +141,8 @@ class ModelSpec:
     experts_per_token: int = 0
     expert_params: float = 0.0
     dtype: str = "bf16"
+    context_len: int = 0
+    context_key: str = ""
 
     @property
     def num_layers(self) -> int:

@@ -48,14 +48,16 @@ def render_tables() -> str:
         lines.append(f"| {names} | {rate(g.bf16_flops, g.bf16_mamf)} | {fp8} | {g.hbm_bytes_per_s / 1e12:g} | "
                      f"{g.memory_gib:g} | {g.link_bytes_per_s / 1e9:g} |")
     lines += ["", "Models of the catalog (`model`, `time_model.model`, `aisim plan --model`; or the path of a Hugging "
-              "Face `config.json`):", "", "| model | layers | parameters | per token (without embeddings) | weights |", "|---|---|---|---|---|"]
+              "Face `config.json`):", "", "| model | layers | parameters | per token (without embeddings) | weights | context |",
+              "|---|---|---|---|---|---|"]
     for m in MODELS.values():
         kinds = " + ".join(f"{layer.count} {layer.kind}" + (f" ({layer.sliding_window})" if layer.sliding_window
                                                              else " (MLA)" if layer.latent_dim else "")
                            for layer in m.layers)
         active = f"{(m.active_params or m.params) / 1e9:.1f} B" + (
             f" ({m.experts_per_token} of {m.num_experts} experts)" if m.num_experts else "")
-        lines.append(f"| `{m.name}` | {kinds} | {m.params / 1e9:.1f} B | {active} | {m.dtype} |")
+        context = f"{m.context_len:,}" if m.context_len else "—"
+        lines.append(f"| `{m.name}` | {kinds} | {m.params / 1e9:.1f} B | {active} | {m.dtype} | {context} |")
     lines += ["", "`kv_cache_groups` keys (one table per group):", ""] + _table(GROUP_KEYS)
     lines += ["", "Group kinds:", "", "| type | holds | requires | `prefix_cacheable` default |", "|---|---|---|---|"]
     for k in KINDS:

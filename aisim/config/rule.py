@@ -152,6 +152,24 @@ def startup_fit_problem(cfg) -> str | None:
             f"request of max_model_len ({cfg.max_model_len}) needs {need}")
 
 
+def longest_startup_len(cfg) -> int:
+    """The longest ``max_model_len`` (at most ``cfg``'s) whose one request fits the pool at start-up; 0: none.
+
+    vLLM's auto-fit (``--max-model-len -1``; ``vllm/v1/core/kv_cache_utils.py``
+    ``_estimate_max_model_len_from_groups``, a bisection over lengths with the null block
+    held back), the length its start-up error suggests.
+    """
+    usable = cfg.num_gpu_blocks - 1
+    lo, hi = 0, cfg.max_model_len
+    while lo < hi:  # invariant: lo fits (0 trivially), every length above hi does not
+        mid = (lo + hi + 1) // 2
+        if int(request_blocks(cfg, mid, startup=True)) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def core_memory_bytes(cfg) -> int:
     """Bytes the replay core allocates at start for ``cfg``: the pool and the rows of its sequences."""
     from aisim.config.kvgroups import resolve_groups

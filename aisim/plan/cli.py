@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
-from aisim.config.keys import ENGINE_KEYS, defaults
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -17,7 +16,8 @@ from aisim.config.keys import ENGINE_KEYS, defaults
 @click.option("--dtype", type=click.Choice(["bf16", "fp8"]),
               help="Weights as served (with --model; default: the checkpoint's).")
 @click.option("--max-model-len", type=int,
-              help=f"Longest sequence (with --model; default {defaults(ENGINE_KEYS)['max_model_len']}).")
+              help="Longest sequence (with --model; default: the model's context length, as vllm serve, "
+                   "cut to the longest that fits the KV cache).")
 @out_option("--out", "out_path", help="Write the engine configuration (TOML).")
 @format_option("toml", default="toml")
 def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_path, fmt):

@@ -223,7 +223,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     tp : int
         Tensor-parallel size (heads and weights are split across GPUs).
     max_model_len : int, optional
-        Default: the engine default (:data:`aisim.config.keys.ENGINE_KEYS`).
+        Default: ``vllm serve``'s, the model's context length (:func:`plan_max_model_len`).
     gpu_memory_utilization : float
         Share of the GPU's memory vLLM may use (its default, 0.9).
     gpu : str, optional
@@ -253,9 +253,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     if isinstance(gpu_memory_gib, bool) or not isinstance(gpu_memory_gib, (int, float)) \
             or not math.isfinite(gpu_memory_gib) or not gpu_memory_gib > 0:
         raise ConfigError(f"GPU memory must be a finite number of GiB above 0, got {gpu_memory_gib!r}")
-    if max_model_len is None:
-        max_model_len = _ENGINE_DEFAULTS["max_model_len"]
-    elif not _is_int(max_model_len) or max_model_len < _LOW["max_model_len"]:
+    if max_model_len is not None and (not _is_int(max_model_len) or max_model_len < _LOW["max_model_len"]):
         raise ConfigError(f"'max_model_len' must be an integer of at least {_LOW['max_model_len']}, "
                           f"got {max_model_len!r}")
     check_tp(model, tp)
@@ -270,8 +268,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     notes = [f"{model.name} on {where} x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache, "
              f"{blocks} blocks of {bs} tokens"]
     model_name = os.path.abspath(name) if is_config_path(name) else model.name
-    raw = {"model": model_name, "max_model_len": max_model_len, "block_size": bs, "num_gpu_blocks": blocks,
-           "kv_cache_groups": groups}
+    raw = {"model": model_name, "block_size": bs, "num_gpu_blocks": blocks, "kv_cache_groups": groups}
     if spec is not None:
         raw.update(serve_batch_defaults(spec))
         raw["time_model"] = {"kind": "roofline", "gpu": spec.name, "tp": tp}
@@ -291,8 +288,45 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         raw["enable_prefix_caching"] = False
     else:
         notes.insert(0, "prefix caching on (one KV-cache group)")
+    raw["max_model_len"], note = plan_max_model_len(model, raw, max_model_len, where, tp)
+    notes.insert(1, note)
     raw["plan_notes"] = notes
     return engine_config_from_dict(raw, source=f"the model {model.name}"), notes
+
+
+def plan_max_model_len(model, raw: dict, asked: int | None, where: str, tp: int) -> tuple[int, str]:
+    """The plan's ``max_model_len`` and its note: the one ``vllm serve`` would start with.
+
+    Unset, vLLM takes the model's context length (``vllm/config/model.py``
+    ``_get_and_verify_max_len``; :attr:`ModelSpec.context_len`); a spec without one keeps the
+    engine default.  A length above the model's is refused, as vLLM refuses it.  vLLM will not
+    start when one request of ``max_model_len`` does not fit the KV cache
+    (``vllm/v1/core/kv_cache_utils.py`` ``check_enough_kv_cache_memory``, whose error names the
+    longest that fits): a length asked for is then refused with that estimate; the model's own
+    length is cut to it, as ``--max-model-len -1`` (auto-fit, vLLM 0.32) does.
+    """
+    from aisim.config.rule import longest_startup_len
+
+    context, field = model.context_len, model.context_key
+    if asked is not None and context and asked > context:
+        raise ConfigError(f"max_model_len {asked:,} exceeds {model.name}'s {context:,} tokens ({field}); "
+                          "vLLM refuses a longer one")
+    length = asked or context or _ENGINE_DEFAULTS["max_model_len"]
+    cfg = engine_config_from_dict({**raw, "max_model_len": length}, source=f"the model {model.name}")
+    fits = longest_startup_len(cfg)
+    if fits >= length:
+        if asked is not None:
+            return length, f"max_model_len {length:,} (asked for)"
+        if context:
+            return length, f"max_model_len {length:,}: {model.name}'s context ({field}), vllm serve's default"
+        return length, f"max_model_len {length:,}: aisim's default ({model.name} names no context length)"
+    if fits < _LOW["max_model_len"] or asked is not None:
+        raise ConfigError(f"one request of max_model_len {length:,} needs more KV cache than {where} x TP {tp} "
+                          f"leaves ({raw['num_gpu_blocks']} blocks of {raw['block_size']} tokens); vLLM would not "
+                          f"start: the longest that fits is {fits:,} (--max-model-len)")
+    return fits, (f"max_model_len {fits:,}: {model.name}'s context of {length:,} tokens does not fit one request in "
+                  f"the KV cache, so vllm serve would not start with its default; {fits:,} is the longest that "
+                  "fits, the estimate its start-up error names")
 
 
 def engine_toml(cfg: EngineConfig, notes) -> str:
