@@ -264,22 +264,22 @@ def test_the_longest_max_model_len_that_fits():
 def test_a_plan_starts_with_the_max_model_len_vllm_serve_would():
     cfg, notes = plan_from_model("llama-3.1-8b", gpu="H100")
     assert cfg.max_model_len == 131072
-    assert notes[1] == "max_model_len 131,072: llama-3.1-8b's context (max_position_embeddings), vllm serve's default"
+    assert notes[2] == "max_model_len 131,072: llama-3.1-8b's context (max_position_embeddings), vllm serve's default"
     # Llama-3.1-70B on two A100s: 131,072 tokens need 8,192 blocks; the longest that fits the pool is cut to.
     cfg, notes = plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2)
     assert cfg.max_model_len == 16 * (cfg.num_gpu_blocks - 1) < 131072
-    assert notes[1] == (f"max_model_len {cfg.max_model_len:,}: llama-3.1-70b's context of 131,072 tokens does not "
+    assert notes[2] == (f"max_model_len {cfg.max_model_len:,}: llama-3.1-70b's context of 131,072 tokens does not "
                         "fit one request in the KV cache, so vllm serve would not start with its default; "
                         f"{cfg.max_model_len:,} is the longest that fits, the estimate its start-up error names")
     with pytest.raises(ConfigError, match=f"vLLM would not start: the longest that fits is {cfg.max_model_len:,}"):
         plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2, max_model_len=cfg.max_model_len + 1)
     cfg, notes = plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2, max_model_len=8192)
-    assert cfg.max_model_len == 8192 and notes[1] == "max_model_len 8,192 (asked for)"
+    assert cfg.max_model_len == 8192 and notes[2] == "max_model_len 8,192 (asked for)"
     with pytest.raises(ConfigError, match="max_model_len 131,073 exceeds llama-3.1-8b's 131,072 tokens"):
         plan_from_model("llama-3.1-8b", gpu="H100", max_model_len=131073)
     # A spec without a config to derive it from keeps aisim's default.
     cfg, notes = plan_from_model("glm-5.3-flash", gpu="H200")
-    assert cfg.max_model_len == 32768 and notes[1] == "max_model_len 32,768: aisim's default (GLM-5.3-Flash names " \
+    assert cfg.max_model_len == 32768 and notes[2] == "max_model_len 32,768: aisim's default (GLM-5.3-Flash names " \
                                                       "no context length)"
 
 

@@ -289,7 +289,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     else:
         notes.insert(0, "prefix caching on (one KV-cache group)")
     raw["max_model_len"], note = plan_max_model_len(model, raw, max_model_len, where, tp)
-    notes.insert(1, note)
+    notes.insert(2, note)  # after the pool it is cut to
     raw["plan_notes"] = notes
     return engine_config_from_dict(raw, source=f"the model {model.name}"), notes
 
