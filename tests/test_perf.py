@@ -91,9 +91,9 @@ def test_roofline_moe_reads_the_experts_the_batch_touches(monkeypatch):
     # qwen3-30b-a3b on one H100: 48 layers, each 128 experts of 3 x 2048 x 768 parameters, 8 picked per
     # token; attention q, o 2048 x 4096, k, v 2048 x 512; a 2048 x 128 router held whole; vocabulary 151936.
     # The experts' kernel at the dense products' share (0.5) here; its own share: the next test.
-    from aisim.perf import roofline
+    from aisim.perf import moe_kernel
 
-    monkeypatch.setattr(roofline, "expert_share", lambda n, fp8: 0.5)
+    monkeypatch.setattr(moe_kernel, "expert_share", lambda n, fp8: 0.5)
     expert = 3 * 2048 * 768
     dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
     router = 48 * 2048 * 128
@@ -123,10 +123,10 @@ def test_roofline_prices_routed_experts_at_their_kernels_share(monkeypatch):
     # qwen3-30b-a3b as above with the routed experts' kernel at 0.25 of the achievable rate, half the
     # dense products' 0.5: one 2,000-token prompt's expert FLOPs count twice; the step is compute-bound
     # (memory reads every touched expert).  The kernel's N: one expert's 768 columns on one GPU.
-    from aisim.perf import roofline
+    from aisim.perf import moe_kernel
 
     asked = []
-    monkeypatch.setattr(roofline, "expert_share", lambda n, fp8: asked.append((n, fp8)) or 0.25)
+    monkeypatch.setattr(moe_kernel, "expert_share", lambda n, fp8: asked.append((n, fp8)) or 0.25)
     expert = 3 * 2048 * 768
     dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
     router = 48 * 2048 * 128

@@ -120,3 +120,23 @@ def expert_share(n: float, fp8: bool = False) -> float:
 def expert_columns(model, tp: int) -> float:
     """``N`` of the fused-MoE kernel: one routed expert's intermediate size on one of ``tp`` GPUs."""
     return model.expert_params / (3.0 * model.hidden_size) / tp
+
+
+class ExpertKernel(NamedTuple):
+    """How a model's routed experts run: the kernel's ``n`` columns, in FP8 or not, at ``share`` of the rate."""
+
+    n: float
+    fp8: bool
+    share: float
+
+
+def expert_kernel(model, tp: int, gpu, dtype: str) -> ExpertKernel | None:
+    """The fused-MoE kernel of ``model``'s routed experts on ``tp`` of ``gpu`` with ``dtype`` weights.
+
+    None for a model without routed experts of known size.  The roofline prices the experts
+    with it and ``aisim plan`` notes it.
+    """
+    if not (model.moe_layers and model.expert_params):
+        return None
+    n, fp8 = expert_columns(model, tp), gpu.multiplies_fp8(dtype)
+    return ExpertKernel(n, fp8, expert_share(n, fp8))

@@ -55,7 +55,7 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
-from aisim.perf.moe_kernel import expert_columns, expert_share
+from aisim.perf.moe_kernel import expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
 ALLREDUCE_BYTES = 2
@@ -160,16 +160,16 @@ def roofline_args(tm) -> dict:
 
     The core prices every matrix FLOP at one rate, the achievable rate x ``compute_efficiency``;
     the routed experts run at the achievable rate x their kernel's share
-    (:func:`aisim.perf.moe_kernel.expert_share`), so their FLOPs enter ``flops_per_token`` as
+    (:func:`aisim.perf.moe_kernel.expert_kernel`), so their FLOPs enter ``flops_per_token`` as
     ``compute_efficiency / share`` FLOPs each.
     """
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
     dtype = resolved_dtype(tm, model)
     t = roofline_terms(model, gpu, tm.tp, dtype)
-    if t["expert_flops_per_token"]:
-        share = expert_share(expert_columns(model, tm.tp), gpu.multiplies_fp8(dtype))
-        t["flops_per_token"] += t["expert_flops_per_token"] * (tm.compute_efficiency / share - 1.0)
+    kernel = expert_kernel(model, tm.tp, gpu, dtype)
+    if kernel is not None:
+        t["flops_per_token"] += t["expert_flops_per_token"] * (tm.compute_efficiency / kernel.share - 1.0)
     t["attn_rate"] = t["attention_flops"] * tm.attention_efficiency
     t["req_s"] = tm.overhead_per_req_s
     return {

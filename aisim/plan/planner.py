@@ -43,7 +43,7 @@ from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_probl
                                unmodeled_version_note)
 from aisim.config.toml_out import dumps
 from aisim.errors import ConfigError
-from aisim.perf.moe_kernel import expert_columns, expert_share
+from aisim.perf.moe_kernel import expert_kernel
 from aisim.textin import decode_utf8, loads_json
 
 PROBE_KEYS = {
@@ -277,11 +277,11 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         notes.append(f"step times: roofline of {model.name} on {tp} x {spec.name} "
                      f"({dtype or model.dtype} weights); batch limits of vllm serve on {spec.name}: "
                      f"{raw['max_num_batched_tokens']} tokens, {raw['max_num_seqs']} sequences")
-        if model.moe_layers and model.expert_params:  # the share the roofline prices the experts at
-            n, fp8 = expert_columns(model, tp), spec.multiplies_fp8(dtype or model.dtype)
-            rate = "FP8" if fp8 else "BF16"
-            notes.append(f"routed experts at {expert_share(n, fp8):.2f} of the achievable {rate} matmul rate: "
-                         f"vLLM's fused-MoE kernel with {n:g} columns an expert a GPU (aisim/perf/moe_kernel.py)")
+        kernel = expert_kernel(model, tp, spec, dtype or model.dtype)  # as the roofline prices the experts
+        if kernel is not None:
+            rate = "FP8" if kernel.fp8 else "BF16"
+            notes.append(f"routed experts at {kernel.share:.2f} of the achievable {rate} matmul rate: vLLM's "
+                         f"fused-MoE kernel with {kernel.n:g} columns an expert a GPU (aisim/perf/moe_kernel.py)")
     cold = catalog_cold_reason(grouped)
     if cold is not None:
         notes.insert(0, f"prefix caching off (cold replay): {cold}")
