@@ -171,7 +171,8 @@ _PRESCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepsee
 
 
 def _rope_parameters(raw: dict, f: _Fields) -> list:
-    """The RoPE parameter sets of a config: ``rope_parameters`` (one, or one per layer type) or ``rope_scaling``."""
+    """``(type, factor)`` of each RoPE parameter set: ``rope_parameters`` (one, or one per layer type) or
+    ``rope_scaling``; the legacy ``type`` key read as ``rope_type``, a set without a type ``default``."""
     key = "rope_parameters" if raw.get("rope_parameters") is not None else "rope_scaling"
     rope = raw.get(key)
     if rope is None:
@@ -180,6 +181,7 @@ def _rope_parameters(raw: dict, f: _Fields) -> list:
         raise f.error(key, f"must be a mapping, got {rope!r}")
     nested = rope and all(isinstance(v, dict) for v in rope.values())
     sets = [v for v in rope.values() if v] if nested else ([rope] if rope else [])
+    out = []
     for rp in sets:
         kind = rp.get("rope_type", rp.get("type", "default"))
         factor = rp.get("factor")
@@ -187,7 +189,8 @@ def _rope_parameters(raw: dict, f: _Fields) -> list:
             raise f.error(key, f"names its RoPE type as a string, got {kind!r}")
         if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor <= 0):
             raise f.error(f"{key}.factor", f"must be a positive number, got {factor!r}")
-    return sets
+        out.append((kind, factor))
+    return out
 
 
 def _context_length(raw: dict, cfg: dict, f: _Fields, top: _Fields, arch: str) -> tuple[int, str]:
@@ -215,16 +218,11 @@ def _context_length(raw: dict, cfg: dict, f: _Fields, top: _Fields, arch: str) -
     if cfg.get("model_max_length"):
         length, key = cfg["model_max_length"], "model_max_length"
     rope = _rope_parameters(raw, top)
-    if rope and not arch.startswith("Gemma3"):
-        factor = 1.0
-        for rp in rope:
-            if rp.get("rope_type", rp.get("type")) not in _PRESCALED_ROPE:
-                factor = rp.get("factor") or factor
-        length *= factor
-    if any(rp.get("rope_type", rp.get("type")) == "longrope" for rp in rope):
-        original = raw.get("original_max_position_embeddings")
-        if original is not None:
-            length = top.int("original_max_position_embeddings")
+    scale = [factor for kind, factor in rope if kind not in _PRESCALED_ROPE and factor]
+    if scale and not arch.startswith("Gemma3"):
+        length *= scale[-1]  # one factor for every layer type: vLLM keeps the last set's
+    if any(kind == "longrope" for kind, _ in rope) and raw.get("original_max_position_embeddings") is not None:
+        length = top.int("original_max_position_embeddings")
     return int(length), key
 
 
