@@ -47,7 +47,7 @@ def decision_lines(result: ReplayResult):
         raise ValueError("this replay was run without record_decisions=True")
     eng = result.engine
     ids = result.requests.column("request_id").to_pylist()
-    usable = float(eng.num_gpu_blocks - 1)
+    usable = float(eng.usable_blocks)
     steps = result.steps
     cols = {c: steps.column(c).to_pylist() for c in
             ("step", "kind", "updated_step", "clock_s", "free_blocks_sched", "free_blocks", "running", "waiting")}

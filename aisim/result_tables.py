@@ -81,10 +81,10 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     """
     from aisim.config.kvgroups import block_bytes
 
-    usable = float(engine.num_gpu_blocks - 1)
+    usable = float(engine.usable_blocks)
     cols = dict(s)
     cols["kind"] = _labels(s["kind"], STEP_KINDS)
-    active = (engine.num_gpu_blocks - 1) - s["free_blocks"].astype(np.int64)
+    active = engine.usable_blocks - s["free_blocks"].astype(np.int64)
     cols["active_blocks"] = active.astype(np.int32)
     cols["empty_blocks"] = (s["free_blocks"] - s["cached_blocks"]).astype(np.int32)
     cols["kv_usage"] = active / usable

@@ -128,11 +128,11 @@ def _faults_and_segments(trace: pa.Table, engine: EngineConfig, timed: bool, rej
         extra = view["num_speculative_tokens"] - 1 + view["num_lookahead_tokens"]
     longest = np.minimum(prompt.astype(np.int64) + out + extra, engine.max_model_len)
     need = request_blocks(engine, longest)
-    bad = np.flatnonzero((need > engine.num_gpu_blocks - 1) & ~rejected)
+    bad = np.flatnonzero((need > engine.usable_blocks) & ~rejected)
     if bad.size:
         i = bad[0]
         found[3] = (f"request '{rid(i)}' needs {need[i]} KV-cache blocks for {longest[i]} tokens but the pool has "
-                    f"only {engine.num_gpu_blocks - 1} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
+                    f"only {engine.usable_blocks} usable blocks (num_gpu_blocks={engine.num_gpu_blocks})")
     segs = _segments_arrays(trace)
     start, count, _, _, length = segs
     cum = np.concatenate([[0], np.cumsum(length)])

@@ -230,6 +230,11 @@ class EngineConfig:
         return "align" if has_state and self.enable_prefix_caching else "none"
 
     @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can hold: the pool less block 0, the null block vLLM's ``BlockPool`` keeps."""
+        return self.num_gpu_blocks - 1
+
+    @property
     def watermark_blocks(self) -> int:
         """``int(watermark * num_gpu_blocks)`` as vLLM's KVCacheManager computes it."""
         return int(self.watermark * self.num_gpu_blocks)

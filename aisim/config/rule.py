@@ -145,7 +145,7 @@ def startup_fit_problem(cfg) -> str | None:
     ``check_enough_kv_cache_memory``); block 0 is the null block.
     """
     need = startup_blocks(cfg)
-    usable = cfg.num_gpu_blocks - 1
+    usable = cfg.usable_blocks
     if usable >= need:
         return None
     return (f"'num_gpu_blocks' ({cfg.num_gpu_blocks}) leaves {usable} usable blocks, but one "
@@ -159,7 +159,7 @@ def longest_startup_len(cfg) -> int:
     ``_estimate_max_model_len_from_groups``, a bisection over lengths with the null block
     held back), the length its start-up error suggests.
     """
-    usable = cfg.num_gpu_blocks - 1
+    usable = cfg.usable_blocks
     lo, hi = 0, cfg.max_model_len
     while lo < hi:  # invariant: lo fits (0 trivially), every length above hi does not
         mid = (lo + hi + 1) // 2

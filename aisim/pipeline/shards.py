@@ -286,7 +286,7 @@ class _KvUsage:
     """
 
     def __init__(self, engine):
-        self.usable = float(engine.num_gpu_blocks - 1)
+        self.usable = float(engine.usable_blocks)
         self.active = []
         self.kv_max = None
         self.phys_max = None
