@@ -146,3 +146,23 @@ def test_cross_validation_predicts_each_source_by_a_fit_that_never_saw_it(monkey
     assert "every source, each fitted on the others (4 points): TTFT 25.0%, TPOT 0.0%, throughput 0.0%" in out
     with pytest.raises(SystemExit, match="two sources or more"):
         h.cross_validate(points[:2], {}, iters=3)
+
+
+def test_the_readmes_state_the_fitted_numbers_the_code_holds():
+    from aisim.config.keys import TIME_MODEL_KEYS, defaults
+    from aisim.perf import frontend
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def text(*path):
+        with open(os.path.join(root, *path), encoding="utf-8") as fh:
+            return " ".join(fh.read().split())
+
+    d = defaults(TIME_MODEL_KEYS)
+    server = f"{frontend.PER_REQUEST_S * 1e3:.1f} ms a request and {frontend.PER_TOKEN_S * 1e6:.1f} us a prompt token"
+    assert f"({server}, fitted)" in text("README.md")
+    assert (f"compute efficiency {d['compute_efficiency']:g} and attention efficiency {d['attention_efficiency']:g} "
+            f"of the GPU's achievable matmul FLOP/s (attention's in the KV cache's dtype), bandwidth efficiency "
+            f"{d['bandwidth_efficiency']:g}, {d['overhead_s'] * 1e3:.1f} ms a step and "
+            f"{d['overhead_per_req_s'] * 1e6:.0f} us a scheduled request (`aisim/config/keys.py`); the API server "
+            f"{server}") in text("benchmarks", "data", "README.md")
