@@ -31,6 +31,9 @@ class ConfigKey:
         Smallest accepted value of an integer key.
     shown : str, optional
         How the documentation states the default when the value alone does not say it.
+    fitted : bool, optional
+        A constant set by a fit to measurements (``aisim calibrate``,
+        ``benchmarks/timing_accuracy.py --fit``) rather than read from a datasheet or chosen.
     """
 
     name: str
@@ -38,6 +41,7 @@ class ConfigKey:
     meaning: str
     low: int | None = None
     shown: str | None = None
+    fitted: bool = False
 
     def default_text(self) -> str:
         """The default as the documentation shows it."""
@@ -117,13 +121,15 @@ TIME_MODEL_KEYS = (
     ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
-    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)"),
-    ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)"),
+    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True),
+    ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)",
+              fitted=True),
     ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
-              "the model's matrix products reach, in (0, 1] (fitted)"),
+              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True),
     ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
-              "cache's dtype), in (0, 1] (fitted)"),
-    ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)"),
+              "cache's dtype), in (0, 1] (fitted)", fitted=True),
+    ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
+              fitted=True),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),
