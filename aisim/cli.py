@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim import __version__
+from aisim.bench_cli import bench_options, model_options, set_option
 from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
                             fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
@@ -23,8 +24,9 @@ def main():
 
 
 @main.command()
-@click.option("--engine", "engine_path", required=True, type=click.Path(dir_okay=False),
-              help="Engine configuration (JSON, TOML or YAML; vLLM's key names).")
+@click.option("--engine", "engine_path", type=click.Path(dir_okay=False),
+              help="Engine configuration (JSON, TOML or YAML; vLLM's key names); or --model and --gpu.")
+@model_options
 @click.option("--trace", "trace_path", required=True, type=click.Path(),
               help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
 @trace_format_option
@@ -53,12 +55,21 @@ def main():
 @click.option("--no-macro-steps", "no_macro_steps", is_flag=True,
               help="Replay every engine step one at a time, quiet stretches of decoding too (the results are the "
                    "same bytes; for checking, and for timing the difference).")
+@bench_options
+@set_option()
 @format_option()
 @progress_option()
-def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
-           max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path, no_macro_steps,
-           fmt, progress):
-    """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
+def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate,
+           seed, max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path,
+           no_macro_steps, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles, goodput,
+           sets, fmt, progress):
+    """Replay TRACE on an engine (--engine FILE, or --model and --gpu) and summarise what vLLM would do.
+
+    \b
+    As vllm bench serve, at 8 requests/s with a goodput SLO:
+      aisim replay --model meta-llama/Llama-3.1-8B-Instruct --gpu H100 --trace T \\
+        --request-rate 8 --goodput ttft:500 tpot:50 --format json
+    """
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
     from aisim.output import write_result
@@ -68,6 +79,30 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
     # Phase progress only for large traces: a small one is done before a line could help.
     phases = Phases(progress)
     try:
+        from aisim.bench_metrics import parse_goodput, parse_metric_percentiles, parse_percentile_metrics
+        from aisim.overrides import apply_deployment, apply_engine, parse_sets
+
+        if (engine_path is None) == (model is None):
+            raise ConfigError("give the engine: --engine FILE, or --model and --gpu to plan one")
+        if engine_path is not None and (gpu is not None or tp is not None):
+            raise ConfigError("--gpu and --tp plan an engine with --model; --engine gives one already")
+        metrics = {"percentile_metrics": parse_percentile_metrics(percentile_metrics),
+                   "metric_percentiles": parse_metric_percentiles(metric_percentiles),
+                   "goodput": parse_goodput(goodput)}
+        overrides = parse_sets(sets)
+        bench_load = None
+        if request_rate is not None or burstiness is not None:
+            if request_rate is None:
+                raise ConfigError("--burstiness shapes the gaps of --request-rate; add --request-rate")
+            if rate_scale is not None or poisson_rate is not None or closed_loop:
+                raise ConfigError("--request-rate re-times the trace; --rate-scale, --poisson-rate and --closed-loop "
+                                  "are other ways to send it: give one")
+            from aisim.traces.request_rate import check_request_rate
+
+            bench_load = {"request_rate": request_rate, "burstiness": 1.0 if burstiness is None else burstiness,
+                          "seed": 0 if seed is None else seed}
+            check_request_rate(bench_load["request_rate"], bench_load["burstiness"])
+            seed = None  # the gaps' seed, not --poisson-rate's
         if think_time is not None and not closed_loop:
             raise ConfigError("--think-time applies to closed-loop replays; add --closed-loop")
         if deployment_path and reject_too_long:
@@ -86,7 +121,15 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
                 from aisim.config.deployment import load_deployment_config
 
                 deployment = load_deployment_config(deployment_path)
-            engine = load_engine_config(engine_path)
+            deployment = apply_deployment(deployment, overrides, source=deployment_path)
+            if model is not None:
+                from aisim.bench_cli import plan_engine, show_plan
+
+                engine, notes = plan_engine(model, gpu, tp)
+                show_plan(model, gpu, tp, notes)
+            else:
+                engine = load_engine_config(engine_path)
+            engine = apply_engine(engine, overrides)
             if vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
             fmt_in = trace_format
@@ -97,6 +140,12 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             options = {"max_model_len": engine.max_model_len} if fmt_in == "oracle" and not reject_too_long else {}
             phases("reading trace")
             trace = read_trace(trace_path, fmt_in, **options)
+            if num_prompts is not None:
+                trace = trace.slice(0, num_prompts)
+            if bench_load is not None:
+                from aisim.traces.request_rate import retime_request_rate
+
+                trace = retime_request_rate(trace, **bench_load)
             if load:
                 from aisim.traces.load import retime
 
@@ -127,12 +176,16 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
                     write_decision_log(result, decision_log)
     except AisimError as exc:
         fail(exc)
+    from aisim.bench_flags import bench_record
+
+    load_used = {**(bench_load or {}), **load, "num_prompts": num_prompts}
+    record = {**bench_record(result, trace_path, load_used, model, **metrics), **_summary_record(result, trace_path)}
     if fmt == "json":
-        echo_json(_summary_record(result, trace_path))
+        echo_json(record)
     elif fmt == "csv":
-        echo_csv(["key", "value"], flatten(_summary_record(result, trace_path)))
+        echo_csv(["key", "value"], flatten(record))
     else:
-        _print_summary(result, trace_path)
+        _print_summary(result, trace_path, record, metrics)
     # Where the files went: a message, so on stderr unless the output is the table.
     note = console(stderr=fmt != "table")
     if out_dir:
@@ -166,7 +219,12 @@ def _time_model_line(engine, label: str) -> str:
     return f"linear: {tm.base_s:g} s + {tm.per_token_s:g} s/token + {tm.per_req_s:g} s/request"
 
 
-def _print_summary(result, trace_path):
+_METRIC_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+
+
+def _print_summary(result, trace_path, record, metrics):
+    from aisim.bench_metrics import percentile_key
+
     s = result.summary
     t = new_table("what", ("value", {"justify": "right"}),
                   title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
@@ -178,9 +236,16 @@ def _print_summary(result, trace_path):
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
     t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
     t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'], 1)} output tok/s")
-    for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
-        q = s[name]
-        t.add_row(f"{label} p50 / p90 / p99", " / ".join(fmt_seconds(q[k]) for k in ("p50", "p90", "p99")))
+    if record["request_goodput"] is not None:
+        limits = ", ".join(f"{k} {v:g} ms" for k, v in metrics["goodput"].items())
+        t.add_row("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")
+    qs = metrics["metric_percentiles"]
+    for name in metrics["percentile_metrics"]:
+        label = _METRIC_LABELS[name]
+        heads = " / ".join(["mean", "median", *(percentile_key(name, q).split("_")[0].upper() for q in qs)])
+        values = [record[f"mean_{name}_ms"], record[f"median_{name}_ms"],
+                  *(record[percentile_key(name, q)] for q in qs)]
+        t.add_row(f"{label} {heads}", " / ".join(fmt_seconds(v / 1000) for v in values))
     pc = s["prefix_cache_stats"]
     t.add_row("prefix cache hit rate",
               f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")

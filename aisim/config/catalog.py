@@ -102,6 +102,32 @@ _CONFIGS = {
 }
 
 
+# Hugging Face ids whose config.json has the catalog entry's geometry (an Instruct model shares its base
+# model's when its config.json differs only in token ids): ``aisim plan --model ORG/NAME`` reads the catalog.
+HF_IDS = {
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct",
+                     "meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct",
+                      "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B-Instruct"),
+    "mistral-7b-v0.1": ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
+    "qwen2.5-32b": ("Qwen/Qwen2.5-32B",),
+    "qwen3-0.6b": ("Qwen/Qwen3-0.6B",),
+    "qwen3-8b": ("Qwen/Qwen3-8B",),
+    "qwen3-14b": ("Qwen/Qwen3-14B",),
+    "qwen3-32b": ("Qwen/Qwen3-32B",),
+    "qwen3-30b-a3b": ("Qwen/Qwen3-30B-A3B",),
+    "qwen3-235b-a22b": ("Qwen/Qwen3-235B-A22B-Instruct-2507",),
+    "glm-4.5-air": ("zai-org/GLM-4.5-Air",),
+    "glm-4.6": ("zai-org/GLM-4.6",),
+    "deepseek-r1": ("deepseek-ai/DeepSeek-R1",),
+    "gemma-3-27b": ("google/gemma-3-27b-it",),
+    "qwen3-next-80b-a3b": ("Qwen/Qwen3-Next-80B-A3B-Instruct",),
+}
+# Hugging Face id (lower case) -> catalog name.
+_BY_HF_ID = {hf.lower(): key for key, ids in HF_IDS.items() for hf in ids}
+
+
 def _catalog() -> dict:
     from aisim.config.hfconfig import parse_hf_config
 
@@ -120,29 +146,61 @@ MODELS = _catalog()
 
 
 def is_config_path(name: str) -> bool:
-    """Whether ``name`` names a ``config.json`` file rather than a catalog model."""
+    """Whether ``name`` names a ``config.json`` file rather than a catalog model or a Hugging Face id."""
+    if catalog_name(name) is not None:
+        return False
     return name.lower().endswith(".json") or os.sep in name or (os.altsep is not None and os.altsep in name)
 
 
+def catalog_name(name: str) -> str | None:
+    """The catalog entry ``name`` means: a catalog name (any case) or a Hugging Face id of :data:`HF_IDS`.
+
+    A path that exists on disk is a file, never a catalog entry.
+    """
+    if not isinstance(name, str) or os.path.exists(name):
+        return None
+    key = name.lower()
+    if key in MODELS:
+        return key
+    return _BY_HF_ID.get(key)
+
+
+def _catalog_listing() -> str:
+    return (", ".join(m.name for m in MODELS.values()) + " (each also by its Hugging Face ids, e.g. "
+            f"{HF_IDS['llama-3.1-8b'][1]} for llama-3.1-8b)")
+
+
+def _looks_like_hf_id(name: str) -> bool:
+    # ORG/NAME with one slash, no file suffix: how the Hugging Face Hub names a model
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.lower().endswith(".json") and not name.startswith(".")
+
+
 def get_model(name: str) -> ModelSpec:
-    """The model ``name``: a catalog entry (case-insensitive) or the path of a ``config.json``.
+    """The model ``name``: a catalog entry (case-insensitive), a Hugging Face id the catalog knows
+    (:data:`HF_IDS`), or the path of a ``config.json``.
 
     Raises
     ------
     ConfigError
-        An unknown catalog name, or a ``config.json`` aisim cannot read or does not model.
+        An unknown catalog name or Hugging Face id (the message lists the catalog and says how to give a
+        ``config.json``), or a ``config.json`` aisim cannot read or does not model.
     """
     if not isinstance(name, str):
         raise ConfigError(f"a model is a catalog name or a config.json path, got {name!r}")
+    key = catalog_name(name)
+    if key is not None:
+        return MODELS[key]
+    how = ("download the model's config.json (only that file: huggingface-cli download ORG/NAME config.json "
+           "--local-dir DIR) and give its path, e.g. --model DIR/config.json")
+    if _looks_like_hf_id(name) and not os.path.exists(name):
+        raise ConfigError(f"model '{name}' is not in the catalog; the catalog has: {_catalog_listing()}. For "
+                          f"another model, {how}")
     if is_config_path(name):
         from aisim.config.hfconfig import load_hf_config
 
         return load_hf_config(name)
-    key = name.lower()
-    if key not in MODELS:
-        raise ConfigError(f"unknown model '{name}'; the catalog has: {', '.join(m.name for m in MODELS.values())} "
-                          "(or give the path of a Hugging Face config.json)")
-    return MODELS[key]
+    raise ConfigError(f"unknown model '{name}'; the catalog has: {_catalog_listing()}. For another model, {how}")
 
 
 def check_tp(model: ModelSpec, tp) -> None:

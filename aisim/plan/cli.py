@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
+from aisim.overrides import set_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -18,9 +19,10 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 @click.option("--max-model-len", type=int,
               help="Longest sequence (with --model; default: the model's context length, as vllm serve, "
                    "cut to the longest that fits the KV cache).")
+@set_option()
 @out_option("--out", "out_path", help="Write the engine configuration (TOML).")
 @format_option("toml", default="toml")
-def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_path, fmt):
+def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, sets, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import write_atomic_text
@@ -35,6 +37,14 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_p
             if gpu_memory_gib is None and gpu is None:
                 raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
             cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
+        if sets:
+            from aisim.overrides import apply_engine, describe_sets, parse_sets, split_sets
+
+            overrides = parse_sets(sets)
+            if split_sets(overrides)[1]:
+                raise click.UsageError("a plan is an engine configuration: --set takes engine keys here")
+            cfg = apply_engine(cfg, overrides)
+            notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
         text = engine_toml(cfg, notes)
         if out_path:
             write_atomic_text(out_path, [text])

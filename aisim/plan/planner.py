@@ -342,4 +342,7 @@ def engine_toml(cfg: EngineConfig, notes) -> str:
         doc.pop("mamba_cache_mode")
     doc["time_model"] = cfg.time_model.relevant()
     doc["kv_cache_groups"] = [dict(g) for g in d["kv_cache_groups"]]
+    for k in cfg.raw:  # any other key the plan declares (aisim plan --set): written, never dropped
+        if k not in doc and d.get(k) is not None:
+            doc[k] = d[k]
     return dumps(doc, header_comments=["Engine configuration planned by aisim."] + list(notes))
