@@ -7,7 +7,8 @@ import json
 import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
-                            fmt_seconds, format_option, new_table, progress_option)
+                            fmt_seconds, format_option, new_table, out_option, progress_option)
+from aisim.overrides import set_option
 
 # The columns printed as a table (every column is in csv, json and the database).
 _SHOWN = ("point", "phase", "candidate", "knobs", "replicas", "rate_req_s", "verdict", "attainment", "ttft_p99_s",
@@ -48,20 +49,83 @@ def _answer_line(result) -> str:
             f"{fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
 
 
+def _spec_from_flags(flags: dict, slo, rate, fleet, write_spec_path):
+    """The spec the flags give (:mod:`aisim.capacity.flags`), validated as a file's; written when asked."""
+    from aisim.capacity.flags import spec_dict, spec_from_flags, write_spec
+
+    missing = [o for o, v in (("--engine", flags["engine"]), ("--trace", flags["trace"]), ("--slo", slo)) if not v]
+    if missing:
+        raise click.UsageError(f"give a spec file, or the question as flags: {', '.join(missing)} missing")
+    if bool(rate) == bool(fleet):
+        raise click.UsageError("ask one question: --rate (the highest rate within the SLO) or --fleet KEY=VALUE "
+                               "(the smallest deployment)")
+    raw = spec_dict(name=flags["name"] or "capacity", database=flags["database"] or "capacity.duckdb",
+                    engine=flags["engine"], deployment=flags["deployment"], trace=flags["trace"],
+                    trace_format=flags["trace_format"], slo=slo, rate=[r for r in rate if r] if rate else None,
+                    fleet=fleet, price=flags["price"])
+    spec = spec_from_flags(raw)
+    if write_spec_path:
+        write_spec(write_spec_path, raw)
+    return spec
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
-@click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False))
+@click.argument("spec_path", metavar="[SPEC.toml]", required=False, type=click.Path(dir_okay=False))
+@click.option("--name", help="Flags instead of a file: the search's name (the spec's 'name'; default capacity).")
+@click.option("--db", "database", type=click.Path(dir_okay=False),
+              help="Flags: the database (the spec's 'database'; default capacity.duckdb).")
+@click.option("--engine", "engine_path", type=click.Path(dir_okay=False),
+              help="Flags: the engine file (the spec's 'engine'; plan one with aisim plan --out).")
+@click.option("--deployment", "deployment_path", type=click.Path(dir_okay=False),
+              help="Flags: a deployment file (the spec's 'deployment').")
+@click.option("--trace", "trace_path", type=click.Path(), help="Flags: the trace ([trace] path).")
+@click.option("--trace-format", help="Flags: its format ([trace] format; default: guessed from the name).")
+@click.option("--slo", "slo", multiple=True, metavar="KEY=VALUE",
+              help="Flags: an [slo] key, e.g. ttft_p99_s=0.5 or ttft_s=2 attainment=0.95 (repeatable).")
+@click.option("--rate", "rate", multiple=True, metavar="KEY=VALUE", is_flag=False, flag_value="",
+              help="Flags: ask for the highest rate within the SLO; --rate alone, or [rate] keys, e.g. "
+                   "--rate by=poisson_rate --rate start=4 (repeatable).")
+@click.option("--fleet", "fleet", multiple=True, metavar="KEY=VALUE",
+              help="Flags: ask for the smallest deployment: [fleet] keys, e.g. max_replicas=8, "
+                   "grid='{\"max_num_seqs\": [64, 128]}' (repeatable).")
+@click.option("--price-per-gpu-hour", "price", type=float, help="Flags: the spec's price_per_gpu_hour.")
+@out_option("--write-spec", "write_spec_path", help="Write the spec the flags make (TOML), to run it again from a file.")
+@set_option()
 @format_option()
 @progress_option()
-def capacity(spec_path, fmt, progress):
-    """Answer SPEC.toml's question: the highest rate within its SLO ([rate]), or the smallest
-    deployment that serves its trace ([fleet]); every evaluated point lands in capacity_points."""
+def capacity(spec_path, name, database, engine_path, deployment_path, trace_path, trace_format, slo, rate, fleet,
+             price, write_spec_path, sets, fmt, progress):
+    """Answer a capacity question: the highest rate within an SLO ([rate]), or the smallest
+    deployment that serves a trace ([fleet]); every evaluated point lands in capacity_points.
+
+    The question is SPEC.toml, or the same keys as flags (each flag is a key of the file):
+
+    \b
+      aisim capacity --engine engine.toml --trace trace.jsonl --slo ttft_p99_s=0.5 --rate
+    """
     from aisim.capacity.spec import load_capacity, run_capacity
     from aisim.columns import CAPACITY_POINTS
     from aisim.errors import AisimError
 
     phases = Phases(progress)
     try:
-        spec = load_capacity(spec_path)
+        flags = {"name": name, "database": database, "engine": engine_path, "deployment": deployment_path,
+                 "trace": trace_path, "trace_format": trace_format, "price": price}
+        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+        given += [o for o, v in (("--slo", slo), ("--rate", rate), ("--fleet", fleet)) if v]
+        if spec_path is not None:
+            if given or write_spec_path:
+                raise click.UsageError(f"{', '.join(given) or '--write-spec'}: the spec is {spec_path}; give a spec "
+                                       "file or its keys as flags, not both")
+            spec = load_capacity(spec_path)
+        else:
+            spec = _spec_from_flags(flags, slo, rate, fleet, write_spec_path)
+        if sets:
+            from aisim.overrides import apply_deployment, apply_engine, parse_sets
+
+            overrides = parse_sets(sets)
+            spec.engine = apply_engine(spec.engine, overrides)
+            spec.deployment = apply_deployment(spec.deployment, overrides)
         with phases:
             result = run_capacity(spec, progress=phases)
     except AisimError as exc:

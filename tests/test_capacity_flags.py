@@ -1,0 +1,98 @@
+"""``aisim capacity`` from flags: the same spec as the file, the same bytes out; ``--set`` on a search."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from aisim.cli import main
+
+# The hand model of tests/test_capacity.py: 10 ms a step, one sequence at a time, 21 requests 1 s apart.
+ENGINE = {"model": "m", "block_size": 16, "num_gpu_blocks": 1024, "max_model_len": 4096, "max_num_seqs": 1,
+          "max_num_batched_tokens": 2048, "enable_prefix_caching": False,
+          "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 0.0, "per_req_s": 0.0}}
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    lines = [{"request_id": f"r{i}", "prompt_len": 16, "max_tokens": 10, "arrival_time": float(i)} for i in range(21)]
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "engine.json").write_text(json.dumps(ENGINE))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["capacity", *map(str, args)])
+
+
+RATE_FILE = ('name = "c"\ndatabase = "cap.duckdb"\nengine = "engine.json"\n[trace]\npath = "trace.jsonl"\n'
+             'format = "oracle"\n[slo]\nttft_s = 0.215\nattainment = 1.0\n[rate]\nby = "rate_scale"\nrel_tol = 0.01\n')
+RATE_FLAGS = ("--name", "c", "--db", "cap.duckdb", "--engine", "engine.json", "--trace", "trace.jsonl",
+              "--trace-format", "oracle", "--slo", "ttft_s=0.215", "--slo", "attainment=1.0",
+              "--rate", "by=rate_scale", "--rate", "rel_tol=0.01")
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "table"])
+def test_flags_and_file_give_the_same_bytes(inputs, fmt):
+    (inputs / "cap.toml").write_text(RATE_FILE)
+    from_file = _run("cap.toml", "--format", fmt)
+    assert from_file.exit_code == 0, from_file.output
+    from_flags = _run(*RATE_FLAGS, "--format", fmt)
+    assert from_flags.exit_code == 0, from_flags.output
+    assert from_flags.stdout == from_file.stdout
+    if fmt == "json":
+        assert json.loads(from_file.stdout)["answer"] is not None
+
+
+def test_fleet_flags_and_written_spec_give_the_same_bytes(inputs):
+    flags = ("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_s=0.215", "--slo", "attainment=1.0",
+             "--fleet", "max_replicas=4", "--fleet", 'grid={"max_num_seqs": [1, 2]}', "--db", "cap2.duckdb")
+    r = _run(*flags, "--format", "json", "--write-spec", "specs/cap.toml")
+    assert r.exit_code == 0, r.output
+    text = (inputs / "specs" / "cap.toml").read_text()
+    assert 'engine = "../engine.json"' in text and 'path = "../trace.jsonl"' in text
+    again = _run("specs/cap.toml", "--format", "json")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["search"] == "capacity" and doc["question"] == "deployment"
+    assert [p["knobs"] for p in doc["points"]][:2] == ['{"layout": "aggregated", "max_num_seqs": 1}',
+                                                        '{"layout": "aggregated", "max_num_seqs": 2}']
+
+
+def test_rate_alone_asks_the_rate_question_with_its_defaults(inputs):
+    r = _run("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_s=0.215", "--slo",
+             "attainment=1.0", "--rate", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["question"] == "rate"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("cap.toml", "--engine", "engine.json"), "--engine: the spec is cap.toml"),
+    (("--engine", "engine.json", "--slo", "ttft_s=1", "--rate"), "--trace missing"),
+    (("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_s=1"), "ask one question"),
+    (("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_s=1", "--slo", "attainment=1", "--rate",
+      "step=2"), "unknown key 'rate.step'"),
+    (("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft=1", "--rate"), "unknown key 'slo.ttft'"),
+    (("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_s=1", "--slo", "attainment=1", "--rate",
+      "--set", "max_num_sequences=2"), "unknown key 'max_num_sequences'"),
+])
+def test_bad_flags_are_named(inputs, args, message):
+    (inputs / "cap.toml").write_text(RATE_FILE)
+    r = _run(*args)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_set_changes_the_searched_engine(inputs):
+    """Two sequences at a time serve more: the highest rate within the SLO rises, and the search is another."""
+    (inputs / "cap.toml").write_text(RATE_FILE)
+    one = json.loads(_run("cap.toml", "--format", "json").stdout)
+    two = _run("cap.toml", "--format", "json", "--set", "max_num_seqs=2")
+    assert two.exit_code == 0, two.output
+    two = json.loads(two.stdout)
+    assert two["search_id"] != one["search_id"]
+    best = [p["rate_req_s"] for d in (one, two) for p in d["points"] if p["answer"]]
+    assert best[1] > best[0]
