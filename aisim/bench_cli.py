@@ -3,7 +3,7 @@
 ``--model/--gpu/--tp`` plan the engine as ``aisim plan`` does; ``--request-rate``/``--burstiness``
 re-time the trace as vLLM's client sends it (:mod:`aisim.traces.request_rate`); ``--num-prompts``
 takes the trace's first requests; ``--percentile-metrics``, ``--metric-percentiles`` and
-``--goodput`` choose the statistics of :mod:`aisim.bench_metrics`.  ``--set`` (:mod:`aisim.overrides`)
+``--goodput`` choose the statistics of :mod:`aisim.bench_metrics`.  ``--set`` (:mod:`aisim.config.overrides`)
 changes engine and deployment keys.  The mapping of every ``vllm bench serve`` flag is
 :data:`aisim.bench_flags.FLAGS`.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.overrides import set_option  # noqa: F401  (the replay's options are found here)
+from aisim.config.overrides import set_option  # noqa: F401  (the replay's options are found here)
 
 
 class NargsOption(click.Option):

@@ -80,7 +80,7 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
     phases = Phases(progress)
     try:
         from aisim.bench_metrics import parse_goodput, parse_metric_percentiles, parse_percentile_metrics
-        from aisim.overrides import apply_deployment, apply_engine, parse_sets
+        from aisim.config.overrides import apply_deployment, apply_engine, parse_sets
 
         if (engine_path is None) == (model is None):
             raise ConfigError("give the engine: --engine FILE, or --model and --gpu to plan one")

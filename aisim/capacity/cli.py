@@ -8,7 +8,7 @@ import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
                             fmt_seconds, format_option, new_table, out_option, progress_option)
-from aisim.overrides import set_option
+from aisim.config.overrides import set_option
 
 # The columns printed as a table (every column is in csv, json and the database).
 _SHOWN = ("point", "phase", "candidate", "knobs", "replicas", "rate_req_s", "verdict", "attainment", "ttft_p99_s",
@@ -121,7 +121,7 @@ def capacity(spec_path, name, database, engine_path, deployment_path, trace_path
         else:
             spec = _spec_from_flags(flags, slo, rate, fleet, write_spec_path)
         if sets:
-            from aisim.overrides import apply_deployment, apply_engine, parse_sets
+            from aisim.config.overrides import apply_deployment, apply_engine, parse_sets
 
             overrides = parse_sets(sets)
             spec.engine = apply_engine(spec.engine, overrides)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, flatten, format_option, new_table
+from aisim.config.overrides import set_option
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -12,16 +13,28 @@ def config():
     """Check and show engine configurations."""
 
 
+def _load(file, sets):
+    """FILE's engine configuration with ``--set``'s changes (engine keys only)."""
+    from aisim.config.engine import load_engine_config
+    from aisim.config.overrides import apply_engine, parse_sets, split_sets
+    from aisim.errors import ConfigError
+
+    overrides = parse_sets(sets)
+    if split_sets(overrides)[1]:
+        raise ConfigError("an engine file has no deployment: --set takes engine keys here")
+    return apply_engine(load_engine_config(file), overrides)
+
+
 @config.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-def validate(file):
+@set_option()
+def validate(file, sets):
     """Check FILE strictly (keys, values, the grouped-prefix rule)."""
-    from aisim.config.engine import load_engine_config
     from aisim.config.kvgroups import expand_groups
     from aisim.errors import AisimError
 
     try:
-        cfg = load_engine_config(file)
+        cfg = _load(file, sets)
     except AisimError as exc:
         fail(exc)
     groups = expand_groups(cfg.groups)
@@ -32,15 +45,15 @@ def validate(file):
 
 @config.command()
 @click.argument("file", type=click.Path(dir_okay=False))
+@set_option()
 @format_option("toml", default="toml")
-def show(file, fmt):
+def show(file, sets, fmt):
     """Print FILE's resolved configuration, every default filled in."""
-    from aisim.config.engine import load_engine_config
     from aisim.config.kvgroups import resolve_groups
     from aisim.errors import AisimError
 
     try:
-        cfg = load_engine_config(file)
+        cfg = _load(file, sets)
     except AisimError as exc:
         fail(exc)
     d = cfg.to_dict()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
-from aisim.overrides import set_option
+from aisim.config.overrides import set_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -38,7 +38,7 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, sets,
                 raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
             cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
         if sets:
-            from aisim.overrides import apply_engine, describe_sets, parse_sets, split_sets
+            from aisim.config.overrides import apply_engine, describe_sets, parse_sets, split_sets
 
             overrides = parse_sets(sets)
             if split_sets(overrides)[1]:

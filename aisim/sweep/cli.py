@@ -8,6 +8,7 @@ import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
                             fmt_seconds, format_option, new_table, progress_option)
+from aisim.config.overrides import set_option
 
 
 def _knobs(knobs: dict) -> str:
@@ -20,9 +21,10 @@ def _knobs(knobs: dict) -> str:
               help="'local' (a LocalCluster), 'sync' (in process) or a Dask scheduler address.")
 @click.option("--workers", type=int, help="Worker processes of the local cluster.")
 @click.option("--force", is_flag=True, help="Replay again even if the database has this sweep's run.")
+@set_option()
 @format_option()
 @progress_option()
-def sweep(spec_path, scheduler, workers, force, fmt, progress):
+def sweep(spec_path, scheduler, workers, force, sets, fmt, progress):
     """Replay every candidate of SPEC.toml and rank them by SLO goodput."""
     from aisim.errors import AisimError
     from aisim.pipeline.progress import LineProgress, Quiet
@@ -33,6 +35,10 @@ def sweep(spec_path, scheduler, workers, force, fmt, progress):
     reporter = LineProgress(console(stderr=True)) if phases.enabled else Quiet()
     try:
         spec = load_sweep(spec_path)
+        if sets:
+            from aisim.config.overrides import apply_to_sweep, parse_sets
+
+            apply_to_sweep(spec, parse_sets(sets))
         with phases:
             result = run_sweep(spec, scheduler=scheduler, workers=workers, force=force, progress=reporter,
                                phases=phases)

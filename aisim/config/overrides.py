@@ -178,6 +178,25 @@ def apply_deployment(deployment, sets: list, source: str | None = None):
     return parse_deployment(raw["deployment"], source=source)
 
 
+def apply_to_sweep(spec, sets: list) -> None:
+    """Change a sweep spec's base engine (``spec.base``, its raw keys; validated again with its file) and
+    deployment in place; a key the grid varies is refused (the grid sets it for every candidate)."""
+    from aisim.config.engine import engine_config_from_dict
+
+    engine_sets, deployment_sets = split_sets(sets)
+    for key, _ in engine_sets:
+        if key in getattr(spec, "grid", {}):
+            raise ConfigError(f"--set {key}: the sweep's grid varies '{key}'; change the grid in the spec")
+    if engine_sets:
+        raw = copy.deepcopy(spec.base)
+        for key, value in engine_sets:
+            _put(raw, key, value)
+        engine_config_from_dict(raw, spec.base_path)  # refused as a file's value would be
+        spec.base = raw
+    if deployment_sets:
+        spec.deployment = apply_deployment(spec.deployment, deployment_sets)
+
+
 def describe_sets(sets: list) -> str:
     """``max_num_seqs=128, deployment.replicas=4`` (JSON values), for titles and notes."""
     return ", ".join(f"{k}={json.dumps(v)}" for k, v in sets)

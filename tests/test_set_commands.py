@@ -1,0 +1,54 @@
+"""``--set`` on the commands that read an engine from a file or spec: ``config show``/``validate`` and
+``sweep`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacity``: tests/test_capacity_flags.py)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from aisim.cli import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_config_show_and_validate_apply_set(tmp_path):
+    f = tmp_path / "e.json"
+    f.write_text(json.dumps({"num_gpu_blocks": 100}))
+    r = _run("config", "show", f, "--set", "max_num_seqs=7", "--set", "time_model.base_s=0.02", "--format", "json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert (d["max_num_seqs"], d["time_model"]["base_s"]) == (7, 0.02)
+    r = _run("config", "validate", f, "--set", "num_gpu_blocks=50")
+    assert r.exit_code == 0 and "50 blocks" in r.output, r.output
+    r = _run("config", "show", f, "--set", "deployment.replicas=2")
+    assert r.exit_code == 2 and "--set takes engine keys here" in r.output
+    r = _run("config", "show", f, "--set", "blocks=2")
+    assert r.exit_code == 2 and "unknown key 'blocks'" in r.output
+
+
+def test_sweep_applies_set_to_its_base_engine(tmp_path):
+    # Eight 100-token requests at step 0, ten outputs each, 10 ms steps (tests/test_sweep.py's first case):
+    # with max_num_seqs 1 they run one after another and only the first five meet TTFT <= 0.5 s, whatever
+    # the blocks; the base's 8 would let all eight meet it.
+    trace = [{"request_id": f"r{i}", "prompt_len": 100, "max_tokens": 10, "arrival_step": 0} for i in range(8)]
+    (tmp_path / "trace.jsonl").write_text("\n".join(json.dumps(t) for t in trace) + "\n")
+    (tmp_path / "base.json").write_text(json.dumps({"num_gpu_blocks": 400, "max_model_len": 1024,
+                                                    "max_num_batched_tokens": 2048, "max_num_seqs": 8}))
+    (tmp_path / "sweep.toml").write_text(
+        'name = "s"\ndatabase = "s.duckdb"\nmodel = "m"\nbase = "base.json"\nbest = "best.toml"\n'
+        '[trace]\npaths = ["trace.jsonl"]\nformat = "oracle"\n[grid]\nnum_gpu_blocks = [200, 400]\n'
+        '[slo]\nttft_s = 0.5\n')
+    spec = tmp_path / "sweep.toml"
+    r = _run("sweep", spec, "--scheduler", "sync", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert [c["slo_attainment"] for c in json.loads(r.stdout)["ranked"]] == [1.0, 1.0]
+    r = _run("sweep", spec, "--scheduler", "sync", "--format", "json", "--set", "max_num_seqs=1")
+    assert r.exit_code == 0, r.output
+    assert [c["slo_attainment"] for c in json.loads(r.stdout)["ranked"]] == [5 / 8, 5 / 8]
+    r = _run("sweep", spec, "--scheduler", "sync", "--set", "num_gpu_blocks=300")
+    assert r.exit_code == 2 and "the sweep's grid varies 'num_gpu_blocks'" in r.output, r.output
+    r = _run("sweep", spec, "--scheduler", "sync", "--set", "max_num_seqs=0")
+    assert r.exit_code == 2 and "'max_num_seqs'" in r.output, r.output
