@@ -282,6 +282,7 @@ def _print_summary(result, trace_path, record, metrics):
 # ---------------------------------------------------------------- command modules
 # Each command lives beside its feature and is registered here.
 from aisim.capacity.cli import capacity  # noqa: E402
+from aisim.compare import compare  # noqa: E402
 from aisim.config.cli import config  # noqa: E402
 from aisim.pipeline.cli import pipeline  # noqa: E402
 from aisim.plan.cli import plan  # noqa: E402
@@ -290,7 +291,7 @@ from aisim.report.cli import report  # noqa: E402
 from aisim.sweep.cli import sweep  # noqa: E402
 from aisim.traces.cli import trace  # noqa: E402
 
-for _command in (pipeline, trace, config, plan, sweep, capacity, query, report):
+for _command in (pipeline, trace, config, plan, sweep, capacity, query, report, compare):
     main.add_command(_command)
 
 

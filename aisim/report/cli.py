@@ -45,7 +45,10 @@ def parse_slo(items) -> dict:
                    "default: the sweep's SLO when the run is a sweep's).")
 @click.option("--capacity", "search", metavar="SEARCH",
               help="Report a capacity search instead of a run: its search id, name or id prefix (aisim capacity).")
-def report(database, run, out, max_points, slo, search):
+@click.option("--replay", "folders", multiple=True, metavar="DIR", type=click.Path(file_okay=False),
+              help="Report the replay aisim replay --out DIR wrote instead of a run (repeatable: one section each, "
+                   "their CDFs overlaid).")
+def report(database, run, out, max_points, slo, search, folders):
     """Write one self-contained HTML report of a pipeline run.
 
     Per model and engine configuration: KV-cache occupancy over time (active, cached, physical;
@@ -58,15 +61,31 @@ def report(database, run, out, max_points, slo, search):
     request rate (a rate search) or goodput per GPU against p99 TTFT (a deployment search), and every
     evaluated point.
 
+    With --replay DIR, the report of a replay's output folder (aisim replay --out DIR) instead.
+
     \b
-    Example:
+    Examples:
       aisim report --db pipelines/demo.duckdb --out demo.html
+      aisim report --replay out/ --out replay.html
     """
     from aisim.errors import AisimError, ReportError
     from aisim.report import write_report
 
     t0 = time.perf_counter()
     try:
+        if folders:
+            if database or run or search:
+                raise ReportError("--replay reports replay output folders: --db, --run and --capacity are a "
+                                  "database's options")
+            from aisim.files import write_atomic_text
+            from aisim.report.folder import folders_run
+            from aisim.report.html import render
+
+            rd = folders_run(folders, slo=parse_slo(slo))
+            write_atomic_text(out, [render(rd, max_points)])
+            click.echo(f"report of {len(rd.shards)} replay{'s' if len(rd.shards) != 1 else ''} written to {out} "
+                       f"({fmt_num(os.path.getsize(out) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}")
+            return
         if not database:
             raise ReportError("give the run database with --db FILE (or set AISIM_DB)")
         if search is not None:

@@ -61,6 +61,10 @@ def _ms(v) -> str:
 
 def _header(rd: RunData) -> str:
     r = rd.run
+    if "folders" in r:  # replays read from their output folders (aisim.report.folder), not a database
+        rows = [("replay output", f) for f in r["folders"]] + [("report by", f"aisim {r['aisim_version']}")]
+        body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows)
+        return f'<table class="meta">{body}</table>'
     rows = [("run", f"{r['name']}  ·  id {r['run_id']}  ·  #{r['run_seq']} in the database"),
             ("database", rd.database)]
     if r.get("description"):
@@ -720,7 +724,8 @@ def render(rd: RunData, max_points: int = ds.MAX_POINTS) -> str:
     ])
     return document(title, f"run {r['name']}",
                     f'{len(rd.shards)} shard{"s" if len(rd.shards) != 1 else ""} · {n_req:,} requests · '
-                    f'{n_steps:,} engine steps · run id {r["run_id"]}', nav, body, rd.database,
+                    f'{n_steps:,} engine steps · ' + ("from aisim replay --out" if "folders" in r else
+                                                          f'run id {r["run_id"]}'), nav, body, rd.database,
                     f"Every number is computed on the full data; long series are drawn from at most {max_points:,} "
                     "points each (min/max per bucket, so spikes stay visible).")
 

@@ -1,0 +1,96 @@
+"""``aisim compare``: two replays' deltas checked by hand; a landed run against its replay folder; the
+report page with both; ``aisim report --replay``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from aisim.cli import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """A: two requests at 0 s (a: 16-token prompt, 3 outputs; b: 32, 2) on a linear engine, 10 ms a step plus
+    1 ms a scheduled token (tests/test_bench_serve.py's steps: TTFT 58 and 58 ms, finishes at 81 and 70 ms).
+    B: the same with max_num_seqs 1.  a alone: prefill 10 + 16 = 26 ms, decodes end at 37 and 48 ms; then b:
+    prefill 10 + 32 ms ends at 90 ms, its decode at 101 ms.  TTFT 26 and 90 ms, E2E 48 and 101 ms."""
+    d = tmp_path_factory.mktemp("compare")
+    (d / "t.jsonl").write_text(
+        json.dumps({"request_id": "a", "prompt_len": 16, "max_tokens": 3, "arrival_time": 0.0}) + "\n"
+        + json.dumps({"request_id": "b", "prompt_len": 32, "max_tokens": 2, "arrival_time": 0.0}) + "\n")
+    (d / "e.json").write_text(json.dumps({"model": "m", "num_gpu_blocks": 100,
+                                          "time_model": {"base_s": 0.01, "per_token_s": 0.001}}))
+    for name, extra in (("A", ()), ("B", ("--set", "max_num_seqs=1"))):
+        r = _run("replay", "--engine", d / "e.json", "--trace", d / "t.jsonl", "--out", d / name, *extra)
+        assert r.exit_code == 0, r.output
+    return d
+
+
+def _metrics(out: str) -> dict:
+    return {m["metric"]: m for m in json.loads(out)["metrics"]}
+
+
+def test_compare_two_folders_by_hand(runs):
+    r = _run("compare", runs / "A", runs / "B", "--format", "json")
+    assert r.exit_code == 0, r.output
+    m = _metrics(r.stdout)
+    # TTFT: A 58, 58 ms; B 26, 90 ms.  Means equal; p99 of B = 26 + 0.99 * 64 ms.
+    assert m["ttft_mean_s"]["a"] == pytest.approx(0.058) and m["ttft_mean_s"]["delta"] == pytest.approx(0, abs=1e-12)
+    assert m["ttft_p99_s"]["b"] == pytest.approx(0.026 + 0.99 * 0.064)
+    assert m["ttft_p99_s"]["delta"] == pytest.approx(0.99 * 0.064 - 0.032)
+    # E2E mean: A (81 + 70) / 2 = 75.5 ms, B (48 + 101) / 2 = 74.5 ms.
+    assert m["e2e_mean_s"]["delta"] == pytest.approx(-0.001)
+    assert m["e2e_mean_s"]["relative"] == pytest.approx(-0.001 / 0.0755)
+    # TPOT: A 11.5 and 12 ms; B (48 - 26) / 2 = 11 and (101 - 90) / 1 = 11 ms.
+    assert m["tpot_mean_s"]["delta"] == pytest.approx(0.011 - 0.01175)
+    # Steps: A 3 and a last empty one; B 5 and a last empty one.
+    assert (m["steps"]["a"], m["steps"]["b"], m["steps"]["delta"]) == (4, 6, 2)
+    assert m["requests"]["relative"] == 0 and m["prefix_hit_rate"]["relative"] is None  # no hits in A: 0
+    table = _run("compare", runs / "A", runs / "B").stdout
+    assert "TTFT p99" in table and "+31.4 ms" in table and "B against A" in table
+
+
+def test_compare_a_landed_run_with_its_replay_folder(runs, tmp_path):
+    from aisim.pipeline.run import run_pipeline
+
+    spec = tmp_path / "p.toml"
+    spec.write_text(f'name = "tiny"\ndatabase = "tiny.duckdb"\n[[sources]]\nname = "s"\npaths = ["{runs / "t.jsonl"}"]\n'
+                    f'format = "oracle"\nmodel = "m"\n[[deployments]]\nmodel = "m"\n'
+                    f'engines = {{ base = "{runs / "e.json"}" }}\n')
+    run_pipeline(str(spec), scheduler="sync", database=str(tmp_path / "tiny.duckdb"))
+    r = _run("compare", "tiny", runs / "A", "--db", tmp_path / "tiny.duckdb", "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["a"].startswith("tiny (") and doc["b"] == "A"
+    for m in doc["metrics"]:  # the same replay, landed and written to a folder: no differences
+        assert m["delta"] in (0, None) or abs(m["delta"]) < 1e-12, m
+
+
+def test_compare_refuses_what_it_cannot_read(runs, tmp_path):
+    r = _run("compare", runs / "A", tmp_path)
+    assert r.exit_code == 2 and "lacks requests.parquet, steps.parquet, summary.json" in r.output
+    r = _run("compare", runs / "A", "somerun")
+    assert r.exit_code == 2 and "give --db FILE" in r.output
+
+
+def test_compare_report_and_replay_report_draw_both(runs, tmp_path):
+    out = tmp_path / "cmp.html"
+    r = _run("compare", runs / "A", runs / "B", "--report", out, "--slo", "ttft_s=0.05", "--format", "json")
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "A vs B" in page and 'id="shard-0"' in page and 'id="shard-1"' in page
+    assert "TTFT CDF, every shard" in page and "SLO 50 ms" in page
+    rep = tmp_path / "a.html"
+    r = _run("report", "--replay", runs / "A", "--out", rep)
+    assert r.exit_code == 0 and "report of 1 replay written to" in r.output, r.output
+    page = rep.read_text()
+    assert str(runs / "A") in page and "from aisim replay --out" in page
+    r = _run("report", "--replay", tmp_path, "--out", rep)
+    assert r.exit_code == 2 and "lacks" in r.output
