@@ -23,7 +23,8 @@ import numpy as np
 
 from aisim.errors import ReportError
 from aisim.report.data import _rows, connect
-from aisim.report.svg import (SERIES_CYCLE, Ref, Series, XRef, fmt_count, fmt_duration, fmt_pct, line_chart)
+from aisim.report.svg import (SERIES_CYCLE, SLO_COLOR, Ref, Series, XRef, fmt_count, fmt_duration, fmt_pct,
+                              line_chart)
 
 
 def load_search(path: str, selector: str) -> dict:
@@ -75,6 +76,20 @@ def goodput_per_gpu(p: dict) -> float | None:
     return p["slo_met"] / p["duration_s"] / p["gpus"]
 
 
+def _slo_lines(slo: dict, lat: str) -> list:
+    """The SLO's lines on a chart of latency ``lat`` (``ttft``, ``tpot``, ``e2e``): its per-request threshold
+    (``SLO 500 ms``) and each percentile limit (``SLO p99 500 ms``), in the SLO's colour."""
+    out = []
+    v = _thresholds(slo).get(f"{lat}_s")
+    if v:
+        out.append(Ref(v, f"SLO {fmt_duration(v)}", SLO_COLOR))
+    for p in ("p50", "p90", "p99"):
+        v = slo.get(f"{lat}_{p}_s")
+        if isinstance(v, (int, float)) and v > 0:
+            out.append(Ref(v, f"SLO {p} {fmt_duration(v)}", SLO_COLOR))
+    return out
+
+
 def _thresholds(slo: dict) -> dict:
     """The per-request thresholds of ``slo`` by latency (``ttft_s`` ...)."""
     return {k: v for k, v in slo.items() if k in ("ttft_s", "tpot_s", "e2e_s") and v is not None}
@@ -122,7 +137,7 @@ def _table(points: list) -> str:
 def _verdict_points(x: list, y: list, pts: list, name: str) -> list:
     """Two point series: the evaluated points that meet the SLO and those that fail it."""
     out = []
-    for verdict, color in (("meets", "green"), ("fails", "red")):
+    for verdict, color in (("meets", "green"), ("fails", SLO_COLOR)):
         keep = [i for i, p in enumerate(pts) if p["verdict"] == verdict and x[i] is not None and y[i] is not None]
         out.append(Series(f"{name}: {verdict} the SLO", np.array([x[i] for i in keep], dtype=float),
                           np.array([y[i] for i in keep], dtype=float), color, "points", hover=False,
@@ -135,15 +150,13 @@ def rate_charts(points: list, slo: dict) -> list:
     pts = sorted((p for p in points if p.get("rate_req_s") is not None and p["verdict"] != "refused"),
                  key=lambda p: (p["rate_req_s"], p["point"]))
     x = np.array([p["rate_req_s"] for p in pts], dtype=float)
-    limits = _thresholds(slo)
     charts = []
     for lat, lab in (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2e", "E2E")):
         series = []
         for stat, color in (("p50", "sky"), ("p99", "blue")):
             y = np.array([np.nan if p.get(f"{lat}_{stat}_s") is None else p[f"{lat}_{stat}_s"] for p in pts])
             series.append(Series(f"{stat} {lab}", x, y, color))
-        limit = limits.get(f"{lat}_s")
-        refs = [Ref(limit, f"SLO {fmt_duration(limit)}", "red")] if limit else []
+        refs = _slo_lines(slo, lat)
         charts.append((f"{lab} against the request rate", line_chart(
             series, title=f"{lab} against the request rate", chart_id=f"capacity-{lat}", xfmt="rate",
             yfmt="duration", xlabel="requests per second", ylabel=lab, refs=refs,
@@ -151,7 +164,8 @@ def rate_charts(points: list, slo: dict) -> list:
     att = [p.get("attainment") for p in pts]
     series = [Series("SLO attainment", x, np.array([np.nan if a is None else a for a in att]), "blue")]
     series += _verdict_points(list(x), att, pts, "rate")
-    refs = [Ref(slo["attainment"], f"required {fmt_pct(slo['attainment'])}", "red")] if slo.get("attainment") else []
+    refs = [Ref(slo["attainment"], f"required {fmt_pct(slo['attainment'])}", SLO_COLOR)] if slo.get("attainment") \
+        else []
     charts.append(("SLO attainment against the request rate", line_chart(
         series, title="SLO attainment against the request rate", chart_id="capacity-attainment", xfmt="rate",
         yfmt="pct", ylim=(0.0, 1.0), xlabel="requests per second", ylabel="requests meeting the SLO", refs=refs)))
@@ -170,8 +184,9 @@ def fleet_charts(points: list, slo: dict) -> list:
     series = _verdict_points([p["ttft_p99_s"] for p in pts], [goodput_per_gpu(p) for p in pts], pts, "deployments")
     series.append(Series("Pareto front", np.array([c["ttft_p99_s"] for c in front], dtype=float),
                          np.array([c["goodput_req_s"] for c in front], dtype=float), "orange", width=1.4))
-    limit = _thresholds(slo).get("ttft_s")
-    xrefs = [XRef(limit, f"SLO TTFT {fmt_duration(limit)}")] if limit else []
+    # The x axis is p99 TTFT: the SLO's p99 limit, and a per-request threshold, are lines across it.
+    xrefs = [XRef(r.y, "SLO TTFT " + r.label[len("SLO "):], SLO_COLOR) for r in _slo_lines(slo, "ttft")
+             if not r.label.startswith(("SLO p50", "SLO p90"))]
     charts = [("Goodput per GPU against p99 TTFT (Pareto front joined)", line_chart(
         series, title="Goodput per GPU against p99 TTFT", chart_id="capacity-pareto", xfmt="duration", yfmt="rate",
         xlabel="p99 TTFT", ylabel="goodput per GPU", xrefs=xrefs, note="" if pts else "no replayed point"))]
@@ -185,7 +200,8 @@ def fleet_charts(points: list, slo: dict) -> list:
         ps = sorted(ps, key=lambda p: p["replicas"])
         series.append(Series(f"{cand} {knobs}", np.array([p["replicas"] for p in ps], dtype=float),
                              np.array([p["attainment"] for p in ps], dtype=float), SERIES_CYCLE[i % len(SERIES_CYCLE)]))
-    refs = [Ref(slo["attainment"], f"required {fmt_pct(slo['attainment'])}", "red")] if slo.get("attainment") else []
+    refs = [Ref(slo["attainment"], f"required {fmt_pct(slo['attainment'])}", SLO_COLOR)] if slo.get("attainment") \
+        else []
     charts.append(("SLO attainment against the replicas", line_chart(
         series, title="SLO attainment against the replicas", chart_id="capacity-replicas", xfmt="count",
         yfmt="pct", ylim=(0.0, 1.0), xlabel="replicas", ylabel="requests meeting the SLO", refs=refs)))

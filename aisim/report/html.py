@@ -290,7 +290,7 @@ def cdf_chart(curves: list, name: str, title: str, chart_id: str, slo: dict, mp:
               for label, x, p, color in drawn]
     xrefs = [XRef(slo[name], f"SLO {fmt_duration(slo[name])}")] if slo.get(name) else []
     return line_chart(series, title=title, chart_id=chart_id, xfmt="duration", yfmt="pct", ylim=(0.0, 1.0),
-                      xlog=xlog, refs=[Ref(0.5, "p50"), Ref(0.9, "p90", "orange"), Ref(0.99, "p99", "red")],
+                      xlog=xlog, refs=[Ref(0.5, "p50", "lightgrey"), Ref(0.9, "p90", "grey"), Ref(0.99, "p99", "darkgrey")],
                       xrefs=xrefs, xlabel=LATENCY_TITLES[name] + (" (log scale)" if xlog else ""), ylabel="requests",
                       note="" if any(len(v) for _, v, _ in curves) else "no values", **size)
 

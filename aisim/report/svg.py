@@ -30,9 +30,14 @@ COLORS = {
     "yellow": "#c9b400",
     "pink": "#cc79a7",
     "grey": "#6b7280",
+    "lightgrey": "#a8afba",
+    "darkgrey": "#3f4754",
     "black": "#1f2937",
 }
-SERIES_CYCLE = ("blue", "orange", "green", "red", "purple", "sky", "pink", "yellow")
+# Red is the SLO's (limits and thresholds drawn on a chart, points that fail it) and the greys are the
+# guides' (percentile lines, capacities): the lines of a chart's series take the other colours, in order.
+SLO_COLOR = "red"
+SERIES_CYCLE = ("blue", "orange", "green", "purple", "sky", "pink", "yellow", "black")
 
 WIDTH, HEIGHT = 640, 280
 FONT = 11
@@ -549,5 +554,5 @@ def bar_chart(categories: list, groups: list, *, title: str, chart_id: str, fmt:
     return "".join(parts)
 
 
-__all__ = ["COLORS", "Ref", "SERIES_CYCLE", "Series", "bar_chart", "fmt_bytes", "fmt_count", "fmt_duration",
+__all__ = ["COLORS", "Ref", "SERIES_CYCLE", "SLO_COLOR", "Series", "bar_chart", "fmt_bytes", "fmt_count", "fmt_duration",
            "fmt_pct", "fmt_value", "line_chart", "linear_ticks", "log_ticks", "nice_max", "path_d", "step_xy"]
