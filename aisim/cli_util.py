@@ -171,14 +171,19 @@ def out_option(*names: str, kind: str = "file", **kwargs):
 
 # ---------------------------------------------------------------- human output
 
-def console(stderr: bool = False):
+# Prose (descriptions, notes) wraps at this width off a terminal; tables of values do not wrap there.
+PROSE_WIDTH = 100
+
+
+def console(stderr: bool = False, prose: bool = False):
     """A rich console: colours and the terminal's width on a terminal; in logs and pipes no colour codes
-    and no width limit, so tables print every value whole."""
+    and no width limit, so tables print every value whole (``prose``: :data:`PROSE_WIDTH` columns, for
+    text meant to be read, such as ``aisim query --list``)."""
     from rich.console import Console
 
     con = Console(stderr=stderr, highlight=False)
     if not con.is_terminal:
-        con = Console(stderr=stderr, highlight=False, width=100_000, no_color=True)
+        con = Console(stderr=stderr, highlight=False, width=PROSE_WIDTH if prose else 100_000, no_color=True)
     return con
 
 
@@ -204,6 +209,88 @@ def new_table(*columns, **kwargs):
         name, kw = (col, {}) if isinstance(col, str) else col
         t.add_column(name, **{"overflow": "fold", **kw})
     return t
+
+
+# A cell folds no narrower than this many characters (the whole cell when shorter: never a number).
+MIN_CELL = 12
+# The box's share of a table's width: a border before every column, one after the last, a space of
+# padding either side of every cell.
+def _box_width(n: int) -> int:
+    return 3 * n + 1
+
+
+def fit_table(columns, rows, *, keep=(), width: int | None = None, **kwargs):
+    """A table of ``rows`` that leaves out empty columns and fits the terminal.
+
+    A column whose every cell is ``-`` or empty is left out (unless named in ``keep``).  On a
+    terminal (or given ``width``), columns wider than their share are narrowed, the widest first,
+    but never below their widest cell (capped at :data:`MIN_CELL` characters) or their heading's
+    longest word; when even that does not fit, the rightmost columns not in ``keep`` are left out and
+    named in the returned note.  Off a terminal the table keeps its natural width.
+
+    Parameters
+    ----------
+    columns : sequence of str or (str, dict)
+        Headings, or (heading, keyword arguments of ``Table.add_column``).
+    rows : sequence of sequence of str
+        The cells, as text.
+    keep : iterable of str
+        Headings kept even when empty, and kept when columns are left out to fit.
+    width : int, optional
+        The width to fit (default: the terminal's; none off a terminal).
+    **kwargs
+        Keyword arguments of ``rich.table.Table`` (``title`` ...).
+
+    Returns
+    -------
+    (rich.table.Table, str)
+        The table and a note naming the columns left out to fit ("" when none).
+    """
+    from rich.cells import cell_len
+
+    names = [c if isinstance(c, str) else c[0] for c in columns]
+    opts = [{} if isinstance(c, str) else dict(c[1]) for c in columns]
+    rows = [list(r) for r in rows]
+    keep = set(keep)
+    shown = [i for i, n in enumerate(names) if n in keep or not rows or any(r[i] not in ("", "-") for r in rows)]
+    if width is None:
+        con = console()
+        width = con.width if con.is_terminal else None
+    note = ""
+    if width is not None:
+        def longest_word(text: str) -> int:
+            return max((cell_len(w) for w in str(text).split()), default=0)
+
+        natural = {i: max([cell_len(names[i])] + [cell_len(line) for r in rows for line in str(r[i]).splitlines()])
+                   for i in shown}
+        cells = {i: max([cell_len(line) for r in rows for line in str(r[i]).splitlines()], default=0) for i in shown}
+        low = {i: min(natural[i], max(longest_word(names[i]), min(MIN_CELL, cells[i]))) for i in shown}
+        cut = []
+        while sum(low[i] for i in shown) > width - _box_width(len(shown)):
+            spare = [i for i in shown if names[i] not in keep]
+            if not spare:
+                break
+            shown.remove(spare[-1])
+            cut.append(names[spare[-1]])
+        budget = width - _box_width(len(shown))
+        if sum(natural[i] for i in shown) > budget:
+            # The largest cap c with sum(max(low, min(natural, c))) within the budget: the widest narrow first.
+            lo_c, hi_c = 1, max(natural.values())
+            while lo_c < hi_c:
+                mid = (lo_c + hi_c + 1) // 2
+                if sum(max(low[i], min(natural[i], mid)) for i in shown) <= budget:
+                    lo_c = mid
+                else:
+                    hi_c = mid - 1
+            for i in shown:
+                opts[i]["width"] = max(low[i], min(natural[i], lo_c))
+        if cut:
+            note = (f"left out to fit {width} columns: {', '.join(reversed(cut))} (a wider terminal, or "
+                    "--format csv, shows them)")
+    t = new_table(*[(names[i], opts[i]) for i in shown], **kwargs)
+    for r in rows:
+        t.add_row(*[r[i] for i in shown])
+    return t, note
 
 
 def flatten(d: dict, prefix: str = "") -> list:

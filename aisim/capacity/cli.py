@@ -7,7 +7,7 @@ import json
 import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
-                            fmt_seconds, format_option, new_table, out_option, progress_option)
+                            fmt_seconds, fit_table, format_option, out_option, progress_option)
 from aisim.config.overrides import set_option
 
 # The columns printed as a table (every column is in csv, json and the database).
@@ -15,8 +15,14 @@ _SHOWN = ("point", "phase", "candidate", "knobs", "replicas", "rate_req_s", "ver
           "tpot_p99_s", "e2e_p99_s", "throughput_req_s", "gpus", "gpu_hours", "cost_per_mtok")
 
 
+# Table headings (the csv and json keep the column names): words, so a narrow terminal wraps them.
+_HEADINGS = {"rate_req_s": "rate req/s", "attainment": "SLO met", "ttft_p99_s": "TTFT p99", "tpot_p99_s": "TPOT p99",
+             "e2e_p99_s": "E2E p99", "throughput_req_s": "done req/s", "gpu_hours": "GPU-hours",
+             "cost_per_mtok": "per M tokens"}
+
+
 def _cell(name: str, v) -> str:
-    if v is None:
+    if v is None or (name == "knobs" and v == "{}"):
         return "-"
     if name == "attainment":
         return fmt_pct(v)
@@ -144,12 +150,14 @@ def capacity(spec_path, name, database, engine_path, deployment_path, trace_path
         console(stderr=True).print(where)
         return
     out = console()
-    t = new_table(*[(c, {"justify": "left" if c in ("phase", "candidate", "knobs", "verdict") else "right"})
-                    for c in _SHOWN + ("answer",)],
-                  title=f"capacity {spec.name}: SLO {spec.slo.describe()}")
-    for r in rows:
-        t.add_row(*[_cell(c, r[c]) for c in _SHOWN + ("answer",)])
+    # Columns every point leaves empty (a rate search's candidate and knobs, costs without a price) are left out.
+    t, cut = fit_table([(_HEADINGS.get(c, c), {"justify": "left" if c in ("phase", "candidate", "knobs", "verdict")
+                                               else "right"}) for c in _SHOWN + ("answer",)],
+                       [[_cell(c, r[c]) for c in _SHOWN + ("answer",)] for r in rows], keep=("point", "verdict", "answer"),
+                       title=f"capacity {spec.name}: SLO {spec.slo.describe()}")
     out.print(t)
+    if cut:
+        out.print(cut)
     out.print(_answer_line(result))
     for note in result.notes:
         out.print(f"note: {note}")

@@ -65,4 +65,4 @@ def _list_queries():
         params = "\n".join(f"{p.name} ({p.type}{'' if p.required else ', default ' + repr(p.default)})"
                            for p in qf.params)
         t.add_row(name, qf.purpose, params or "-")
-    console().print(t)
+    console(prose=True).print(t)

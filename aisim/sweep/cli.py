@@ -7,7 +7,7 @@ import json
 import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
-                            fmt_seconds, format_option, new_table, progress_option)
+                            fmt_seconds, fit_table, format_option, progress_option)
 from aisim.config.overrides import set_option
 
 
@@ -73,14 +73,17 @@ def sweep(spec_path, scheduler, workers, force, sets, fmt, progress):
     slo = ", ".join(f"{k} <= {v:g}" for k, v in spec.slo.items())
     headers = ("rank", "candidate", "knobs") + (("capacity req/s",) if spec.capacity is not None else ()) + (
         "goodput req/s", "SLO met", "rejected", "TTFT p99", "TPOT p99", "GPUs", "KV tokens")
-    t = new_table(*[(col, {"justify": "left" if col in ("candidate", "knobs") else "right"}) for col in headers],
-                  title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
+    cells = []
     for r in rows:
         capacity = (fmt_num(r["capacity_rate_req_s"]),) if spec.capacity is not None else ()
-        t.add_row(str(r["rank"]), r["candidate"], _knobs(r["knobs"]), *capacity, fmt_num(r["goodput_req_s"]),
-                  fmt_pct(r["slo_attainment"]), fmt_num(r["rejected"]), fmt_seconds(r["ttft_p99_s"]),
-                  fmt_seconds(r["tpot_p99_s"]), str(r["gpus"]), fmt_num(r["kv_tokens"]))
+        cells.append([str(r["rank"]), r["candidate"], _knobs(r["knobs"]), *capacity, fmt_num(r["goodput_req_s"]),
+                      fmt_pct(r["slo_attainment"]), fmt_num(r["rejected"]), fmt_seconds(r["ttft_p99_s"]),
+                      fmt_seconds(r["tpot_p99_s"]), str(r["gpus"]), fmt_num(r["kv_tokens"])])
+    t, cut = fit_table([(col, {"justify": "left" if col in ("candidate", "knobs") else "right"}) for col in headers],
+                       cells, keep=("rank", "candidate"), title=f"sweep {spec.name}: {spec.model}, SLO {slo}")
     out.print(t)
+    if cut:
+        out.print(cut)
     for c in refused:
         out.print(f"refused {c['candidate']} ({_knobs(c['knobs'])}): {c['reason']}")
     if spec.capacity is not None:
