@@ -16,8 +16,6 @@ import math
 import os
 import sys
 
-from aisim.bench_metrics import ITL_NOTE
-
 VLLM_BENCH_VERSION = "0.33.0"
 
 _NO_SERVER = "no server: the engine is simulated"
@@ -109,8 +107,8 @@ FLAGS = (
     ("--result-filename", None, "redirect `--format json` output to a file"),
     ("--ignore-eos", None, "always so: each request generates the trace's output length"),
     ("--self-timed", None, "the default: the trace's arrivals, unless `--request-rate` re-times them"),
-    ("--percentile-metrics", "--percentile-metrics", "ttft, tpot, itl, e2el (client queue times are not modelled); "
-                                                     "ITL: " + ITL_NOTE.removeprefix("ITL: ")),
+    ("--percentile-metrics", "--percentile-metrics", "ttft, tpot, itl, e2el (client queue times are not modelled; ITL "
+                                                     "as above)"),
     ("--metric-percentiles", "--metric-percentiles", "same default, 99"),
     ("--goodput", "--goodput", "same keys (ttft, tpot, e2el) and milliseconds; `request_goodput` in the JSON"),
     ("--request-id-prefix", None, "request ids are the trace's"),
@@ -141,16 +139,25 @@ FLAGS = (
 def render_table() -> str:
     """``docs/vllm-bench-serve.md``: the mapping as Markdown."""
     lines = [
-        f"# `vllm bench serve` flags in aisim",
+        "# `vllm bench serve` flags in aisim",
         "",
-        f"Every flag of `vllm bench serve` (vLLM {VLLM_BENCH_VERSION}) and the `aisim replay` option that means "
-        "the same, or why there is none.",
-        "Generated from `aisim/bench_flags.py` (`python -m aisim.bench_flags --write`); a test checks this file.",
+        f"Every flag of `vllm bench serve` (vLLM {VLLM_BENCH_VERSION}) and the `aisim replay` option that means",
+        "the same, or why there is none. Generated from `aisim/bench_flags.py`",
+        "(`python -m aisim.bench_flags --write`); a test checks this file.",
         "",
-        "`aisim replay --format json` prints vLLM's result keys with vLLM's names and units: `duration`, "
-        "`completed`, `failed`, `total_input_tokens`, `total_output_tokens`, `request_throughput`, "
-        "`request_goodput`, `output_throughput`, `total_token_throughput`, and `mean_*_ms`, `median_*_ms`, "
-        "`std_*_ms`, `p*_*_ms` of each percentile metric; then `engine`, `load` and `aisim_version`.",
+        "`aisim replay --format json` prints vLLM's result keys with vLLM's names and units: `duration`,",
+        "`completed`, `failed`, `total_input_tokens`, `total_output_tokens`, `request_throughput`,",
+        "`request_goodput`, `output_throughput`, `total_token_throughput`, and `mean_*_ms`, `median_*_ms`,",
+        "`std_*_ms`, `p*_*_ms` of each percentile metric; then `goodput`, `aisim_version`, `engine` (every",
+        "key resolved) and `load`, then aisim's own summary. Where the numbers differ in meaning:",
+        "",
+        "- `duration` runs from the first request's arrival to the last response (vLLM's client also counts",
+        "  the gap before its first request).",
+        "- ITL: the replay keeps each request's first-token and finish times, not every chunk's, so a",
+        "  request's chunk gaps are taken as equal: `mean_itl_ms` is exact, the median and tails are those",
+        "  of each request's mean gap weighted by its gaps, lower than per-chunk gaps would give.",
+        "- `--request-rate` draws its gaps from aisim's own generator (seeded by `--seed`), not numpy's",
+        "  global one, so the arrivals follow vLLM's rule but are not vLLM's draws.",
         "",
         "| `vllm bench serve` | `aisim replay` | note |",
         "|---|---|---|",

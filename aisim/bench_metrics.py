@@ -45,8 +45,8 @@ DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 # --goodput metric names (vLLM's check_goodput_args VALID_NAMES).
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
-ITL_NOTE = ("ITL: each request's chunk gaps taken as equal (the replay keeps first-token and finish times, not "
-            "every chunk's): the mean is exact, tails lower than per-chunk gaps would give")
+ITL_NOTE = ("ITL from each request's mean gap between chunks (the replay keeps first-token and finish times): "
+            "the mean is exact, the tails are understated")
 
 
 def parse_percentile_metrics(text: str | None) -> tuple:
