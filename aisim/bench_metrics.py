@@ -6,6 +6,9 @@ module computes the same keys from a replay's requests table:
 - ``completed``: finished requests; ``failed``: the rest (rejected prompts, unfinished requests).
 - ``duration``: from the first request's arrival to the last response's finish (vLLM: the client's
   wall time of the benchmark, which also counts the gap before its first request).
+- ``max_concurrent_requests``: the most completed requests in flight in one second, as vLLM buckets
+  them (``vllm bench serve`` also gives ``max_output_tokens_per_s``, which needs every chunk's time:
+  left out).
 - ``request_throughput``, ``output_throughput``, ``total_token_throughput``: completed requests,
   their output tokens, their input plus output tokens, per second of ``duration``;
   ``request_goodput`` the completed requests within every ``--goodput`` limit per second (None
@@ -168,6 +171,20 @@ def _finished(status) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
+def _max_concurrent(start: np.ndarray, end: np.ndarray) -> int:
+    """vLLM's ``max_concurrent_requests``: the most completed requests active in one whole second after
+    the first start, a request counting in every second from its start's to its end's."""
+    if start.size == 0:
+        return 0
+    t0 = float(start.min())
+    first = (start - t0).astype(np.int64)  # int() of a non-negative offset: its second
+    last = (end - t0).astype(np.int64)
+    diff = np.zeros(int(last.max()) + 2, dtype=np.int64)
+    np.add.at(diff, first, 1)
+    np.add.at(diff, last + 1, -1)
+    return int(np.cumsum(diff).max())
+
+
 def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
                   metric_percentiles=DEFAULT_METRIC_PERCENTILES, goodput: dict | None = None) -> dict:
     """``vllm bench serve``'s result keys of a replay (see the module docstring).
@@ -220,6 +237,7 @@ def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
         "request_goodput": per_s(good) if good is not None else None,
         "output_throughput": per_s(total_out),
         "total_token_throughput": per_s(total_in + total_out),
+        "max_concurrent_requests": _max_concurrent(arrival[done], finish[done]),
     }
     multi = out_tok > 1
     gaps = np.maximum(out_tok - 1 - accepted, 1)[multi]

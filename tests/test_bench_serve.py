@@ -39,7 +39,7 @@ def tiny(tmp_path):
 VLLM_KEYS = [
     "model_id", "num_prompts", "request_rate", "burstiness", "max_concurrency",
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-    "request_goodput", "output_throughput", "total_token_throughput",
+    "request_goodput", "output_throughput", "total_token_throughput", "max_concurrent_requests",
     "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms", "p99_tpot_ms",
     "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p99_itl_ms",
@@ -70,6 +70,7 @@ def test_metrics_by_hand(tiny):
     assert d["request_throughput"] == pytest.approx(2 / 0.081)
     assert d["output_throughput"] == pytest.approx(5 / 0.081)
     assert d["total_token_throughput"] == pytest.approx(53 / 0.081)
+    assert d["max_concurrent_requests"] == 2  # both in flight in second 0
     # Goodput: both TTFTs 58 ms <= 60; TPOT a = (81 - 58) / 2 = 11.5 ms <= 11.8, b = (70 - 58) / 1 = 12 ms > 11.8.
     assert d["request_goodput"] == pytest.approx(1 / 0.081)
     assert d["mean_ttft_ms"] == pytest.approx(58) and d["std_ttft_ms"] == pytest.approx(0, abs=1e-9)
@@ -113,6 +114,15 @@ def test_bad_bench_flags_are_refused_by_name(tiny, args, message):
     engine, trace = tiny
     r = _run("replay", "--engine", engine, "--trace", trace, *args)
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_max_concurrent_requests_buckets_whole_seconds_as_vllm():
+    from aisim.bench_metrics import _max_concurrent
+
+    # Started at 0, 0.5, 1.2 and 3.0 s, ending at 1.1, 2.5, 1.3 and 3.1 s: seconds 0-1, 0-2, 1-1, 3-3 ->
+    # second 1 holds three.
+    assert _max_concurrent(np.array([0.0, 0.5, 1.2, 3.0]), np.array([1.1, 2.5, 1.3, 3.1])) == 3
+    assert _max_concurrent(np.zeros(0), np.zeros(0)) == 0
 
 
 def test_request_rate_sends_as_vllm_does():
