@@ -61,9 +61,9 @@ def test_compare_a_landed_run_with_its_replay_folder(runs, tmp_path):
     from aisim.pipeline.run import run_pipeline
 
     spec = tmp_path / "p.toml"
-    spec.write_text(f'name = "tiny"\ndatabase = "tiny.duckdb"\n[[sources]]\nname = "s"\npaths = ["{runs / "t.jsonl"}"]\n'
-                    f'format = "oracle"\nmodel = "m"\n[[deployments]]\nmodel = "m"\n'
-                    f'engines = {{ base = "{runs / "e.json"}" }}\n')
+    spec.write_text(f'name = "tiny"\ndatabase = "tiny.duckdb"\n[[sources]]\nname = "s"\n'
+                    f'paths = ["{runs / "t.jsonl"}"]\nformat = "oracle"\nmodel = "m"\n[[deployments]]\n'
+                    f'model = "m"\nengines = {{ base = "{runs / "e.json"}" }}\n')
     run_pipeline(str(spec), scheduler="sync", database=str(tmp_path / "tiny.duckdb"))
     r = _run("compare", "tiny", runs / "A", "--db", tmp_path / "tiny.duckdb", "--format", "json")
     assert r.exit_code == 0, r.output
