@@ -96,3 +96,24 @@ def test_set_changes_the_searched_engine(inputs):
     assert two["search_id"] != one["search_id"]
     best = [p["rate_req_s"] for d in (one, two) for p in d["points"] if p["answer"]]
     assert best[1] > best[0]
+
+
+def test_a_planned_engine_gives_the_same_search_as_its_written_files(inputs):
+    flags = ("--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "H100", "--trace", "trace.jsonl",
+             "--slo", "ttft_s=0.5", "--slo", "attainment=1.0", "--rate", "by=rate_scale", "--rate", "rel_tol=0.25",
+             "--format", "json")
+    r = _run(*flags, "--write-spec", "plan/cap.toml")
+    assert r.exit_code == 0, r.output
+    assert "engine planned for meta-llama/Llama-3.1-8B-Instruct on 1 x H100" in r.stderr
+    assert 'engine = "cap.engine.toml"' in (inputs / "plan" / "cap.toml").read_text()
+    from aisim.config.engine import load_engine_config
+
+    assert load_engine_config(inputs / "plan" / "cap.engine.toml").num_gpu_blocks == 28694  # aisim plan's H100
+    again = _run("plan/cap.toml", "--format", "json")
+    assert again.exit_code == 0, again.output
+    assert again.stdout == r.stdout
+    unwritten = _run(*flags)  # planned in a temporary folder: the same search
+    assert unwritten.exit_code == 0, unwritten.output
+    assert unwritten.stdout == r.stdout
+    r = _run(*flags, "--engine", "engine.json")
+    assert r.exit_code == 2 and "give the engine once" in r.output

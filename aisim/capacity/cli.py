@@ -6,6 +6,7 @@ import json
 
 import click
 
+from aisim.bench_cli import model_options
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, fmt_num, fmt_pct,
                             fmt_seconds, fit_table, format_option, out_option, progress_option)
 from aisim.config.overrides import set_option
@@ -59,6 +60,12 @@ def _spec_from_flags(flags: dict, slo, rate, fleet, write_spec_path):
     """The spec the flags give (:mod:`aisim.capacity.flags`), validated as a file's; written when asked."""
     from aisim.capacity.flags import spec_dict, spec_from_flags, write_spec
 
+    if flags["engine"] is not None and flags["model"] is not None:
+        raise click.UsageError("give the engine once: --engine FILE, or --model and --gpu to plan one")
+    if flags["model"] is not None:
+        return _planned(flags, slo, rate, fleet, write_spec_path)
+    if flags["gpu"] is not None or flags["tp"] is not None:
+        raise click.UsageError("--gpu and --tp plan an engine with --model")
     missing = [o for o, v in (("--engine", flags["engine"]), ("--trace", flags["trace"]), ("--slo", slo)) if not v]
     if missing:
         raise click.UsageError(f"give a spec file, or the question as flags: {', '.join(missing)} missing")
@@ -75,13 +82,43 @@ def _spec_from_flags(flags: dict, slo, rate, fleet, write_spec_path):
     return spec
 
 
+def _planned(flags: dict, slo, rate, fleet, write_spec_path):
+    """The spec of flags whose engine ``--model``/``--gpu``/``--tp`` plans: the plan is written as ``aisim plan
+    --out`` writes it and read back as the spec's engine file (beside ``--write-spec``'s spec, as
+    ``NAME.engine.toml``; else in a temporary folder), so the flags and the written files give one search."""
+    import os
+    import tempfile
+
+    from aisim.bench_cli import plan_engine, show_plan
+    from aisim.files import write_atomic_text
+    from aisim.plan import engine_toml
+
+    cfg, notes = plan_engine(flags["model"], flags["gpu"], flags["tp"])
+    show_plan(flags["model"], flags["gpu"], flags["tp"], notes)
+    text = engine_toml(cfg, notes)
+    planned = dict(flags, model=None, gpu=None, tp=None)
+    if write_spec_path:
+        engine_file = os.path.splitext(write_spec_path)[0] + ".engine.toml"
+        with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:  # validated before anything is written
+            trial = os.path.join(tmp, "engine.toml")
+            write_atomic_text(trial, [text])
+            _spec_from_flags(dict(planned, engine=trial), slo, rate, fleet, None)
+        write_atomic_text(engine_file, [text])
+        return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, write_spec_path)
+    with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:
+        engine_file = os.path.join(tmp, "engine.toml")
+        write_atomic_text(engine_file, [text])
+        return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, None)
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("spec_path", metavar="[SPEC.toml]", required=False, type=click.Path(dir_okay=False))
 @click.option("--name", help="Flags instead of a file: the search's name (the spec's 'name'; default capacity).")
 @click.option("--db", "database", type=click.Path(dir_okay=False),
               help="Flags: the database (the spec's 'database'; default capacity.duckdb).")
 @click.option("--engine", "engine_path", type=click.Path(dir_okay=False),
-              help="Flags: the engine file (the spec's 'engine'; plan one with aisim plan --out).")
+              help="Flags: the engine file (the spec's 'engine'); or --model and --gpu.")
+@model_options
 @click.option("--deployment", "deployment_path", type=click.Path(dir_okay=False),
               help="Flags: a deployment file (the spec's 'deployment').")
 @click.option("--trace", "trace_path", type=click.Path(), help="Flags: the trace ([trace] path).")
@@ -99,8 +136,8 @@ def _spec_from_flags(flags: dict, slo, rate, fleet, write_spec_path):
 @set_option()
 @format_option()
 @progress_option()
-def capacity(spec_path, name, database, engine_path, deployment_path, trace_path, trace_format, slo, rate, fleet,
-             price, write_spec_path, sets, fmt, progress):
+def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_path, trace_path, trace_format, slo,
+             rate, fleet, price, write_spec_path, sets, fmt, progress):
     """Answer a capacity question: the highest rate within an SLO ([rate]), or the smallest
     deployment that serves a trace ([fleet]); every evaluated point lands in capacity_points.
 
@@ -115,9 +152,10 @@ def capacity(spec_path, name, database, engine_path, deployment_path, trace_path
 
     phases = Phases(progress)
     try:
-        flags = {"name": name, "database": database, "engine": engine_path, "deployment": deployment_path,
-                 "trace": trace_path, "trace_format": trace_format, "price": price}
-        given = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+        flags = {"name": name, "database": database, "engine": engine_path, "model": model, "gpu": gpu, "tp": tp,
+                 "deployment": deployment_path, "trace": trace_path, "trace_format": trace_format, "price": price}
+        options = {"database": "--db", "price": "--price-per-gpu-hour"}
+        given = [options.get(k, f"--{k.replace('_', '-')}") for k, v in flags.items() if v is not None]
         given += [o for o, v in (("--slo", slo), ("--rate", rate), ("--fleet", fleet)) if v]
         if spec_path is not None:
             if given or write_spec_path:

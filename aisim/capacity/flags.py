@@ -10,8 +10,8 @@ mapping a file would hold and the one validator reads it::
     --fleet KEY=VALUE ...                         [fleet] e.g. max_replicas=8 grid={"max_num_seqs":[64,128]}
 
 Values are read as TOML would type them (numbers, ``true``/``false``, JSON lists and tables, else
-text).  An engine for a model and GPU is planned first (``aisim plan --model M --gpu G --out
-engine.toml``).  ``--write-spec FILE`` writes the spec the flags make, to run again from the file.
+text).  ``--model M --gpu G [--tp N]`` instead of ``--engine`` plans the engine as ``aisim plan`` does
+and reads the plan back as the spec's engine file (``aisim.capacity.cli``).  ``--write-spec FILE`` writes the spec the flags make, to run again from the file.
 """
 
 from __future__ import annotations
