@@ -144,7 +144,8 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
     The question is SPEC.toml, or the same keys as flags (each flag is a key of the file):
 
     \b
-      aisim capacity --engine engine.toml --trace trace.jsonl --slo ttft_p99_s=0.5 --rate
+      aisim capacity --model llama-3.1-8b --gpu H100 --trace trace.jsonl \\
+        --slo ttft_s=0.5 --slo attainment=0.99 --rate
     """
     from aisim.capacity.spec import load_capacity, run_capacity
     from aisim.columns import CAPACITY_POINTS
