@@ -92,5 +92,10 @@ def test_compare_report_and_replay_report_draw_both(runs, tmp_path):
     assert r.exit_code == 0 and "report of 1 replay written to" in r.output, r.output
     page = rep.read_text()
     assert str(runs / "A") in page and "from aisim replay --out" in page
+    r = CliRunner(env={"AISIM_DB": str(tmp_path / "none.duckdb")}).invoke(
+        main, ["report", "--replay", str(runs / "A"), "--out", str(rep)])
+    assert r.exit_code == 0, r.output  # $AISIM_DB is the run database's default, not in the way of --replay
+    r = _run("report", "--replay", runs / "A", "--db", tmp_path / "x.duckdb", "--out", rep)
+    assert r.exit_code == 2 and "--replay reports replay output folders" in r.output
     r = _run("report", "--replay", tmp_path, "--out", rep)
     assert r.exit_code == 2 and "lacks" in r.output

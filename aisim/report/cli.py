@@ -74,6 +74,9 @@ def report(database, run, out, max_points, slo, search, folders):
     t0 = time.perf_counter()
     try:
         if folders:
+            source = click.get_current_context().get_parameter_source("database")
+            if source is not None and source.name == "ENVIRONMENT":
+                database = None  # $AISIM_DB names the run database; --replay reads folders instead
             if database or run or search:
                 raise ReportError("--replay reports replay output folders: --db, --run and --capacity are a "
                                   "database's options")
