@@ -211,13 +211,18 @@ def test_cli_writes_an_engine_the_other_commands_take(tmp_path):
     files = [os.path.join(HERE, s + ".json") for s in ("cap1-128x200", "cap1-1000x2", "cap64-256x256")]
     key = fitted_keys()[0]
     r = CliRunner().invoke(main, ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len",
-                                  "8192", "--fit", key, "--max-iter", "10", "--out", str(out), "--format", "json"])
+                                  "8192", "--fit", key, "--max-iter", "10", "--out", str(out), "--format", "json",
+                                  "--db", str(tmp_path / "m.duckdb")])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     eng = load_engine_config(out)
     assert getattr(eng.time_model, key) == doc["constants"][key]
     assert eng.time_model.calibration == doc["calibration"] and doc["calibration"]["name"] == "cal"
     assert len(doc["points"]) == 15  # three runs, five metrics each
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "m.duckdb"))
+    assert con.execute("SELECT count(*), min(calibration) FROM measured_runs").fetchone() == (3, "cal")
 
 
 def test_cli_refusals(tmp_path):

@@ -68,7 +68,7 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
         if db_path:
             from aisim.calibrate.measured import land_measured
 
-            land_measured(db_path, runs, result.engine)
+            land_measured(db_path, runs, result.engine, result.record["name"])
     except AisimError as exc:
         fail(exc)
     _print(result, fmt)
