@@ -125,7 +125,13 @@ def test_the_command_shows_the_rate_and_says_what_ranks(tmp_path):
     assert r.stderr.rstrip().endswith("table sweep_candidates; each search in capacity_points)")
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.splitlines()[0].endswith(",gpus,kv_tokens,capacity_rate_req_s")
+    assert r.stdout.splitlines()[0].endswith(",gpus,kv_tokens,capacity_rate_req_s,capacity_band_low_req_s,"
+                                             "capacity_band_high_req_s,calibration")
+    # Each row's band is its search's (the defaults' calibration: the engine has none of its own).
+    answer = next(row for row in _direct(tmp_path, 2, 1024) if row["answer"])
+    assert [(c["capacity_band_low_req_s"], c["capacity_band_high_req_s"], c["calibration"])
+            for c in doc["ranked"]][0] == (answer["band_low_req_s"], answer["band_high_req_s"], "aisim defaults")
+    assert answer["band_low_req_s"] < HAND[2] < answer["band_high_req_s"]
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync"])
     assert r.exit_code == 0, r.output
     assert "capacity req/s" in r.output and "25.250" in r.output
