@@ -113,3 +113,21 @@ def test_browser_loads_a_capacity_report(rate_search, tmp_path):
     assert _console_errors(err) == []
     assert re.search(r'data-probe-errors="([^"]*)"', dom).group(1) == "[]"
     assert re.search(r'data-report-ready="(\d+)"', dom).group(1) == "4"
+
+
+def test_the_answer_carries_its_band_and_calibration(tmp_path):
+    # test_capacity.test_rate_band_by_hand's search: answer 11.17/s, band 8.74-14.37/s (calibration 'hand').
+    from aisim.capacity import highest_rate
+
+    from test_capacity import _calibrated
+
+    slo = slo_from_dict({"ttft_s": 0.215, "attainment": 1.0})
+    result = highest_rate(_trace(1.0), _calibrated([-0.2, 0.0, 0.25]), slo, by="rate_scale", rel_tol=0.001, name="b")
+    land_points(str(tmp_path / "b.duckdb"), result)
+    page = htmlmod.unescape(render_capacity(load_search(str(tmp_path / "b.duckdb"), "b")))
+    a, band = result.answer, result.band
+    from aisim.report.svg import fmt_count
+
+    assert (f"Highest rate within the SLO: {fmt_count(a['rate_req_s'])} requests/s, "
+            f"{fmt_count(band['low_req_s'])}-{fmt_count(band['high_req_s'])} with every step time at the ends of "
+            "the held-out errors of calibration 'hand' (point") in page
