@@ -179,6 +179,8 @@ def test_calibrate_needs_two_files_and_fitted_keys(tmp_path):
     runs += read_bench_serve(os.path.join(HERE, "cap1-1000x2.json"))
     with pytest.raises(ConfigError, match="'gpu' is not a fitted time-model constant"):
         calibrate(runs, truth_engine(), name="t", keys=("gpu",))
+    with pytest.raises(ConfigError, match="time model is 'linear', which has no fitted constants"):
+        calibrate(runs, engine_config_from_dict({"num_gpu_blocks": 64}), name="t")
 
 
 # ---------------------------------------------------------------- the record

@@ -195,8 +195,12 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
     MeasurementError
         Fewer than two files, or no run measured any of ``metrics``.
     ConfigError
-        A key that is not a fitted constant, or a start the fit cannot search from.
+        A linear or table time model, a key that is not a fitted constant, or a start the fit
+        cannot search from.
     """
+    if engine.time_model.kind in ("linear", "table"):
+        raise ConfigError(f"the engine's time model is '{engine.time_model.kind}', which has no fitted constants; "
+                          "name the GPU it ran on (time_model.gpu, or --model and --gpu)")
     every = fitted_keys()
     keys = every if keys is None else tuple(keys)
     for k in keys:
