@@ -77,3 +77,29 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def aiperf_result(stem: str, engine, seed: int = 0) -> dict:
+    """Workload ``stem`` replayed on ``engine``, shaped as AIPerf's ``profile_export_aiperf.json``.
+
+    AIPerf's ``inter_token_latency`` is a request's ``(latency - TTFT) / (output tokens - 1)``
+    averaged: vLLM's TPOT.  A workload at rate inf with a cap is AIPerf's ``--concurrency`` alone.
+    """
+    b = result(stem, engine, seed)
+    n, rate, burst, cap, il, ol = WORKLOADS[stem]
+    pattern = {1.0: "poisson"}.get(burst, "gamma")
+    load = {"concurrency": cap, "arrival_pattern": pattern, "request_count": n}
+    if rate != "inf":
+        load["request_rate"] = rate
+    if pattern == "gamma":
+        load["arrival_smoothness"] = burst
+    return {"schema_version": "1.0", "benchmark_id": "simulated by aisim (tests/benchserve_points.py), not measured",
+            "request_count": {"unit": "requests", "avg": float(n)},
+            "time_to_first_token": {"unit": "ms", "avg": b["mean_ttft_ms"]},
+            "inter_token_latency": {"unit": "ms", "avg": b["mean_tpot_ms"]},
+            "request_latency": {"unit": "ms", "avg": b["mean_e2el_ms"]},
+            "output_token_throughput": {"unit": "tokens/sec", "avg": b["output_throughput"]},
+            "request_throughput": {"unit": "requests/sec", "avg": b["request_throughput"]},
+            "benchmark_duration": {"unit": "sec", "avg": b["duration"]},
+            "total_isl": {"unit": "tokens", "avg": float(n * il)}, "total_osl": {"unit": "tokens", "avg": float(n * ol)},
+            "input_config": {"endpoint": {"model_names": ["qwen3-8b"]}, "loadgen": load}}

@@ -225,6 +225,22 @@ def test_cli_writes_an_engine_the_other_commands_take(tmp_path):
 
     con = duckdb.connect(str(tmp_path / "m.duckdb"))
     assert con.execute("SELECT count(*), min(calibration) FROM measured_runs").fetchone() == (3, "cal")
+    # The same inputs, the same bytes.
+    again = tmp_path / "again" / "cal.toml"
+    r2 = CliRunner().invoke(main, ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len",
+                                   "8192", "--fit", key, "--max-iter", "10", "--out", str(again), "--format", "json"])
+    assert r2.exit_code == 0 and again.read_bytes() == out.read_bytes() and r2.stdout == r.stdout
+
+
+def test_a_run_the_engine_cannot_hold_is_named(tmp_path):
+    # 4,096-token prompts on an engine of max_model_len 2,048.
+    p = _write(tmp_path, _good(num_prompts=2, completed=2, total_input_tokens=8192))
+    runs = read_bench_serve(p) + read_bench_serve(os.path.join(HERE, "cap1-128x200.json"))
+    from aisim.plan import plan_from_model
+
+    small, _ = plan_from_model("qwen3-8b", gpu="H100", max_model_len=2048)
+    with pytest.raises(MeasurementError, match=r"run\.json: the run cannot be replayed on this engine"):
+        calibrate(runs, small, name="t")
 
 
 def test_cli_refusals(tmp_path):

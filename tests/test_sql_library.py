@@ -266,7 +266,8 @@ def test_sweep_files_run_on_an_empty_database(empty):
     assert sorted(files) == ["capacity_rate", "goodput", "sweep_candidates"]
     empty.execute(files["sweep_candidates"].sql)
     assert _columns(empty, "sweep_candidates")[:3] == ["run_id", "candidate", "knobs"]
-    assert _columns(empty, "sweep_candidates")[-1] == "capacity_rate_req_s"
+    assert _columns(empty, "sweep_candidates")[-4:] == ["capacity_rate_req_s", "capacity_band_low_req_s",
+                                                        "capacity_band_high_req_s", "calibration"]
     text, values = bind_sql(files["goodput"], {"run": "x"})
     assert empty.execute(text, values).fetchall() == []
     # capacity_points exists once a run's [capacity] section landed in the database.

@@ -12,7 +12,8 @@
 are read from there when present (strings, as ``--metadata`` writes them, or numbers).
 
 :func:`read_bench_serve` reads every run of a file strictly: a missing or mistyped key is a
-:class:`~aisim.errors.MeasurementError` naming the file, the run and the key.
+:class:`~aisim.errors.MeasurementError` naming the file, the run and the key.  An AIPerf summary
+export (``profile_export_aiperf.json``) is read too (:mod:`aisim.calibrate.aiperf`).
 """
 
 from __future__ import annotations
@@ -140,7 +141,11 @@ def read_bench_serve(path: str | os.PathLike) -> list[MeasuredRun]:
         objs.append(obj)
     if not objs:
         raise MeasurementError(f"{path}: no runs (an empty file)")
-    return [_run(o, path, k, len(objs) > 1) for k, o in enumerate(objs)]
+    from aisim.calibrate.aiperf import aiperf_run, is_aiperf
+
+    several = len(objs) > 1
+    return [aiperf_run(o, path, k if several else 0, path + (f", run {k + 1}" if several else ""))
+            if is_aiperf(o) else _run(o, path, k, several) for k, o in enumerate(objs)]
 
 
 def _run(o: dict, path: str, k: int, several: bool) -> MeasuredRun:

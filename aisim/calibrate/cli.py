@@ -28,7 +28,8 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 @format_option()
 def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_keys, name, max_iter, seed, out_path,
               db_path, fmt):
-    """Fit the time model's fitted constants to vllm bench serve RESULTS (--save-result JSON files).
+    """Fit the time model's fitted constants to vllm bench serve RESULTS (--save-result JSON files;
+    AIPerf's profile_export_aiperf.json too).
 
     Each run is rebuilt (its lengths, its send times at its request rate and burstiness, its
     concurrency cap), replayed on the engine, and its mean TTFT, TPOT, ITL, E2E latency and output

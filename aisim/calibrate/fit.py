@@ -80,11 +80,24 @@ class Calibration:
     record: dict
 
 
-def prepare(runs, seed: int = 0) -> list:
-    """Each run with its trace rebuilt once (a fit replays it many times)."""
+def prepare(runs, seed: int = 0, engine=None) -> list:
+    """Each run with its trace rebuilt once (a fit replays it many times).
+
+    With ``engine``, each trace is checked against it as a replay checks it: a request the engine
+    cannot hold (a prompt longer than ``max_model_len``) is a :class:`MeasurementError` naming the run.
+    """
     from aisim.calibrate.workload import run_trace
 
-    return [Prepared(r, *run_trace(r, seed)) for r in runs]
+    out = [Prepared(r, *run_trace(r, seed)) for r in runs]
+    if engine is not None:
+        from aisim.replay import check_trace
+
+        for p in out:
+            fault = check_trace(p.trace, engine)
+            if fault is not None:
+                raise MeasurementError(f"{p.run.source}: the run cannot be replayed on this engine: "
+                                       f"{fault}")
+    return out
 
 
 def with_constants(engine, values: dict):
@@ -212,7 +225,7 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
                                f"(got {', '.join(files) or 'none'})")
     if not any(r.metrics.get(m) for r in runs for m in metrics):
         raise MeasurementError(f"no run measured any of {', '.join(metrics)}")
-    prepared = prepare(runs, seed)
+    prepared = prepare(runs, seed, engine)
     whole = fit(prepared, engine, keys, metrics=metrics, max_iter=max_iter, progress=progress)
     fitted = with_constants(engine, whole.values)
     fitted_preds = predict_runs(prepared, fitted)
