@@ -3,7 +3,7 @@
 --          beside every simulated shard of the same model, GPU, tensor parallelism, request rate and
 --          concurrency cap, with the relative errors (simulated / measured - 1) of mean TTFT, TPOT and
 --          E2E latency and of output throughput.  A measured run no shard matches shows NULLs.  The
---          shard's rate and cap are its run's [replay] poisson_rate and max_concurrency; a measured
+--          shard's rate and cap are its run's replay.poisson_rate and replay.max_concurrency; a measured
 --          run at rate inf (NULL) matches no shard.
 -- grain:   one row per (measured run, matching shard); a measured run without a match once.
 -- sources: measured_runs, run_shards (runs, shards), shards.engine_config, runs.spec, summaries.
