@@ -179,9 +179,9 @@ def _run(o: dict, path: str, k: int, several: bool) -> MeasuredRun:
     cap = o["max_concurrency"]
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise bad("max_concurrency", "a positive integer or null")
-    for key in ("ramp_up_strategy",):
-        if o.get(key) is not None:
-            raise MeasurementError(f"{at}: '{key}' is set; a ramped request rate is not rebuilt, only a fixed one")
+    if o.get("ramp_up_strategy") is not None:
+        raise MeasurementError(f"{at}: 'ramp_up_strategy' is set; a ramped request rate is not rebuilt, only a "
+                               "fixed one")
     nums = {}
     for key in ("duration",) + tuple(METRIC_KEYS.values()) + EXTRA_KEYS:
         if key in o and o[key] is not None:
