@@ -362,3 +362,15 @@ def test_fleet_band_by_hand():
     assert result.band == {"calibration": "hand", "scale": [0.5, 2.0], "notes": [], "low_gpus": 1,
                            "high_gpus": None}
     assert (result.answer["band_low_gpus"], result.answer["band_high_gpus"]) == (1, None)
+
+
+def test_band_false_skips_the_band(tmp_path):
+    path = _spec(tmp_path, "[rate]\nby = 'rate_scale'\nmax_points = 3\nband = false")
+    r = CliRunner().invoke(main, ["capacity", path, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["band"] is None
+    assert all(p["calibration"] is None for p in doc["points"])
+    bad = _spec(tmp_path, "[fleet]\nmax_replicas = 2\nband = 'no'")
+    r = CliRunner().invoke(main, ["capacity", bad])
+    assert r.exit_code == 2 and "'fleet.band'" in r.output and "must be true or false, got 'no'" in r.output
