@@ -116,3 +116,10 @@ def _print(result, fmt: str) -> None:
     con.print(s)
     con.print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in result.fit.values.items())
               + f" (loss {result.fit.loss:.4g})")
+    from aisim.config.calibration import scale_band
+
+    band = scale_band(result.record)
+    if band is not None:
+        q = result.record["quantiles"]
+        con.print(f"capacity bands from this calibration: every step time x{band[0]:.3g} to x{band[1]:.3g} (its "
+                  f"held-out step-time errors at quantiles {q[0]:g} and {q[-1]:g})")
