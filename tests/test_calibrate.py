@@ -180,6 +180,11 @@ def test_calibrate_needs_two_files_and_fitted_keys(tmp_path):
     runs += read_bench_serve(os.path.join(HERE, "cap1-1000x2.json"))
     with pytest.raises(ConfigError, match="'gpu' is not a fitted time-model constant"):
         calibrate(runs, truth_engine(), name="t", keys=("gpu",))
+    key = fitted_keys()[0]
+    zero = truth_engine({key: 0.0}) if key.startswith("overhead") else None
+    if zero is not None:  # an overhead may be 0; a fit cannot start from it
+        with pytest.raises(ConfigError, match=f"'time_model.{key}' starts at 0.0; .* leave it out of the fit"):
+            calibrate(runs, zero, name="t")
     with pytest.raises(ConfigError, match="time model is 'linear', which has no fitted constants"):
         calibrate(runs, engine_config_from_dict({"num_gpu_blocks": 64}), name="t")
 

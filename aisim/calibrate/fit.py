@@ -158,7 +158,8 @@ def fit(prepared: list, engine, keys: tuple, *, metrics=METRICS, max_iter: int =
     start = [getattr(engine.time_model, k) for k in keys]
     for k, v in zip(keys, start):
         if not v > 0:
-            raise ConfigError(f"'time_model.{k}' starts at {v}; a fit searches positive values, so start it above 0")
+            raise ConfigError(f"'time_model.{k}' starts at {v}; a fit searches positive values: start it above 0, "
+                              "or leave it out of the fit (--fit with the other constants)")
 
     def values(x) -> dict:
         return {k: float(math.exp(v)) for k, v in zip(keys, x)}
