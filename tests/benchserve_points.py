@@ -101,5 +101,6 @@ def aiperf_result(stem: str, engine, seed: int = 0) -> dict:
             "output_token_throughput": {"unit": "tokens/sec", "avg": b["output_throughput"]},
             "request_throughput": {"unit": "requests/sec", "avg": b["request_throughput"]},
             "benchmark_duration": {"unit": "sec", "avg": b["duration"]},
-            "total_isl": {"unit": "tokens", "avg": float(n * il)}, "total_osl": {"unit": "tokens", "avg": float(n * ol)},
+            "total_isl": {"unit": "tokens", "avg": float(n * il)},
+            "total_osl": {"unit": "tokens", "avg": float(n * ol)},
             "input_config": {"endpoint": {"model_names": ["qwen3-8b"]}, "loadgen": load}}

@@ -1,4 +1,4 @@
-"""Landing measured runs in DuckDB: the ``measured_runs`` table (``sql/tables/measured_runs.sql``), in one transaction."""
+"""Landing measured runs in DuckDB: the ``measured_runs`` table (``sql/tables/measured_runs.sql``), one transaction."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ def replay_metrics(trace, kw: dict, sends: np.ndarray, engine) -> dict:
     e2el = col["finish_s"] - send
     out = col["output_tokens"]
     many = out > 1
-    after = e2el[many] - ttft[many]
-    return {"ttft": 1e3 * float(ttft.mean()), "tpot": 1e3 * float((after / (out[many] - 1)).mean()) if many.any() else 0.0,
-            "itl": 1e3 * float(after.sum() / (out[many] - 1).sum()) if many.any() else 0.0,
+    after, gaps = e2el[many] - ttft[many], out[many] - 1
+    return {"ttft": 1e3 * float(ttft.mean()), "tpot": 1e3 * float((after / gaps).mean()) if many.any() else 0.0,
+            "itl": 1e3 * float(after.sum() / gaps.sum()) if many.any() else 0.0,
             "e2el": 1e3 * float(e2el.mean()), "throughput": float(out.sum() / col["finish_s"].max())}

@@ -45,8 +45,8 @@ def _answer_line(result) -> str:
     split = (f"{a['prefill_replicas']} prefill + {a['decode_replicas']} decode replicas"
              if a["prefill_replicas"] is not None else f"{a['replicas']} replica{'s' if a['replicas'] != 1 else ''}")
     cost = f", {fmt_num(a['cost_per_mtok'], 4)} per million output tokens" if a["cost_per_mtok"] is not None else ""
-    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {_gpus(a['gpus'])}{_band_text(result.band)}, "
-            f"{fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
+    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {_gpus(a['gpus'])}"
+            f"{_band_text(result.band)}, {fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
 
 
 def _band_text(band) -> str:
