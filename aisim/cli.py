@@ -285,6 +285,7 @@ def _print_summary(result, trace_path, record, metrics):
 
 # ---------------------------------------------------------------- command modules
 # Each command lives beside its feature and is registered here.
+from aisim.calibrate.cli import calibrate  # noqa: E402
 from aisim.capacity.cli import capacity  # noqa: E402
 from aisim.compare import compare  # noqa: E402
 from aisim.config.cli import config  # noqa: E402
@@ -295,7 +296,7 @@ from aisim.report.cli import report  # noqa: E402
 from aisim.sweep.cli import sweep  # noqa: E402
 from aisim.traces.cli import trace  # noqa: E402
 
-for _command in (pipeline, trace, config, plan, sweep, capacity, query, report, compare):
+for _command in (pipeline, trace, config, plan, calibrate, sweep, capacity, query, report, compare):
     main.add_command(_command)
 
 

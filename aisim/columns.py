@@ -399,6 +399,15 @@ CAPACITY_POINTS = Table("capacity_points", (
     C("cost", "DOUBLE", "", "gpu_hours x price_per_gpu_hour (NULL: no price given)"),
     C("cost_per_mtok", "DOUBLE", "", "cost per million output tokens (NULL: no price, or no output)"),
     C("slo", "VARCHAR", "", "JSON of the SLO (thresholds, attainment, percentile limits)", not_null=True),
+    C("band_low_req_s", "DOUBLE", "1/s", "the answer's band (its row only): the highest rate with every step "
+      "time at the calibration's high factor (aisim.config.calibration.scale_band); NULL: none met the SLO, or "
+      "no band"),
+    C("band_high_req_s", "DOUBLE", "1/s", "... and at its low factor"),
+    C("band_low_gpus", "INTEGER", "count", "a deployment answer's band (its row only): the fewest GPUs with every "
+      "step time at the calibration's low factor; NULL: no band"),
+    C("band_high_gpus", "INTEGER", "count", "... and at its high factor (NULL also: none within max_replicas)"),
+    C("calibration", "VARCHAR", "", "the answer's band (its row only): the calibration whose held-out errors "
+      "gave it"),
 ), primary_key=("search_id", "point"))
 
 # Landing order (a run's rows are deleted in reverse).

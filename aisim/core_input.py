@@ -53,6 +53,8 @@ class CoreConfig:
     step_time : dict or None
         Roofline or table model (:func:`aisim.perf.step_time_args`); None
         for the linear model.
+    time_scale : float
+        Every step time multiplied by this (``time_model.time_scale``).
     speculative : dict or None
         Speculative decoding as the scheduler derives it and the acceptance
         rule in the core's terms (:func:`aisim.config.speculative.core_args`);
@@ -90,6 +92,7 @@ class CoreConfig:
     per_req_s: float
     step_time: dict | None
     speculative: dict | None = None
+    time_scale: float = 1.0
 
 
 def core_config(engine) -> CoreConfig:
@@ -140,6 +143,7 @@ def core_config(engine) -> CoreConfig:
         per_token_s=float(tm.per_token_s),
         per_req_s=float(tm.per_req_s),
         step_time=step_time_args(tm),
+        time_scale=float(tm.time_scale),
         speculative=core_args(engine),
     )
 

@@ -22,6 +22,10 @@ class TraceError(AisimError, ValueError):
     """A trace row is invalid; the message names the file, line and field."""
 
 
+class MeasurementError(AisimError, ValueError):
+    """A measurement file (a ``vllm bench serve`` result) is invalid; the message names the file and key."""
+
+
 # ---------------------------------------------------------------- one replay
 
 

@@ -219,6 +219,7 @@ cdef class Engine:
         self.time_model.base_s = config.base_s
         self.time_model.per_token_s = config.per_token_s
         self.time_model.per_req_s = config.per_req_s
+        self.time_model.scale = config.time_scale
         if config.step_time is not None:
             self._tm_keep = tm_load(&self.time_model, config.step_time)
         self.record_events = record_events

@@ -56,6 +56,7 @@ cdef struct TimeModelC:
     double drafter_fraction         # of the target step's time
     sec_t drafter_base_s            # or a linear model of its own: seconds per step
     sec_t drafter_per_token_s       # ... plus seconds per scheduled token
+    sec_t scale                     # every step time multiplied by this (time_model.time_scale; 1.0)
     # the first step priced outside the table (reported by the engine)
     bint out_of_range               # a step fell outside the table's measured range
     double bad_x                    # its value on axis 0

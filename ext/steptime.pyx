@@ -107,11 +107,12 @@ cdef sec_t _drafter(const TimeModelC* tm, const BatchC* b, sec_t target) noexcep
 
 
 cdef sec_t tm_step_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
-    """Seconds batch ``b`` takes: the target's forward pass, plus the drafter's when configured."""
+    """Seconds batch ``b`` takes: the target's forward pass, plus the drafter's when configured,
+    times the model's scale (1.0 unless a calibration band's end is replayed)."""
     cdef sec_t t = _target_time(tm, b)
     if tm.drafter:
         t += _drafter(tm, b, t)
-    return t
+    return t * tm.scale
 
 
 cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:

@@ -13,6 +13,9 @@ installs as the package ``aisim.sql`` (this loader is its ``__init__.py``).
     ``_`` so that they come first.
 ``queries/*.sql``
     Named queries for ``aisim query NAME``: one ``SELECT`` per file.
+``tables/*.sql``
+    Tables filled outside a pipeline run, created with the schema: ``measured_runs``
+    (``aisim calibrate --db``).
 ``sweep/*.sql``
     What ``aisim sweep`` adds: the ``sweep_candidates`` table, the ``goodput``
     query it ranks candidates by and, with a ``[capacity]`` section, the
@@ -138,6 +141,11 @@ def queries() -> dict:
     return {q.name: q for q in _dir("queries", "query")}
 
 
+def tables() -> list:
+    """The tables filled outside a pipeline run (``tables/*.sql``), created with the schema."""
+    return _dir("tables", "table")
+
+
 def sweep() -> dict:
     """The sweep's SQL: name -> :class:`SqlFile` (``sweep_candidates``, a table; ``goodput``, a query)."""
     out = {}
@@ -150,8 +158,16 @@ def sweep() -> dict:
 def apply_schema(con) -> None:
     """Create the tables (if missing) and (re)create every view and macro on ``con``."""
     con.execute(schema().sql)
+    apply_tables(con)
     for v in views():
         con.execute(v.sql)
 
 
-__all__ = ["PARAM_TYPES", "Param", "SqlFile", "apply_schema", "queries", "schema", "sweep", "views"]
+def apply_tables(con) -> None:
+    """Create the tables of ``tables/*.sql`` on ``con`` when missing."""
+    for t in tables():
+        con.execute(t.sql)
+
+
+__all__ = ["PARAM_TYPES", "Param", "SqlFile", "apply_schema", "apply_tables", "queries", "schema", "sweep",
+           "tables", "views"]

@@ -86,7 +86,7 @@ def test_smallest_deployment_by_hand():
     # every 60 c ms into each slot every 120 c ms: c = 2 never waits, c = 1 does.
     slo = slo_from_dict({"ttft_s": 0.015, "attainment": 1.0})
     result = smallest_deployment(_trace(0.03), _engine(), slo, max_replicas=8, grid={"max_num_seqs": [1, 2]},
-                                 price_per_gpu_hour=3.0)
+                                 price_per_gpu_hour=3.0, band=False)
     seen = [(p["candidate"], p["replicas"], p["phase"], p["verdict"]) for p in result.points]
     assert seen == [("g000", 1, "bracket", "fails"), ("g000", 2, "bracket", "fails"), ("g000", 4, "bracket", "meets"),
                     ("g000", 3, "bisect", "fails"),
@@ -102,7 +102,9 @@ def test_smallest_deployment_by_hand():
     assert a["cost_per_mtok"] == a["cost"] / 210 * 1e6
     assert result.notes == []
     assert set(a.row) == set(POINT_COLUMNS)
-    assert [c for c in POINT_COLUMNS if a[c] is None] == ["prefill_replicas", "decode_replicas", "reason"]
+    assert [c for c in POINT_COLUMNS if a[c] is None] == ["prefill_replicas", "decode_replicas", "reason",
+                                                          "band_low_req_s", "band_high_req_s", "band_low_gpus",
+                                                          "band_high_gpus", "calibration"]
 
 
 def test_a_refused_grid_point_is_kept_with_its_reason():
@@ -139,7 +141,7 @@ def test_nothing_meets_and_an_unbounded_bracket_are_said():
     assert result.answer is None and len(result.points) == 4
     assert result.notes == ["no rate down to 0.125 x the trace's rate meets the SLO (budget of 4 points)"]
     loose = slo_from_dict({"ttft_s": 100.0, "attainment": 1.0})
-    result = highest_rate(_trace(1.0), _engine(), loose, by="rate_scale", max_points=3)
+    result = highest_rate(_trace(1.0), _engine(), loose, by="rate_scale", max_points=3, band=False)
     assert result.answer.axis == 4.0
     assert result.notes == ["every rate up to 4 x the trace's rate meets the SLO: the answer is a lower bound "
                             "(budget of 3 points)"]
@@ -275,7 +277,10 @@ def test_every_point_lands_once_with_its_verdict(tmp_path):
     # The table output names the answer.
     r = CliRunner().invoke(main, ["capacity", path])
     assert r.exit_code == 0, r.output
-    assert f"highest rate within the SLO: {answer['rate_req_s']:.4f} requests/s (rate x" in r.output
+    assert f"highest rate within the SLO: {answer['rate_req_s']:.4f} requests/s, " in r.output
+    # ... with its band and the calibration that gave it (the defaults').
+    assert f"{answer['band_low_req_s']:.4f}-{answer['band_high_req_s']:.4f} (step times x0.724-x1.36, the " \
+           "held-out errors of calibration 'aisim defaults') (rate x" in r.output
 
 
 def test_the_fleet_question_through_the_command(tmp_path):
@@ -314,3 +319,58 @@ def test_readme_names_every_slo_key_and_column():
         assert f"`{k}`" in section, k
     for c in CAPACITY_POINTS.names:
         assert f"`{c}`" in section, c
+
+
+# ---------------------------------------------------------------- the band
+
+
+def _calibrated(tpot_errors):
+    cal = {"name": "hand", "method": "by hand", "quantiles": [0.1, 0.5, 0.9], "held_out": {"tpot": tpot_errors}}
+    return _engine(time_model={**ENGINE["time_model"], "calibration": cal})
+
+
+def test_rate_band_by_hand():
+    # Held-out TPOT errors of -20 % and +25 %: every step x 1/1.25 = 0.8 and x 1/0.8 = 1.25.  With
+    # T' = s T and S' = 10 T', TTFT_20 = T' + 20 S' - T' ceil(20 g / T') <= 0.215 (the module's formula):
+    # s = 0.8:  ceil(2500 g) >= (1.608 - 0.215) / 0.008 = 174.1, so g > 174 / 2500 = 0.0696 s (< S');
+    # s = 1.25: ceil(1600 g) >= (2.5125 - 0.215) / 0.0125 = 183.8, so g > 183 / 1600 = 0.114375 s (< S').
+    slo = slo_from_dict({"ttft_s": 0.215, "attainment": 1.0})
+    result = highest_rate(_trace(1.0), _calibrated([-0.2, 0.0, 0.25]), slo, by="rate_scale", rel_tol=0.001)
+    band = result.band
+    assert band["calibration"] == "hand" and band["scale"] == [0.8, 1.25] and band["notes"] == []
+    assert 1 / 0.114375 * (1 - 0.001) <= band["low_req_s"] <= 1 / 0.114375
+    assert 1 / 0.0696 * (1 - 0.001) <= band["high_req_s"] <= 1 / 0.0696
+    a = result.answer
+    assert (a["band_low_req_s"], a["band_high_req_s"], a["calibration"]) == (band["low_req_s"], band["high_req_s"],
+                                                                            "hand")
+    assert 1 / 0.0895 * (1 - 0.001) <= a.axis <= 1 / 0.0895  # the answer itself, as without a band
+    # The band's searches keep their points to themselves: the same points as a search without a band.
+    alone = highest_rate(_trace(1.0), _calibrated([-0.2, 0.0, 0.25]), slo, by="rate_scale", rel_tol=0.001,
+                         band=False)
+    assert [p.axis for p in result.points] == [p.axis for p in alone.points] and alone.band is None
+
+
+def test_fleet_band_by_hand():
+    # Errors of -50 % and +100 %: steps x 0.5 and x 2.  Requests 30 ms apart, TTFT <= 15 ms for all.
+    # x 0.5: T' = 5 ms, S' = 50 ms; arrivals fall on step boundaries (30 = 6 x 5), so a request never
+    # waits while a slot is free: max_num_seqs 2 on one replica (each slot every 60 ms >= 50) meets.
+    # x 2: T' = 20 ms > 15 ms, no deployment meets.
+    slo = slo_from_dict({"ttft_s": 0.015, "attainment": 1.0})
+    result = smallest_deployment(_trace(0.03), _calibrated([-0.5, 0.0, 1.0]), slo, max_replicas=8,
+                                 grid={"max_num_seqs": [1, 2]})
+    assert result.answer["gpus"] == 2  # as without a calibration (test_smallest_deployment_by_hand)
+    assert result.band == {"calibration": "hand", "scale": [0.5, 2.0], "notes": [], "low_gpus": 1,
+                           "high_gpus": None}
+    assert (result.answer["band_low_gpus"], result.answer["band_high_gpus"]) == (1, None)
+
+
+def test_band_false_skips_the_band(tmp_path):
+    path = _spec(tmp_path, "[rate]\nby = 'rate_scale'\nmax_points = 3\nband = false")
+    r = CliRunner().invoke(main, ["capacity", path, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["band"] is None
+    assert all(p["calibration"] is None for p in doc["points"])
+    bad = _spec(tmp_path, "[fleet]\nmax_replicas = 2\nband = 'no'")
+    r = CliRunner().invoke(main, ["capacity", bad])
+    assert r.exit_code == 2 and "'fleet.band'" in r.output and "must be true or false, got 'no'" in r.output

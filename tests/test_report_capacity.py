@@ -113,3 +113,40 @@ def test_browser_loads_a_capacity_report(rate_search, tmp_path):
     assert _console_errors(err) == []
     assert re.search(r'data-probe-errors="([^"]*)"', dom).group(1) == "[]"
     assert re.search(r'data-report-ready="(\d+)"', dom).group(1) == "4"
+
+
+def test_the_answer_carries_its_band_and_calibration(tmp_path):
+    # test_capacity.test_rate_band_by_hand's search: answer 11.17/s, band 8.74-14.37/s (calibration 'hand').
+    from aisim.capacity import highest_rate
+
+    from test_capacity import _calibrated
+
+    slo = slo_from_dict({"ttft_s": 0.215, "attainment": 1.0})
+    result = highest_rate(_trace(1.0), _calibrated([-0.2, 0.0, 0.25]), slo, by="rate_scale", rel_tol=0.001, name="b")
+    land_points(str(tmp_path / "b.duckdb"), result)
+    page = htmlmod.unescape(render_capacity(load_search(str(tmp_path / "b.duckdb"), "b")))
+    a, band = result.answer, result.band
+    from aisim.report.svg import fmt_count
+
+    assert (f"Highest rate within the SLO: {fmt_count(a['rate_req_s'])} requests/s, "
+            f"{fmt_count(band['low_req_s'])}-{fmt_count(band['high_req_s'])} with every step time at the ends of "
+            "the held-out errors of calibration 'hand' (point") in page
+
+
+def test_a_shards_step_times_name_their_calibration():
+    from aisim.report.html import _time_model_text
+
+    # A roofline without a record of its own: the defaults' (their held-out TPOT errors, rounded).
+    from aisim.config.calibration import DEFAULT_CALIBRATION
+
+    lo, hi = DEFAULT_CALIBRATION["held_out"]["tpot"][0], DEFAULT_CALIBRATION["held_out"]["tpot"][-1]
+    assert _time_model_text({"kind": "roofline", "model": "qwen3-8b", "tp": 1, "gpu": "H100", "calibration": None,
+                             "time_scale": 1.0}) == (
+        f"step times: roofline of qwen3-8b on 1 × H100, calibration 'aisim defaults' (held-out TPOT errors "
+        f"{100 * lo:+.0f}% to {100 * hi:+.0f}% at quantiles 0.1-0.9)")
+    cal = {"name": "mine", "quantiles": [0.1, 0.5, 0.9], "held_out": {"itl": [-0.05, 0.0, 0.12]}}
+    assert _time_model_text({"kind": "roofline", "model": "m", "tp": 2, "gpu": "A100-80GB", "calibration": cal,
+                             "time_scale": 1.25}) == (
+        "step times: roofline of m on 2 × A100-80GB, calibration 'mine' (held-out ITL errors -5% to +12% at "
+        "quantiles 0.1-0.9), every step × 1.25")
+    assert _time_model_text({"kind": "linear"}) == "step times: linear model (no calibration)"

@@ -67,7 +67,7 @@ def test_best_candidate_known_by_construction(tmp_path):
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[0] == ("rank,candidate,knobs,goodput_req_s,slo_attainment,rejected,ttft_p99_s,"
-                                          "tpot_p99_s,gpus,kv_tokens")
+                                          "tpot_p99_s,gpus,kv_tokens,calibration")
     assert r.stdout.splitlines()[1].startswith('1,c002,"{""max_num_seqs"": 8, ""num_gpu_blocks"": 200}",')
 
 

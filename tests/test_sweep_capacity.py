@@ -125,7 +125,13 @@ def test_the_command_shows_the_rate_and_says_what_ranks(tmp_path):
     assert r.stderr.rstrip().endswith("table sweep_candidates; each search in capacity_points)")
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync", "--format", "csv"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.splitlines()[0].endswith(",gpus,kv_tokens,capacity_rate_req_s")
+    assert r.stdout.splitlines()[0].endswith(",gpus,kv_tokens,capacity_rate_req_s,capacity_band_low_req_s,"
+                                             "capacity_band_high_req_s,calibration")
+    # Each row's band is its search's (the defaults' calibration: the engine has none of its own).
+    answer = next(row for row in _direct(tmp_path, 2, 1024) if row["answer"])
+    assert [(c["capacity_band_low_req_s"], c["capacity_band_high_req_s"], c["calibration"])
+            for c in doc["ranked"]][0] == (answer["band_low_req_s"], answer["band_high_req_s"], "aisim defaults")
+    assert answer["band_low_req_s"] < HAND[2] < answer["band_high_req_s"]
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync"])
     assert r.exit_code == 0, r.output
     assert "capacity req/s" in r.output and "25.250" in r.output
@@ -256,5 +262,11 @@ def test_the_report_shows_the_rate_the_candidates_are_ranked_by(tmp_path):
     assert head[:5] == ["rank", "candidate", "knobs", "capacity", "goodput"]
     rows = [[htmlmod.unescape(re.sub(r"<[^>]+>", "", x)) for x in re.findall(r"<td[^>]*>(.*?)</td>", r)]
             for r in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1], re.S)]
-    assert [r[:2] + r[3:4] for r in rows] == [["2", "c000", "11.1/s"], ["1", "c001", "25.2/s"]]
+    from aisim.report.svg import fmt_count
+
+    # Each rate with its band (the defaults' calibration: the engine has none of its own).
+    bands = [f"({fmt_count(c['capacity_band_low_req_s'])}-{fmt_count(c['capacity_band_high_req_s'])})"
+             for c in rd.sweep]
+    assert [r[:2] + r[3:4] for r in rows] == [["2", "c000", f"11.1/s {bands[0]}"], ["1", "c001", f"25.2/s {bands[1]}"]]
+    assert "held-out errors of calibration 'aisim defaults'" in htmlmod.unescape(page)
     assert "Ranked by the highest rate within the [capacity] SLO (capacity)." in page

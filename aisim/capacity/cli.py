@@ -48,12 +48,24 @@ def _answer_line(result) -> str:
         load = json.loads(a["load"])
         rate = f"{fmt_num(a['rate_req_s'], 4)} requests/s" if a["rate_req_s"] is not None else "-"
         how = f"rate x{fmt_num(load['rate_scale'], 4)}" if "rate_scale" in load else "Poisson"
-        return f"highest rate within the SLO: {rate} ({how}, point {a['point']}) on {_gpus(a['gpus'])}"
+        return (f"highest rate within the SLO: {rate}{_band_text(result.band)} ({how}, point {a['point']}) on "
+                f"{_gpus(a['gpus'])}")
     split = (f"{a['prefill_replicas']} prefill + {a['decode_replicas']} decode replicas"
              if a["prefill_replicas"] is not None else f"{a['replicas']} replica{'s' if a['replicas'] != 1 else ''}")
     cost = f", {fmt_num(a['cost_per_mtok'], 4)} per million output tokens" if a["cost_per_mtok"] is not None else ""
-    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {_gpus(a['gpus'])}, "
-            f"{fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
+    return (f"smallest deployment: {a['candidate']} {a['knobs']}, {split}, {_gpus(a['gpus'])}"
+            f"{_band_text(result.band)}, {fmt_num(a['gpu_hours'], 4)} GPU-hours{cost} (point {a['point']})")
+
+
+def _band_text(band) -> str:
+    """``, 12.8-15.1`` (rates, or GPUs) and the calibration that gave the band (empty without one)."""
+    if band is None:
+        return ""
+    keys = ("low_req_s", "high_req_s") if "low_req_s" in band else ("low_gpus", "high_gpus")
+    ends = [fmt_num(band[k], 4) if band[k] is not None else "none" for k in keys]
+    lo, hi = band["scale"]
+    return (f", {ends[0]}-{ends[1]} (step times x{lo:.3g}-x{hi:.3g}, the held-out errors of calibration "
+            f"'{band['calibration']}')")
 
 
 def _spec_from_flags(flags: dict, slo, rate, fleet, write_spec_path):
@@ -181,6 +193,7 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
     if fmt == "json":
         echo_json({"search": spec.name, "search_id": result.search_id, "question": result.question,
                    "slo": spec.slo.to_dict(), "answer": result.answer.row["point"] if result.answer else None,
+                   "band": result.band,
                    "notes": result.notes, "points": rows})
         console(stderr=True).print(where)
         return

@@ -90,6 +90,10 @@ class CapacityResult:
         every observation against monotonicity (:func:`monotone_notes`).
     tags : dict
         ``run_id``, ``shard_id`` and ``model`` of the pipeline run that ran the search (empty: none).
+    band : dict or None
+        A rate search's band (:func:`rate_band`): ``low_req_s`` and ``high_req_s``, the answers of
+        the same search with every step time at the ``scale`` factors of ``calibration``'s
+        held-out errors; None without one.
     """
 
     search_id: str
@@ -100,6 +104,7 @@ class CapacityResult:
     answer: Point | None = None
     notes: list = field(default_factory=list)
     tags: dict = field(default_factory=dict)
+    band: dict | None = None
 
     def rows(self) -> list:
         """Every point as a full ``capacity_points`` row (column order of the catalogue)."""
@@ -235,7 +240,8 @@ def _deployment_dict(deployment):
 def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str = "poisson_rate", seed: int = 0,
                  start: float | None = None, rel_tol: float = 0.02, max_points: int = 40,
                  max_concurrency: int | None = None, price_per_gpu_hour: float | None = None,
-                 name: str = "capacity", progress=None, tags: dict | None = None) -> CapacityResult:
+                 name: str = "capacity", progress=None, tags: dict | None = None,
+                 band: bool = True) -> CapacityResult:
     """The highest request rate ``engine`` (or ``deployment`` of it) serves within ``slo``.
 
     Parameters
@@ -270,6 +276,9 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     tags : dict, optional
         ``run_id``, ``shard_id``, ``model``: the pipeline run and shard the search belongs to
         (written to every point and hashed into the search's id).
+    band : bool
+        Search again at each end of the calibration's step-time band (:func:`rate_band`): the
+        answer's ``band``.
 
     Returns
     -------
@@ -303,32 +312,7 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     result = CapacityResult(sid, name, "rate", slo, tags=tags)
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     try:
-        lo = hi = None
-        p = ev(engine, deployment, load(x), "bracket", x)
-        if p.meets:
-            lo = p
-            while len(ev.points) < max_points:
-                p = ev(engine, deployment, load(lo.axis * 2), "bracket", lo.axis * 2)
-                if not p.meets:
-                    hi = p
-                    break
-                lo = p
-        else:
-            hi = p
-            while len(ev.points) < max_points:
-                p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
-                if p.meets:
-                    lo = p
-                    break
-                hi = p
-        while lo is not None and hi is not None and hi.axis - lo.axis > rel_tol * lo.axis \
-                and len(ev.points) < max_points:
-            mid = (lo.axis + hi.axis) / 2
-            p = ev(engine, deployment, load(mid), "bisect", mid)
-            if p.meets:
-                lo = p
-            else:
-                hi = p
+        lo, hi = _rate_bisection(ev, engine, deployment, load, x, rel_tol, max_points)
     finally:
         ev.close()
     result.points = ev.points
@@ -345,7 +329,89 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
         lo.row["answer"] = True
         result.answer = lo
     result.notes.extend(monotone_notes(result.points, rising=False))
+    if band and lo is not None:
+        result.band = rate_band(trace, engine, slo, deployment, load, lo.axis, rel_tol, max_points)
+        if result.band is not None:
+            lo.row.update(band_low_req_s=result.band["low_req_s"], band_high_req_s=result.band["high_req_s"],
+                          calibration=result.band["calibration"])
+            result.notes.extend(result.band["notes"])
     return result
+
+
+def _rate_bisection(ev, engine, deployment, load, x: float, rel_tol: float, max_points: int) -> tuple:
+    """Bracket from ``x`` (doubling or halving until the verdict changes), then bisect: ``(lo, hi)`` points."""
+    lo = hi = None
+    p = ev(engine, deployment, load(x), "bracket", x)
+    if p.meets:
+        lo = p
+        while len(ev.points) < max_points:
+            p = ev(engine, deployment, load(lo.axis * 2), "bracket", lo.axis * 2)
+            if not p.meets:
+                hi = p
+                break
+            lo = p
+    else:
+        hi = p
+        while len(ev.points) < max_points:
+            p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
+            if p.meets:
+                lo = p
+                break
+            hi = p
+    while lo is not None and hi is not None and hi.axis - lo.axis > rel_tol * lo.axis \
+            and len(ev.points) < max_points:
+        mid = (lo.axis + hi.axis) / 2
+        p = ev(engine, deployment, load(mid), "bisect", mid)
+        if p.meets:
+            lo = p
+        else:
+            hi = p
+    return lo, hi
+
+
+def rate_band(trace: pa.Table, engine, slo: Slo, deployment, load, start: float, rel_tol: float,
+              max_points: int) -> dict | None:
+    """The band of a rate search's answer: the same search with every step time scaled by each end of
+    the calibration's step-time band.
+
+    The calibration is the engine's time model's own record, else the defaults'
+    (:func:`aisim.config.calibration.calibration_of`); its factors ``(low, high)``
+    (:func:`aisim.config.calibration.scale_band`) multiply every step time
+    (``time_model.time_scale``).  Steps at the high factor give the low end of the band, at the low
+    factor the high end.  Each search starts at the answer ``start`` and keeps its points to itself
+    (they are not the question's points).
+
+    Returns
+    -------
+    dict or None
+        ``low_req_s``, ``high_req_s`` (None where no rate met the SLO), ``scale`` (the two
+        factors), ``calibration`` (its name) and ``notes``; None when the calibration gives no
+        band, or a prefill/decode split runs engines of its own files.
+    """
+    from aisim.config.calibration import calibration_of, scale_band
+
+    cal = calibration_of(engine.time_model)
+    factors = scale_band(cal)
+    if factors is None or (deployment is not None and deployment.disaggregated
+                           and any(isinstance(p.engine, str) for p in (deployment.prefill, deployment.decode))):
+        return None
+    out = {"calibration": cal["name"], "scale": list(factors), "notes": []}
+    base = engine.time_model.time_scale
+    for end, factor in (("low_req_s", factors[1]), ("high_req_s", factors[0])):
+        scaled = engine.replace(time_model=dict(engine.raw.get("time_model", {}), time_scale=base * factor))
+        ev = _Evaluator(trace, slo, None, None)
+        try:
+            lo, hi = _rate_bisection(ev, scaled, deployment, load, start, rel_tol, max_points)
+        finally:
+            ev.close()
+        out[end] = lo["rate_req_s"] if lo is not None else None
+        if lo is None:
+            out["notes"].append(f"band: with step times x{factor:.3g} no rate down to {hi['rate_req_s']:.6g} "
+                                "requests/s meets the SLO")
+        elif hi is None:
+            out["notes"].append(f"band: with step times x{factor:.3g} every rate up to {lo['rate_req_s']:.6g} "
+                                "requests/s meets the SLO (a lower bound)")
+    return out
 
 
 def monotone_notes(points: list, rising: bool) -> list:
@@ -403,7 +469,7 @@ def _layout_deployment(base, layout, k: int):
 def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int, grid: dict | None = None,
                         splits=(), aggregated: bool = True, deployment=None, load: dict | None = None,
                         price_per_gpu_hour: float | None = None, name: str = "capacity",
-                        progress=None, tags: dict | None = None) -> CapacityResult:
+                        progress=None, tags: dict | None = None, band: bool = True) -> CapacityResult:
     """The smallest deployment of ``engine`` that serves ``trace`` within ``slo``.
 
     Parameters
@@ -431,6 +497,10 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     progress : callable, optional
     tags : dict, optional
         As :func:`highest_rate`'s.
+    band : bool
+        Search again with every step time at each end of the calibration's step-time band (as
+        :func:`rate_band`): the answer's ``band``, ``low_gpus`` and ``high_gpus`` (the fewest
+        GPUs at the low and the high factor; None: none within ``max_replicas``).
 
     Returns
     -------
@@ -504,7 +574,31 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
         answer = min(best, key=lambda b: b[:3])[3]
         answer.row["answer"] = True
         result.answer = answer
+        if band:
+            result.band = _fleet_band(trace, engine, slo, base, deployment, dict(
+                max_replicas=max_replicas, grid=grid, splits=splits, aggregated=aggregated, load=load))
+            if result.band is not None:
+                answer.row.update(band_low_gpus=result.band["low_gpus"], band_high_gpus=result.band["high_gpus"],
+                                  calibration=result.band["calibration"])
     return result
+
+
+def _fleet_band(trace, engine, slo, base, deployment, question: dict) -> dict | None:
+    """A deployment answer's band: the same search with every step time at each end of the calibration's band."""
+    from aisim.config.calibration import calibration_of, scale_band
+
+    cal = calibration_of(engine.time_model)
+    factors = scale_band(cal)
+    if factors is None or (base.disaggregated
+                           and any(isinstance(p.engine, str) for p in (base.prefill, base.decode))):
+        return None
+    out = {"calibration": cal["name"], "scale": list(factors), "notes": []}
+    for end, factor in (("low_gpus", factors[0]), ("high_gpus", factors[1])):
+        tm = dict(engine.raw.get("time_model", {}), time_scale=engine.time_model.time_scale * factor)
+        res = smallest_deployment(trace, engine.replace(time_model=tm), slo, deployment=deployment, band=False,
+                                  **question)
+        out[end] = res.answer["gpus"] if res.answer is not None else None
+    return out
 
 
 def _bisect_replicas(ev, engine, base, layout, top: int, load: dict, row: dict):

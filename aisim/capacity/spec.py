@@ -51,8 +51,8 @@ from aisim.errors import ConfigError
 QUESTION_KEYS = ("slo", "rate", "fleet", "price_per_gpu_hour")
 _TOP = ("name", "description", "database", "engine", "deployment", "trace") + QUESTION_KEYS
 _TRACE = ("path", "format", "options")
-_RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency")
-_FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed")
+_RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency", "band")
+_FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed", "band")
 
 
 @dataclass
@@ -269,7 +269,17 @@ def _rate(raw, where: str, prefix: str = "") -> dict:
         from aisim.traces.load import check_load
 
         out.update(check_load({"max_concurrency": raw["max_concurrency"]}, where, p))
+    out.update(_band(raw, where, p))
     return out
+
+
+def _band(raw: dict, where: str, p: str) -> dict:
+    """``band``: search again at the ends of the calibration's band (default true; given only when set)."""
+    if "band" not in raw:
+        return {}
+    if not isinstance(raw["band"], bool):
+        raise ConfigError(f"'{p}band'{where} must be true or false, got {raw['band']!r}")
+    return {"band": raw["band"]}
 
 
 def _fleet(raw, where: str, prefix: str = "") -> dict:
@@ -302,7 +312,7 @@ def _fleet(raw, where: str, prefix: str = "") -> dict:
     check_grid(grid, where, f"{p}grid.")
     load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, p)
     return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
-            "grid": {k: list(v) for k, v in grid.items()}, "load": load}
+            "grid": {k: list(v) for k, v in grid.items()}, "load": load, **_band(raw, where, p)}
 
 
 def read_spec_trace(spec: CapacitySpec):

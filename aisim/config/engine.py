@@ -57,6 +57,8 @@ class TimeModel:
     compute_efficiency: float = _T["compute_efficiency"]
     attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
+    time_scale: float = _T["time_scale"]
+    calibration: dict | None = _T["calibration"]
     path: str | None = _T["path"]
 
     def relevant(self) -> dict:
@@ -65,7 +67,12 @@ class TimeModel:
                 "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
                              "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
                 "table": ("kind", "path")}[self.kind]
-        return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
+        if self.time_scale != 1.0:
+            out["time_scale"] = self.time_scale
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
 
 
 @dataclass(frozen=True)
@@ -386,6 +393,10 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
             if not isinstance(v, str):
                 raise ConfigError(f"'time_model.{k}'{_where(source)} must be a string, got {v!r}")
             out[k] = v
+        elif k == "calibration":
+            from aisim.config.calibration import parse_calibration
+
+            out[k] = parse_calibration(v, _where(source))
         elif k == "tp":
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"'time_model.tp'{_where(source)} must be a positive integer, got {v!r}")
@@ -403,6 +414,8 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
+    if "time_scale" in out and not out["time_scale"] > 0:
+        raise ConfigError(f"'time_model.time_scale'{_where(source)} must be positive, got {out['time_scale']}")
     if "dtype" in out and out["dtype"] not in ("bf16", "fp8"):
         raise ConfigError(f"'time_model.dtype'{_where(source)} must be bf16 or fp8, got {out['dtype']!r}")
     if kind == "roofline":

@@ -130,6 +130,10 @@ TIME_MODEL_KEYS = (
               "cache's dtype), in (0, 1] (fitted)", fitted=True),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True),
+    ConfigKey("time_scale", 1.0, "every step time multiplied by this (the ends of a calibration's band; "
+              "`aisim calibrate`)"),
+    ConfigKey("calibration", None, "which fit set the fitted constants and its held-out errors (written by "
+              "`aisim calibrate`; keys: `aisim/config/calibration.py`)", shown="the defaults' own"),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),

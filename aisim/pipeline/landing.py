@@ -312,6 +312,7 @@ def _parquet_views(con) -> None:
         else:
             nulls = ", ".join(f'CAST(NULL AS {c.sql}) AS "{c.name}"' for c in columns.TABLES[name].columns)
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT {nulls} WHERE false")
+    sql.apply_tables(con)
     for v in sql.views():
         con.execute(v.sql)
 

@@ -208,6 +208,16 @@ def fleet_charts(points: list, slo: dict) -> list:
     return charts
 
 
+def band_text(answer: dict, unit: str) -> str:
+    """``, 12.8-15.1 (...)``: the answer's band and the calibration that gave it (empty without one)."""
+    if answer.get("calibration") is None:
+        return ""
+    ends = [answer.get(f"band_{e}_{unit}") for e in ("low", "high")]
+    text = "-".join(fmt_count(v) if v is not None else "none" for v in ends)
+    return (f", {text} with every step time at the ends of the held-out errors of calibration "
+            f"'{answer['calibration']}'")
+
+
 def render_capacity(data: dict) -> str:
     """The report page of a capacity search (:func:`load_search`'s ``data``)."""
     from aisim.report.html import document
@@ -217,11 +227,13 @@ def render_capacity(data: dict) -> str:
     if answer is None:
         verdict = "No evaluated point meets the SLO."
     elif data["question"] == "rate":
-        verdict = (f"Highest rate within the SLO: {fmt_count(answer['rate_req_s'])} requests/s "
-                   f"(point {answer['point']}) on {answer['gpus']} GPU{'s' if answer['gpus'] != 1 else ''}.")
+        verdict = (f"Highest rate within the SLO: {fmt_count(answer['rate_req_s'])} requests/s"
+                   f"{band_text(answer, 'req_s')} (point {answer['point']}) on {answer['gpus']} "
+                   f"GPU{'s' if answer['gpus'] != 1 else ''}.")
     else:
         verdict = (f"Smallest deployment: {answer['candidate']} {_text(answer['knobs'], None)}, "
-                   f"{answer['replicas']} replicas, {answer['gpus']} GPUs (point {answer['point']}).")
+                   f"{answer['replicas']} replicas, {answer['gpus']} GPUs{band_text(answer, 'gpus')} "
+                   f"(point {answer['point']}).")
     limits = ", ".join(f"{k} {v:g}" for k, v in sorted(slo.items()) if v is not None)
     charts = rate_charts(points, slo) if data["question"] == "rate" else fleet_charts(points, slo)
     figs = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in charts)
@@ -236,4 +248,4 @@ def render_capacity(data: dict) -> str:
                     nav, body, data["database"], "Every point is one replay of the whole trace.")
 
 
-__all__ = ["fleet_charts", "goodput_per_gpu", "load_search", "rate_charts", "render_capacity"]
+__all__ = ["band_text", "fleet_charts", "goodput_per_gpu", "load_search", "rate_charts", "render_capacity"]

@@ -197,12 +197,35 @@ def _engine_line(sd: ShardData) -> str:
     if groups:
         kinds = [g.get("type", "?") + (f"×{g['count']}" if (g.get("count") or 1) > 1 else "") for g in groups]
         bits.append("KV-cache groups: " + " + ".join(kinds))
+    if c.get("time_model"):
+        bits.append(_time_model_text(c["time_model"]))
     if sd.shard.get("clock"):
         bits.append("arrivals by " + ("engine step" if sd.shard["clock"] == "step" else "time"))
     if sd.deployment:
         bits.append(f"deployment: {sd.shard['replicas']} replicas of this engine behind the {sd.shard['router']} "
                     "router (the charts below draw every replica's steps by start time)")
     return " · ".join(bits)
+
+
+def _time_model_text(tm: dict) -> str:
+    """The shard's step times and the calibration whose held-out errors say how far to trust them."""
+    from aisim.config.calibration import DEFAULT_CALIBRATION, STEP_METRICS
+
+    kind = tm.get("kind")
+    if kind != "roofline":
+        return f"step times: {kind} model (no calibration)"
+    cal = tm.get("calibration") or DEFAULT_CALIBRATION
+    text = f"step times: roofline of {tm.get('model') or 'the model'} on {tm.get('tp', 1)} × {tm.get('gpu')}, " \
+           f"calibration '{cal['name']}'"
+    errs = [(m, cal["held_out"][m]) for m in STEP_METRICS if m in cal.get("held_out", {})]
+    if errs:
+        m, e = errs[0]
+        q = cal["quantiles"]
+        text += (f" (held-out {m.upper()} errors {100 * e[0]:+.0f}% to {100 * e[-1]:+.0f}% at quantiles "
+                 f"{q[0]:g}-{q[-1]:g})")
+    if tm.get("time_scale", 1.0) != 1.0:
+        text += f", every step × {tm['time_scale']:g}"
+    return text
 
 
 def _stat(label: str, value: str, sub: str = "", key: str = "", raw=None) -> str:

@@ -89,6 +89,14 @@ def ranks_by_capacity(cands: list) -> bool:
     return any(c.get("capacity_rate_req_s") is not None for c in cands)
 
 
+def _band(c: dict) -> str:
+    """`` (12.8-15.1)``: the capacity rate's band (empty without one)."""
+    low, high = c.get("capacity_band_low_req_s"), c.get("capacity_band_high_req_s")
+    if low is None and high is None:
+        return ""
+    return f" ({'-'.join(fmt_count(v) if v is not None else 'none' for v in (low, high))})"
+
+
 def _table(cands: list) -> str:
     capacity = ranks_by_capacity(cands)
     cols = COLUMNS[:3] + (("capacity",) if capacity else ()) + COLUMNS[3:]
@@ -101,7 +109,7 @@ def _table(cands: list) -> str:
             _td(c.get("rank"), str(c["rank"]) if c.get("rank") is not None else "-"),
             _td(None, c["candidate"], "txt"),
             _td(None, _knobs(c), "txt knobs"),
-            *([_td(rate, f"{fmt_count(rate)}/s" if rate is not None else "-")] if capacity else []),
+            *([_td(rate, f"{fmt_count(rate)}/s{_band(c)}" if rate is not None else "-")] if capacity else []),
             _td(c.get("goodput_req_s"), f"{fmt_count(c['goodput_req_s'])}/s" if c.get("goodput_req_s") is not None
                 else "-"),
             _td(c.get("slo_attainment"), fmt_pct(c["slo_attainment"]) if c.get("slo_attainment") is not None
@@ -162,6 +170,10 @@ def sweep_section(cands: list, slo: dict) -> str:
         figs += _load_charts(key, lines, slo)
     body = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in figs)
     by = " Ranked by the highest rate within the [capacity] SLO (capacity)." if ranks_by_capacity(cands) else ""
+    cals = sorted({c["calibration"] for c in cands if c.get("calibration")})
+    if cals and ranks_by_capacity(cands):
+        by += (" In brackets its band: every step time at the ends of the held-out errors of calibration "
+               f"{', '.join(repr(c) for c in cals)}.")
     return (f'<h2 id="sweep">Sweep</h2><p class="sub">{len(cands)} candidates: {len(ranked)} ranked, {refused} '
             f'refused; SLO {escape(limits or "none")}.{escape(by)} Click a column heading to sort.</p>'
             f'{_table(cands)}<div class="grid compare">{body}</div>')

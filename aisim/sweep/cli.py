@@ -15,6 +15,15 @@ def _knobs(knobs: dict) -> str:
     return " ".join(f"{k}={json.dumps(v)}" for k, v in knobs.items())
 
 
+def _with_band(r: dict) -> str:
+    """The capacity rate and its band: ``14.200 (12.800-15.100)``."""
+    text = fmt_num(r["capacity_rate_req_s"])
+    low, high = r["capacity_band_low_req_s"], r["capacity_band_high_req_s"]
+    if r["capacity_rate_req_s"] is None or (low is None and high is None):
+        return text
+    return f"{text} ({fmt_num(low)}-{fmt_num(high)})"
+
+
 @click.command(context_settings=CONTEXT_SETTINGS)
 @click.argument("spec_path", metavar="SPEC.toml", type=click.Path(dir_okay=False))
 @click.option("--scheduler", default="local", show_default=True,
@@ -47,9 +56,12 @@ def sweep(spec_path, scheduler, workers, force, sets, fmt, progress):
     rows = [{"rank": c.rank, "candidate": c.name, "knobs": c.knobs, "goodput_req_s": c.goodput_req_s,
              "slo_attainment": c.slo_attainment, "rejected": c.rejected, "ttft_p99_s": c.ttft_p99_s,
              "tpot_p99_s": c.tpot_p99_s, "gpus": c.gpus, "kv_tokens": c.cost_tokens} for c in result.ranked]
-    if spec.capacity is not None:  # what the candidates are ranked by
+    if spec.capacity is not None:  # what the candidates are ranked by, with its band
         for r, c in zip(rows, result.ranked):
             r["capacity_rate_req_s"] = c.capacity_rate_req_s
+            r["capacity_band_low_req_s"], r["capacity_band_high_req_s"] = c.capacity_band
+    for r, c in zip(rows, result.ranked):
+        r["calibration"] = c.calibration
     if spec.deployment is not None:  # each candidate's deployment, every key resolved
         for r, c in zip(rows, result.ranked):
             r["deployment"] = c.deployment.to_dict()
@@ -75,7 +87,7 @@ def sweep(spec_path, scheduler, workers, force, sets, fmt, progress):
         "goodput req/s", "SLO met", "rejected", "TTFT p99", "TPOT p99", "GPUs", "KV tokens")
     cells = []
     for r in rows:
-        capacity = (fmt_num(r["capacity_rate_req_s"]),) if spec.capacity is not None else ()
+        capacity = (_with_band(r),) if spec.capacity is not None else ()
         cells.append([str(r["rank"]), r["candidate"], _knobs(r["knobs"]), *capacity, fmt_num(r["goodput_req_s"]),
                       fmt_pct(r["slo_attainment"]), fmt_num(r["rejected"]), fmt_seconds(r["ttft_p99_s"]),
                       fmt_seconds(r["tpot_p99_s"]), str(r["gpus"]), fmt_num(r["kv_tokens"])])
@@ -89,6 +101,10 @@ def sweep(spec_path, scheduler, workers, force, sets, fmt, progress):
     if spec.capacity is not None:
         out.print("ranked by the highest rate within the [capacity] SLO (capacity_points); ties go to fewer GPUs, "
                   "then to the lower p99 TTFT", markup=False)
+        cals = sorted({r["calibration"] for r in rows if r["calibration"]})
+        if cals:
+            out.print(f"bands: every step time at the ends of the held-out errors of calibration "
+                      f"{', '.join(repr(c) for c in cals)}", markup=False)
     else:
         out.print("ties in goodput go to fewer GPUs, then to the lower p99 TTFT")
     out.print(where)

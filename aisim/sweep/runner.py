@@ -153,6 +153,8 @@ class Candidate:
     load: dict = field(default_factory=dict)  # its load level (aisim.traces.load; empty: as traced)
     run_id: str | None = None       # the pipeline run that replayed it
     capacity_rate_req_s: float | None = None  # the highest rate within [capacity]'s SLO (None: none met)
+    capacity_band: tuple = (None, None)       # its band: the rates at the calibration's two step-time ends
+    calibration: str | None = None            # the calibration of its time model (aisim.config.calibration)
 
     @property
     def refused(self) -> bool:
@@ -582,8 +584,15 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
         capacity = spec.capacity is not None
         if capacity:  # each candidate's highest rate within [capacity]'s SLO, from its search's points
             for run_id in run_ids:
-                for engine, rate in con.execute(*bind_sql(library["capacity_rate"], {"run": run_id})).fetchall():
+                for engine, rate, low, high, _cal in con.execute(
+                        *bind_sql(library["capacity_rate"], {"run": run_id})).fetchall():
                     by_name[engine].capacity_rate_req_s = rate
+                    by_name[engine].capacity_band = (low, high)
+        from aisim.config.calibration import calibration_of
+
+        for c in cands:
+            if c.engine is not None:
+                c.calibration = calibration_of(c.engine.time_model)["name"]
         for rank, c in enumerate(sorted((c for c in cands if not c.refused),
                                         key=lambda c: rank_key(c, capacity)), 1):
             c.rank = rank
@@ -594,7 +603,7 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                 con.execute("DELETE FROM sweep_candidates WHERE run_id = ?", [run_id])
             cols = ("run_id", "candidate", "knobs", "status", "reason", "rank", "goodput_req_s", "slo_attainment",
                     "cost_tokens", "slo", "gpus", "rejected", "ttft_p99_s", "tpot_p99_s", "deployment", "sweep_run_id",
-                    "capacity_rate_req_s")
+                    "capacity_rate_req_s", "capacity_band_low_req_s", "capacity_band_high_req_s", "calibration")
             insert = f"INSERT INTO sweep_candidates ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
             for c in cands:
                 con.execute(insert, [c.run_id, c.name, json.dumps(c.knobs, sort_keys=True),
@@ -602,7 +611,8 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                                      c.slo_attainment, c.cost_tokens, json.dumps(spec.slo, sort_keys=True),
                                      c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s,
                                      json.dumps(c.deployment.to_dict(), sort_keys=True)
-                                     if c.deployment is not None else None, run_ids[0], c.capacity_rate_req_s])
+                                     if c.deployment is not None else None, run_ids[0], c.capacity_rate_req_s,
+                                     *c.capacity_band, c.calibration])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -628,6 +638,9 @@ def write_best(result: SweepResult) -> None:
              f"goodput {best.goodput_req_s:.3f} requests/s within {slo}; knobs {json.dumps(best.knobs, sort_keys=True)}"]
     if result.spec.capacity is not None:
         rate = f"{best.capacity_rate_req_s:.3f} requests/s" if best.capacity_rate_req_s is not None else "no rate"
+        low, high = best.capacity_band
+        if best.capacity_rate_req_s is not None and low is not None and high is not None:
+            rate += f", {low:.3f}-{high:.3f} (calibration '{best.calibration}')"
         notes.append(f"ranked by the highest rate within the [capacity] SLO: {rate} (capacity_points, "
                      f"run {best.run_id})")
     if best.load:

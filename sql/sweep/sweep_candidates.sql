@@ -26,6 +26,11 @@ CREATE TABLE IF NOT EXISTS sweep_candidates (
     capacity_rate_req_s DOUBLE,         -- the highest rate within the [capacity] SLO, what the candidates are
                                         -- ranked by (capacity_points; NULL: no [capacity], refused, or no rate
                                         -- tried met it)
+    capacity_band_low_req_s DOUBLE,     -- the band of capacity_rate_req_s: the highest rate with every step time
+                                        -- at the high end of the calibration's held-out errors (NULL: none met it)
+    capacity_band_high_req_s DOUBLE,    -- ... and at their low end
+    calibration     VARCHAR,            -- the calibration of the candidate's time model (its record's name, else
+                                        -- the defaults'): whose held-out errors give the band
     PRIMARY KEY (run_id, candidate)
 );
 -- A table made by an earlier aisim gains the columns it lacks.
@@ -36,3 +41,6 @@ ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS tpot_p99_s DOUBLE;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS deployment VARCHAR;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS sweep_run_id VARCHAR;
 ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS capacity_rate_req_s DOUBLE;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS capacity_band_low_req_s DOUBLE;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS capacity_band_high_req_s DOUBLE;
+ALTER TABLE sweep_candidates ADD COLUMN IF NOT EXISTS calibration VARCHAR;

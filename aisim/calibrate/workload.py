@@ -1,0 +1,91 @@
+"""A ``vllm bench serve`` run rebuilt as a trace: its requests' lengths and the client's send times.
+
+Lengths: each request's own (``input_lens``, ``output_lens``) when the file kept them
+(``--save-detailed``); else the run's totals spread evenly (the first ``total % n`` requests one
+token longer), so the replay sends exactly the tokens the run did.  A random dataset's shared
+prefix (``random_prefix_len`` in the metadata) is one prefix group: vLLM's ``RandomDataset``
+draws the prefix tokens once for every prompt (``vllm/benchmarks/datasets/datasets.py``).  The
+prompts are otherwise distinct (no prefix hits), as the random dataset's are.
+
+Send times follow ``vllm/benchmarks/serve.py`` ``get_request``: gap ``i`` (the first one too) is
+``gamma(shape=burstiness, scale=1 / (request_rate * burstiness))`` (1: Poisson; infinite
+burstiness: every gap ``1 / request_rate``), the sends are their running sums, rescaled so the
+last is ``num_prompts / request_rate``; at rate ``inf`` every request is sent at 0.  vLLM draws
+the gaps from the process's global NumPy state, which the file does not record; aisim draws its
+own from a generator seeded by ``seed``.  A run with ``max_concurrency`` has its sends held by
+the cap (``replay(..., max_concurrency=C)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def request_lengths(run) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt and output tokens of each request of ``run`` (:class:`~aisim.calibrate.benchserve.MeasuredRun`)."""
+    n = run.num_prompts
+    if run.input_lens is not None:
+        prompt = np.asarray(run.input_lens, dtype=np.int64)
+    else:
+        prompt = _spread(run.total_input_tokens, n)
+    if run.output_lens is not None:
+        out = np.asarray(run.output_lens, dtype=np.int64)
+    else:
+        out = _spread(run.total_output_tokens, n)
+    return prompt, np.maximum(out, 1)
+
+
+def _spread(total: int, n: int) -> np.ndarray:
+    """``total`` tokens over ``n`` requests as evenly as integers allow, the longer ones first.
+
+    >>> _spread(10, 4).tolist()
+    [3, 3, 2, 2]
+    """
+    base, extra = divmod(total, n)
+    return np.array([base + 1] * extra + [base] * (n - extra), dtype=np.int64)
+
+
+def send_times(n: int, rate: float, burstiness: float, seed: int = 0) -> np.ndarray:
+    """The client's send times of ``n`` requests at ``rate`` with ``burstiness`` (seconds from the start).
+
+    >>> send_times(4, 2.0, math.inf).tolist()
+    [0.5, 1.0, 1.5, 2.0]
+    >>> send_times(3, math.inf, 1.0).tolist()
+    [0.0, 0.0, 0.0]
+    """
+    if math.isinf(rate):
+        return np.zeros(n)
+    if math.isinf(burstiness):
+        gaps = np.full(n, 1.0 / rate)
+    else:
+        gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+    sends = np.cumsum(gaps)
+    if sends[-1] > 0:
+        sends = sends * (n / rate / sends[-1])   # serve.py: the last send at num_prompts / request_rate
+    return sends
+
+
+def run_trace(run, seed: int = 0):
+    """``run`` as a trace table, the replay's keyword arguments and the client's send times.
+
+    Returns
+    -------
+    (pyarrow.Table, dict, numpy.ndarray)
+        The trace (request ids ``r0``, ``r1``, ... in send order), ``{"max_concurrency": C}``
+        when the run had a cap, and the send time of each request.
+    """
+    import pyarrow as pa
+
+    from aisim.traces import from_frame
+
+    n = run.num_prompts
+    prompt, out = request_lengths(run)
+    sends = send_times(n, run.request_rate, run.burstiness, seed)
+    prefix = min(run.random_prefix_len or 0, int(prompt.min()))
+    cols = {"request_id": [f"r{i}" for i in range(n)], "prompt_len": prompt.tolist(), "max_tokens": out.tolist(),
+            "arrival_time": sends.tolist(),
+            "prefix_group": [0] * n if prefix else list(range(n)), "prefix_len": [prefix] * n}
+    kw = {"max_concurrency": run.max_concurrency} if run.max_concurrency is not None else {}
+    return from_frame(pa.table(cols)), kw, sends

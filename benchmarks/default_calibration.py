@@ -1,0 +1,51 @@
+"""The default time model's calibration record: its held-out errors on published measurements.
+
+The roofline's fitted defaults (``aisim/config/keys.py``) were fitted on some sources of
+``benchmarks/data/published_vllm.csv`` and held out the others
+(``benchmarks/timing_accuracy.py``, ``benchmarks/data/README.md``).  This script replays the
+held-out rows with the defaults and prints the quantiles of their signed relative errors
+(predicted / published - 1) per metric, the ``held_out`` table of
+:data:`aisim.config.calibration.DEFAULT_CALIBRATION`; rerun it after a refit and write what it
+prints there.
+
+    python benchmarks/default_calibration.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main() -> int:
+    import timing_accuracy as ta
+
+    from aisim.config.calibration import QUANTILES
+    from aisim.config.keys import TIME_MODEL_KEYS, defaults
+    from aisim.perf import frontend
+
+    d = defaults(TIME_MODEL_KEYS)
+    eff = {k: d[k] for k in ta.FREE_ROOFLINE}
+    eff.update(frontend_per_request_s=frontend.PER_REQUEST_S, frontend_per_token_s=frontend.PER_TOKEN_S)
+    held = [p for p in ta.load_points() if p["split"] == "held-out"]
+    rel = {m: [] for m in ta.METRICS}
+    for i, p in enumerate(held):
+        q, pub = ta.predict(p, eff), ta.published(p)
+        for m in ta.METRICS:
+            if pub[m]:
+                rel[m].append(q[m] / pub[m] - 1.0)
+        print(f"  {i + 1}/{len(held)} {p['point']}", file=sys.stderr, flush=True)
+    print(f"held-out rows: {len(held)} of sources {', '.join(sorted({p['source'] for p in held}))}")
+    print(f"quantiles: {list(QUANTILES)}")
+    for m, v in rel.items():
+        qs = np.percentile(np.array(v), [100 * q for q in QUANTILES])
+        print(f"{m}: [{', '.join(f'{x:.3f}' for x in qs)}]  ({len(v)} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
