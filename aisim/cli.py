@@ -53,11 +53,14 @@ def main():
 @click.option("--no-macro-steps", "no_macro_steps", is_flag=True,
               help="Replay every engine step one at a time, quiet stretches of decoding too (the results are the "
                    "same bytes; for checking, and for timing the difference).")
+@click.option("--engine-only", "engine_only", is_flag=True,
+              help="No API server in front of the engine (time_model.frontend = false), as vLLM's offline LLM: "
+                   "requests reach the engine when sent.")
 @format_option()
 @progress_option()
 def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate, seed,
            max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path, no_macro_steps,
-           fmt, progress):
+           engine_only, fmt, progress):
     """Replay TRACE on the engine of CONFIG and summarise what vLLM would do."""
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
@@ -89,6 +92,8 @@ def replay(engine_path, trace_path, trace_format, closed_loop, think_time, rate_
             engine = load_engine_config(engine_path)
             if vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
+            if engine_only:
+                engine = engine.replace(time_model=dict(engine.raw.get("time_model", {}), frontend=False))
             fmt_in = trace_format
             if fmt_in is None:
                 from aisim.traces import guess_format

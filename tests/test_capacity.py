@@ -13,7 +13,6 @@ at k S and has
 """
 
 import json
-import math
 
 import duckdb
 import pytest
@@ -46,18 +45,20 @@ def _trace(gap: float, n: int = N):
 
 
 def _hand_ttft(k: int, g: float) -> float:
-    return T + k * S - T * math.ceil(k * g / T - 1e-9)
+    # Sent k g apart (g < S), each waits for the one before: picked up at k S, first token T later;
+    # TTFT counts from the client's send, k g.
+    return T + k * (S - g)
 
 
 # ---------------------------------------------------------------- known answers
 
 
 @pytest.mark.parametrize("share, hand_gap", [
-    # Every request within 215 ms: the last (k = 20) is the worst; TTFT_20 <= 0.215 needs
-    # ceil(20 g / T) >= 180, i.e. g > 0.0895 s.
-    (1.0, 0.0895),
-    # Half of them (11 of 21): TTFT_k <= 0.215 holds for k < 0.21 / (S - g); k = 0..10 need g > 0.079 s.
-    (0.5, 0.079),
+    # Every request within 215 ms: the last (k = 20) is the worst; TTFT_20 = T + 20 (S - g) <= 0.215
+    # needs g >= S - 0.205 / 20 = 0.08975 s.
+    (1.0, 0.08975),
+    # Half of them (11 of 21): k = 0..10 need T + 10 (S - g) <= 0.215, g >= 0.0795 s.
+    (0.5, 0.0795),
 ])
 def test_highest_rate_lands_within_the_tolerance_of_the_hand_answer(share, hand_gap):
     slo = slo_from_dict({"ttft_s": 0.215, "attainment": share})
@@ -80,11 +81,13 @@ def test_highest_rate_lands_within_the_tolerance_of_the_hand_answer(share, hand_
 
 
 def test_smallest_deployment_by_hand():
-    # 21 requests 30 ms apart, TTFT <= 15 ms for all.  Round robin gives each of c replicas a request
+    # 21 requests 30 ms apart, TTFT <= 25 ms for all.  Round robin gives each of c replicas a request
     # every 30c ms.  max_num_seqs 1: c = 3 queues (90 ms < S: the 7th request of a replica waits
-    # a step), c = 4 does not (120 ms >= S).  max_num_seqs 2: two slots per replica, one request
-    # every 60 c ms into each slot every 120 c ms: c = 2 never waits, c = 1 does.
-    slo = slo_from_dict({"ttft_s": 0.015, "attainment": 1.0})
+    # 60 ms), c = 4 does not (120 ms >= S).  max_num_seqs 2: two slots per replica, one request
+    # every 60 c ms into each slot every 120 c ms: c = 2 never waits for a slot, c = 1 does.  A request
+    # that waits for no slot waits at most for the next iteration to start (T) and its first token
+    # comes T later: TTFT, counted from its send, is within [T, 2 T] < 25 ms.
+    slo = slo_from_dict({"ttft_s": 0.025, "attainment": 1.0})
     result = smallest_deployment(_trace(0.03), _engine(), slo, max_replicas=8, grid={"max_num_seqs": [1, 2]},
                                  price_per_gpu_hour=3.0)
     seen = [(p["candidate"], p["replicas"], p["phase"], p["verdict"]) for p in result.points]
@@ -94,7 +97,7 @@ def test_smallest_deployment_by_hand():
     a = result.answer
     assert (a["candidate"], a["replicas"], a["gpus"]) == ("g001", 2, 2)
     assert json.loads(a["knobs"]) == {"layout": "aggregated", "max_num_seqs": 2}
-    assert a["ttft_p99_s"] == pytest.approx(T) and a["attainment"] == 1.0
+    assert T <= a["ttft_p99_s"] <= 2 * T and a["attainment"] == 1.0
     # Cost: GPUs x the replay's duration, and per million of its 210 output tokens.
     assert a["output_tokens"] == 210
     assert a["gpu_hours"] == 2 * a["duration_s"] / 3600
