@@ -378,7 +378,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
 def _relative(path: str, source) -> str:
     """``path`` relative to the directory of the configuration file ``source``, when it is a file."""
     if source and not os.path.isabs(path) and os.path.exists(os.path.dirname(os.path.abspath(source))):
-        return os.path.join(os.path.dirname(os.path.abspath(source)), path)
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)), path))
     return path
 
 
