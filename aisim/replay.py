@@ -32,9 +32,9 @@ class ReplayResult:
     Attributes
     ----------
     requests : pyarrow.Table
-        One row per request (trace order): arrival, first scheduled, first token
-        and finish times, TTFT, TPOT, E2E (seconds), prompt/output/cached tokens,
-        preemptions, status.
+        One row per request (trace order): the client's send (``arrival_s``), the
+        engine's pick-up, first scheduled, first token and finish times, TTFT, TPOT,
+        E2E (seconds, from the send), prompt/output/cached tokens, preemptions, status.
     steps : pyarrow.Table
         One row per engine iteration: step, clock, duration, scheduled prefill
         and decode tokens, running, waiting, free blocks, usage, prefix-cache

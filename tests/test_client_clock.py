@@ -130,3 +130,46 @@ def test_engine_only_gives_the_engine_s_own_times():
     trace = make_trace(REQS, "time")
     assert _rows(replay(trace, off).requests) == _rows(replay(trace, _engine()).requests)
     assert _rows(replay(trace, on).requests) != _rows(replay(trace, off).requests)
+
+
+def test_the_replay_command_s_engine_only_switch(tmp_path):
+    # The hand case of test_the_api_server_s_cost_is_added_once through `aisim replay`: mean TTFT
+    # (14 + 19) / 2 = 16.5 ms with the server, (10 + 15) / 2 = 12.5 ms with --engine-only.
+    import json
+
+    from click.testing import CliRunner
+
+    from aisim.cli import main
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"request_id": r["id"], "prompt_len": r["prompt"], "max_tokens": r["max_tokens"],
+                                         "arrival_time": r["at"]}) + "\n" for r in REQS))
+    engine = tmp_path / "e.json"
+    engine.write_text(json.dumps({**ENGINE, "time_model": {**ENGINE["time_model"], "frontend": True,
+                                                           "frontend_per_request_s": 0.004,
+                                                           "frontend_per_token_s": 0.0}}))
+    means = []
+    for extra in ([], ["--engine-only"]):
+        r = CliRunner().invoke(main, ["replay", "--engine", str(engine), "--trace", str(trace), "--format", "json",
+                                      *extra])
+        assert r.exit_code == 0, r.output
+        means.append(json.loads(r.stdout)["ttft_s"]["mean"])
+    assert means == pytest.approx([0.0165, 0.0125], rel=1e-12)
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_one_replica_and_the_streamed_replay_are_the_engine_behind_its_server(cap):
+    # A deployment of one replica runs the engine behind the same server (one queue, the same sends,
+    # under the client's cap too), and the streamed replay does: the same request rows.
+    reqs = [{"id": f"r{i}", "prompt": 16 + 3 * i, "max_tokens": 2 + i % 4, "at": 0.004 * i} for i in range(16)]
+    trace = make_trace(reqs, "time")
+    eng = _engine(frontend=True, frontend_per_request_s=0.003, frontend_per_token_s=2e-5)
+    whole = replay(trace, eng, max_concurrency=cap).requests
+    one = deploy(trace, eng, {"replicas": 1, "router": "round_robin"}, max_concurrency=cap).requests
+    assert one.select(whole.column_names).equals(whole)
+    parts = [item[1] for item in replay_stream(trace.to_batches(max_chunksize=3), eng, timed=True,
+                                               expected=trace.num_rows, max_concurrency=cap)
+             if item[0] == "requests"]
+    assert pa.concat_tables(parts).equals(whole)
+    sent = whole.column("arrival_s").to_numpy()
+    assert (whole.column("picked_up_s").to_numpy() > sent).all()  # 3 ms and more behind each send
