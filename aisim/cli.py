@@ -182,6 +182,11 @@ def _print_summary(result, trace_path):
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
     t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
+    if getattr(result, "timed", True):  # a deployment runs by the clock
+        tm = result.engine.time_model
+        t.add_row("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
+                  f"{fmt_seconds(tm.frontend_per_token_s)} a prompt token, before the engine; latencies from the send"
+                  if tm.frontend else "none (engine only); latencies from the send")
     t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E")):
         q = s[name]
