@@ -14,10 +14,12 @@ recursion of a single FIFO server).  The engine replays the requests at ``e_i``;
 client's latencies count from ``send_i``.
 
 The output side is not on the client's critical path between tokens: the engine core runs in its
-own process and ``AsyncLLM.output_handler`` (a background task of the server) detokenizes each
-step's outputs (``OutputProcessor.process_outputs``) while the engine core computes the next
-step, so streaming delays every token of a request alike and leaves its inter-token gaps to the
-engine.  What it adds once (the first chunk's trip back) is part of the fitted ``per_request_s``.
+own process, and the server's output handler (``AsyncLLM._run_output_handler``, a background task
+of its event loop) detokenizes each step's outputs (``OutputProcessor.process_outputs``) while the
+engine core computes the next step, so streaming delays every token of a request alike and leaves
+its inter-token gaps to the engine.  It shares the event loop with the requests' tokenization, so
+under load it slows the queue; the fitted costs carry that, and the first token's trip back, on
+average (no separate per-output-token cost is modelled).
 
 The replay applies it at its door (:func:`aisim.replay.replay`, :func:`aisim.deploy.deploy`, the
 streamed replay under the pipeline, capacity and sweep): each request's service seconds
