@@ -173,3 +173,35 @@ def test_one_replica_and_the_streamed_replay_are_the_engine_behind_its_server(ca
     assert pa.concat_tables(parts).equals(whole)
     sent = whole.column("arrival_s").to_numpy()
     assert (whole.column("picked_up_s").to_numpy() > sent).all()  # 3 ms and more behind each send
+
+
+@pytest.mark.parametrize("asy", [False, True])
+def test_a_closed_loop_turn_is_sent_at_its_release_and_passes_the_server(asy):
+    # Sessions whose next turn is sent 0.2 s after the previous one finishes: its arrival_s is that
+    # send, and it reaches the engine at least the server's 5 ms later; one replica is the engine.
+    from test_deploy import _sessions
+
+    trace = _sessions()
+    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+                                   "async_scheduling": asy,
+                                   "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5,
+                                                  "frontend": True, "frontend_per_request_s": 0.005,
+                                                  "frontend_per_token_s": 0.0}})
+    single = replay(trace, eng, closed_loop=True, think_time_s=0.2)
+    dep = deploy(trace, eng, {"replicas": 1}, closed_loop=True, think_time_s=0.2)
+    assert dep.requests.select(single.requests.column_names).equals(single.requests)
+    r = single.requests.to_pydict()
+    row = {rid: i for i, rid in enumerate(r["request_id"])}
+    turns = {}
+    for rid, sid, turn in zip(trace.column("request_id").to_pylist(), trace.column("session_id").to_pylist(),
+                              trace.column("turn").to_pylist()):
+        if sid is not None:
+            turns.setdefault(sid, []).append((turn, rid))
+    follow = 0
+    for seq in turns.values():
+        seq.sort()
+        for (_, a), (_, b) in zip(seq, seq[1:]):
+            assert r["arrival_s"][row[b]] == pytest.approx(r["finish_s"][row[a]] + 0.2, rel=1e-12)
+            follow += 1
+    assert follow > 0
+    assert all(p >= a + 0.005 - 1e-12 for a, p in zip(r["arrival_s"], r["picked_up_s"]))
