@@ -55,13 +55,16 @@ def main():
 @click.option("--no-macro-steps", "no_macro_steps", is_flag=True,
               help="Replay every engine step one at a time, quiet stretches of decoding too (the results are the "
                    "same bytes; for checking, and for timing the difference).")
+@click.option("--engine-only", "engine_only", is_flag=True,
+              help="No API server in front of the engine (time_model.frontend = false), as vLLM's offline LLM: "
+                   "requests reach the engine when sent.")
 @bench_options
 @set_option()
 @format_option()
 @progress_option()
 def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate,
            seed, max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path,
-           no_macro_steps, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles, goodput,
+           no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles, goodput,
            sets, fmt, progress):
     """Replay TRACE on an engine (--engine FILE, or --model and --gpu) and summarise what vLLM would do.
 
@@ -132,6 +135,8 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
             engine = apply_engine(engine, overrides)
             if vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
+            if engine_only:
+                engine = engine.replace(time_model=dict(engine.raw.get("time_model", {}), frontend=False))
             fmt_in = trace_format
             if fmt_in is None:
                 from aisim.traces import guess_format
@@ -235,6 +240,11 @@ def _print_summary(result, trace_path, record, metrics):
     t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
     t.add_row("simulated time", fmt_seconds(s["duration_s"]))
     t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
+    if getattr(result, "timed", True):  # a deployment runs by the clock
+        tm = result.engine.time_model
+        t.add_row("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
+                  f"{fmt_seconds(tm.frontend_per_token_s)} a prompt token, before the engine; latencies from the send"
+                  if tm.frontend else "none (engine only); latencies from the send")
     t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, {fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     if record["request_goodput"] is not None:
         limits = ", ".join(f"{k} {v:g} ms" for k, v in metrics["goodput"].items())

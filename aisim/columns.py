@@ -288,7 +288,10 @@ REQUESTS = Table("requests", (
     C("turn", "INTEGER", "", "turn within the session (0 = first)", replay=False),
     C("priority", "INTEGER", "", "lower runs first (priority policy)", replay=False),
     *(_landed(c) for c in DEPLOYMENT_REQUESTS.columns),
-    C("arrival_s", "DOUBLE", "s", "arrival", core="float64"),
+    C("arrival_s", "DOUBLE", "s", "when the client sent it (time-clocked: its trace arrival, the release of the "
+      "client's cap or a closed-loop turn's send; step-clocked: picked_up_s)", core="float64"),
+    C("picked_up_s", "DOUBLE", "s", "when the engine added it: the start of the iteration that picked it up "
+      "(after the API server's queue)", core="float64"),
     C("first_scheduled_s", "DOUBLE", "s", "first scheduled (start of that step)", core="float64"),
     C("first_token_s", "DOUBLE", "s", "first output token", core="float64"),
     C("finish_s", "DOUBLE", "s", "finish", core="float64"),

@@ -191,6 +191,9 @@ class CoreTrace:
         1 where the request shares no KV block with any other request of the
         whole trace (:func:`private_requests`): the core may cache its blocks
         without computing their keys.  None: no request is taken as private.
+    frontend_s : numpy.ndarray of float64 or None
+        The API server's seconds for each request before the engine sees it
+        (:func:`aisim.perf.frontend.request_costs`); None: engine only.
     """
 
     prompt_len: np.ndarray
@@ -214,6 +217,7 @@ class CoreTrace:
     next_think: np.ndarray | None = None
     follows: np.ndarray | None = None
     private: np.ndarray | None = None
+    frontend_s: np.ndarray | None = None
 
 
 def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:

@@ -16,6 +16,7 @@ from aisim.config.speculative import scheduler_view
 from aisim.core_input import CoreTrace, core_config, private_of_keys, private_requests
 from aisim.result_tables import requests_table, steps_table
 from aisim.errors import ConfigError, ReplayError, TraceError
+from aisim.perf.frontend import request_costs
 from aisim.summary import REJECTED, Totals, summarize
 from aisim.traces.frame import from_frame
 from aisim.trace_checks import (  # noqa: F401  (check_trace: part of aisim.replay's public face)
@@ -31,9 +32,9 @@ class ReplayResult:
     Attributes
     ----------
     requests : pyarrow.Table
-        One row per request (trace order): arrival, first scheduled, first token
-        and finish times, TTFT, TPOT, E2E (seconds), prompt/output/cached tokens,
-        preemptions, status.
+        One row per request (trace order): the client's send (``arrival_s``), the
+        engine's pick-up, first scheduled, first token and finish times, TTFT, TPOT,
+        E2E (seconds, from the send), prompt/output/cached tokens, preemptions, status.
     steps : pyarrow.Table
         One row per engine iteration: step, clock, duration, scheduled prefill
         and decode tokens, running, waiting, free blocks, usage, prefix-cache
@@ -178,6 +179,7 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None,
         seg_len=length,
     )
     arrays["arrival_time" if timed else "arrival_step"] = arrival
+    arrays["frontend_s"] = request_costs(engine, arrays["prompt_len"], timed)
     if engine.speculative is not None and "accept" in trace.column_names:
         arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(trace)
     return arrays
@@ -436,7 +438,7 @@ def _with_rejected(r: dict, rejected, trace: pa.Table, timed: bool) -> dict:
     for k, v in r.items():
         full = np.zeros(len(rejected), dtype=v.dtype)
         full[~rejected] = v
-        if k in ("first_scheduled_s", "first_token_s", "finish_s") or (k == "arrival_s" and not timed):
+        if k in ("picked_up_s", "first_scheduled_s", "first_token_s", "finish_s") or (k == "arrival_s" and not timed):
             full[rejected] = -1
         elif k == "arrival_s":
             full[rejected] = trace.column("arrival_s").to_numpy(zero_copy_only=False)[rejected]
@@ -547,7 +549,7 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
         row += table.num_rows
         if kept.num_rows:  # a piece of rejected rows only: the core asks for input again
             core.feed(_core_chunk(kept, timed, fed, engine.speculative is not None, segs if rejected is None else None,
-                                  flags))
+                                  flags, engine))
         rows = table.select(_ROW_COLUMNS + (["arrival_s"] if reject_too_long and timed else []))
         if table.num_rows:
             pending.append((rows, rejected))
@@ -647,7 +649,7 @@ def _summary_columns(requests: pa.Table, r: dict) -> dict:
 
 
 def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, segs=None,
-                private=None) -> CoreTrace:
+                private=None, engine: EngineConfig | None = None) -> CoreTrace:
     """One streamed piece as the core's request arrays (trace indices from ``offset``).
 
     ``segs``: the piece's :func:`_segments_arrays` when already read (the checks read them);
@@ -674,6 +676,8 @@ def _core_chunk(table: pa.Table, timed: bool, offset: int, speculative: bool, se
         next_think=opt("next_think", np.float64, np.zeros(n)), follows=opt("follows", np.int8, np.zeros(n, np.int8)),
     )
     arrays["arrival_time" if timed else "arrival_step"] = arrival
+    if engine is not None:
+        arrays["frontend_s"] = request_costs(engine, arrays["prompt_len"], timed)
     if speculative and "accept" in names:
         arrays["accept_off"], arrays["accept_cnt"], arrays["accept_values"] = _accept_arrays(table)
     return CoreTrace(**arrays, private=private)

@@ -52,6 +52,7 @@ def requests_table(trace: pa.Table, r: dict) -> pa.Table:
     cols = {
         "request_id": trace.column("request_id"),
         "arrival_s": _nan_where(arrival < 0, arrival),
+        "picked_up_s": _nan_where(r["picked_up_s"] < 0, r["picked_up_s"]),
         "first_scheduled_s": _nan_where(r["first_scheduled_s"] < 0, r["first_scheduled_s"]),
         "first_token_s": _nan_where(first_tok < 0, first_tok),
         "finish_s": _nan_where(~done, finish),

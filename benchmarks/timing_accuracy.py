@@ -11,8 +11,9 @@ GPU, model and tensor-parallel size.  Each is replayed through aisim:
   many in flight (``--request-rate R --max-concurrency C``), a send due while ``C`` are in
   flight waiting for one to finish.
 
-An uncapped burst's and Poisson run's requests reach the engine through the API server's
-serial queue (:mod:`aisim.perf.frontend`); latencies and throughput count from the client's sends.
+Every request reaches the engine through the API server's serial queue (:mod:`aisim.perf.frontend`),
+which the replay adds itself (the time model's ``frontend`` costs); latencies and throughput count
+from the client's sends (a capped run's: when the cap let the request go).
 
 The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's batch
 limits for the GPU, the KV cache left by the weights at the point's
@@ -32,7 +33,7 @@ kernel's measured rate, :mod:`aisim.perf.moe_kernel`) and the API server's two
 costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
 TPOT, throughput and the TTFT of bursts and of cold long prompts over the fitting sources'
 points (absolute, not squared, so that a few points the model cannot reach do not steer the
-fit), and prints the values to write into ``TIME_MODEL_KEYS`` and ``aisim/perf/frontend.py``.
+fit), and prints the values to write into ``TIME_MODEL_KEYS``.
 ``--cross-validate`` runs the same fit once per source on every other source's points and
 reports each source's errors from the fit that left it out.
 """
@@ -74,7 +75,8 @@ def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
 
 
 def engine_for(point: dict, efficiencies: dict):
-    """The engine ``aisim plan`` writes for the point's model, GPU and tensor parallelism."""
+    """The engine ``aisim plan`` writes for the point's model, GPU and tensor parallelism, with
+    ``efficiencies`` (any time-model keys: the roofline's and the API server's) in its time model."""
     from aisim.plan import plan_from_model
 
     # Unrecorded, max_model_len is vllm serve's default, as the plan's.
@@ -82,7 +84,10 @@ def engine_for(point: dict, efficiencies: dict):
                              gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
                              dtype=point["dtype"] or None)
     tm = dict(cfg.raw["time_model"], **efficiencies)
-    return cfg.replace(time_model=tm, plan_notes=[])
+    # The published runs come from other releases than the ones aisim models (benchmarks/data/README.md);
+    # the defaults were fitted with the engine synchronous, as these replays keep it (vllm serve of
+    # 0.31-0.33, which a plan writes, schedules asynchronously).
+    return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=False)
 
 
 # Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.
@@ -114,23 +119,19 @@ def cached_runs(point: dict) -> list[tuple[int, int | None]]:
     return runs
 
 
-def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0),
-              cached_prompts: int | None = None) -> tuple[pa.Table, dict, np.ndarray]:
+def trace_for(point: dict, cached: int = 0, cached_prompts: int | None = None) -> tuple[pa.Table, dict, np.ndarray]:
     """The point's requests as a trace table, the replay's keyword arguments, the client's send times.
 
     ``cached``: tokens of each prompt already in the prefix cache when the run starts
     (``vllm bench serve``'s random prompts repeat when a seed is reused), of the first
     ``cached_prompts`` prompts only when that is given: one warm-up request per such
     prompt computes them first, and the measured requests (ids ``r...``) are sent
-    ``WARM_UP_S`` later.  ``frontend``: the API server's cost per request and
-    per prompt token (:mod:`aisim.perf.frontend`); a burst's or an uncapped Poisson run's
-    requests reach the engine when the serial server has handled them, while the send times
-    (returned, one per measured request) stay the client's.  A run with a ``concurrency``
-    (a ``concurrency`` run, or a Poisson run under a cap) has its requests held by the
+    ``WARM_UP_S`` later.  Each request arrives at its send (the replay puts the API
+    server's queue between the send and the engine).  A run with a ``concurrency`` (a
+    ``concurrency`` run, or a Poisson run under a cap) has its requests held by the
     client's cap (``replay(..., max_concurrency=C)``, as ``vllm bench serve
     --max-concurrency``); the core decides when each is sent.
     """
-    from aisim.perf.frontend import engine_arrivals
     from aisim.traces import from_frame
 
     n = point["num_prompts"]
@@ -149,10 +150,7 @@ def trace_for(point: dict, cached: int = 0, frontend: tuple = (0.0, 0.0),
     else:
         raise ValueError(f"{point['point']}: unknown workload {point['workload']!r}")
     kw = {"max_concurrency": point["concurrency"]} if capped(point) else {}
-    if capped(point):
-        cols["arrival_time"] = send.tolist()
-    else:
-        cols["arrival_time"] = engine_arrivals(send, cols["prompt_len"], *frontend).tolist()
+    cols["arrival_time"] = send.tolist()
     if warm:
         cols["request_id"] += [f"w{i}" for i in range(warm)]
         cols["prompt_len"] += [cached] * warm
@@ -182,46 +180,29 @@ def predict(point: dict, efficiencies: dict) -> dict:
     """Predicted TTFT and TPOT (ms, the published statistic) and output throughput (tok/s).
 
     ``efficiencies``: the time model's :data:`FREE_ROOFLINE` numbers and the API server's
-    :data:`FREE_FRONTEND` costs.  Latencies count from the client's send: a burst's or
-    an uncapped Poisson run's first token comes after the API server's queue and the engine; a
-    run under a cap (a ``concurrency`` run, a capped Poisson run) holds at most ``C``
-    requests, so the server's queue is taken as empty and each request's first token
-    comes its service time after the engine's, counted from the cap's release (the
-    engine sees it at once: the core has no delay between the cap's release and the
-    engine).  A point published as the mean of several runs with different
-    prefix-cache states (``cached_prefix_by_run``) is predicted as the mean of their
-    replays.
+    :data:`FREE_FRONTEND` costs, which the replay applies (:mod:`aisim.perf.frontend`).  The
+    replay's latencies count from each request's send (a capped run's: the cap's release), the
+    throughput from the first send to the last finish.  A point published as the mean of several
+    runs with different prefix-cache states (``cached_prefix_by_run``) is predicted as the mean of
+    their replays.
     """
-    from aisim.perf.frontend import service_s
     from aisim.replay import replay
 
     runs = cached_runs(point)
     out = {m: 0.0 for m in METRICS}
-    tm = {k: efficiencies[k] for k in FREE_ROOFLINE}
-    frontend = tuple(efficiencies[k] for k in FREE_FRONTEND)
-    engine = engine_for(point, tm)
+    engine = engine_for(point, {k: efficiencies[k] for k in FREE})
     for cached, prompts in runs:
-        trace, kw, send = trace_for(point, cached, frontend, prompts)
+        trace, kw, _ = trace_for(point, cached, prompts)
         rq = replay(trace, engine, **kw).requests
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
                for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
-        if capped(point):
-            send = col["arrival_s"]   # when the cap let the client send it
-            ttft = col["ttft_s"] + service_s([point["input_len"]] * len(send), *frontend)
-        else:
-            ttft = col["arrival_s"] + col["ttft_s"] - send[_row_index(ids[mine])]
-        out["ttft"] += _stat(ttft, point["ttft_stat"]) * 1e3 / len(runs)
+        out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
         out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
-        span = float(col["finish_s"].max() - send.min())
+        span = float(col["finish_s"].max() - col["arrival_s"].min())
         out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
     return out
-
-
-def _row_index(ids) -> np.ndarray:
-    """The send-order index of each measured request id (``r<i>``)."""
-    return np.array([int(i[1:]) for i in ids], dtype=np.int64)
 
 
 def published(point: dict) -> dict:
@@ -403,11 +384,8 @@ def main(argv=None) -> int:
                     help="leave one source out: predict each source's points by a fit on the others (--iters each)")
     ap.add_argument("--jobs", type=int, default=1, help="processes for --cross-validate's folds")
     args = ap.parse_args(argv)
-    from aisim.perf import frontend
-
     d = defaults(TIME_MODEL_KEYS)
-    eff = {k: d[k] for k in FREE_ROOFLINE}
-    eff.update(frontend_per_request_s=frontend.PER_REQUEST_S, frontend_per_token_s=frontend.PER_TOKEN_S)
+    eff = {k: d[k] for k in FREE}
     start = dict(eff, frontend_per_request_s=max(eff["frontend_per_request_s"], 0.005),
                  frontend_per_token_s=max(eff["frontend_per_token_s"], 1e-6))
     sources = tuple(args.fit_sources.split(",")) if args.fit_sources else FIT_SOURCES

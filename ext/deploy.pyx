@@ -534,6 +534,8 @@ cdef class Deployment:
         if not busy:
             return -1
         if not self.pd or w < self.rt.n_rep or (sc.n_remote == 0 and e.open_n == 0):
+            if e.q_len == 0 and not sched_has_requests(sc):
+                return max(e.clock, e.slot_time[e.open_q[e.open_head]])  # idle: its API server's next handover
             return e.clock
         if e.stalled == 0 and (e.q_len > 0 or sc.n_running > 0 or sc.finished_pending
                                or sc.n_waiting > sc.n_remote):
@@ -626,7 +628,7 @@ cdef class Deployment:
                 self.route_d[g] = -1
                 self.sent[g] = t
                 e = <Engine>self.engines[w]
-                s = replica_add(e, tr, g, t)
+                s = replica_add(e, tr, g, t, True)
                 _tag(rt, &e.reqs[s], g)
                 if released:
                     e.reqs[s].arrival_key = t  # a released turn is keyed by its release (Engine._pop_release)
@@ -757,7 +759,7 @@ cdef class Deployment:
         self.route_d[g] = w
         self.routed_d[g] = t
         self._assign(w, g)
-        s = replica_add(de, &self.tr, g, t)
+        s = replica_add(de, &self.tr, g, t, False)  # the API server was the prefill replica's
         r = &de.reqs[s]
         _tag(&self.rd, r, g)
         # It carries the prefill replica's first token: the prompt's KV arrives, the rest is local.

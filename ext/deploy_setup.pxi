@@ -55,6 +55,11 @@ cdef list _borrow_trace(TraceC* t, trace):
         t.next_turn = &nt[0]
         t.think_s = &th[0]
         t.follows = &fol[0]
+    cdef const sec_t[::1] front
+    if n and getattr(trace, "frontend_s", None) is not None:
+        front = _c(trace.frontend_s, np.float64)
+        keep.append(front)
+        t.frontend_s = &front[0]
     cdef const flag_t[::1] priv
     if n and getattr(trace, "private", None) is not None:
         priv = _c(trace.private, np.int8)

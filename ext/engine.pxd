@@ -67,7 +67,8 @@ cdef enum ReqCol:
     RC_CACHED                  # local prefix hit at the first admission
     RC_CACHED_ALL              # local prefix hits summed over every admission
     RC_PREEMPTIONS             # times preempted
-    RC_ARRIVAL                 # clock when the engine added the request
+    RC_ARRIVAL                 # when the client sent it (ReqC.sent_s)
+    RC_PICKED_UP               # clock when the engine added it (ReqC.picked_up_s)
     RC_FIRST_SCHED             # clock of the first step that scheduled it (-1: never)
     RC_FIRST_TOKEN             # end of the step that produced its first output (-1: none)
     RC_FINISH                  # end of the step that produced its last output (-1: unfinished)
@@ -136,6 +137,8 @@ cdef struct TraceC:
     const tok_t* seg_first
     const tok_t* seg_len
     const sec_t* arrival_time
+    # The API server's seconds for each request before the engine sees it (NULL: engine only).
+    const sec_t* frontend_s
     const int32_t* acc_off
     const int32_t* acc_cnt
     const int64_t* acc_values
@@ -158,7 +161,9 @@ cdef class Engine:
     cdef req_t* free_slots         # [pool_cap] stack of unused slots (the top is used next)
     cdef req_t n_free              # its depth
     cdef int64_t* slot_global      # [pool_cap] trace index of each slot's request
-    cdef sec_t* slot_time          # [pool_cap] its arrival in seconds (time-clocked traces)
+    cdef sec_t* slot_time          # [pool_cap] its arrival in seconds (time-clocked traces); once sent
+                                   # through the API server, when the engine sees it
+    cdef sec_t* slot_front         # [pool_cap] the API server's seconds for it (aisim/perf/frontend.py)
     cdef step_t* slot_step         # [pool_cap] its arrival by engine iteration (step-clocked traces)
     cdef int64_t* slot_next        # [pool_cap] closed loop: trace index of its next turn (-1: none)
     cdef flag_t* slot_pin          # [pool_cap] scratch: in a batch still in flight (not retired yet)
@@ -192,6 +197,14 @@ cdef class Engine:
     cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)
     cdef int64_t max_conc          # the client's cap on requests in flight (0: none)
     cdef int64_t in_flight         # requests sent and not finished
+    cdef sec_t cap_free_s          # when a finish last released the client's cap while it was full
+    cdef int64_t cap_pending       # finishes the last iteration reported, not yet taken off in_flight
+    cdef bint front                # requests pass the API server's serial queue before the engine
+    cdef sec_t front_free          # when that server is next free
+    cdef req_t* srv_q              # [srv_cap] ring: requests sent, in the server's queue (send order)
+    cdef int64_t srv_cap           # a power of two
+    cdef int64_t srv_head          # its first entry
+    cdef int64_t srv_n             # its entries
     # the loop's own state, kept between advance() calls
     cdef step_t step               # the next engine iteration
     cdef sec_t clock               # simulated time
@@ -215,6 +228,8 @@ cdef class Engine:
     cdef bint _release_due(self) noexcept nogil
     cdef bint _input_needed(self) noexcept nogil
     cdef int _add_arrivals(self) except -1 nogil
+    cdef int _add_request(self, req_t r) except -1 nogil
+    cdef int _send(self, req_t r, sec_t sent) except -1 nogil
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
@@ -224,6 +239,6 @@ cdef class Engine:
 
 # A deployment's replica (engine_replica.pxi): deploy.pyx feeds it one request at a time, steps it
 # one iteration at a time at its clock, and ends it.
-cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil
+cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint front) except -1 nogil
 cdef int replica_step(Engine e, sec_t until) except -1 nogil
 cdef int replica_end(Engine e) except -1 nogil

@@ -170,6 +170,7 @@ cdef class Engine:
         self.slot_step = <step_t*>mem_calloc(cap, sizeof(step_t))
         self.slot_next = <int64_t*>mem_calloc(cap, sizeof(int64_t))
         self.slot_next_think = <sec_t*>mem_calloc(cap, sizeof(sec_t))
+        self.slot_front = <sec_t*>mem_calloc(cap, sizeof(sec_t))
         self.slot_pin = <flag_t*>mem_calloc(cap, sizeof(flag_t))
         self.win_cap = _pow2_at_least(cap)
         self.win = <req_t*>mem_calloc(self.win_cap, sizeof(req_t))
@@ -273,6 +274,8 @@ cdef class Engine:
         mem_free(self.slot_step)
         mem_free(self.slot_next)
         mem_free(self.slot_next_think)
+        mem_free(self.slot_front)
+        mem_free(self.srv_q)
         mem_free(self.slot_pin)
         mem_free(self.win)
         mem_free(self.open_q)
@@ -330,6 +333,11 @@ cdef class Engine:
         # Requests sharing no block with any other are keyed lazily where the cache allows it.
         cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
+        # The API server in front (aisim/perf/frontend.py): every chunk of a replay says so alike.
+        front = getattr(trace, "frontend_s", None)
+        if front is not None:
+            self.front = True
+        cdef const sec_t[::1] fr = _c_array(front if front is not None else np.zeros(n), np.float64)
         cdef int64_t n_seg = g_str.shape[0]
         # Speculative decoding: the requests' own `accept` lists (count 0: the configured rule).
         has_acc = trace.accept_values is not None and len(trace.accept_values) > 0
@@ -365,6 +373,7 @@ cdef class Engine:
                 r.acc_cnt = acc_c[i]
                 r.out_stream = o_str[i]
                 r.lazy_keys = priv[i] if lazy_ok else 0
+                self.slot_front[s] = fr[i]
             self.segs.n += n_seg
             self.accs.n += n_acc
             _point_at_arenas(self)
@@ -461,7 +470,12 @@ cdef class Engine:
         cdef req_t f
         cdef int64_t nx
         cdef sec_t t
-        self.in_flight -= self.sched.n_finished
+        if self.max_conc:
+            # The client's cap learns of them when this iteration ends (_add_arrivals: the clock
+            # then), as a deployment's client does (deploy.pyx _release).
+            self.cap_pending += self.sched.n_finished
+        else:
+            self.in_flight -= self.sched.n_finished
         for i in range(self.sched.n_finished):
             f = self.sched.finished[i]
             nx = self.slot_next[f]
@@ -578,14 +592,21 @@ cdef class Engine:
                 return ADV_INPUT
             if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
-                if self.open_n == 0 and self.rel.n == 0:
+                if self.open_n == 0 and self.rel.n == 0 and self.srv_n == 0:
                     self._retire(True)
                     self.finished = True
                     return ADV_DONE
                 if self.timed:
-                    t_next = self.slot_time[self.open_q[self.open_head]] if self.open_n > 0 else self.rel.a[0].key
+                    # The next send (an open-loop one only while the client's cap has room: a full
+                    # cap with an idle engine has its requests in the API server's queue), release,
+                    # or request the API server hands over.
+                    t_next = INF_TIME
+                    if self.open_n > 0 and not (self.max_conc and self.in_flight >= self.max_conc):
+                        t_next = self.slot_time[self.open_q[self.open_head]]
                     if self.rel.n > 0 and self.rel.a[0].key < t_next:
                         t_next = self.rel.a[0].key
+                    if self.srv_n > 0 and self.slot_time[self.srv_q[self.srv_head]] < t_next:
+                        t_next = self.slot_time[self.srv_q[self.srv_head]]
                     if t_next > self.clock:
                         self.clock = t_next
                 else:
@@ -603,34 +624,81 @@ cdef class Engine:
         return not self.ended and (self.open_n == 0 or (self._release_due() and self.rel.a[0].tie >= self.loaded))
 
     cdef int _add_arrivals(self) except -1 nogil:
-        """Add the requests that have arrived by now: open-loop requests in trace order, merged
-        with closed-loop turns released by a finish, ordered by (time, trace index).  Returns
-        ADV_INPUT when the next one may be in the input not fed yet, else 0."""
+        """Send the requests due by now: open-loop requests in trace order, merged with closed-loop
+        turns released by a finish, ordered by (time, trace index); and add the requests that have
+        reached the engine: at once, or, with the API server in front, once its serial queue has
+        handed them over (aisim/perf/frontend.py).  Returns ADV_INPUT when the next one may be in
+        the input not fed yet, else 0."""
         cdef req_t r_open, r_new
-        cdef int64_t arrived_row = self.steps_taken + self.cols.n
+        cdef sec_t sent
         while True:
             if self._input_needed():
                 return ADV_INPUT
+            if self.cap_pending:
+                # Requests due before this clock were sent under the cap as it stood before the
+                # finishes the last iteration reported; then those release it, at this clock.
+                if self.timed and self._open_due() and self.slot_time[self.open_q[self.open_head]] < self.clock:
+                    r_new = self.open_q[self.open_head]
+                    self.open_head = (self.open_head + 1) & (self.open_cap - 1)
+                    self.open_n -= 1
+                    self._send(r_new, self.slot_time[r_new])
+                    continue
+                if self.in_flight >= self.max_conc:
+                    self.cap_free_s = self.clock
+                self.in_flight -= self.cap_pending
+                self.cap_pending = 0
             if self._open_due():
                 r_open = self.open_q[self.open_head]
                 if self._release_due() and (
                         self.rel.a[0].key < self.slot_time[r_open]
                         or (self.rel.a[0].key == self.slot_time[r_open]
                             and self.rel.a[0].tie < self.slot_global[r_open])):
+                    sent = self.rel.a[0].key
                     r_new = self._pop_release()
                 else:
                     r_new = r_open
                     self.open_head = (self.open_head + 1) & (self.open_cap - 1)
                     self.open_n -= 1
+                    # Sent at its arrival, or when the client's full cap let it go
+                    # (vllm/benchmarks/serve.py limited_request_func: the semaphore's release).
+                    sent = self.slot_time[r_new] if self.timed else self.clock
+                    if self.timed and self.cap_free_s > sent:
+                        sent = self.cap_free_s
             elif self._release_due():
+                sent = self.rel.a[0].key
                 r_new = self._pop_release()
+            elif self.srv_n > 0 and self.slot_time[self.srv_q[self.srv_head]] <= self.clock:
+                r_new = self.srv_q[self.srv_head]
+                self.srv_head = (self.srv_head + 1) & (self.srv_cap - 1)
+                self.srv_n -= 1
+                self._add_request(r_new)
+                continue
             else:
                 return 0
-            self.reqs[r_new].arrival_s = self.clock
-            sched_add_request(&self.sched, r_new)
-            self.in_flight += 1
-            if self.record_events:
-                _event(&self.events, arrived_row, EV_ARRIVED, <req_t>self.slot_global[r_new], 0)
+            self._send(r_new, sent)
+
+    cdef int _send(self, req_t r, sec_t sent) except -1 nogil:
+        """The client sends request ``r`` at ``sent``: the engine adds it now, or, with the API
+        server in front, once the server's queue hands it over."""
+        self.reqs[r].sent_s = sent
+        self.in_flight += 1
+        if not self.front:
+            return self._add_request(r)
+        # One server, first come first served: it takes the request when free and hands it to the
+        # engine its service time later (tokenization, then AsyncLLM.add_request).
+        if self.front_free > sent:
+            sent = self.front_free
+        self.front_free = sent + self.slot_front[r]
+        self.slot_time[r] = self.front_free
+        return _srv_push(self, r)
+
+    cdef int _add_request(self, req_t r) except -1 nogil:
+        """The engine adds request ``r`` at this clock (Scheduler.add_request)."""
+        self.reqs[r].picked_up_s = self.clock
+        sched_add_request(&self.sched, r)
+        if self.record_events:
+            _event(&self.events, self.steps_taken + self.cols.n, EV_ARRIVED, <req_t>self.slot_global[r], 0)
+        return 0
 
     cdef int _iterate(self) except -1 nogil:
         """One engine iteration of a busy engine (the body of ``_run``'s loop after the arrivals):

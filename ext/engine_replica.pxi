@@ -4,8 +4,12 @@
 # Engine's C fields, declared in engine.pxd for deploy.pyx.
 
 
-cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1 nogil:
-    """Feed request ``i`` of a deployment's trace ``t`` (open loop, arriving at ``at``); its slot.
+cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint front) except -1 nogil:
+    """Feed request ``i`` of a deployment's trace ``t`` (open loop, sent at ``at``); its slot.
+
+    ``front``: the request passes this replica's API server first (``t.frontend_s``; each replica
+    is one ``vllm serve`` with its own server): it reaches the engine when the server's serial
+    queue hands it over (aisim/perf/frontend.py), else at ``at``.
 
     What ``Engine.feed`` does for one request of a chunk, read from borrowed C arrays: its
     segments (and accept list) are copied into the arenas, so nothing is allocated per request
@@ -18,6 +22,12 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1
     cdef int64_t g = e.loaded
     cdef req_t s
     cdef ReqC* r
+    cdef sec_t sent = at
+    if front and t.frontend_s != NULL:
+        if e.front_free > at:
+            at = e.front_free
+        at += t.frontend_s[i]
+        e.front_free = at
     if e.n_free < 1:
         _grow_pool(e, <req_t>(e.pool_cap - e.n_free + 1))
     _grow_window(e, e.loaded + 1 - e.retired)
@@ -43,6 +53,7 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at) except -1
     r.acc_cnt = n_acc
     r.out_stream = t.out_stream[i]
     r.lazy_keys = t.private_req[i] if t.private_req != NULL and kv_lazy_ok(&e.kv) else 0
+    r.sent_s = sent
     e.segs.n += n_seg
     e.accs.n += n_acc
     e.loaded += 1
@@ -57,7 +68,6 @@ cdef int replica_step(Engine e, sec_t until) except -1 nogil:
     deployment's event order guarantees it) are added first, as ``Engine._run`` adds them.  With
     macro-steps, a quiet stretch instead: every iteration of it starts before ``until`` (the
     deployment's next event that could reach this replica or read its state)."""
-    cdef int64_t arrived_row = e.steps_taken + e.cols.n
     cdef req_t r_new
     if e.stalled > STALL_LIMIT:
         with gil:
@@ -65,15 +75,18 @@ cdef int replica_step(Engine e, sec_t until) except -1 nogil:
                 f"replay stalled at engine step {e.step}: {e.sched.n_running} running and "
                 f"{e.sched.n_waiting} waiting requests cannot be scheduled")
     e._retire(False)
+    if e.open_n > 0 and not sched_has_requests(&e.sched) and e.q_len == 0 \
+            and e.slot_time[e.open_q[e.open_head]] > e.clock:
+        e.clock = e.slot_time[e.open_q[e.open_head]]  # idle until its API server hands one over
     while e._open_due():
         r_new = e.open_q[e.open_head]
         e.open_head = (e.open_head + 1) & (e.open_cap - 1)
         e.open_n -= 1
-        e.reqs[r_new].arrival_s = e.clock
-        sched_add_request(&e.sched, r_new)
+        e._add_request(r_new)
         e.in_flight += 1
-        if e.record_events:
-            _event(&e.events, arrived_row, EV_ARRIVED, <req_t>e.slot_global[r_new], 0)
+    # A stretch adds no arrivals: it ends before the next one its API server hands over.
+    if e.open_n > 0 and e.slot_time[e.open_q[e.open_head]] < until:
+        until = e.slot_time[e.open_q[e.open_head]]
     if e.macro.period == 0 or until <= e.clock or _stretch(e, until) == 0:
         e._iterate()
     return 0

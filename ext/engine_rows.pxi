@@ -40,6 +40,7 @@ REQUEST_COLUMNS = (
     ("cached_tokens_all_admissions", "int64"),
     ("preemptions", "int32"),
     ("arrival_s", "float64"),
+    ("picked_up_s", "float64"),
     ("first_scheduled_s", "float64"),
     ("first_token_s", "float64"),
     ("finish_s", "float64"),
@@ -124,7 +125,9 @@ cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
 cdef inline sec_t _req_sec(const ReqC* r, int k) noexcept nogil:
     # Time request columns (ReqCol).
     if k == RC_ARRIVAL:
-        return r.arrival_s
+        return r.sent_s
+    if k == RC_PICKED_UP:
+        return r.picked_up_s
     if k == RC_FIRST_SCHED:
         return r.first_sched_s
     if k == RC_FIRST_TOKEN:

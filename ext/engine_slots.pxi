@@ -20,7 +20,8 @@ cdef req_t _occupy(Engine e, int64_t g, sec_t a_time, step_t a_step, int64_t nex
     r.trace_index = g
     r.status = ST_PENDING
     r.slot = -1
-    r.arrival_s = -1
+    r.sent_s = -1
+    r.picked_up_s = -1
     r.first_sched_s = -1
     r.first_token_s = -1
     r.finish_s = -1
@@ -29,6 +30,7 @@ cdef req_t _occupy(Engine e, int64_t g, sec_t a_time, step_t a_step, int64_t nex
     e.slot_step[s] = a_step
     e.slot_next[s] = next_turn
     e.slot_next_think[s] = next_think
+    e.slot_front[s] = 0
     e.win[g & (e.win_cap - 1)] = s
     if opens:
         if e.open_n == e.open_cap:
@@ -64,6 +66,7 @@ cdef int _grow_pool(Engine e, req_t need) except -1 nogil:
     mem_grow(<void**>&e.slot_step, old, new, sizeof(step_t))
     mem_grow(<void**>&e.slot_next, old, new, sizeof(int64_t))
     mem_grow(<void**>&e.slot_next_think, old, new, sizeof(sec_t))
+    mem_grow(<void**>&e.slot_front, old, new, sizeof(sec_t))
     mem_grow(<void**>&e.slot_pin, old, new, sizeof(flag_t))
     # vllm/v1/core/sched/scheduler.py keeps requests in dicts and lists that grow as they come;
     # the scheduler here sizes its arrays by the request count, so they grow with the slots.
@@ -109,6 +112,24 @@ cdef int _grow_window(Engine e, int64_t need) except -1 nogil:
     mem_free(e.win)
     e.win = w
     e.win_cap = new
+    return 0
+
+
+cdef int _srv_push(Engine e, req_t s) except -1 nogil:
+    """Request ``s``, sent, joins the API server's queue (its engine time in ``slot_time``)."""
+    cdef int64_t new, i
+    cdef req_t* q
+    if e.srv_n == e.srv_cap:
+        new = e.srv_cap * 2 if e.srv_cap > 0 else 64
+        q = <req_t*>mem_calloc(new, sizeof(req_t))
+        for i in range(e.srv_n):
+            q[i] = e.srv_q[(e.srv_head + i) & (e.srv_cap - 1)]
+        mem_free(e.srv_q)
+        e.srv_q = q
+        e.srv_cap = new
+        e.srv_head = 0
+    e.srv_q[(e.srv_head + e.srv_n) & (e.srv_cap - 1)] = s
+    e.srv_n += 1
     return 0
 
 

@@ -40,7 +40,9 @@ cdef struct ReqC:
     # --- results
     tok_t cached_first         # local prefix hit at the first admission (PrefillStats)
     tok_t cached_total         # local prefix hits summed over every admission
-    sec_t arrival_s            # clock when the engine added the request
+    sec_t sent_s               # when the client sent it: its trace arrival, the release of the client's cap,
+                               # or a closed-loop turn's release (time-clocked); the clock that added it (step-clocked)
+    sec_t picked_up_s          # clock when the engine added it (the start of the iteration that picked it up)
     sec_t first_sched_s        # clock of the first step that scheduled it (-1: never)
     sec_t first_token_s        # end of the step that produced its first output (-1: none)
     sec_t finish_s             # end of the step that produced its last output (-1: unfinished)

@@ -152,7 +152,8 @@ CREATE TABLE IF NOT EXISTS requests (
     decode_replica                INTEGER,           -- replica that ran its decode (aggregated: its replica; null: no decode phase); NULL without a deployment
     routed_s                      DOUBLE,            -- when the router placed the request: its arrival; disaggregated, when the decode router placed it (its first token); NULL without a deployment
     transfer_s                    DOUBLE,            -- prefill-to-decode KV transfer time (null: aggregated replicas); NULL without a deployment
-    arrival_s                     DOUBLE,            -- arrival
+    arrival_s                     DOUBLE,            -- when the client sent it (time-clocked: its trace arrival, the release of the client's cap or a closed-loop turn's send; step-clocked: picked_up_s)
+    picked_up_s                   DOUBLE,            -- when the engine added it: the start of the iteration that picked it up (after the API server's queue)
     first_scheduled_s             DOUBLE,            -- first scheduled (start of that step)
     first_token_s                 DOUBLE,            -- first output token
     finish_s                      DOUBLE,            -- finish

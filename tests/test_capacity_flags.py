@@ -108,7 +108,10 @@ def test_a_planned_engine_gives_the_same_search_as_its_written_files(inputs):
     assert 'engine = "cap.engine.toml"' in (inputs / "plan" / "cap.toml").read_text()
     from aisim.config.engine import load_engine_config
 
-    assert load_engine_config(inputs / "plan" / "cap.engine.toml").num_gpu_blocks == 28694  # aisim plan's H100
+    from aisim.plan import plan_from_model
+
+    planned, _ = plan_from_model("llama-3.1-8b", gpu="H100")  # what aisim plan gives an H100
+    assert load_engine_config(inputs / "plan" / "cap.engine.toml").num_gpu_blocks == planned.num_gpu_blocks
     again = _run("plan/cap.toml", "--format", "json")
     assert again.exit_code == 0, again.output
     assert again.stdout == r.stdout

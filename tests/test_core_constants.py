@@ -76,14 +76,14 @@ STEP_ENUMS = ["SC_STEP", "SC_KIND", "SC_UPDATED_STEP", "SC_CLOCK", "SC_DURATION"
               "SC_CACHED_BLOCKS", "SC_QUERIES", "SC_HITS", "SC_P_QUERIES", "SC_P_HITS", "SC_SPEC_TOKENS",
               "SC_SPEC_ACCEPTED"]
 REQ_ENUMS = ["RC_STATUS", "RC_OUTPUT", "RC_CACHED", "RC_CACHED_ALL", "RC_PREEMPTIONS", "RC_ARRIVAL",
-             "RC_FIRST_SCHED", "RC_FIRST_TOKEN", "RC_FINISH", "RC_SPEC_DRAFTS", "RC_SPEC_ACCEPTED"]
+             "RC_PICKED_UP", "RC_FIRST_SCHED", "RC_FIRST_TOKEN", "RC_FINISH", "RC_SPEC_DRAFTS", "RC_SPEC_ACCEPTED"]
 
 
 def test_column_tables_follow_the_column_enums():
     assert [ENUMS[e] for e in STEP_ENUMS] == list(range(len(engine.STEP_COLUMNS)))
     assert ENUMS["N_STEP_COLS"] == len(engine.STEP_COLUMNS) == 23
     assert [ENUMS[e] for e in REQ_ENUMS] == list(range(len(engine.REQUEST_COLUMNS)))
-    assert ENUMS["N_REQ_COLS"] == len(engine.REQUEST_COLUMNS) == 11
+    assert ENUMS["N_REQ_COLS"] == len(engine.REQUEST_COLUMNS) == 12
     assert engine.STEP_COLUMNS[:3] == (("step", "int64"), ("kind", "int32"), ("updated_step", "int64"))
     assert engine.REQUEST_COLUMNS[3] == ("cached_tokens_all_admissions", "int64")
     for name, dtype in engine.STEP_COLUMNS + engine.REQUEST_COLUMNS:

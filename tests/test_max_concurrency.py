@@ -54,9 +54,10 @@ def test_a_request_waits_for_a_finish_by_hand():
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("cap", [1, 3, 16])
 def test_a_capped_replay_is_the_replay_of_its_send_times(scenario, cap):
-    """Capped, each request is sent at a clock the core reached; a plain replay of the trace re-timed to
-    those send times makes every decision alike (same log, same rows).  Never more than ``cap`` in flight,
-    sent in trace order, none before its trace arrival."""
+    """Capped, each request is sent at a clock the core reached (its arrival, or the end of the iteration
+    that freed the cap), and picked up then; a plain replay of the trace re-timed to those send times makes
+    every decision alike (same log, same rows).  Never more than ``cap`` in flight, sent in trace order,
+    none before its trace arrival."""
     eng, trace = _engine(scenario), _timed(scenario)
     capped = replay(trace, eng, record_decisions=True, max_concurrency=cap)
     sent = capped.requests.column("arrival_s")

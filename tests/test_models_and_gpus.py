@@ -221,25 +221,29 @@ def test_an_engine_names_a_config_json_relative_to_itself(tmp_path):
     assert get_model(cfg.time_model.model).num_experts == 128
 
 
-def test_plan_writes_the_roofline_and_round_trips(tmp_path):
+def test_plan_writes_the_roofline_and_round_trips(tmp_path, monkeypatch):
     out = tmp_path / "plan.toml"
     r = _run("plan", "--model", "qwen3-30b-a3b", "--gpu", "H100", "--tp", "2", "--out", out)
     assert r.exit_code == 0, r.output
     doc = tomllib.loads(out.read_text())
-    from aisim.config.keys import TIME_MODEL_KEYS, defaults
+    from aisim.config.keys import TIME_MODEL_KEYS
 
-    fitted = {k: defaults(TIME_MODEL_KEYS)[k] for k in ("overhead_s", "overhead_per_req_s", "compute_efficiency",
-                                                         "attention_efficiency", "bandwidth_efficiency")}
-    assert doc["time_model"] == {"kind": "roofline", "gpu": "H100", "model": "qwen3-30b-a3b", "tp": 2, **fitted}
+    fitted = {k.name: k.default for k in TIME_MODEL_KEYS if k.fitted}
+    # The API server in front: vllm serve's (TIME_MODEL_KEYS frontend, on for a roofline).
+    assert doc["time_model"] == {"kind": "roofline", "gpu": "H100", "model": "qwen3-30b-a3b", "tp": 2,
+                                 "frontend": True, **fitted}
     # vllm serve's limits on an H100 (80 GB, not an A100): 8,192 tokens, 1,024 sequences.
     assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == (8192, 1024)
     r = _run("config", "validate", out)
     assert r.exit_code == 0 and "valid" in r.output
-    # TOML on stdout is valid TOML: the notes are its comment lines.
+    # TOML on stdout is valid TOML: the notes are its comment lines; a path in it is relative to the
+    # current directory, where a redirection writes it.
+    monkeypatch.chdir(tmp_path)
     r = _run("plan", "--model", _hf("deepseek-r1.json"), "--gpu", "B200", "--tp", "8")
     assert r.exit_code == 0, r.output
     doc = tomllib.loads(r.stdout)
-    assert doc["time_model"]["gpu"] == "B200" and doc["model"] == _hf("deepseek-r1.json")
+    assert doc["time_model"]["gpu"] == "B200" and doc["model"] == os.path.relpath(_hf("deepseek-r1.json"), tmp_path)
+    assert not os.path.isabs(doc["time_model"]["model"])
     assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == (16384, 1024)   # >= 160 GB
     assert r.stdout.startswith("# Engine configuration planned by aisim.\n")
     path = tmp_path / "stdout.toml"

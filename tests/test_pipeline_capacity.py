@@ -2,9 +2,9 @@
 
 Two models, each with its own trace, on the hand model of ``test_capacity.py`` (every step
 10 ms, a request holds its slot 100 ms, ``max_num_seqs`` 1).  Model ``a``: 21 requests 1 s
-apart; every TTFT within 215 ms needs gaps above 89.5 ms (``test_capacity``).  Model ``b``: 11
-requests 0.5 s apart; request k's TTFT is T + kS - T ceil(k g / T), so k = 10 binds:
-ceil(1000 g) >= 80, gaps above 79 ms, a rate below 1 / 0.079 requests/s.
+apart; every TTFT within 215 ms needs gaps above 89.75 ms (``test_capacity``).  Model ``b``: 11
+requests 0.5 s apart; request k's TTFT, counted from its send, is T + k (S - g), so k = 10 binds:
+gaps above 79.5 ms, a rate below 1 / 0.0795 requests/s.
 """
 
 import json
@@ -28,7 +28,7 @@ from test_capacity import ENGINE
 from test_pipeline_common import dump
 
 GAPS = {"a": (1.0, 21), "b": (0.5, 11)}
-HAND_GAP = {"a": 0.0895, "b": 0.079}
+HAND_GAP = {"a": 0.08975, "b": 0.0795}
 RATE = "[capacity.rate]\nby = 'rate_scale'\nrel_tol = 0.01\n"
 SLO = "[capacity.slo]\nttft_s = 0.215\nattainment = 1.0\n"
 # The columns a search fills whoever runs it (the others name the search and the run).

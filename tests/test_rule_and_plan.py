@@ -220,9 +220,9 @@ def test_config_validate_refuses_with_the_sentence(tmp_path):
 def test_plan_from_the_catalog():
     cfg, notes = plan_from_model("llama-3.1-8b", 80)
     assert cfg.enable_prefix_caching and cfg.block_size == 16
-    # 80 GiB x 0.9 - 2 x 8,029,995,008 B of weights - 1 GiB of activations, over 32 layers x 4,096 B x 16 tokens
-    # a block: exactly 28,694 blocks.
-    assert cfg.num_gpu_blocks == 28694
+    # 80 GiB x 0.92 (vllm serve's gpu_memory_utilization) - 2 x 8,029,995,008 B of weights - 1 GiB of
+    # activations, over 32 layers x 4,096 B x 16 tokens a block: 61,893,666,406 B / 2,097,152 B, 29,513 blocks.
+    assert cfg.num_gpu_blocks == 29513
     cfg, notes = plan_from_model("glm-5.3-flash", 80)
     assert cfg.block_size == 2176 and not cfg.enable_prefix_caching
     assert "probe evidence" in notes[0]

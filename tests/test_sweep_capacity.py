@@ -4,14 +4,14 @@ The hand model of ``test_capacity.py``: every step 10 ms (T), a request (16-toke
 outputs) holds a sequence slot 100 ms (S); 21 requests 1 s apart.  Within TTFT <= 215 ms for
 every request, searched along ``rate_scale`` (gaps g = 1 s / f) with ``rel_tol`` 0.01:
 
-- ``max_num_seqs`` 1, a single server: TTFT_k = T + kS - T ceil(k g / T); k = 20 binds, gaps above
-  89.5 ms, rates below 11.173/s (``test_capacity``).  The bisection's bracket from 1, 2, 4, 8
-  (meet), 16 (fails) closes on [11.125, 11.1875]: the answer is 11.125.
+- ``max_num_seqs`` 1, a single server: TTFT_k = T + k (S - g), counted from the send of request k
+  (sent at k g, started at k S); k = 20 binds, gaps above 89.75 ms, rates below 11.142/s
+  (``test_capacity``).  The bisection's bracket from 1, 2, 4, 8 (meet), 16 (fails) closes on
+  [11.125, 11.1875]: the answer is 11.125.
 - ``max_num_seqs`` 2: requests alternate between two slots, request 2j starting at jS, so
-  TTFT_20 = T + 10 S - T ceil(20 g / T) <= 0.215 needs ceil(2000 g) >= 80, gaps above 39.5 ms,
-  rates below 25.316/s (the odd requests start one step later and are added one step later:
-  TTFT_19 = T ceil(g / T) + 9 S + T - T ceil(19 g / T) is 200 ms there).  Bracket 16 (meets),
-  32 (fails), closed on [25.25, 25.5]: the answer is 25.25.
+  TTFT_20 = T + 10 S - 20 g <= 0.215 needs gaps above 39.75 ms, rates below 25.157/s (the odd
+  requests start one step later: TTFT_19 = 2 T + 9 S - 19 g binds only above 37.1 ms).  Bracket
+  16 (meets), 32 (fails), closed on [25.0, 25.25]: the answer is 25.0.
 
 The KV pool (1024 or 2048 blocks) holds everything either way: it changes nothing, so those
 candidates tie on rate, GPUs and p99 TTFT and go in grid order.  At the trace's own rate every
@@ -40,8 +40,8 @@ from test_capacity import ENGINE
 GRID = "[grid]\nmax_num_seqs = [1, 2]\nnum_gpu_blocks = [1024, 2048]\n"
 CAPACITY = "[capacity]\n[capacity.slo]\nttft_s = 0.215\nattainment = 1.0\n" \
            "[capacity.rate]\nby = 'rate_scale'\nrel_tol = 0.01\n"
-HAND = {1: 11.125, 2: 25.25}        # the answers the bisection reaches (module docstring)
-BOUND = {1: 1 / 0.0895, 2: 1 / 0.0395}  # the hand thresholds they sit within 1 % below
+HAND = {1: 11.125, 2: 25.0}        # the answers the bisection reaches (module docstring)
+BOUND = {1: 1 / 0.08975, 2: 1 / 0.03975}  # the hand thresholds they sit within 1 % below
 # The columns a search fills whoever runs it (the others name the search and the run).
 SAME = [c for c in CAPACITY_POINTS.names if c not in ("search_id", "search") + TAGS]
 FILES = ["base.json", "sweep.toml", "trace.jsonl"]
@@ -84,7 +84,7 @@ def test_each_candidate_is_searched_and_the_ranking_goes_by_its_highest_rate(tmp
         assert BOUND[seqs] * 0.99 <= HAND[seqs] <= BOUND[seqs]
     assert [c.name for c in result.ranked] == ["c002", "c003", "c000", "c001"]
     assert load_engine_config(tmp_path / "best.toml").max_num_seqs == 2
-    assert "ranked by the highest rate within the [capacity] SLO: 25.250 requests/s" in \
+    assert "ranked by the highest rate within the [capacity] SLO: 25.000 requests/s" in \
         (tmp_path / "best.toml").read_text()
     db = tmp_path / "s.duckdb"
     assert _rows(db, "SELECT candidate, rank, capacity_rate_req_s FROM sweep_candidates ORDER BY candidate") == [
@@ -134,7 +134,7 @@ def test_the_command_shows_the_rate_and_says_what_ranks(tmp_path):
     assert answer["band_low_req_s"] < HAND[2] < answer["band_high_req_s"]
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync"])
     assert r.exit_code == 0, r.output
-    assert "capacity req/s" in r.output and "25.250" in r.output
+    assert "capacity req/s" in r.output and "25.000" in r.output
     assert "ranked by the highest rate within the [capacity] SLO" in " ".join(r.output.split())
 
 
@@ -267,6 +267,6 @@ def test_the_report_shows_the_rate_the_candidates_are_ranked_by(tmp_path):
     # Each rate with its band (the defaults' calibration: the engine has none of its own).
     bands = [f"({fmt_count(c['capacity_band_low_req_s'])}-{fmt_count(c['capacity_band_high_req_s'])})"
              for c in rd.sweep]
-    assert [r[:2] + r[3:4] for r in rows] == [["2", "c000", f"11.1/s {bands[0]}"], ["1", "c001", f"25.2/s {bands[1]}"]]
+    assert [r[:2] + r[3:4] for r in rows] == [["2", "c000", f"11.1/s {bands[0]}"], ["1", "c001", f"25/s {bands[1]}"]]
     assert "held-out errors of calibration 'aisim defaults'" in htmlmod.unescape(page)
     assert "Ranked by the highest rate within the [capacity] SLO (capacity)." in page

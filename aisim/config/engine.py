@@ -60,6 +60,9 @@ class TimeModel:
     time_scale: float = _T["time_scale"]
     calibration: dict | None = _T["calibration"]
     path: str | None = _T["path"]
+    frontend: bool = _T["frontend"]
+    frontend_per_request_s: float = _T["frontend_per_request_s"]
+    frontend_per_token_s: float = _T["frontend_per_token_s"]
 
     def relevant(self) -> dict:
         """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
@@ -67,6 +70,7 @@ class TimeModel:
                 "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
                              "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
                 "table": ("kind", "path")}[self.kind]
+        keep += ("frontend", "frontend_per_request_s", "frontend_per_token_s") if self.frontend else ("frontend",)
         out = {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
         if self.time_scale != 1.0:
             out["time_scale"] = self.time_scale
@@ -381,7 +385,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
 def _relative(path: str, source) -> str:
     """``path`` relative to the directory of the configuration file ``source``, when it is a file."""
     if source and not os.path.isabs(path) and os.path.exists(os.path.dirname(os.path.abspath(source))):
-        return os.path.join(os.path.dirname(os.path.abspath(source)), path)
+        return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(source)), path))
     return path
 
 
@@ -397,6 +401,10 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
             from aisim.config.calibration import parse_calibration
 
             out[k] = parse_calibration(v, _where(source))
+        elif k == "frontend":
+            if not isinstance(v, bool):
+                raise ConfigError(f"'time_model.frontend'{_where(source)} must be true or false, got {v!r}")
+            out[k] = v
         elif k == "tp":
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"'time_model.tp'{_where(source)} must be a positive integer, got {v!r}")
@@ -411,6 +419,9 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     kind = out.setdefault("kind", "roofline" if "gpu" in out else "linear")
     if kind not in ("linear", "roofline", "table"):
         raise ConfigError(f"'time_model.kind'{_where(source)} must be linear, roofline or table, got {kind!r}")
+    # A GPU's step times (roofline, a measured table) are served behind the API server; a linear
+    # model's constants are an engine's alone (TIME_MODEL_KEYS "frontend").
+    out.setdefault("frontend", kind != "linear")
     for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")

@@ -137,6 +137,14 @@ TIME_MODEL_KEYS = (
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),
+    ConfigKey("frontend", None, "requests of a trace clocked in seconds pass vLLM's API server (one serial queue, "
+              "aisim/perf/frontend.py) before the engine sees them, as under `vllm serve`; false: engine only, as "
+              "vLLM's offline `LLM` (and the oracle's recorder, whose step times a `linear` model holds)",
+              shown="`true` for `roofline` and `table`, `false` for `linear`"),
+    ConfigKey("frontend_per_request_s", 0.0078, "API server: seconds per request before the engine sees it "
+              "(fitted)", fitted=True),
+    ConfigKey("frontend_per_token_s", 7.4e-6, "API server: seconds per prompt token before the engine sees it "
+              "(fitted)", fitted=True),
 )
 
 # Keys of ``speculative``: vLLM's SpeculativeConfig as far as the scheduler sees it, plus what the

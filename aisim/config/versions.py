@@ -16,6 +16,22 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 CHECKPOINT_GEOMETRY_VERSIONS = frozenset({"0.32.0", "0.33.0"})
 
 
+# What ``vllm serve`` of each release starts with where aisim's engine keys default otherwise
+# (``aisim plan`` writes them; the batch limits by GPU are aisim.plan.serve_batch_defaults):
+# - async_scheduling: ``SchedulerConfig.async_scheduling`` is None until ``VllmConfig.__post_init__``
+#   (vllm/config/vllm.py) turns it on, unless a pooling model, a speculative method or executor that
+#   cannot run it, or pipeline parallelism on the V1 runner turns it off (0.31.0, 0.32.0, 0.33.0 alike);
+# - block_size: ``CacheConfig.DEFAULT_BLOCK_SIZE`` (vllm/config/cache.py), raised for hybrid models
+#   (aisim.config.geometry.kv_cache_groups);
+# - gpu_memory_utilization: the ``CacheConfig`` field's default (vllm/config/cache.py), which
+#   ``EngineArgs`` takes (vllm/engine/arg_utils.py).
+SERVE_DEFAULTS = {
+    "0.31.0": {"async_scheduling": True, "block_size": 16, "gpu_memory_utilization": 0.92},
+    "0.32.0": {"async_scheduling": True, "block_size": 16, "gpu_memory_utilization": 0.92},
+    "0.33.0": {"async_scheduling": True, "block_size": 16, "gpu_memory_utilization": 0.92},
+}
+
+
 def is_supported(version) -> bool:
     """Whether aisim models the rules of vLLM ``version``."""
     return version in SUPPORTED_VLLM_VERSIONS

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 from aisim.config.overrides import set_option
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -19,10 +22,13 @@ from aisim.config.overrides import set_option
 @click.option("--max-model-len", type=int,
               help="Longest sequence (with --model; default: the model's context length, as vllm serve, "
                    "cut to the longest that fits the KV cache).")
+@click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
+              help="The release vllm serve runs (with --model; default: the newest): its start-up defaults "
+                   "(async scheduling, gpu_memory_utilization, batch limits) are the plan's.")
 @set_option()
-@out_option("--out", "out_path", help="Write the engine configuration (TOML).")
+@out_option("--out", "out_path", help="Write the engine configuration (TOML; paths relative to it).")
 @format_option("toml", default="toml")
-def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, sets, out_path, fmt):
+def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, sets, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import write_atomic_text
@@ -31,12 +37,15 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, sets,
     try:
         if (probe_path is None) == (model is None):
             raise click.UsageError("give exactly one of --probe and --model")
+        if probe_path and vllm_version:
+            raise click.UsageError("--vllm-version goes with --model; a probe names its own release")
         if probe_path:
             cfg, notes = plan_from_probe(load_probe(probe_path))
         else:
             if gpu_memory_gib is None and gpu is None:
                 raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
-            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
+            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype,
+                                         vllm_version=vllm_version)
         if sets:
             from aisim.config.overrides import apply_engine, describe_sets, parse_sets, split_sets
 
@@ -45,7 +54,7 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, sets,
                 raise click.UsageError("a plan is an engine configuration: --set takes engine keys here")
             cfg = apply_engine(cfg, overrides)
             notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
-        text = engine_toml(cfg, notes)
+        text = engine_toml(cfg, notes, os.path.dirname(os.path.abspath(out_path)) if out_path else None)
         if out_path:
             write_atomic_text(out_path, [text])
     except AisimError as exc:

@@ -32,6 +32,7 @@ Probe schema (JSON)::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -41,6 +42,7 @@ from aisim.config.keys import ENGINE_KEYS, defaults
 from aisim.config.kvgroups import GROUP_DEFAULTS, STATE_KINDS
 from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_problems, probe_cold_reason,
                                unmodeled_version_note)
+from aisim.config.versions import DEFAULT_VLLM_VERSION, SERVE_DEFAULTS, SUPPORTED_VLLM_VERSIONS, version_code
 from aisim.config.toml_out import dumps
 from aisim.errors import ConfigError
 from aisim.perf.moe_kernel import expert_kernel
@@ -195,23 +197,25 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     return engine_config_from_dict(cold, source="the probe"), notes
 
 
-def serve_batch_defaults(gpu) -> dict:
+def serve_batch_defaults(gpu, vllm_version: str = DEFAULT_VLLM_VERSION) -> dict:
     """``max_num_batched_tokens`` and ``max_num_seqs`` that ``vllm serve`` picks on ``gpu``.
 
     vLLM's ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``) for the OpenAI API
-    server: 16,384 tokens and 1,024 sequences from 160 GiB of device memory on, 8,192 and 1,024
-    from 70 GiB on unless the GPU is an A100, else 2,048 and 256.
+    server (``UsageContext.OPENAI_API_SERVER``; the offline ``LLM`` class gets larger token
+    budgets): 16,384 tokens and 1,024 sequences from 160 GiB of device memory on, 8,192 and 1,024
+    from 70 GiB on unless the GPU is an A100 (or, from 0.33.0, a GB10), else 2,048 and 256.
     """
+    name = gpu.name.lower()
     if gpu.memory_gib >= 160:
         return {"max_num_batched_tokens": 16384, "max_num_seqs": 1024}
-    if gpu.memory_gib >= 70 and "a100" not in gpu.name.lower():
+    if gpu.memory_gib >= 70 and "a100" not in name and not (version_code(vllm_version) >= 33 and "gb10" in name):
         return {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
     return {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 
 
 def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1, max_model_len: int | None = None,
-                    gpu_memory_utilization: float = 0.9, gpu: str | None = None,
-                    dtype: str | None = None) -> tuple[EngineConfig, list[str]]:
+                    gpu_memory_utilization: float | None = None, gpu: str | None = None,
+                    dtype: str | None = None, vllm_version: str | None = None) -> tuple[EngineConfig, list[str]]:
     """Plan from a model (catalog or ``config.json``): geometry, pool, scheduler limits, step times.
 
     Parameters
@@ -224,13 +228,17 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         Tensor-parallel size (heads and weights are split across GPUs).
     max_model_len : int, optional
         Default: ``vllm serve``'s, the model's context length (:func:`plan_max_model_len`).
-    gpu_memory_utilization : float
-        Share of the GPU's memory vLLM may use (its default, 0.9).
+    gpu_memory_utilization : float, optional
+        Share of the GPU's memory vLLM may use; default: ``vllm serve``'s for the release
+        (:data:`aisim.config.versions.SERVE_DEFAULTS`).
     gpu : str, optional
         Catalog GPU: the plan gets the roofline step time of the model on ``tp`` of them and
         ``vllm serve``'s batch limits for that GPU (:func:`serve_batch_defaults`).
     dtype : {"bf16", "fp8"}, optional
         Weights as served; default: the checkpoint's.
+    vllm_version : str, optional
+        The release ``vllm serve`` runs (default: the newest modelled): its start-up defaults
+        (async scheduling, ``gpu_memory_utilization``, the batch limits) are the plan's.
 
     Returns
     -------
@@ -243,7 +251,18 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
     model = get_model(name)
+    if is_config_path(name):
+        # Named in the notes by its file and directory, not the absolute path (a plan moves with its files).
+        parent = os.path.basename(os.path.dirname(os.path.abspath(name)))
+        model = dataclasses.replace(model, name=f"{parent}/{os.path.basename(name)}" if parent else
+                                    os.path.basename(name))
     spec = get_gpu(gpu) if gpu is not None else None
+    version = vllm_version or DEFAULT_VLLM_VERSION
+    if version not in SUPPORTED_VLLM_VERSIONS:
+        raise ConfigError(f"vllm_version {version!r} is not one aisim models ({', '.join(SUPPORTED_VLLM_VERSIONS)})")
+    serve = SERVE_DEFAULTS[version]
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = serve["gpu_memory_utilization"]
     if dtype is not None and dtype not in ("bf16", "fp8"):
         raise ConfigError(f"dtype must be bf16 or fp8, got {dtype!r}")
     if gpu_memory_gib is None:
@@ -265,12 +284,15 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         raise ConfigError(f"{model.name} does not fit {where} x TP {tp}: its weights leave "
                           f"{max(kv, 0) / (1 << 30):.1f} GiB for the KV cache")
     grouped = sum(g["count"] for g in groups) > 1
-    notes = [f"{model.name} on {where} x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache, "
-             f"{blocks} blocks of {bs} tokens"]
+    notes = [f"{model.name} on {where} x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache at "
+             f"gpu_memory_utilization {gpu_memory_utilization:g}, {blocks} blocks of {bs} tokens"]
     model_name = os.path.abspath(name) if is_config_path(name) else model.name
-    raw = {"model": model_name, "block_size": bs, "num_gpu_blocks": blocks, "kv_cache_groups": groups}
+    raw = {"model": model_name, "vllm_version": version, "block_size": bs, "num_gpu_blocks": blocks,
+           "kv_cache_groups": groups, "async_scheduling": serve["async_scheduling"]}
+    notes.append(f"vllm serve {version}'s start-up: async scheduling {'on' if serve['async_scheduling'] else 'off'}"
+                 + (", the API server in front of the engine" if spec is not None else ""))
     if spec is not None:
-        raw.update(serve_batch_defaults(spec))
+        raw.update(serve_batch_defaults(spec, version))
         raw["time_model"] = {"kind": "roofline", "gpu": spec.name, "tp": tp}
         if dtype is not None:
             raw["time_model"]["dtype"] = dtype
@@ -329,8 +351,15 @@ def plan_max_model_len(model, raw: dict, asked: int | None, where: str, tp: int)
                   "fits, the estimate its start-up error names")
 
 
-def engine_toml(cfg: EngineConfig, notes) -> str:
-    """The plan as an engine configuration file, its notes as comments and ``plan_notes``."""
+def engine_toml(cfg: EngineConfig, notes, base_dir: str | os.PathLike | None = None) -> str:
+    """The plan as an engine configuration file, its notes as comments and ``plan_notes``.
+
+    ``base_dir``: the directory the file is written to (default: the current one).  A path the
+    plan names (a model's ``config.json``, a profile table) is written relative to it, as the
+    configuration loader reads it (:func:`aisim.config.engine.engine_config_from_dict`: relative
+    to the file), so the plan moves with its files and loads from any directory.
+    """
+    base = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
     d = cfg.to_dict()
     doc = {k: d[k] for k in (
         "model", "vllm_version", "num_gpu_blocks", "block_size", "max_model_len", "max_num_seqs",
@@ -341,6 +370,9 @@ def engine_toml(cfg: EngineConfig, notes) -> str:
     if not any(g["type"] in STATE_KINDS for g in d["resolved_groups"]):
         doc.pop("mamba_cache_mode")
     doc["time_model"] = cfg.time_model.relevant()
+    for part, key in ((doc, "model"), (doc["time_model"], "model"), (doc["time_model"], "path")):
+        if isinstance(part.get(key), str) and os.path.isabs(part[key]):
+            part[key] = os.path.relpath(part[key], base).replace(os.sep, "/")
     doc["kv_cache_groups"] = [dict(g) for g in d["kv_cache_groups"]]
     for k in cfg.raw:  # any other key the plan declares (aisim plan --set): written, never dropped
         if k not in doc and d.get(k) is not None:

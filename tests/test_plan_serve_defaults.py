@@ -1,0 +1,87 @@
+"""``aisim plan`` writes what ``vllm serve`` of the chosen release starts with, and no absolute path."""
+
+import os
+import shutil
+import tomllib
+
+import pytest
+from click.testing import CliRunner
+
+from aisim.cli import main
+from aisim.config.engine import load_engine_config
+from aisim.config.versions import SERVE_DEFAULTS, SUPPORTED_VLLM_VERSIONS
+from aisim.plan import plan_from_model
+
+HF = os.path.join(os.path.dirname(__file__), "data", "hf")
+
+
+def _run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_the_serve_defaults_of_each_release_are_pinned():
+    # Read from the wheels: vllm/config/vllm.py VllmConfig.__post_init__ turns async scheduling on
+    # when unset (0.31.0, 0.32.0 and 0.33.0 alike); vllm/config/cache.py: DEFAULT_BLOCK_SIZE 16,
+    # gpu_memory_utilization 0.92.
+    assert SERVE_DEFAULTS == {v: {"async_scheduling": True, "block_size": 16, "gpu_memory_utilization": 0.92}
+                              for v in ("0.31.0", "0.32.0", "0.33.0")}
+    assert tuple(SERVE_DEFAULTS) == SUPPORTED_VLLM_VERSIONS
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VLLM_VERSIONS)
+def test_a_plan_writes_the_release_s_serve_defaults(tmp_path, version):
+    out = tmp_path / "plan.toml"
+    r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--vllm-version", version, "--out", out)
+    assert r.exit_code == 0, r.output
+    doc = tomllib.loads(out.read_text())
+    # H100: 80 GiB, not an A100: the API server's 8,192 tokens and 1,024 sequences
+    # (EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER).
+    assert (doc["vllm_version"], doc["async_scheduling"], doc["block_size"]) == (version, True, 16)
+    assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == (8192, 1024)
+    # The KV cache at gpu_memory_utilization 0.92: 80 GiB x 0.92 - 16,059,990,016 B of weights - 1 GiB of
+    # activations = 61,893,666,406 B, over 2,097,152 B a block (32 layers x 4,096 B x 16 tokens): 29,513.
+    assert doc["num_gpu_blocks"] == 29513
+    assert doc["time_model"]["frontend"] is True
+    cfg = load_engine_config(out)
+    assert cfg.async_scheduling and cfg.vllm_version == version
+
+
+def test_gpu_memory_utilization_given_overrides_the_release_s():
+    # 80 GiB x 0.9: 28,694 blocks (as vLLM's 0.9 of older releases gave).
+    cfg, _ = plan_from_model("llama-3.1-8b", 80, gpu_memory_utilization=0.9)
+    assert cfg.num_gpu_blocks == 28694
+
+
+def test_a_probe_names_its_own_release():
+    r = _run("plan", "--probe", "x.json", "--vllm-version", "0.31.0")
+    assert r.exit_code == 2 and "--vllm-version goes with --model" in r.output
+
+
+def test_a_written_plan_holds_no_absolute_path_and_loads_from_any_directory(tmp_path, monkeypatch):
+    # The plan and its model's config.json side by side; copied elsewhere together, the copy loads
+    # from a third directory (the config.json found next to the plan, not where it was planned).
+    src = tmp_path / "a"
+    src.mkdir()
+    shutil.copy(os.path.join(HF, "qwen3-30b-a3b.json"), src / "config.json")
+    r = _run("plan", "--model", src / "config.json", "--gpu", "H100", "--out", src / "plan.toml")
+    assert r.exit_code == 0, r.output
+    text = (src / "plan.toml").read_text()
+    assert str(tmp_path) not in text
+    doc = tomllib.loads(text)
+    assert doc["model"] == "config.json" and doc["time_model"]["model"] == "config.json"
+    dst = tmp_path / "b" / "nested"
+    dst.mkdir(parents=True)
+    shutil.copy(src / "plan.toml", dst / "plan.toml")
+    shutil.copy(src / "config.json", dst / "config.json")
+    shutil.rmtree(src)
+    elsewhere = tmp_path / "c"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cfg = load_engine_config(os.path.join("..", "b", "nested", "plan.toml"))
+    assert cfg.time_model.model == str(dst / "config.json")
+    assert (cfg.num_gpu_blocks, cfg.max_num_seqs) == (doc["num_gpu_blocks"], 1024)
+    # A plan written into a subdirectory names the config.json relative to it.
+    r = _run("plan", "--model", dst / "config.json", "--gpu", "H100", "--out", elsewhere / "sub" / "p.toml")
+    assert r.exit_code == 0, r.output
+    assert tomllib.loads((elsewhere / "sub" / "p.toml").read_text())["model"] == "../../b/nested/config.json"
+    assert load_engine_config(elsewhere / "sub" / "p.toml").time_model.model == str(dst / "config.json")
