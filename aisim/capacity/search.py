@@ -381,14 +381,47 @@ def monotone_notes(points: list, rising: bool) -> list:
     return notes
 
 
-def _apply_knobs(engine, knobs: dict, source: str):
-    """``engine`` with grid knobs applied (aisim sweep's knobs; ``"unset"`` removes the key)."""
-    from aisim.config.engine import engine_config_from_dict
-    from aisim.sweep.runner import apply_knobs
+def _applies(knob: str, layout) -> bool:
+    """Whether a grid knob sets something of ``layout`` (None: aggregated replicas; ``(p, d)``: a split):
+    ``router`` the aggregated replicas' router, ``prefill_router``/``decode_router`` a split's pools,
+    an engine knob every layout."""
+    from aisim.sweep.knobs import KNOBS, POOL_KNOBS
 
-    if not knobs:
-        return engine
-    return engine_config_from_dict(apply_knobs(engine.raw, knobs), source=source)
+    if KNOBS.get(knob) != "deployment":
+        return True
+    return (knob in POOL_KNOBS) == (layout is not None)
+
+
+def grid_points(engine, base, grid: dict, layouts):
+    """Every grid point of a smallest-deployment search, in search order.
+
+    Each layout is crossed with the grid's knobs that apply to it (:func:`_applies`), and each
+    point resolved by :func:`aisim.sweep.knobs.resolve`, the path a sweep's candidates take.
+
+    Yields
+    ------
+    tuple
+        ``(name, layout, knobs, point)``: ``g000`` ..., the layout, the knobs applied, and the
+        :class:`~aisim.sweep.knobs.Resolved` point (its deployment the layout's base, one multiple)
+        or the :class:`ConfigError` that refuses it.
+    """
+    from aisim.sweep.knobs import resolve
+
+    order = 0
+    for layout in layouts:
+        keys = [k for k in grid if _applies(k, layout)]
+        # The deployment the layout's multiples are taken of: the base's router on aggregated replicas.
+        dep = _layout_deployment(base, None, 1) if layout is None else base
+        for values in itertools.product(*(grid[k] for k in keys)):
+            knobs = dict(zip(keys, values))
+            name = f"g{order:03d}"
+            order += 1
+            try:
+                point = resolve(engine.raw, dep, knobs, f"candidate {name} {json.dumps(knobs, sort_keys=True)}",
+                                engine=engine)
+            except ConfigError as exc:
+                point = exc
+            yield name, layout, knobs, point
 
 
 def _layout_deployment(base, layout, k: int):
@@ -416,7 +449,9 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     max_replicas : int
         The most replicas tried (both pools of a split counted).
     grid : dict, optional
-        Engine knob -> list of values (``aisim sweep``'s knobs); every combination is a grid point.
+        Knob -> list of values (:data:`aisim.sweep.knobs.SPEC_KNOBS` ``["capacity"]``: the engine's
+        keys, ``router`` of aggregated replicas, ``prefill_router`` and ``decode_router`` of splits);
+        every combination of the knobs that apply to a layout is a grid point of it.
     splits : sequence of (int, int)
         Prefill/decode splits: ``(p, d)`` is tried as ``k * p`` prefill and ``k * d`` decode
         replicas, ``k`` bisected.  They need a disaggregated ``deployment`` (its link and pools).
@@ -461,7 +496,11 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     layouts = ([None] if aggregated else []) + splits
     if not layouts:
         raise ConfigError("'fleet.aggregated' is false and no 'fleet.splits' are given: nothing to try")
-    keys = list(grid)
+    from aisim.capacity.spec import check_layout_knobs
+    from aisim.sweep.knobs import check_grid
+
+    check_grid(grid, "capacity", "", "fleet.grid.")
+    check_layout_knobs(grid, aggregated, splits)
     sid = search_id("deployment", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
                                          "slo": slo.to_dict(), "grid": grid, "splits": splits,
                                          "aggregated": aggregated, "max_replicas": max_replicas, "load": load,
@@ -470,18 +509,13 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     best = []  # (gpus, gpu_hours, order, point) of each grid point's smallest deployment
     try:
-        order = 0
-        for layout, values in itertools.product(layouts, itertools.product(*(grid[k] for k in keys))):
-            cand = f"g{order:03d}"
-            knobs = dict(zip(keys, values))
+        for order, (cand, layout, knobs, point) in enumerate(grid_points(engine, base, grid, layouts), 1):
             shown = {**knobs, "layout": "aggregated" if layout is None else list(layout)}
             row = {"candidate": cand, "knobs": json.dumps(shown, sort_keys=True)}
-            order += 1
-            try:
-                eng = _apply_knobs(engine, knobs, f"candidate {cand} {json.dumps(knobs, sort_keys=True)}")
-            except ConfigError as exc:
-                ev.refused(str(exc), **row)
+            if isinstance(point, ConfigError):
+                ev.refused(str(point), **row)
                 continue
+            eng = point.engine
             fault = check_trace(trace, eng)
             if fault is not None:
                 ev.refused(f"the trace cannot be replayed on it: {fault}", **row)
@@ -492,7 +526,7 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
                 ev.refused(f"the split {list(layout)} needs {size} replicas, more than max_replicas {max_replicas}",
                            **row)
                 continue
-            found = _bisect_replicas(ev, eng, base, layout, top, {**load}, row)
+            found = _bisect_replicas(ev, eng, point.deployment, layout, top, {**load}, row)
             mine = [p for p in ev.points if p["candidate"] == cand]
             result.notes.extend(f"{cand}: {n}" for n in monotone_notes(mine, rising=True))
             if found is not None:

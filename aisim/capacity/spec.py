@@ -274,7 +274,7 @@ def _rate(raw, where: str, prefix: str = "") -> dict:
 
 def _fleet(raw, where: str, prefix: str = "") -> dict:
     from aisim.config.deployment import MAX_REPLICAS
-    from aisim.sweep.runner import check_grid
+    from aisim.sweep.knobs import check_grid
     from aisim.traces.load import check_load
 
     p = f"{prefix}fleet."
@@ -299,10 +299,25 @@ def _fleet(raw, where: str, prefix: str = "") -> dict:
     grid = raw.get("grid", {})
     if not isinstance(grid, dict):
         raise ConfigError(f"'{p}grid'{where} must be a table of knob = [values]")
-    check_grid(grid, where, f"{p}grid.")
+    check_grid(grid, "capacity", where, f"{p}grid.")
+    check_layout_knobs(grid, agg, splits, where, p)
     load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, p)
     return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
             "grid": {k: list(v) for k, v in grid.items()}, "load": load}
+
+
+def check_layout_knobs(grid: dict, aggregated: bool, splits, where: str = "", prefix: str = "fleet.") -> None:
+    """Refuse a router knob of a layout the search does not try: ``router`` sets the aggregated
+    replicas' router, ``prefill_router`` and ``decode_router`` a split's pools."""
+    from aisim.sweep.knobs import POOL_KNOBS
+
+    for k in grid:
+        if k == "router" and not aggregated:
+            raise ConfigError(f"'{prefix}grid.router'{where} sets the router of aggregated replicas, and "
+                              f"'{prefix}aggregated' is false: vary 'prefill_router' or 'decode_router' for splits")
+        if k in POOL_KNOBS and not splits:
+            raise ConfigError(f"'{prefix}grid.{k}'{where} sets a pool of a prefill/decode split, and no "
+                              f"'{prefix}splits' are given: give splits (and a disaggregated deployment)")
 
 
 def read_spec_trace(spec: CapacitySpec):

@@ -84,16 +84,11 @@ from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
-from aisim.config.keys import ENGINE_KEYS
-from aisim.sweep.deployments import DEPLOYMENT_KNOBS
+from aisim.sweep.knobs import LOAD_AXES, SPEC_KNOBS, UNSET  # noqa: F401  (UNSET: the grid's spelling)
 
-# Every top-level engine key but the notes a sweep writes itself, then the deployment's knobs.
-ENGINE_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
-GRID_KNOBS = ENGINE_KNOBS + tuple(DEPLOYMENT_KNOBS)
-# A grid value that removes the key from the base configuration (TOML has no null).
-UNSET = "unset"
-# The load axes of a [load] table (aisim.traces.load), one per sweep.
-LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
+# The knobs of a sweep's grid (aisim.sweep.knobs): every top-level engine key but the notes a sweep
+# writes itself, then the deployment's knobs; its [load] table varies LOAD_AXES.
+GRID_KNOBS = SPEC_KNOBS["sweep"]
 SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "best_deployment", "deployment", "trace",
         "grid", "load", "slo", "capacity")
@@ -311,8 +306,8 @@ def candidates(spec: SweepSpec) -> list:
         ``engine``, a refused one its ``reason``.  A load level is a knob too
         (``rate_scale``, ``poisson_rate`` or ``max_concurrency``).
     """
-    from aisim.config.engine import engine_config_from_dict
-    from aisim.sweep.deployments import candidate_deployment, deployment_gpus
+    from aisim.sweep.deployments import deployment_gpus
+    from aisim.sweep.knobs import resolve
 
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys)))
@@ -321,20 +316,18 @@ def candidates(spec: SweepSpec) -> list:
         knobs = dict(zip(keys, values))
         knobs.update({k: v for k, v in load.items() if k != "seed"})
         name = f"c{i:03d}"
-        cfg = apply_knobs(spec.base, dict(zip(keys, values)))
         cand = Candidate(name=name, knobs=knobs, load=load)
         source = f"candidate {name} {json.dumps(knobs, sort_keys=True)}"
         try:
-            engine = engine_config_from_dict(cfg, source=source)
-            fleet = candidate_deployment(spec.deployment, knobs, source) if spec.deployment is not None else None
-            gpus = deployment_gpus(fleet, engine)
+            point = resolve(spec.base, spec.deployment, knobs, source)
+            gpus = deployment_gpus(point.deployment, point.engine)
         except ConfigError as exc:
             cand.reason = str(exc)
         else:
-            cand.config = cfg
-            cand.engine = engine
-            cand.deployment = fleet
-            cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
+            cand.config = point.config
+            cand.engine = point.engine
+            cand.deployment = point.deployment
+            cand.cost_tokens = point.engine.num_gpu_blocks * point.engine.block_size
             cand.gpus = gpus
         out.append(cand)
     return out
@@ -358,37 +351,11 @@ def check_trace_table(trace, keys: tuple, where: str = "") -> None:
 
 
 def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
-    """A ConfigError naming the first knob of ``grid`` that is unknown, or whose values are not a
-    non-empty list of distinct values (``prefix``: the grid's key in its spec)."""
-    for k, vals in grid.items():
-        if k not in GRID_KNOBS:
-            raise ConfigError(f"unknown knob '{prefix}{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
-        if not isinstance(vals, list) or not vals:
-            raise ConfigError(f"'{prefix}{k}'{where} must be a non-empty list of values")
-        if len(set(map(json.dumps, vals))) != len(vals):
-            raise ConfigError(f"'{prefix}{k}'{where} repeats a value")
+    """A ConfigError naming the first knob of a sweep's ``grid`` that is unknown, or whose values are
+    not a non-empty list of distinct values (:func:`aisim.sweep.knobs.check_grid`)."""
+    from aisim.sweep.knobs import check_grid as check
 
-
-def apply_knobs(base: dict, knobs: dict) -> dict:
-    """The engine configuration ``base`` (a dict) with grid ``knobs`` applied; ``base`` is left as it is.
-
-    A knob's value replaces the base's (a table whole); ``"unset"`` removes the key (its default
-    applies); a ``kv_cache_bytes`` knob drops the base's ``num_gpu_blocks`` (it sizes the pool
-    instead).  Deployment knobs and load levels are not engine keys and are skipped.
-    """
-    from aisim.traces.load import LOAD_KEYS
-
-    cfg = dict(base)
-    for k, v in knobs.items():
-        if k in DEPLOYMENT_KNOBS or k in LOAD_KEYS:
-            continue
-        if v == UNSET:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    if knobs.get("kv_cache_bytes", UNSET) != UNSET:
-        cfg.pop("num_gpu_blocks", None)
-    return cfg
+    check(grid, "sweep", where, prefix)
 
 
 def rejects_too_long(spec: SweepSpec) -> bool:
