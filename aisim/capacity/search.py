@@ -58,6 +58,7 @@ class Point:
 
     row: dict
     axis: float = math.nan
+    summary: dict | None = field(default=None, repr=False)  # the replay's summary (None: refused)
 
     def __getitem__(self, name: str):
         return self.row[name]
@@ -90,6 +91,9 @@ class CapacityResult:
         every observation against monotonicity (:func:`monotone_notes`).
     tags : dict
         ``run_id``, ``shard_id`` and ``model`` of the pipeline run that ran the search (empty: none).
+    floor : str or None
+        Why no rate meets the SLO, when even one request at a time fails it (:func:`floor_note`;
+        also the first of ``notes``).
     """
 
     search_id: str
@@ -100,6 +104,7 @@ class CapacityResult:
     answer: Point | None = None
     notes: list = field(default_factory=list)
     tags: dict = field(default_factory=dict)
+    floor: str | None = None
 
     def rows(self) -> list:
         """Every point as a full ``capacity_points`` row (column order of the catalogue)."""
@@ -193,7 +198,7 @@ class _Evaluator:
             for p in ("p50", "p99"):
                 out[f"{lat}_{p}_s"] = s[f"{lat}_s"][p]
         out.update(row)
-        point = Point(out, axis)
+        point = Point(out, axis, s)
         self.points.append(point)
         return point
 
@@ -315,7 +320,13 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
                 lo = p
         else:
             hi = p
-            while len(ev.points) < max_points:
+            # The floor: every rate above zero is judged against what an idle engine gives.  No rate
+            # can beat one request at a time (the limit of a rate going to zero), so if that fails,
+            # halving would only spend the budget.
+            floor = ev(engine, deployment, {"max_concurrency": 1}, "floor", 0.0, rate_req_s=None)
+            if not floor.meets:
+                hi = None
+            while hi is not None and len(ev.points) < max_points:
                 p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
                 if p.meets:
                     lo = p
@@ -333,7 +344,10 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
         ev.close()
     result.points = ev.points
     unit = "requests/s" if by == "poisson_rate" else "x the trace's rate"
-    if lo is None:
+    if lo is None and hi is None:  # the floor fails: no rate meets the SLO
+        result.floor = floor_note(ev.points[-1], slo)
+        result.notes.append(result.floor)
+    elif lo is None:
         result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO (budget of {max_points} points)")
     elif hi is None:
         result.notes.append(f"every rate up to {lo.axis:.6g} {unit} meets the SLO: the answer is a lower bound "
@@ -344,8 +358,54 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     if lo is not None:
         lo.row["answer"] = True
         result.answer = lo
-    result.notes.extend(monotone_notes(result.points, rising=False))
+        short = steady_state_note(lo, trace.num_rows)
+        if short is not None:
+            result.notes.append(short)
+    result.notes.extend(monotone_notes([p for p in result.points if p["phase"] != "floor"], rising=False))
     return result
+
+
+def floor_note(floor: Point, slo: Slo) -> str:
+    """Why no rate meets ``slo``: what the floor point (one request at a time) gave, in the SLO's terms.
+
+    ``even an idle engine gives P99 TTFT 608 ms (SLO 500 ms) on this trace: no rate meets the SLO``.
+    """
+    from aisim.capacity.slo import LIMITS
+
+    parts = []
+    for key, limit in slo.limits.items():
+        lat, p = LIMITS[key]
+        value = floor.summary[lat][p]
+        if value is None or not value <= limit:
+            shown = f"{value * 1e3:.3g} ms" if value is not None else "none"
+            parts.append(f"{p.upper()} {lat[:-2].upper()} {shown} (SLO {limit * 1e3:.3g} ms)")
+    if slo.attainment is not None and floor["attainment"] < slo.attainment:
+        within = ", ".join(f"{k} <= {v:g}" for k, v in slo.thresholds.items()) or "finished"
+        parts.append(f"{floor['attainment']:.4g} of requests within {within} (SLO {slo.attainment:.4g})")
+    what = " and ".join(parts) if parts else floor["reason"]
+    return (f"even an idle engine (one request at a time, point {floor['point']}) gives {what} on this trace: "
+            "no rate meets the SLO")
+
+
+# A replay reaches a steady state when its arrivals span many request lifetimes: the engine then
+# holds as many requests as a long run at that rate would (Little's law: rate x latency in flight).
+# Fewer than this many median end-to-end latencies and the answer comes from the start-up transient.
+STEADY_LIFETIMES = 10
+
+
+def steady_state_note(answer: Point, requests: int) -> str | None:
+    """A warning when the answer's arrivals span fewer than :data:`STEADY_LIFETIMES` median E2E
+    latencies (the trace window is too short to reach a steady state); None otherwise."""
+    rate, e2e = answer["rate_req_s"], answer["e2e_p50_s"]
+    if rate is None or not rate > 0 or e2e is None or not e2e > 0 or requests < 2:
+        return None
+    span = (requests - 1) / rate
+    if span >= STEADY_LIFETIMES * e2e:
+        return None
+    return (f"the trace is too short for a steady state: at {rate:.6g} requests/s its {requests} requests arrive "
+            f"over {span:.4g} s, {span / e2e:.2g} median E2E latencies ({e2e:.4g} s), fewer than "
+            f"{STEADY_LIFETIMES}; the answer comes from the start-up transient and may be optimistic: give a "
+            "longer trace")
 
 
 def monotone_notes(points: list, rising: bool) -> list:
@@ -375,7 +435,7 @@ def monotone_notes(points: list, rising: bool) -> list:
                 continue
             if b.meets and not a.meets:
                 notes.append(f"not monotone: {b.axis:.6g} meets the SLO but {a.axis:.6g} fails it")
-            elif b["attainment"] > a["attainment"]:
+            elif a["attainment"] is not None and b["attainment"] is not None and b["attainment"] > a["attainment"]:
                 notes.append(f"attainment not monotone: {b['attainment']:.4g} at {b.axis:.6g} but "
                              f"{a['attainment']:.4g} at {a.axis:.6g}")
     return notes

@@ -8,14 +8,14 @@
     deployment = "fleet.toml"           # optional: a deployment file, or an inline table
     price_per_gpu_hour = 2.5            # optional: fills the cost columns
 
-    [trace]
-    path = "../examples/trace.jsonl"
+    [trace]                             # a sweep spec's keys (aisim.sweep.runner.trace_table)
+    path = "../examples/trace.jsonl"    # or paths = [one file]
     format = "oracle"                   # optional; options = {...} for the reader
 
-    [slo]                               # aisim.capacity.slo
+    [slo]                               # aisim.sweep.slo: the shape of every SLO
     ttft_s = 2.0
     tpot_s = 0.05
-    attainment = 0.95
+    attainment = 0.95                   # with thresholds; a percentile-only SLO has none
     ttft_p99_s = 1.0
 
     [rate]                              # question 1: the highest rate within the SLO
@@ -50,7 +50,6 @@ from aisim.errors import ConfigError
 
 QUESTION_KEYS = ("slo", "rate", "fleet", "price_per_gpu_hour")
 _TOP = ("name", "description", "database", "engine", "deployment", "trace") + QUESTION_KEYS
-_TRACE = ("path", "format", "options")
 _RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency")
 _FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed")
 
@@ -138,6 +137,9 @@ def question_from_dict(raw: dict, where: str = "", prefix: str = "") -> Question
     if price is not None and not _positive(price):
         raise ConfigError(f"'{prefix}price_per_gpu_hour'{where} must be a finite positive number, got {price!r}")
     slo = slo_from_dict(raw["slo"], where, prefix=f"{prefix}slo.")
+    if slo.thresholds and slo.attainment is None:
+        raise ConfigError(f"missing key '{prefix}slo.attainment'{where}: the share of requests that must meet the "
+                          f"thresholds ({', '.join(slo.thresholds)}), 0 < share <= 1 (a percentile-only SLO needs none)")
     if asked == ["rate"]:
         question, params = "rate", _rate(raw["rate"], where, prefix)
     else:
@@ -206,14 +208,11 @@ def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | Non
 
 
 def _trace(raw, base_dir: str, where: str) -> dict:
-    from aisim.sweep.runner import check_trace_table
+    """``[trace]``: a sweep spec's keys (:func:`aisim.sweep.runner.trace_table`), one file."""
+    from aisim.sweep.runner import trace_table
 
-    check_trace_table(raw, _TRACE, where)
-    path = raw.get("path")
-    if not isinstance(path, str) or not path:
-        raise ConfigError(f"'trace.path'{where} must name a trace file")
-    return {"path": os.path.abspath(os.path.join(base_dir, path)), "format": raw.get("format"),
-            "options": dict(raw.get("options", {}))}
+    t = trace_table(raw, where, base_dir, one=True)
+    return {"path": t["paths"][0], "format": t["format"], "options": t["options"]}
 
 
 def _deployment(raw, base_dir: str, where: str):

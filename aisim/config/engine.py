@@ -17,7 +17,7 @@ import math
 import os
 from dataclasses import InitVar, asdict, dataclass, field
 
-from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults, refuse_unknown
+from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults, refuse_inert, refuse_unknown
 from aisim.config.keys import where as _where
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 from aisim.errors import ConfigError
@@ -60,11 +60,9 @@ class TimeModel:
     path: str | None = _T["path"]
 
     def relevant(self) -> dict:
-        """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
-        keep = {"linear": ("kind", "base_s", "per_token_s", "per_req_s"),
-                "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
-                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
-                "table": ("kind", "path")}[self.kind]
+        """The keys that shape this kind of time model, in catalogue order (``None`` left out): those
+        whose :attr:`~aisim.config.keys.ConfigKey.kinds` hold it."""
+        keep = [k.name for k in TIME_MODEL_KEYS if k.kinds is None or self.kind in k.kinds]
         return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 
 
@@ -400,6 +398,7 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     kind = out.setdefault("kind", "roofline" if "gpu" in out else "linear")
     if kind not in ("linear", "roofline", "table"):
         raise ConfigError(f"'time_model.kind'{_where(source)} must be linear, roofline or table, got {kind!r}")
+    refuse_inert(tm, TIME_MODEL_KEYS, kind, "time_model.", _where(source), "time model")  # a constant it ignores
     for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")

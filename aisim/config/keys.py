@@ -34,6 +34,9 @@ class ConfigKey:
     fitted : bool, optional
         A constant set by a fit to measurements (``aisim calibrate``,
         ``benchmarks/timing_accuracy.py --fit``) rather than read from a datasheet or chosen.
+    kinds : tuple of str, optional
+        The kinds of its section (the router's, the time model's) the key acts on; given for another
+        kind it is refused (:func:`refuse_inert`).  None: every kind.
     """
 
     name: str
@@ -42,6 +45,7 @@ class ConfigKey:
     low: int | None = None
     shown: str | None = None
     fitted: bool = False
+    kinds: tuple | None = None
 
     def default_text(self) -> str:
         """The default as the documentation shows it."""
@@ -108,31 +112,35 @@ ENGINE_KEYS = (
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
 # 8 H200, Llama-3.1-8B FP8 on one) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100) are held out.  The
 # points, their sources and the errors: benchmarks/data/README.md.
+# The time-model kinds a key acts on.
+LINEAR, ROOFLINE, TABLE = ("linear",), ("roofline",), ("table",)
 TIME_MODEL_KEYS = (
     ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
               "`roofline`: from `model` on `tp` GPUs `gpu` (compute- or memory-bound, plus all-reduces); "
               "`table`: a profile at `path`", shown="`roofline` when `gpu` is set, else `linear`"),
-    ConfigKey("base_s", 0.01, "linear: seconds per step"),
-    ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token"),
-    ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request"),
-    ConfigKey("gpu", None, "roofline: a GPU of the catalog (table below)"),
+    ConfigKey("base_s", 0.01, "linear: seconds per step", kinds=LINEAR),
+    ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token", kinds=LINEAR),
+    ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request", kinds=LINEAR),
+    ConfigKey("gpu", None, "roofline: a GPU of the catalog (table below)", kinds=ROOFLINE),
     ConfigKey("model", None, "roofline: a catalog model or the path of a Hugging Face `config.json` (relative to "
-              "the configuration file)", shown="the engine's `model`"),
-    ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
+              "the configuration file)", shown="the engine's `model`", kinds=ROOFLINE),
+    ConfigKey("tp", 1, "tensor-parallel size: the roofline's, and every kind's GPUs per replica (the GPU "
+              "count of sweeps and capacity searches)", low=1),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
-              shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
-    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True),
+              shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)", kinds=ROOFLINE),
+    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True,
+              kinds=ROOFLINE),
     ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)",
-              fitted=True),
+              fitted=True, kinds=ROOFLINE),
     ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
-              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True),
+              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
     ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
-              "cache's dtype), in (0, 1] (fitted)", fitted=True),
+              "cache's dtype), in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
-              fitted=True),
+              fitted=True, kinds=ROOFLINE),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
-              "never extrapolated"),
+              "never extrapolated", kinds=TABLE),
 )
 
 # Keys of ``speculative``: vLLM's SpeculativeConfig as far as the scheduler sees it, plus what the
@@ -217,26 +225,45 @@ LINK_KEYS = (
               "those past the decode replica's prefix hit when it is chosen"),
 )
 
+# The routers that read what the replicas report (cache contents, first tokens, finishes): ext/deploy.pyx
+# ``_choose`` (``by`` picks least_loaded's load, and session_affinity's falling back to it;
+# ``overlap_weight`` prices kv_aware's choice, and session_affinity's falling back to it).
+_REPORTED = ("least_loaded", "kv_aware", "session_affinity")
 # ``deployment.router`` keys (given as a mapping).
 ROUTER_KEYS = (
     ConfigKey("kind", "round_robin", "the router (names above)"),
     ConfigKey("by", "requests", "`least_loaded`: count outstanding `requests`, or `tokens` (prompt + "
-              "max output tokens of each outstanding request)"),
+              "max output tokens of each outstanding request)", kinds=("least_loaded", "session_affinity")),
     ConfigKey("overlap_weight", 1.0, "`kv_aware` (and its use as a fallback): Dynamo's "
-              "`overlap_score_weight`, the weight of the prefill term"),
-    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0),
+              "`overlap_score_weight`, the weight of the prefill term", kinds=("kv_aware", "session_affinity")),
+    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0, kinds=("random",)),
     ConfigKey("fallback", "kv_aware", "`session_affinity`: `kv_aware` or `least_loaded`, the choice "
-              "for a session's first turn and when its replica is overloaded"),
+              "for a session's first turn and when its replica is overloaded", kinds=("session_affinity",)),
     ConfigKey("slack", 16, "`session_affinity`: a session's replica is overloaded when it has more than "
-              "this many outstanding requests above the least loaded replica", low=0),
+              "this many outstanding requests above the least loaded replica", low=0, kinds=("session_affinity",)),
     ConfigKey("view_delay_s", 0.0, "the router sees what replicas report (cache contents, first tokens, "
-              "finishes) this many seconds late; its own bookings at once"),
+              "finishes) this many seconds late; its own bookings at once", kinds=_REPORTED),
 )
 
 
 def defaults(keys) -> dict:
     """``name -> default`` of a catalogue."""
     return {k.name: k.default for k in keys}
+
+
+def refuse_inert(raw: dict, keys, kind: str, prefix: str, at: str = "", what: str = "") -> None:
+    """Raise :class:`~aisim.errors.ConfigError` naming the first key of ``raw`` that does not act on
+    ``kind`` (its :attr:`ConfigKey.kinds`): an option accepted and ignored would be a silent wrong answer.
+
+    ``prefix`` is the section's dotted path, ``at`` the file (:func:`where`), ``what`` the section's
+    name in the message (``router``, ``time model``).
+    """
+    from aisim.errors import ConfigError
+
+    for k in keys:
+        if k.name in raw and k.kinds is not None and kind not in k.kinds:
+            raise ConfigError(f"'{prefix}{k.name}'{at} does not apply to the {kind} {what} (it applies to "
+                              f"{', '.join(k.kinds)}); remove it or change '{prefix}kind'")
 
 
 def where(source: str | None) -> str:

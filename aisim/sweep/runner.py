@@ -9,8 +9,8 @@ trace, a grid of knobs and SLO thresholds::
     base = "../examples/engine.json"   # base engine configuration
     best = "best-engine.toml"          # where the best configuration is written
 
-    [trace]
-    paths = ["../examples/trace.jsonl"]
+    [trace]                            # a capacity spec's keys too
+    paths = ["../examples/trace.jsonl"]  # or path = "../examples/trace.jsonl"
     format = "oracle"                  # optional; options = {...} for the reader
 
     [grid]                             # every combination is a candidate
@@ -25,7 +25,8 @@ trace, a grid of knobs and SLO thresholds::
     rate_scale = [1.0, 2.0]            # arrivals divided by the factor; or poisson_rate = [...] (seed = N),
                                        # or max_concurrency = [...] (requests in flight)
 
-    [slo]                              # at least one threshold, seconds
+    [slo]                              # at least one threshold, seconds (aisim.sweep.slo: the
+                                       # shape of every SLO; attainment and limits go in [capacity.slo])
     ttft_s = 2.0
     tpot_s = 0.05
     e2e_s = 30.0
@@ -85,14 +86,16 @@ from dataclasses import dataclass, field
 from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
 from aisim.sweep.knobs import LOAD_AXES, SPEC_KNOBS, UNSET  # noqa: F401  (UNSET: the grid's spelling)
+from aisim.sweep.slo import SLO_KEYS
 
 # The knobs of a sweep's grid (aisim.sweep.knobs): every top-level engine key but the notes a sweep
 # writes itself, then the deployment's knobs; its [load] table varies LOAD_AXES.
 GRID_KNOBS = SPEC_KNOBS["sweep"]
-SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 _TOP = ("name", "description", "database", "model", "base", "best", "best_deployment", "deployment", "trace",
         "grid", "load", "slo", "capacity")
-_TRACE = ("paths", "format", "options")
+# A spec's [trace] table: one file (path) or several (paths), the format and the reader's options; the
+# same keys in a sweep spec and a capacity spec (trace_table).
+TRACE_KEYS = ("path", "paths", "format", "options")
 
 
 @dataclass
@@ -201,14 +204,10 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     for k in ("name", "database", "model", "base") + tuple(k for k in ("best", "best_deployment") if k in raw):
         if not isinstance(raw[k], str) or not raw[k]:
             raise SweepError(f"'{k}'{where} must be a non-empty string")
-    trace = raw["trace"]
     try:
-        check_trace_table(trace, _TRACE, where)
+        trace = trace_table(raw["trace"], where, base_dir)
     except ConfigError as exc:
         raise SweepError(str(exc)) from None
-    paths = trace.get("paths")
-    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-        raise SweepError(f"'trace.paths'{where} must be a non-empty list of paths")
     grid = raw["grid"]
     if not isinstance(grid, dict) or not grid:
         raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
@@ -218,15 +217,12 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
         raise SweepError(str(exc)) from None
     loads = _loads(raw.get("load"), where)
     capacity = _capacity(raw.get("capacity"), where)
-    slo = raw["slo"]
-    if not isinstance(slo, dict) or not slo:
-        raise SweepError(f"'slo'{where} must give at least one of {', '.join(SLO_KEYS)}")
-    for k, v in slo.items():
-        if k not in SLO_KEYS:
-            raise SweepError(f"unknown key 'slo.{k}'{where}; known keys: {', '.join(SLO_KEYS)}")
-        # not (v > 0) refuses NaN too; TOML writes nan and inf
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-            raise SweepError(f"'slo.{k}'{where} must be a finite positive number of seconds, got {v!r}")
+    from aisim.sweep.slo import goodput_slo
+
+    try:
+        slo = goodput_slo(raw["slo"], where)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     base_path = os.path.abspath(os.path.join(base_dir, raw["base"]))
     base = read_config_file(base_path, f"'base'{where}")
     best = os.path.abspath(os.path.join(base_dir, raw.get("best", f"{raw['name']}-best.toml")))
@@ -242,9 +238,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
         raise SweepError(f"'best_deployment'{where} needs a deployment: give 'deployment' or deployment knobs")
     return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
                      model=raw["model"], base=base, base_path=base_path, best=best,
-                     trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
-                            "format": trace.get("format"), "options": dict(trace.get("options", {}))},
-                     grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
+                     trace=trace, grid={k: list(v) for k, v in grid.items()}, slo=dict(slo.thresholds),
                      description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None,
                      loads=loads, deployment=deployment, best_deployment=best_deployment, capacity=capacity)
 
@@ -348,6 +342,39 @@ def check_trace_table(trace, keys: tuple, where: str = "") -> None:
     if not isinstance(options, dict):
         raise ConfigError(f"'trace.options'{where} must be a table of reader options")
     check_reader_options(trace.get("format"), options, "trace.", where)  # a SpecError is a ConfigError
+
+
+def trace_table(raw, where: str = "", base_dir: str | None = None, one: bool = False) -> dict:
+    """A spec's ``[trace]`` table (:data:`TRACE_KEYS`) validated: ``{"paths", "format", "options"}``, the
+    paths absolute (relative to ``base_dir``).
+
+    ``path`` names one trace file, ``paths`` a list of them; ``one``: the spec replays one file
+    (a capacity search), and a list of several is refused with the reason.
+
+    Raises
+    ------
+    ConfigError
+        Naming the key (``trace.paths`` ...) and ``where``.
+    """
+    check_trace_table(raw, TRACE_KEYS, where)
+    given = [k for k in ("path", "paths") if k in raw]
+    if len(given) != 1:
+        raise ConfigError(f"'trace'{where} must give 'path' (a trace file) or 'paths' (a list of them)"
+                          + (", not both" if given else ""))
+    if given == ["path"]:
+        if not isinstance(raw["path"], str) or not raw["path"]:
+            raise ConfigError(f"'trace.path'{where} must name a trace file")
+        paths = [raw["path"]]
+    else:
+        paths = raw["paths"]
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+            raise ConfigError(f"'trace.paths'{where} must be a non-empty list of paths")
+    if one and len(paths) > 1:
+        raise ConfigError(f"'trace.paths'{where} names {len(paths)} files; a capacity search replays one trace: give "
+                          "one (or search every shard of a pipeline spec with a [capacity] section)")
+    base_dir = base_dir or os.getcwd()
+    return {"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths], "format": raw.get("format"),
+            "options": dict(raw.get("options", {}))}
 
 
 def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
