@@ -15,16 +15,16 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from aisim.config.keys import (DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, defaults, refuse_inert,
-                               refuse_unknown)
+from aisim.config.keys import (DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, check_high, defaults, key,
+                               refuse_inert, refuse_unknown)
 from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
 
 # Router names, in the core's RouterKind order (ext/deploy.pxd; a test checks the two agree).
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
-# The most replicas a deployment holds: the router's cache index keeps one bit per replica.
-MAX_REPLICAS = 64
+# The most replicas a deployment holds (aisim.config.keys MAX_REPLICAS, the replicas key's high).
+MAX_REPLICAS = key(DEPLOYMENT_KEYS, "replicas").high
 
 _D = defaults(DEPLOYMENT_KEYS)
 _R = defaults(ROUTER_KEYS)
@@ -204,6 +204,8 @@ def _pool(raw: dict, at: str, w: str):
     if not _number(opts["view_delay_s"]) or opts["view_delay_s"] < 0:
         raise ConfigError(f"'{at}router.view_delay_s'{w} must be a finite number of seconds >= 0, "
                           f"got {opts['view_delay_s']!r}")
+    for k in ("overlap_weight", "slack", "view_delay_s"):
+        check_high(key(ROUTER_KEYS, k), opts[k], f"{at}router.", w)
     opts["overlap_weight"] = float(opts["overlap_weight"])
     opts["view_delay_s"] = float(opts["view_delay_s"])
     return n, kind, opts
@@ -250,6 +252,7 @@ def _parse_disaggregated(raw: dict, source: str | None, w: str) -> DeploymentCon
     lat = link.get("latency_s", _L["latency_s"])
     if not _number(lat) or lat < 0:
         raise ConfigError(f"'deployment.link.latency_s'{w} must be a finite number of seconds >= 0, got {lat!r}")
+    check_high(key(LINK_KEYS, "latency_s"), lat, "deployment.link.", w)
     tr = link.get("transfer", _L["transfer"])
     if tr not in TRANSFERS:
         raise ConfigError(f"'deployment.link.transfer'{w} must be one of {', '.join(TRANSFERS)}, got {tr!r}")

@@ -21,7 +21,8 @@ def _table(keys, fmt=None) -> list[str]:
         shown = k.default_text()
         for name, value in (fmt or {}).items():
             shown = shown.replace("{" + name + "}", value)
-        rows.append(f"| `{k.name}` | {shown} | {k.meaning} |")
+        bound = f" ({k.range_text()})" if k.high is not None else ""  # the range the validator accepts
+        rows.append(f"| `{k.name}` | {shown} | {k.meaning}{bound} |")
     return rows
 
 

@@ -40,8 +40,8 @@ _GROUPED_VERSIONS = f"grouped prefix caching is modeled for vLLM {supported_text
 
 
 # The replay core's block ids and block-table and hash rows are int32 (ext/types.pxd block_id_t, slot_t;
-# ext/kvcache.pyx kv_init sizes rows as int32).
-INT32_MAX = 2**31 - 1
+# ext/kvcache.pyx kv_init sizes rows as int32): the catalogue's bound.
+from aisim.config.keys import INT32_MAX  # noqa: E402
 # What the core allocates when a replay starts must stay below this: the block pool
 # (ext/blockpool.pyx bp_init, about POOL_BYTES_PER_BLOCK a block with its hash map) and the
 # block-table and hash rows of max_num_seqs + 8 sequences of max_model_len tokens (kv_init).
