@@ -58,7 +58,10 @@ def test_every_bounded_time_model_constant_is_refused_past_its_bound(key):
 
 @pytest.mark.parametrize("key", [k for k in GROUP_KEYS if k.high is not None], ids=lambda k: k.name)
 def test_every_bounded_group_key_is_refused_past_its_bound(key):
-    group = {"type": "sliding_window", "sliding_window": 64, key.name: _over(key)}
+    kind = key.kinds[0] if key.kinds else "sliding_window"
+    group = {"type": kind, key.name: _over(key)}
+    if kind == "sliding_window" and key.name != "sliding_window":
+        group["sliding_window"] = 64
     _refused({**ENGINE, "kv_cache_groups": [group]}, _range(key, "kv_cache_groups[0]."))
 
 
@@ -186,3 +189,14 @@ def test_query_slo_refuses_a_nan_threshold(tmp_path):
     r = CliRunner().invoke(main, ["query", "slo", "--db", str(tmp_path / "q.duckdb"), "--param", "ttft_s=nan"])
     assert r.exit_code == 2
     assert r.output == "error: parameter 'ttft_s' of query 'slo' must be a finite number, got 'nan'\n"
+
+
+def test_a_rate_search_starts_and_stays_within_the_load_range(tmp_path):
+    from aisim.capacity.spec import capacity_from_dict
+
+    (tmp_path / "e.json").write_text(json.dumps(ENGINE))
+    raw = {"name": "c", "database": "c.duckdb", "engine": "e.json", "trace": {"path": "t.jsonl"},
+           "slo": {"ttft_p99_s": 1.0}, "rate": {"start": 1e-300}}
+    with pytest.raises(ConfigError) as err:
+        capacity_from_dict(raw, source="c.toml", base_dir=str(tmp_path))
+    assert str(err.value) == "'rate.start' in c.toml must be from 1e-06 to 1e+09 (poisson_rate), got 1e-300"

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from aisim.cli import main
 from aisim.config.deployment import ROUTERS, parse_deployment
 from aisim.config.engine import engine_config_from_dict
-from aisim.config.keys import ROUTER_KEYS, TIME_MODEL_KEYS
+from aisim.config.keys import GROUP_KEYS, ROUTER_KEYS, TIME_MODEL_KEYS
 from aisim.errors import ConfigError
 
 ENGINE = {"num_gpu_blocks": 64, "block_size": 16, "max_model_len": 512, "max_num_batched_tokens": 512}
@@ -76,3 +76,19 @@ def test_config_validate_refuses_a_linear_model_with_a_roofline_constant(tmp_pat
     assert r.exit_code == 2, r.output
     assert r.output == (f"error: 'time_model.overhead_s' in {tmp_path / 'e.json'} does not apply to the linear time "
                         "model (it applies to roofline); remove it or change 'time_model.kind'\n")
+
+
+@pytest.mark.parametrize("key", [k for k in GROUP_KEYS if k.kinds is not None], ids=lambda k: k.name)
+def test_every_group_key_is_refused_on_a_group_type_it_does_not_shape(key):
+    raw = {**ENGINE, "enable_prefix_caching": False, "kv_cache_groups": [{"type": "full", key.name: 1}]}
+    with pytest.raises(ConfigError) as err:
+        engine_config_from_dict(raw, source="e.json")
+    assert str(err.value) == (f"'kv_cache_groups[0].{key.name}' in e.json does not apply to the full group (it "
+                              f"applies to {', '.join(key.kinds)}); remove it or change 'kv_cache_groups[0].type'")
+
+
+def test_the_state_group_kinds_are_the_catalogue_s():
+    from aisim.config.keys import STATE_GROUPS
+    from aisim.config.kvgroups import STATE_KINDS
+
+    assert STATE_GROUPS == STATE_KINDS

@@ -296,7 +296,13 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     if fault is not None:
         raise ConfigError(f"the trace cannot be replayed on this engine: {fault}")
     own = own_rate(trace)
+    # The rates a load level may take (aisim.traces.load.RANGES): the bracket stays within them.
+    from aisim.traces.load import RANGES
+
+    bottom, top = RANGES[by]
     x = float(start) if start is not None else (own or 1.0) if by == "poisson_rate" else 1.0
+    if not bottom <= x <= top:
+        raise ConfigError(f"'rate.start' must be from {bottom:g} to {top:g} ({by}), got {x!r}")
     cap = {"max_concurrency": max_concurrency} if max_concurrency is not None else {}
 
     def load(x):
@@ -312,7 +318,7 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
         p = ev(engine, deployment, load(x), "bracket", x)
         if p.meets:
             lo = p
-            while len(ev.points) < max_points:
+            while len(ev.points) < max_points and lo.axis * 2 <= top:
                 p = ev(engine, deployment, load(lo.axis * 2), "bracket", lo.axis * 2)
                 if not p.meets:
                     hi = p
@@ -326,7 +332,7 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
             floor = ev(engine, deployment, {"max_concurrency": 1}, "floor", 0.0, rate_req_s=None)
             if not floor.meets:
                 hi = None
-            while hi is not None and len(ev.points) < max_points:
+            while hi is not None and len(ev.points) < max_points and hi.axis / 2 >= bottom:
                 p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
                 if p.meets:
                     lo = p
@@ -348,10 +354,12 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
         result.floor = floor_note(ev.points[-1], slo)
         result.notes.append(result.floor)
     elif lo is None:
-        result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO (budget of {max_points} points)")
+        why = f"budget of {max_points} points" if hi.axis / 2 >= bottom else f"the smallest {by} is {bottom:g}"
+        result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO ({why})")
     elif hi is None:
+        why = f"budget of {max_points} points" if lo.axis * 2 <= top else f"the largest {by} is {top:g}"
         result.notes.append(f"every rate up to {lo.axis:.6g} {unit} meets the SLO: the answer is a lower bound "
-                            f"(budget of {max_points} points)")
+                            f"({why})")
     elif hi.axis - lo.axis > rel_tol * lo.axis:
         result.notes.append(f"stopped after {max_points} points with the bracket [{lo.axis:.6g}, {hi.axis:.6g}] "
                             f"wider than rel_tol {rel_tol:g}")

@@ -251,8 +251,14 @@ def _rate(raw, where: str, prefix: str = "") -> dict:
             raise ConfigError(f"'{p}seed'{where} must be a non-negative integer, got {raw['seed']!r}")
         out["seed"] = raw["seed"]
     if "start" in raw:
+        from aisim.traces.load import RANGES
+
         if not _positive(raw["start"]):
             raise ConfigError(f"'{p}start'{where} must be a finite positive rate, got {raw['start']!r}")
+        bottom, top = RANGES[out["by"]]
+        if not bottom <= raw["start"] <= top:
+            raise ConfigError(f"'{p}start'{where} must be from {bottom:g} to {top:g} ({out['by']}), "
+                              f"got {raw['start']!r}")
         out["start"] = float(raw["start"])
     if "rel_tol" in raw:
         v = raw["rel_tol"]

@@ -457,6 +457,7 @@ def _groups(groups, kw, source):
                                   f">= {gk.low}, got {v!r}")
             if v is not None and gk.low is not None:
                 check_high(gk, v, f"kv_cache_groups[{i}].", _where(source))
+        refuse_inert(g, GROUP_KEYS, kind, f"kv_cache_groups[{i}].", _where(source), "group", "type")
         if "prefix_cacheable" in g and not isinstance(g["prefix_cacheable"], bool):
             raise ConfigError(f"'kv_cache_groups[{i}].prefix_cacheable'{_where(source)} must be true or false")
         required = KIND[kind].required

@@ -208,20 +208,25 @@ DRAFTER_COST_KEYS = (
     ConfigKey("per_token_s", 0.0, "seconds per token the step scheduled", high=MAX_STEP_S),
 )
 
+# The state group kinds (aisim.config.kvgroups.STATE_KINDS; a test checks the two agree).
+STATE_GROUPS = ("mamba", "gdn", "kda", "conv")
 # Per-group keys of ``kv_cache_groups``; order is the order error messages list them in.
 GROUP_KEYS = (
     ConfigKey("type", None, "the group's kind (table below)", shown="required"),
     ConfigKey("block_size", None, "tokens per block", low=1, shown="the engine's `block_size`", high=INT32_MAX),
     ConfigKey("count", 1, "consecutive groups of this shape", low=1, high=MAX_GROUPS),
-    ConfigKey("sliding_window", None, "window in tokens (required by `sliding_window`)", low=1, high=INT32_MAX),
-    ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1, high=INT32_MAX),
+    ConfigKey("sliding_window", None, "window in tokens (required by `sliding_window`)", low=1, high=INT32_MAX,
+              kinds=("sliding_window",)),
+    ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1, high=INT32_MAX,
+              kinds=("chunked_local",)),
     ConfigKey("prefix_cacheable", None, "whether the group's blocks can be prefix-cached",
               shown="the kind's default"),
     ConfigKey("num_speculative_blocks", None, "state groups: draft blocks", low=0,
-              shown="`speculative.num_speculative_tokens`, else 0", high=INT32_MAX),
-    ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0, high=INT32_MAX),
+              shown="`speculative.num_speculative_tokens`, else 0", high=INT32_MAX, kinds=STATE_GROUPS),
+    ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0, high=INT32_MAX,
+              kinds=STATE_GROUPS),
     ConfigKey("prefill_checkpoint_alignment", None, "state groups: prefill-checkpoint alignment in tokens", low=1,
-              high=INT32_MAX),
+              high=INT32_MAX, kinds=STATE_GROUPS),
     ConfigKey("page_size_bytes", None, "one layer's page (vLLM `KVCacheSpec.page_size_bytes`)", low=1, high=INT64_MAX),
     ConfigKey("num_layers", 1, "layers sharing the group's block table", low=1, high=INT32_MAX),
 )
@@ -285,19 +290,20 @@ def defaults(keys) -> dict:
     return {k.name: k.default for k in keys}
 
 
-def refuse_inert(raw: dict, keys, kind: str, prefix: str, at: str = "", what: str = "") -> None:
+def refuse_inert(raw: dict, keys, kind: str, prefix: str, at: str = "", what: str = "",
+                 kind_key: str = "kind") -> None:
     """Raise :class:`~aisim.errors.ConfigError` naming the first key of ``raw`` that does not act on
     ``kind`` (its :attr:`ConfigKey.kinds`): an option accepted and ignored would be a silent wrong answer.
 
     ``prefix`` is the section's dotted path, ``at`` the file (:func:`where`), ``what`` the section's
-    name in the message (``router``, ``time model``).
+    name in the message (``router``, ``time model``), ``kind_key`` the key that names the kind.
     """
     from aisim.errors import ConfigError
 
     for k in keys:
         if k.name in raw and k.kinds is not None and kind not in k.kinds:
             raise ConfigError(f"'{prefix}{k.name}'{at} does not apply to the {kind} {what} (it applies to "
-                              f"{', '.join(k.kinds)}); remove it or change '{prefix}kind'")
+                              f"{', '.join(k.kinds)}); remove it or change '{prefix}{kind_key}'")
 
 
 def check_high(key: ConfigKey, value, prefix: str = "", at: str = "") -> None:
