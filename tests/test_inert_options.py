@@ -92,3 +92,15 @@ def test_the_state_group_kinds_are_the_catalogue_s():
     from aisim.config.kvgroups import STATE_KINDS
 
     assert STATE_GROUPS == STATE_KINDS
+
+
+def test_a_reader_option_the_guessed_format_does_not_take_is_refused(tmp_path):
+    # No format: the .jsonl file is guessed oracle, whose reader takes no unit_tokens (Mooncake's).
+    (tmp_path / "e.json").write_text(json.dumps(ENGINE))
+    (tmp_path / "t.jsonl").write_text('{"request_id": "a", "prompt_len": 10, "max_tokens": 2, "arrival_time": 0.5}\n')
+    (tmp_path / "c.toml").write_text('name = "c"\ndatabase = "c.duckdb"\nengine = "e.json"\n[trace]\n'
+                                     'path = "t.jsonl"\noptions = { unit_tokens = 64 }\n[slo]\nttft_p99_s = 1\n[rate]\n')
+    r = CliRunner().invoke(main, ["capacity", str(tmp_path / "c.toml")])
+    assert r.exit_code == 2
+    assert r.output == (f"error: {tmp_path / 't.jsonl'}: the 'oracle' trace reader takes no option 'unit_tokens' "
+                        "(the format is guessed from the file; give format)\n")

@@ -327,10 +327,10 @@ def check_layout_knobs(grid: dict, aggregated: bool, splits, where: str = "", pr
 
 def read_spec_trace(spec: CapacitySpec):
     """The spec's trace table (read once per search)."""
-    from aisim.traces import guess_format, read_trace
+    from aisim.traces import read_trace
 
     t = spec.trace
-    return read_trace(t["path"], t["format"] or guess_format(t["path"]), **t["options"])
+    return read_trace(t["path"], t["format"], **t["options"])  # no format: guessed from the file
 
 
 def run_capacity(spec: CapacitySpec, progress=None):
