@@ -369,10 +369,11 @@ CAPACITY_POINTS = Table("capacity_points", (
     C("model", "VARCHAR", "", "the shard's model (NULL: aisim capacity)"),
     C("question", "VARCHAR", "", "'rate' (highest rate within the SLO) or 'deployment' (smallest deployment)",
       not_null=True),
-    C("phase", "VARCHAR", "", "'bracket' (doubling or halving), 'bisect', or 'refused' (never replayed)",
+    C("phase", "VARCHAR", "", "'bracket' (doubling or halving), 'bisect', 'floor' (one request at a time: "
+      "what no rate beats), or 'refused' (never replayed)",
       not_null=True),
     C("candidate", "VARCHAR", "", "grid point of a deployment search (g000, ...); NULL for a rate search"),
-    C("knobs", "VARCHAR", "", "JSON of the grid point's engine knobs and layout ({} for a rate search)",
+    C("knobs", "VARCHAR", "", "JSON of the grid point's knobs and layout ({} for a rate search)",
       not_null=True),
     C("deployment", "VARCHAR", "", "JSON of the deployment replayed (NULL: the engine alone)"),
     C("replicas", "INTEGER", "count", "engines replayed (both pools of a prefill/decode split); NULL: refused "

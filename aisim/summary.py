@@ -136,14 +136,33 @@ class Totals:
             v = np.concatenate(parts) if len(parts) > 1 else (parts[0] if parts else np.zeros(0))
             if v.size:
                 p50, p90, p99 = percentiles(v)
-                summary[name] = {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99}
+                with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+                    mean = float(v.mean())
+                summary[name] = {"mean": mean, "p50": p50, "p90": p90, "p99": p99}
             else:
                 summary[name] = dict.fromkeys(LATENCY_STATS)
         q = summary["prefix_cache_stats"]
         summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
         if engine.speculative is not None:
             summary.update(_spec_summary(sums["spec_tokens"], sums["spec_accepted"], spec_counts))
+        _refuse_non_finite(summary, engine)
         return summary
+
+
+def _refuse_non_finite(summary: dict, engine: EngineConfig) -> None:
+    """Raise :class:`~aisim.errors.ReplayError` when a time of ``summary`` is inf or NaN: no result is
+    printed or landed with a latency that is not a number (the bounds on the time model keep step
+    times finite; a profile table's own values are not bounded)."""
+    import math
+
+    from aisim.errors import ReplayError
+
+    times = [("clock_end_s", summary["clock_end_s"])] + [
+        (f"{name} {stat}", summary[name][stat]) for name in LATENCIES for stat in LATENCY_STATS]
+    for what, v in times:
+        if v is not None and not math.isfinite(v):
+            raise ReplayError(f"the replay's {what} is {v}: the step times of the {time_model_label(engine)} "
+                              "time model overflow; no result is given")
 
 
 def _spec_summary(drafts: int, accepted: int, counts: dict) -> dict:

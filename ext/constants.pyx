@@ -14,7 +14,7 @@ from aisim._core.engine cimport (
     EV_SPEC_PADDED, LINE_DRAIN, LINE_STEP,
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
-from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA
+from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA, MAX_GROUPS as _MAX_GROUPS
 from aisim._core.request cimport ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
 
@@ -26,6 +26,9 @@ REQUEST_STATUS = {
     "preempted": ST_PREEMPTED,
     "finished": ST_FINISHED,
 }
+
+# The most KV-cache groups one engine may have: the core's fixed-size group arrays (ext/kvcache.pxd).
+MAX_GROUPS = _MAX_GROUPS
 
 # Manager kind of a KV-cache group (GroupKind); "state" is vLLM's MambaManager.
 GROUP_KINDS = {

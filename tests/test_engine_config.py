@@ -141,7 +141,7 @@ def test_readme_tables_are_rendered_from_the_catalogue():
         readme = fh.read()
     tables = render_tables()
     assert tables in readme
-    assert "| `max_model_len` | 32768 | as in vLLM's `SchedulerConfig` |" in tables
+    assert "| `max_model_len` | 32768 | as in vLLM's `SchedulerConfig` (1 to 2147483647) |" in tables
     assert "| `vllm_version` | `0.33.0` (one of `0.31.0`, `0.32.0`, `0.33.0`) |" in tables
     assert "| `ring` | a ring buffer of one block | — | false |" in tables
 

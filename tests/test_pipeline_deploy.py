@@ -71,9 +71,9 @@ def test_fleet_spec_names_deployments_inline_and_by_file():
     assert pickle.loads(pickle.dumps(engines["kv4"].deployment)) == engines["kv4"].deployment
     canon = {e["name"]: e for e in spec.canonical()["deployments"][0]["engines"]}
     assert "deployment" not in canon["single"]
+    # Every option the kv_aware router acts on, and none other (ROUTER_KEYS' kinds).
     assert canon["kv4"]["deployment"] == {"replicas": 4, "router": {
-        "kind": "kv_aware", "by": "requests", "overlap_weight": 1.0, "seed": 0, "fallback": "kv_aware",
-        "slack": 16, "view_delay_s": 0.0}}
+        "kind": "kv_aware", "overlap_weight": 1.0, "view_delay_s": 0.0}}
 
 
 def test_a_spec_without_deployments_keeps_its_canonical_form(tmp_path):

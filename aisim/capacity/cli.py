@@ -43,7 +43,7 @@ def _gpus(n: int) -> str:
 def _answer_line(result) -> str:
     a = result.answer
     if a is None:
-        return "no evaluated point meets the SLO"
+        return result.floor or "no evaluated point meets the SLO"
     if result.question == "rate":
         load = json.loads(a["load"])
         rate = f"{fmt_num(a['rate_req_s'], 4)} requests/s" if a["rate_req_s"] is not None else "-"
@@ -212,5 +212,6 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
         out.print(cut)
     out.print(_answer_line(result))
     for note in result.notes:
-        out.print(f"note: {note}")
+        if note != result.floor:  # the answer line said it
+            out.print(f"note: {note}")
     out.print(where)

@@ -58,6 +58,7 @@ class Point:
 
     row: dict
     axis: float = math.nan
+    summary: dict | None = field(default=None, repr=False)  # the replay's summary (None: refused)
 
     def __getitem__(self, name: str):
         return self.row[name]
@@ -94,6 +95,9 @@ class CapacityResult:
         A rate search's band (:func:`rate_band`): ``low_req_s`` and ``high_req_s``, the answers of
         the same search with every step time at the ``scale`` factors of ``calibration``'s
         held-out errors; None without one.
+    floor : str or None
+        Why no rate meets the SLO, when even one request at a time fails it (:func:`floor_note`;
+        also the first of ``notes``).
     """
 
     search_id: str
@@ -105,6 +109,7 @@ class CapacityResult:
     notes: list = field(default_factory=list)
     tags: dict = field(default_factory=dict)
     band: dict | None = None
+    floor: str | None = None
 
     def rows(self) -> list:
         """Every point as a full ``capacity_points`` row (column order of the catalogue)."""
@@ -198,7 +203,7 @@ class _Evaluator:
             for p in ("p50", "p99"):
                 out[f"{lat}_{p}_s"] = s[f"{lat}_s"][p]
         out.update(row)
-        point = Point(out, axis)
+        point = Point(out, axis, s)
         self.points.append(point)
         return point
 
@@ -300,7 +305,13 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     if fault is not None:
         raise ConfigError(f"the trace cannot be replayed on this engine: {fault}")
     own = own_rate(trace)
+    # The rates a load level may take (aisim.traces.load.RANGES): the bracket stays within them.
+    from aisim.traces.load import RANGES
+
+    bottom, top = RANGES[by]
     x = float(start) if start is not None else (own or 1.0) if by == "poisson_rate" else 1.0
+    if not bottom <= x <= top:
+        raise ConfigError(f"'rate.start' must be from {bottom:g} to {top:g} ({by}), got {x!r}")
     cap = {"max_concurrency": max_concurrency} if max_concurrency is not None else {}
 
     def load(x):
@@ -312,25 +323,33 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     result = CapacityResult(sid, name, "rate", slo, tags=tags)
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     try:
-        lo, hi = _rate_bisection(ev, engine, deployment, load, x, rel_tol, max_points)
+        lo, hi = _rate_bisection(ev, engine, deployment, load, x, rel_tol, max_points, bottom, top)
     finally:
         ev.close()
     result.points = ev.points
     unit = "requests/s" if by == "poisson_rate" else "x the trace's rate"
-    if lo is None:
-        result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO (budget of {max_points} points)")
+    if lo is None and hi is None:  # the floor fails: no rate meets the SLO
+        result.floor = floor_note(ev.points[-1], slo)
+        result.notes.append(result.floor)
+    elif lo is None:
+        why = f"budget of {max_points} points" if hi.axis / 2 >= bottom else f"the smallest {by} is {bottom:g}"
+        result.notes.append(f"no rate down to {hi.axis:.6g} {unit} meets the SLO ({why})")
     elif hi is None:
+        why = f"budget of {max_points} points" if lo.axis * 2 <= top else f"the largest {by} is {top:g}"
         result.notes.append(f"every rate up to {lo.axis:.6g} {unit} meets the SLO: the answer is a lower bound "
-                            f"(budget of {max_points} points)")
+                            f"({why})")
     elif hi.axis - lo.axis > rel_tol * lo.axis:
         result.notes.append(f"stopped after {max_points} points with the bracket [{lo.axis:.6g}, {hi.axis:.6g}] "
                             f"wider than rel_tol {rel_tol:g}")
     if lo is not None:
         lo.row["answer"] = True
         result.answer = lo
-    result.notes.extend(monotone_notes(result.points, rising=False))
+        short = steady_state_note(lo, trace.num_rows)
+        if short is not None:
+            result.notes.append(short)
+    result.notes.extend(monotone_notes([p for p in result.points if p["phase"] != "floor"], rising=False))
     if band and lo is not None:
-        result.band = rate_band(trace, engine, slo, deployment, load, lo.axis, rel_tol, max_points)
+        result.band = rate_band(trace, engine, slo, deployment, load, lo.axis, rel_tol, max_points, bottom, top)
         if result.band is not None:
             lo.row.update(band_low_req_s=result.band["low_req_s"], band_high_req_s=result.band["high_req_s"],
                           calibration=result.band["calibration"])
@@ -338,13 +357,15 @@ def highest_rate(trace: pa.Table, engine, slo: Slo, *, deployment=None, by: str 
     return result
 
 
-def _rate_bisection(ev, engine, deployment, load, x: float, rel_tol: float, max_points: int) -> tuple:
-    """Bracket from ``x`` (doubling or halving until the verdict changes), then bisect: ``(lo, hi)`` points."""
+def _rate_bisection(ev, engine, deployment, load, x: float, rel_tol: float, max_points: int, bottom: float,
+                    top: float) -> tuple:
+    """Bracket from ``x`` (doubling or halving within ``[bottom, top]`` until the verdict changes), then
+    bisect: ``(lo, hi)`` points; both None when even one request at a time fails (the floor)."""
     lo = hi = None
     p = ev(engine, deployment, load(x), "bracket", x)
     if p.meets:
         lo = p
-        while len(ev.points) < max_points:
+        while len(ev.points) < max_points and lo.axis * 2 <= top:
             p = ev(engine, deployment, load(lo.axis * 2), "bracket", lo.axis * 2)
             if not p.meets:
                 hi = p
@@ -352,7 +373,13 @@ def _rate_bisection(ev, engine, deployment, load, x: float, rel_tol: float, max_
             lo = p
     else:
         hi = p
-        while len(ev.points) < max_points:
+        # The floor: every rate above zero is judged against what an idle engine gives.  No rate
+        # can beat one request at a time (the limit of a rate going to zero), so if that fails,
+        # halving would only spend the budget.
+        floor = ev(engine, deployment, {"max_concurrency": 1}, "floor", 0.0, rate_req_s=None)
+        if not floor.meets:
+            hi = None
+        while hi is not None and len(ev.points) < max_points and hi.axis / 2 >= bottom:
             p = ev(engine, deployment, load(hi.axis / 2), "bracket", hi.axis / 2)
             if p.meets:
                 lo = p
@@ -370,7 +397,7 @@ def _rate_bisection(ev, engine, deployment, load, x: float, rel_tol: float, max_
 
 
 def rate_band(trace: pa.Table, engine, slo: Slo, deployment, load, start: float, rel_tol: float,
-              max_points: int) -> dict | None:
+              max_points: int, bottom: float, top: float) -> dict | None:
     """The band of a rate search's answer: the same search with every step time scaled by each end of
     the calibration's step-time band.
 
@@ -401,17 +428,62 @@ def rate_band(trace: pa.Table, engine, slo: Slo, deployment, load, start: float,
         scaled = engine.replace(time_model=dict(engine.raw.get("time_model", {}), time_scale=base * factor))
         ev = _Evaluator(trace, slo, None, None)
         try:
-            lo, hi = _rate_bisection(ev, scaled, deployment, load, start, rel_tol, max_points)
+            lo, hi = _rate_bisection(ev, scaled, deployment, load, start, rel_tol, max_points, bottom, top)
         finally:
             ev.close()
         out[end] = lo["rate_req_s"] if lo is not None else None
-        if lo is None:
+        if lo is None and hi is None:
+            out["notes"].append(f"band: with step times x{factor:.3g} even one request at a time fails the SLO")
+        elif lo is None:
             out["notes"].append(f"band: with step times x{factor:.3g} no rate down to {hi['rate_req_s']:.6g} "
                                 "requests/s meets the SLO")
         elif hi is None:
             out["notes"].append(f"band: with step times x{factor:.3g} every rate up to {lo['rate_req_s']:.6g} "
                                 "requests/s meets the SLO (a lower bound)")
     return out
+
+
+def floor_note(floor: Point, slo: Slo) -> str:
+    """Why no rate meets ``slo``: what the floor point (one request at a time) gave, in the SLO's terms.
+
+    ``even an idle engine gives P99 TTFT 608 ms (SLO 500 ms) on this trace: no rate meets the SLO``.
+    """
+    from aisim.capacity.slo import LIMITS
+
+    parts = []
+    for key, limit in slo.limits.items():
+        lat, p = LIMITS[key]
+        value = floor.summary[lat][p]
+        if value is None or not value <= limit:
+            shown = f"{value * 1e3:.3g} ms" if value is not None else "none"
+            parts.append(f"{p.upper()} {lat[:-2].upper()} {shown} (SLO {limit * 1e3:.3g} ms)")
+    if slo.attainment is not None and floor["attainment"] < slo.attainment:
+        within = ", ".join(f"{k} <= {v:g}" for k, v in slo.thresholds.items()) or "finished"
+        parts.append(f"{floor['attainment']:.4g} of requests within {within} (SLO {slo.attainment:.4g})")
+    what = " and ".join(parts) if parts else floor["reason"]
+    return (f"even an idle engine (one request at a time, point {floor['point']}) gives {what} on this trace: "
+            "no rate meets the SLO")
+
+
+# A replay reaches a steady state when its arrivals span many request lifetimes: the engine then
+# holds as many requests as a long run at that rate would (Little's law: rate x latency in flight).
+# Fewer than this many median end-to-end latencies and the answer comes from the start-up transient.
+STEADY_LIFETIMES = 10
+
+
+def steady_state_note(answer: Point, requests: int) -> str | None:
+    """A warning when the answer's arrivals span fewer than :data:`STEADY_LIFETIMES` median E2E
+    latencies (the trace window is too short to reach a steady state); None otherwise."""
+    rate, e2e = answer["rate_req_s"], answer["e2e_p50_s"]
+    if rate is None or not rate > 0 or e2e is None or not e2e > 0 or requests < 2:
+        return None
+    span = (requests - 1) / rate
+    if span >= STEADY_LIFETIMES * e2e:
+        return None
+    return (f"the trace is too short for a steady state: at {rate:.6g} requests/s its {requests} requests arrive "
+            f"over {span:.4g} s, {span / e2e:.2g} median E2E latencies ({e2e:.4g} s), fewer than "
+            f"{STEADY_LIFETIMES}; the answer comes from the start-up transient and may be optimistic: give a "
+            "longer trace")
 
 
 def monotone_notes(points: list, rising: bool) -> list:
@@ -441,20 +513,53 @@ def monotone_notes(points: list, rising: bool) -> list:
                 continue
             if b.meets and not a.meets:
                 notes.append(f"not monotone: {b.axis:.6g} meets the SLO but {a.axis:.6g} fails it")
-            elif b["attainment"] > a["attainment"]:
+            elif a["attainment"] is not None and b["attainment"] is not None and b["attainment"] > a["attainment"]:
                 notes.append(f"attainment not monotone: {b['attainment']:.4g} at {b.axis:.6g} but "
                              f"{a['attainment']:.4g} at {a.axis:.6g}")
     return notes
 
 
-def _apply_knobs(engine, knobs: dict, source: str):
-    """``engine`` with grid knobs applied (aisim sweep's knobs; ``"unset"`` removes the key)."""
-    from aisim.config.engine import engine_config_from_dict
-    from aisim.sweep.runner import apply_knobs
+def _applies(knob: str, layout) -> bool:
+    """Whether a grid knob sets something of ``layout`` (None: aggregated replicas; ``(p, d)``: a split):
+    ``router`` the aggregated replicas' router, ``prefill_router``/``decode_router`` a split's pools,
+    an engine knob every layout."""
+    from aisim.sweep.knobs import KNOBS, POOL_KNOBS
 
-    if not knobs:
-        return engine
-    return engine_config_from_dict(apply_knobs(engine.raw, knobs), source=source)
+    if KNOBS.get(knob) != "deployment":
+        return True
+    return (knob in POOL_KNOBS) == (layout is not None)
+
+
+def grid_points(engine, base, grid: dict, layouts):
+    """Every grid point of a smallest-deployment search, in search order.
+
+    Each layout is crossed with the grid's knobs that apply to it (:func:`_applies`), and each
+    point resolved by :func:`aisim.sweep.knobs.resolve`, the path a sweep's candidates take.
+
+    Yields
+    ------
+    tuple
+        ``(name, layout, knobs, point)``: ``g000`` ..., the layout, the knobs applied, and the
+        :class:`~aisim.sweep.knobs.Resolved` point (its deployment the layout's base, one multiple)
+        or the :class:`ConfigError` that refuses it.
+    """
+    from aisim.sweep.knobs import resolve
+
+    order = 0
+    for layout in layouts:
+        keys = [k for k in grid if _applies(k, layout)]
+        # The deployment the layout's multiples are taken of: the base's router on aggregated replicas.
+        dep = _layout_deployment(base, None, 1) if layout is None else base
+        for values in itertools.product(*(grid[k] for k in keys)):
+            knobs = dict(zip(keys, values))
+            name = f"g{order:03d}"
+            order += 1
+            try:
+                point = resolve(engine.raw, dep, knobs, f"candidate {name} {json.dumps(knobs, sort_keys=True)}",
+                                engine=engine)
+            except ConfigError as exc:
+                point = exc
+            yield name, layout, knobs, point
 
 
 def _layout_deployment(base, layout, k: int):
@@ -482,7 +587,9 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     max_replicas : int
         The most replicas tried (both pools of a split counted).
     grid : dict, optional
-        Engine knob -> list of values (``aisim sweep``'s knobs); every combination is a grid point.
+        Knob -> list of values (:data:`aisim.sweep.knobs.SPEC_KNOBS` ``["capacity"]``: the engine's
+        keys, ``router`` of aggregated replicas, ``prefill_router`` and ``decode_router`` of splits);
+        every combination of the knobs that apply to a layout is a grid point of it.
     splits : sequence of (int, int)
         Prefill/decode splits: ``(p, d)`` is tried as ``k * p`` prefill and ``k * d`` decode
         replicas, ``k`` bisected.  They need a disaggregated ``deployment`` (its link and pools).
@@ -531,7 +638,11 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     layouts = ([None] if aggregated else []) + splits
     if not layouts:
         raise ConfigError("'fleet.aggregated' is false and no 'fleet.splits' are given: nothing to try")
-    keys = list(grid)
+    from aisim.capacity.spec import check_layout_knobs
+    from aisim.sweep.knobs import check_grid
+
+    check_grid(grid, "capacity", "", "fleet.grid.")
+    check_layout_knobs(grid, aggregated, splits)
     sid = search_id("deployment", name, {"engine": engine.raw, "deployment": _deployment_dict(deployment),
                                          "slo": slo.to_dict(), "grid": grid, "splits": splits,
                                          "aggregated": aggregated, "max_replicas": max_replicas, "load": load,
@@ -540,18 +651,13 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
     ev = _Evaluator(trace, slo, price_per_gpu_hour, progress)
     best = []  # (gpus, gpu_hours, order, point) of each grid point's smallest deployment
     try:
-        order = 0
-        for layout, values in itertools.product(layouts, itertools.product(*(grid[k] for k in keys))):
-            cand = f"g{order:03d}"
-            knobs = dict(zip(keys, values))
+        for order, (cand, layout, knobs, point) in enumerate(grid_points(engine, base, grid, layouts), 1):
             shown = {**knobs, "layout": "aggregated" if layout is None else list(layout)}
             row = {"candidate": cand, "knobs": json.dumps(shown, sort_keys=True)}
-            order += 1
-            try:
-                eng = _apply_knobs(engine, knobs, f"candidate {cand} {json.dumps(knobs, sort_keys=True)}")
-            except ConfigError as exc:
-                ev.refused(str(exc), **row)
+            if isinstance(point, ConfigError):
+                ev.refused(str(point), **row)
                 continue
+            eng = point.engine
             fault = check_trace(trace, eng)
             if fault is not None:
                 ev.refused(f"the trace cannot be replayed on it: {fault}", **row)
@@ -562,7 +668,7 @@ def smallest_deployment(trace: pa.Table, engine, slo: Slo, *, max_replicas: int,
                 ev.refused(f"the split {list(layout)} needs {size} replicas, more than max_replicas {max_replicas}",
                            **row)
                 continue
-            found = _bisect_replicas(ev, eng, base, layout, top, {**load}, row)
+            found = _bisect_replicas(ev, eng, point.deployment, layout, top, {**load}, row)
             mine = [p for p in ev.points if p["candidate"] == cand]
             result.notes.extend(f"{cand}: {n}" for n in monotone_notes(mine, rising=True))
             if found is not None:

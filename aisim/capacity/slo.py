@@ -1,12 +1,5 @@
-"""A capacity search's SLO: per-request thresholds, the share that must meet them, percentile limits.
-
-The ``[slo]`` table of a capacity spec (or :func:`slo_from_dict`'s mapping)::
-
-    ttft_s = 2.0          # per-request thresholds, seconds (aisim sweep's keys)
-    tpot_s = 0.05
-    e2e_s = 30.0
-    attainment = 0.95     # required: the share of requests that must meet every threshold
-    ttft_p99_s = 1.0      # optional percentile limits: {ttft,tpot,e2e}_{p50,p90,p99}_s
+"""A capacity search's SLO judge: a replay against an SLO (:mod:`aisim.sweep.slo`, the one shape every spec
+writes an SLO in).
 
 A request meets the thresholds as ``sql/views/slo_attainment.sql`` defines it, the one definition
 ``aisim query slo`` and ``aisim sweep`` use too: it finished and every given threshold holds (a
@@ -14,98 +7,14 @@ one-token output has no TPOT and passes that half); a rejected or unfinished req
 judge runs that macro itself, on an in-memory DuckDB over the replay's request rows.  A percentile
 limit holds when the replay summary's percentile (:mod:`aisim.summary`: over the requests that have
 the latency) is at most the limit; a latency no request has fails it.  A point meets the SLO when
-its attainment is at least ``attainment`` and every percentile limit holds.
+its attainment is at least ``attainment`` (an SLO with thresholds) and every percentile limit holds.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from aisim.sweep.slo import KEYS, LIMIT_KEYS, LIMITS, PERCENTILES, SLO_KEYS, Slo, slo_from_dict
 
-from aisim.columns import LATENCIES
-from aisim.errors import ConfigError
-from aisim.sweep.runner import SLO_KEYS
-
-# Percentile limits: the summary's percentiles, named as the summaries table names them.
-PERCENTILES = ("p50", "p90", "p99")
-LIMITS = {f"{lat[:-2]}_{p}_s": (lat, p) for lat in LATENCIES for p in PERCENTILES}
-LIMIT_KEYS = tuple(LIMITS)
-KEYS = SLO_KEYS + ("attainment",) + LIMIT_KEYS
-
-
-@dataclass(frozen=True)
-class Slo:
-    """A validated SLO (see the module docstring).
-
-    Attributes
-    ----------
-    attainment : float
-        The share of requests, in (0, 1], that must meet every threshold.
-    thresholds : dict
-        Per-request thresholds in seconds, keys of ``aisim.sweep.runner.SLO_KEYS``.
-    limits : dict
-        Percentile limits in seconds, keys of :data:`LIMIT_KEYS`.
-    """
-
-    attainment: float
-    thresholds: dict = field(default_factory=dict)
-    limits: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        """The SLO as its ``[slo]`` table gives it."""
-        return {**self.thresholds, "attainment": self.attainment, **self.limits}
-
-    def describe(self) -> str:
-        """``attainment >= 95% of ttft_s <= 2, tpot_s <= 0.05; ttft_p99_s <= 1``."""
-        parts = ", ".join(f"{k} <= {v:g}" for k, v in self.thresholds.items()) or "finished"
-        text = f"{self.attainment:.4g} of requests within {parts}"
-        if self.limits:
-            text += "; " + ", ".join(f"{k} <= {v:g}" for k, v in self.limits.items())
-        return text
-
-
-def slo_from_dict(raw, where: str = "", prefix: str = "slo.") -> Slo:
-    """Validate an SLO mapping strictly.
-
-    Parameters
-    ----------
-    raw : dict
-        Keys of :data:`KEYS`.
-    where : str
-        Appended to messages (`` in spec.toml``).
-    prefix : str
-        Prepended to key names in messages.
-
-    Raises
-    ------
-    ConfigError
-        An unknown key, a value out of range, no ``attainment``, or neither a threshold nor a limit;
-        the message names the key.
-    """
-    if not isinstance(raw, dict):
-        raise ConfigError(f"'{prefix.rstrip('.')}'{where} must be a table of {', '.join(KEYS)}")
-    for k in raw:
-        if k not in KEYS:
-            raise ConfigError(f"unknown key '{prefix}{k}'{where}; known keys: {', '.join(KEYS)}")
-    if "attainment" not in raw:
-        raise ConfigError(f"missing key '{prefix}attainment'{where}: the share of requests that must meet the "
-                          "thresholds (0 < share <= 1)")
-    share = raw["attainment"]
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-        raise ConfigError(f"'{prefix}attainment'{where} must be a share in (0, 1], got {share!r}")
-    out = {}
-    for k, v in raw.items():
-        if k == "attainment":
-            continue
-        # not (v > 0) refuses NaN too; TOML writes nan and inf
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-            raise ConfigError(f"'{prefix}{k}'{where} must be a finite positive number of seconds, got {v!r}")
-        out[k] = float(v)
-    if not out:
-        raise ConfigError(f"'{prefix.rstrip('.')}'{where} must give a threshold ({', '.join(SLO_KEYS)}) or a "
-                          f"percentile limit ({', '.join(LIMIT_KEYS)})")
-    return Slo(attainment=float(share), thresholds={k: out[k] for k in SLO_KEYS if k in out},
-               limits={k: out[k] for k in LIMIT_KEYS if k in out})
+__all__ = ["KEYS", "LIMIT_KEYS", "LIMITS", "PERCENTILES", "SLO_KEYS", "Judge", "Slo", "slo_from_dict"]
 
 
 class Judge:
@@ -159,9 +68,10 @@ class Judge:
                                 [t.get("ttft_s"), t.get("tpot_s"), t.get("e2e_s")]).fetchall()
         self._register(_empty_requests())  # the replay's rows are not kept alive by the judge
         n, finished, met = rows[0] if rows else (0, 0, 0)
-        attainment = met / n if n else 0.0
+        # A percentile-only SLO has no share to meet: no attainment to show either.
+        attainment = (met / n if n else 0.0) if self.slo.thresholds else None
         faults = []
-        if attainment < self.slo.attainment:
+        if self.slo.attainment is not None and attainment < self.slo.attainment:
             faults.append(f"attainment {attainment:.4g} < {self.slo.attainment:.4g}")
         for key, limit in self.slo.limits.items():
             lat, p = LIMITS[key]

@@ -8,14 +8,14 @@
     deployment = "fleet.toml"           # optional: a deployment file, or an inline table
     price_per_gpu_hour = 2.5            # optional: fills the cost columns
 
-    [trace]
-    path = "../examples/trace.jsonl"
+    [trace]                             # a sweep spec's keys (aisim.sweep.runner.trace_table)
+    path = "../examples/trace.jsonl"    # or paths = [one file]
     format = "oracle"                   # optional; options = {...} for the reader
 
-    [slo]                               # aisim.capacity.slo
+    [slo]                               # aisim.sweep.slo: the shape of every SLO
     ttft_s = 2.0
     tpot_s = 0.05
-    attainment = 0.95
+    attainment = 0.95                   # with thresholds; a percentile-only SLO has none
     ttft_p99_s = 1.0
 
     [rate]                              # question 1: the highest rate within the SLO
@@ -50,7 +50,6 @@ from aisim.errors import ConfigError
 
 QUESTION_KEYS = ("slo", "rate", "fleet", "price_per_gpu_hour")
 _TOP = ("name", "description", "database", "engine", "deployment", "trace") + QUESTION_KEYS
-_TRACE = ("path", "format", "options")
 _RATE = ("by", "seed", "start", "rel_tol", "max_points", "max_concurrency", "band")
 _FLEET = ("max_replicas", "aggregated", "splits", "grid", "poisson_rate", "rate_scale", "seed", "band")
 
@@ -138,6 +137,9 @@ def question_from_dict(raw: dict, where: str = "", prefix: str = "") -> Question
     if price is not None and not _positive(price):
         raise ConfigError(f"'{prefix}price_per_gpu_hour'{where} must be a finite positive number, got {price!r}")
     slo = slo_from_dict(raw["slo"], where, prefix=f"{prefix}slo.")
+    if slo.thresholds and slo.attainment is None:
+        raise ConfigError(f"missing key '{prefix}slo.attainment'{where}: the share of requests that must meet the "
+                          f"thresholds ({', '.join(slo.thresholds)}), 0 < share <= 1 (a percentile-only SLO needs none)")
     if asked == ["rate"]:
         question, params = "rate", _rate(raw["rate"], where, prefix)
     else:
@@ -206,14 +208,11 @@ def capacity_from_dict(raw: dict, source: str | None = None, base_dir: str | Non
 
 
 def _trace(raw, base_dir: str, where: str) -> dict:
-    from aisim.sweep.runner import check_trace_table
+    """``[trace]``: a sweep spec's keys (:func:`aisim.sweep.runner.trace_table`), one file."""
+    from aisim.sweep.runner import trace_table
 
-    check_trace_table(raw, _TRACE, where)
-    path = raw.get("path")
-    if not isinstance(path, str) or not path:
-        raise ConfigError(f"'trace.path'{where} must name a trace file")
-    return {"path": os.path.abspath(os.path.join(base_dir, path)), "format": raw.get("format"),
-            "options": dict(raw.get("options", {}))}
+    t = trace_table(raw, where, base_dir, one=True)
+    return {"path": t["paths"][0], "format": t["format"], "options": t["options"]}
 
 
 def _deployment(raw, base_dir: str, where: str):
@@ -252,8 +251,14 @@ def _rate(raw, where: str, prefix: str = "") -> dict:
             raise ConfigError(f"'{p}seed'{where} must be a non-negative integer, got {raw['seed']!r}")
         out["seed"] = raw["seed"]
     if "start" in raw:
+        from aisim.traces.load import RANGES
+
         if not _positive(raw["start"]):
             raise ConfigError(f"'{p}start'{where} must be a finite positive rate, got {raw['start']!r}")
+        bottom, top = RANGES[out["by"]]
+        if not bottom <= raw["start"] <= top:
+            raise ConfigError(f"'{p}start'{where} must be from {bottom:g} to {top:g} ({out['by']}), "
+                              f"got {raw['start']!r}")
         out["start"] = float(raw["start"])
     if "rel_tol" in raw:
         v = raw["rel_tol"]
@@ -284,7 +289,7 @@ def _band(raw: dict, where: str, p: str) -> dict:
 
 def _fleet(raw, where: str, prefix: str = "") -> dict:
     from aisim.config.deployment import MAX_REPLICAS
-    from aisim.sweep.runner import check_grid
+    from aisim.sweep.knobs import check_grid
     from aisim.traces.load import check_load
 
     p = f"{prefix}fleet."
@@ -309,18 +314,33 @@ def _fleet(raw, where: str, prefix: str = "") -> dict:
     grid = raw.get("grid", {})
     if not isinstance(grid, dict):
         raise ConfigError(f"'{p}grid'{where} must be a table of knob = [values]")
-    check_grid(grid, where, f"{p}grid.")
+    check_grid(grid, "capacity", where, f"{p}grid.")
+    check_layout_knobs(grid, agg, splits, where, p)
     load = check_load({k: raw[k] for k in ("poisson_rate", "rate_scale", "seed") if k in raw}, where, p)
     return {"max_replicas": n, "aggregated": agg, "splits": [tuple(s) for s in splits],
             "grid": {k: list(v) for k, v in grid.items()}, "load": load, **_band(raw, where, p)}
 
 
+def check_layout_knobs(grid: dict, aggregated: bool, splits, where: str = "", prefix: str = "fleet.") -> None:
+    """Refuse a router knob of a layout the search does not try: ``router`` sets the aggregated
+    replicas' router, ``prefill_router`` and ``decode_router`` a split's pools."""
+    from aisim.sweep.knobs import POOL_KNOBS
+
+    for k in grid:
+        if k == "router" and not aggregated:
+            raise ConfigError(f"'{prefix}grid.router'{where} sets the router of aggregated replicas, and "
+                              f"'{prefix}aggregated' is false: vary 'prefill_router' or 'decode_router' for splits")
+        if k in POOL_KNOBS and not splits:
+            raise ConfigError(f"'{prefix}grid.{k}'{where} sets a pool of a prefill/decode split, and no "
+                              f"'{prefix}splits' are given: give splits (and a disaggregated deployment)")
+
+
 def read_spec_trace(spec: CapacitySpec):
     """The spec's trace table (read once per search)."""
-    from aisim.traces import guess_format, read_trace
+    from aisim.traces import read_trace
 
     t = spec.trace
-    return read_trace(t["path"], t["format"] or guess_format(t["path"]), **t["options"])
+    return read_trace(t["path"], t["format"], **t["options"])  # no format: guessed from the file
 
 
 def run_capacity(spec: CapacitySpec, progress=None):

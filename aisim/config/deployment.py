@@ -15,33 +15,29 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from aisim.config.keys import DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, defaults, refuse_unknown
+from aisim.config.keys import (DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, check_high, defaults, key,
+                               refuse_inert, refuse_unknown)
 from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
 
 # Router names, in the core's RouterKind order (ext/deploy.pxd; a test checks the two agree).
 ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
-# The most replicas a deployment holds: the router's cache index keeps one bit per replica.
-MAX_REPLICAS = 64
+# The most replicas a deployment holds (aisim.config.keys MAX_REPLICAS, the replicas key's high).
+MAX_REPLICAS = key(DEPLOYMENT_KEYS, "replicas").high
 
 _D = defaults(DEPLOYMENT_KEYS)
 _R = defaults(ROUTER_KEYS)
 _P = defaults(POOL_KEYS)
 _L = defaults(LINK_KEYS)
 
-# The routers each router option acts on (ext/deploy.pyx ``_choose``: ``by`` picks the load of
-# least_loaded, and of session_affinity falling back to it; ``overlap_weight`` prices kv_aware's
-# choice, and session_affinity's falling back to it; ``view_delay_s`` delays what the routers that
-# read the replicas' reports see).
-ROUTER_OPTIONS = {
-    "by": ("least_loaded", "session_affinity"),
-    "overlap_weight": ("kv_aware", "session_affinity"),
-    "seed": ("random",),
-    "fallback": ("session_affinity",),
-    "slack": ("session_affinity",),
-    "view_delay_s": ("least_loaded", "kv_aware", "session_affinity"),
-}
+# The routers each router option acts on: the catalogue's ``kinds`` (aisim/config/keys.py ROUTER_KEYS).
+ROUTER_OPTIONS = {k.name: k.kinds for k in ROUTER_KEYS if k.kinds is not None}
+
+
+def acted_on(kind: str, options: dict) -> dict:
+    """The ``options`` the ``kind`` router acts on (what a deployment writes back)."""
+    return {k: v for k, v in options.items() if kind in ROUTER_OPTIONS.get(k, (kind,))}
 
 
 def foreign_options(router) -> list:
@@ -78,7 +74,7 @@ class PoolConfig:
     engine: object = None
 
     def to_dict(self) -> dict:
-        d = {"replicas": self.replicas, "router": {"kind": self.router, **self.options}}
+        d = {"replicas": self.replicas, "router": {"kind": self.router, **acted_on(self.router, self.options)}}
         if self.engine is not None:
             d["engine"] = self.engine if isinstance(self.engine, str) else getattr(self.engine, "name", "engine")
         return d
@@ -142,7 +138,7 @@ class DeploymentConfig:
         """The deployment as a file's ``deployment`` section would give it, every key resolved."""
         if self.disaggregated:
             return {"prefill": self.prefill.to_dict(), "decode": self.decode.to_dict(), "link": self.link.to_dict()}
-        return {"replicas": self.replicas, "router": {"kind": self.router, **self.options}}
+        return {"replicas": self.replicas, "router": {"kind": self.router, **acted_on(self.router, self.options)}}
 
 
 def _int(v) -> bool:
@@ -191,6 +187,7 @@ def _pool(raw: dict, at: str, w: str):
     kind = r.get("kind", _R["kind"])
     if kind not in ROUTERS:
         raise ConfigError(f"'{at}router.kind'{w} must be one of {', '.join(ROUTERS)}, got {kind!r}")
+    refuse_inert(r, ROUTER_KEYS, kind, f"{at}router.", w, "router")  # an option the router ignores
     opts = {k: r.get(k, v) for k, v in _R.items() if k != "kind"}
     if opts["by"] not in ("requests", "tokens"):
         raise ConfigError(f"'{at}router.by'{w} must be requests or tokens, got {opts['by']!r}")
@@ -207,6 +204,8 @@ def _pool(raw: dict, at: str, w: str):
     if not _number(opts["view_delay_s"]) or opts["view_delay_s"] < 0:
         raise ConfigError(f"'{at}router.view_delay_s'{w} must be a finite number of seconds >= 0, "
                           f"got {opts['view_delay_s']!r}")
+    for k in ("overlap_weight", "slack", "view_delay_s"):
+        check_high(key(ROUTER_KEYS, k), opts[k], f"{at}router.", w)
     opts["overlap_weight"] = float(opts["overlap_weight"])
     opts["view_delay_s"] = float(opts["view_delay_s"])
     return n, kind, opts
@@ -253,6 +252,7 @@ def _parse_disaggregated(raw: dict, source: str | None, w: str) -> DeploymentCon
     lat = link.get("latency_s", _L["latency_s"])
     if not _number(lat) or lat < 0:
         raise ConfigError(f"'deployment.link.latency_s'{w} must be a finite number of seconds >= 0, got {lat!r}")
+    check_high(key(LINK_KEYS, "latency_s"), lat, "deployment.link.", w)
     tr = link.get("transfer", _L["transfer"])
     if tr not in TRANSFERS:
         raise ConfigError(f"'deployment.link.transfer'{w} must be one of {', '.join(TRANSFERS)}, got {tr!r}")

@@ -17,7 +17,7 @@ import math
 import os
 from dataclasses import InitVar, asdict, dataclass, field
 
-from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, defaults, refuse_unknown
+from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, check_high, defaults, key, refuse_inert, refuse_unknown
 from aisim.config.keys import where as _where
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 from aisim.errors import ConfigError
@@ -65,18 +65,15 @@ class TimeModel:
     frontend_per_token_s: float = _T["frontend_per_token_s"]
 
     def relevant(self) -> dict:
-        """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
-        keep = {"linear": ("kind", "base_s", "per_token_s", "per_req_s"),
-                "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
-                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
-                "table": ("kind", "path")}[self.kind]
-        keep += ("frontend", "frontend_per_request_s", "frontend_per_token_s") if self.frontend else ("frontend",)
-        out = {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
-        if self.time_scale != 1.0:
-            out["time_scale"] = self.time_scale
-        if self.calibration is not None:
-            out["calibration"] = self.calibration
-        return out
+        """The keys that shape this kind of time model, in catalogue order (``None`` left out): those
+        whose :attr:`~aisim.config.keys.ConfigKey.kinds` hold it; the API server's costs only when it is
+        on, the time scale only when it scales."""
+        keep = [k.name for k in TIME_MODEL_KEYS if k.kinds is None or self.kind in k.kinds]
+        if not self.frontend:
+            keep = [k for k in keep if k not in ("frontend_per_request_s", "frontend_per_token_s")]
+        if self.time_scale == 1.0:
+            keep.remove("time_scale")
+        return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)
@@ -270,6 +267,7 @@ class EngineConfig:
 
 
 _LOW = {k.name: k.low for k in ENGINE_KEYS}
+_ENGINE_KEY = {k.name: k for k in ENGINE_KEYS}
 # Integer keys checked by type and lower bound, in the order they are checked.
 _INT_KEYS = {k: _LOW[k] for k in ("num_gpu_blocks", "kv_cache_bytes", "block_size", "max_num_seqs",
                                   "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_active_seqs",
@@ -317,6 +315,7 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
             raise ConfigError(f"'{key}'{_where(source)} must be an integer, got {v!r}")
         if v < low:
             raise ConfigError(f"'{key}'{_where(source)} must be at least {low}, got {v}")
+        check_high(_ENGINE_KEY[key], v, "", _where(source))
     for key in _BOOL_KEYS:
         if key in kw and not isinstance(kw[key], bool):
             raise ConfigError(f"'{key}'{_where(source)} must be true or false, got {kw[key]!r}")
@@ -362,6 +361,8 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     unit = kw.get("prefix_match_unit")
     if unit is not None and (isinstance(unit, bool) or not isinstance(unit, int) or unit < 1):
         raise ConfigError(f"'prefix_match_unit'{_where(source)} must be a positive integer, got {unit!r}")
+    if unit is not None:
+        check_high(_ENGINE_KEY["prefix_match_unit"], unit, "", _where(source))
     if kw.get("num_gpu_blocks") is None:
         from aisim.config.kvgroups import groups_block_bytes
 
@@ -408,12 +409,14 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
         elif k == "tp":
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"'time_model.tp'{_where(source)} must be a positive integer, got {v!r}")
+            check_high(key(TIME_MODEL_KEYS, k), v, "time_model.", _where(source))
             out[k] = v
         else:
             # not (v >= 0) also refuses NaN, which every comparison calls false
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v >= 0:
                 raise ConfigError(f"'time_model.{k}'{_where(source)} must be a finite non-negative number, "
                                   f"got {v!r}")
+            check_high(key(TIME_MODEL_KEYS, k), v, "time_model.", _where(source))  # no step time overflows
             out[k] = float(v)
     # A named GPU makes the roofline the default: an engine that says what it runs on gets its step times.
     kind = out.setdefault("kind", "roofline" if "gpu" in out else "linear")
@@ -422,6 +425,7 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
     # A GPU's step times (roofline, a measured table) are served behind the API server; a linear
     # model's constants are an engine's alone (TIME_MODEL_KEYS "frontend").
     out.setdefault("frontend", kind != "linear")
+    refuse_inert(tm, TIME_MODEL_KEYS, kind, "time_model.", _where(source), "time model")  # a constant it ignores
     for k in ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency"):
         if k in out and not 0 < out[k] <= 1:
             raise ConfigError(f"'time_model.{k}'{_where(source)} must be in (0, 1], got {out[k]}")
@@ -453,7 +457,7 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
 
 
 def _groups(groups, kw, source):
-    from aisim.config.keys import GROUP_KEYS
+    from aisim.config.keys import GROUP_KEYS, MAX_GROUPS
     from aisim.config.kvgroups import GROUP_DEFAULTS, KIND
 
     if not isinstance(groups, (list, tuple)) or not groups:
@@ -468,12 +472,15 @@ def _groups(groups, kw, source):
         if kind not in KIND:
             raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "
                               f"{', '.join(KIND)}, got {kind!r}")
-        for key in GROUP_KEYS:
-            v = g.get(key.name)
-            if key.low is not None and v is not None and (isinstance(v, bool) or not isinstance(v, int)
-                                                          or v < key.low):
-                raise ConfigError(f"'kv_cache_groups[{i}].{key.name}'{_where(source)} must be an integer "
-                                  f">= {key.low}, got {v!r}")
+        for gk in GROUP_KEYS:
+            v = g.get(gk.name)
+            if gk.low is not None and v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                                         or v < gk.low):
+                raise ConfigError(f"'kv_cache_groups[{i}].{gk.name}'{_where(source)} must be an integer "
+                                  f">= {gk.low}, got {v!r}")
+            if v is not None and gk.low is not None:
+                check_high(gk, v, f"kv_cache_groups[{i}].", _where(source))
+        refuse_inert(g, GROUP_KEYS, kind, f"kv_cache_groups[{i}].", _where(source), "group", "type")
         if "prefix_cacheable" in g and not isinstance(g["prefix_cacheable"], bool):
             raise ConfigError(f"'kv_cache_groups[{i}].prefix_cacheable'{_where(source)} must be true or false")
         required = KIND[kind].required
@@ -481,6 +488,11 @@ def _groups(groups, kw, source):
             raise ConfigError(f"'kv_cache_groups[{i}].{required}'{_where(source)} is required for a "
                               f"{kind} group")
         out.append(dict(g))
+    # The core holds at most MAX_GROUPS groups; refused here, before the groups are expanded.
+    total = sum(g.get("count", 1) for g in out)
+    if total > MAX_GROUPS:
+        raise ConfigError(f"'kv_cache_groups'{_where(source)} give {total} groups (counts added up); the replay core "
+                          f"holds from 1 to {MAX_GROUPS}")
     return tuple(out)
 
 

@@ -29,19 +29,34 @@ class ConfigKey:
         One line for the documentation (Markdown).
     low : int, optional
         Smallest accepted value of an integer key.
+    high : int or float, optional
+        Largest accepted value of a number (an int for an integer key): what the replay core and
+        memory can hold, or what vLLM accepts (:func:`check_high`; the constants below say why).
     shown : str, optional
         How the documentation states the default when the value alone does not say it.
     fitted : bool, optional
         A constant set by a fit to measurements (``aisim calibrate``,
         ``benchmarks/timing_accuracy.py --fit``) rather than read from a datasheet or chosen.
+    kinds : tuple of str, optional
+        The kinds of its section (the router's, the time model's) the key acts on; given for another
+        kind it is refused (:func:`refuse_inert`).  None: every kind.
     """
 
     name: str
     default: object
     meaning: str
     low: int | None = None
+    high: int | float | None = None
     shown: str | None = None
     fitted: bool = False
+    kinds: tuple | None = None
+
+    def range_text(self) -> str | None:
+        """The accepted range as the documentation shows it (``1 to 2147483647``); None without ``high``."""
+        if self.high is None:
+            return None
+        low = self.low if self.low is not None else 0
+        return f"{low:g} to {self.high:g}" if isinstance(self.high, float) else f"{low} to {self.high}"
 
     def default_text(self) -> str:
         """The default as the documentation shows it."""
@@ -57,21 +72,41 @@ class ConfigKey:
         return repr(v)
 
 
+# Upper bounds of numbers (ConfigKey.high).  Token counts, block ids and block-table rows are int32 in
+# the replay core (ext/types.pxd); byte counts are Python integers divided down to block counts.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+# KV-cache groups one engine may have: the core's fixed-size group arrays (ext/kvcache.pxd MAX_GROUPS,
+# exported as aisim._core.constants.MAX_GROUPS; a test checks the two agree).
+MAX_GROUPS = 64
+# Draft tokens per request and step: vLLM's rejection sampler asserts at most MAX_SPEC_LEN = 128
+# (vllm/v1/sample/rejection_sampler.py, 0.31.0 to 0.33.0), so an engine with more fails its first
+# verification.
+MAX_SPEC_LEN = 128
+# A time-model constant (seconds per step, per token, per request) of at most an hour: step times and
+# their sums stay finite and meaningful (a constant near the largest float overflows to inf).
+MAX_STEP_S = 3600.0
+# Router and link seconds and weights: finite and far from overflow when multiplied by token counts.
+MAX_ROUTER_VALUE = 1e6
+# Replicas of a deployment: the router's cache index keeps one bit per replica (ext/deploy.pxd).
+MAX_REPLICAS = 64
+
 # Order is the order of EngineConfig's fields and of its resolved ``to_dict()``.
 ENGINE_KEYS = (
     ConfigKey("num_gpu_blocks", None, "blocks in the KV-cache pool, including vLLM's null block 0",
-              low=2, shown="required (or `kv_cache_bytes`)"),
-    ConfigKey("block_size", 16, "tokens per KV-cache block (`CacheConfig.block_size`)", low=1),
-    ConfigKey("max_num_seqs", 256, "as in vLLM's `SchedulerConfig`", low=1),
-    ConfigKey("max_num_batched_tokens", 8192, "as in vLLM's `SchedulerConfig`", low=1),
+              low=2, shown="required (or `kv_cache_bytes`)", high=INT32_MAX),
+    ConfigKey("block_size", 16, "tokens per KV-cache block (`CacheConfig.block_size`)", low=1, high=INT32_MAX),
+    ConfigKey("max_num_seqs", 256, "as in vLLM's `SchedulerConfig`", low=1, high=INT32_MAX),
+    ConfigKey("max_num_batched_tokens", 8192, "as in vLLM's `SchedulerConfig`", low=1, high=INT32_MAX),
     ConfigKey("max_num_scheduled_tokens", None, "per-step token budget", low=1,
-              shown="= `max_num_batched_tokens`"),
-    ConfigKey("max_num_active_seqs", None, "admission cap into RUNNING", low=1, shown="= `max_num_seqs`"),
-    ConfigKey("max_model_len", 32768, "as in vLLM's `SchedulerConfig`", low=1),
+              shown="= `max_num_batched_tokens`", high=INT32_MAX),
+    ConfigKey("max_num_active_seqs", None, "admission cap into RUNNING", low=1, shown="= `max_num_seqs`",
+              high=INT32_MAX),
+    ConfigKey("max_model_len", 32768, "as in vLLM's `SchedulerConfig`", low=1, high=INT32_MAX),
     ConfigKey("enable_chunked_prefill", True, "as in vLLM"),
     ConfigKey("enable_prefix_caching", True, "as in vLLM"),
     ConfigKey("long_prefill_token_threshold", 0, "per-request per-step cap on new tokens (0 = off; vLLM 0.31+)",
-              low=0),
+              low=0, high=INT32_MAX),
     ConfigKey("long_prefill_token_threshold_adaptive", False, "floor the cap at the fair share of the batch"),
     ConfigKey("policy", "fcfs", "`fcfs` or `priority`"),
     ConfigKey("scheduler_reserve_full_isl", True, "admit a waiting request only when its whole sequence fits"),
@@ -82,7 +117,7 @@ ENGINE_KEYS = (
     ConfigKey("mamba_cache_mode", None, "`align` or `none`",
               shown="`align` with a state group and prefix caching, else `none`"),
     ConfigKey("prefix_match_unit", None, "hash block size of grouped caches (vLLM's `prefix_match_unit`)",
-              low=1, shown="GCD of the cacheable groups' block sizes"),
+              low=1, shown="GCD of the cacheable groups' block sizes", high=INT32_MAX),
     ConfigKey("prefix_cache_retention_interval", 0, "engine default 0 (sparse); `null` keeps every "
               "window/state block (dense)"),
     ConfigKey("cache_extra", None, "the oracle's spelling of `prefix_cache_retention_interval` and "
@@ -95,7 +130,7 @@ ENGINE_KEYS = (
     ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash); the "
               "roofline's model unless `time_model.model` is set"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
-              "`num_gpu_blocks`", low=1),
+              "`num_gpu_blocks`", low=1, high=INT64_MAX),
     ConfigKey("plan_notes", (), "why a plan chose what it chose (written by `aisim plan`)", shown="[]"),
 )
 
@@ -108,50 +143,54 @@ ENGINE_KEYS = (
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
 # 8 H200, Llama-3.1-8B FP8 on one) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100) are held out.  The
 # points, their sources and the errors: benchmarks/data/README.md.
+# The time-model kinds a key acts on.
+LINEAR, ROOFLINE, TABLE = ("linear",), ("roofline",), ("table",)
 TIME_MODEL_KEYS = (
     ConfigKey("kind", "linear", "`linear`: `base_s + per_token_s * tokens + per_req_s * requests`; "
               "`roofline`: from `model` on `tp` GPUs `gpu` (compute- or memory-bound, plus all-reduces); "
               "`table`: a profile at `path`", shown="`roofline` when `gpu` is set, else `linear`"),
-    ConfigKey("base_s", 0.01, "linear: seconds per step"),
-    ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token"),
-    ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request"),
-    ConfigKey("gpu", None, "roofline: a GPU of the catalog (table below)"),
+    ConfigKey("base_s", 0.01, "linear: seconds per step", kinds=LINEAR, high=MAX_STEP_S),
+    ConfigKey("per_token_s", 0.0, "linear: seconds per scheduled token", kinds=LINEAR, high=MAX_STEP_S),
+    ConfigKey("per_req_s", 0.0, "linear: seconds per scheduled request", kinds=LINEAR, high=MAX_STEP_S),
+    ConfigKey("gpu", None, "roofline: a GPU of the catalog (table below)", kinds=ROOFLINE),
     ConfigKey("model", None, "roofline: a catalog model or the path of a Hugging Face `config.json` (relative to "
-              "the configuration file)", shown="the engine's `model`"),
-    ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
+              "the configuration file)", shown="the engine's `model`", kinds=ROOFLINE),
+    ConfigKey("tp", 1, "tensor-parallel size: the roofline's, and every kind's GPUs per replica (the GPU "
+              "count of sweeps and capacity searches)", low=1, high=INT32_MAX),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
-              shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
-    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True),
+              shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)", kinds=ROOFLINE),
+    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True,
+              kinds=ROOFLINE, high=MAX_STEP_S),
     ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)",
-              fitted=True),
+              fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
     ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
-              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True),
+              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
     ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
-              "cache's dtype), in (0, 1] (fitted)", fitted=True),
+              "cache's dtype), in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
-              fitted=True),
+              fitted=True, kinds=ROOFLINE),
     ConfigKey("time_scale", 1.0, "every step time multiplied by this (the ends of a calibration's band; "
-              "`aisim calibrate`)"),
+              "`aisim calibrate`)", high=1e6),
     ConfigKey("calibration", None, "which fit set the fitted constants and its held-out errors (written by "
               "`aisim calibrate`; keys: `aisim/config/calibration.py`)", shown="the defaults' own"),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
-              "never extrapolated"),
+              "never extrapolated", kinds=TABLE),
     ConfigKey("frontend", None, "requests of a trace clocked in seconds pass vLLM's API server (one serial queue, "
               "aisim/perf/frontend.py) before the engine sees them, as under `vllm serve`; false: engine only, as "
               "vLLM's offline `LLM` (and the oracle's recorder, whose step times a `linear` model holds)",
               shown="`true` for `roofline` and `table`, `false` for `linear`"),
     ConfigKey("frontend_per_request_s", 0.0078, "API server: seconds per request before the engine sees it "
-              "(fitted)", fitted=True),
+              "(fitted)", fitted=True, high=MAX_STEP_S),
     ConfigKey("frontend_per_token_s", 7.4e-6, "API server: seconds per prompt token before the engine sees it "
-              "(fitted)", fitted=True),
+              "(fitted)", fitted=True, high=MAX_STEP_S),
 )
 
 # Keys of ``speculative``: vLLM's SpeculativeConfig as far as the scheduler sees it, plus what the
 # replay needs that vLLM learns from its models (how many drafts are accepted, what drafting costs).
 SPECULATIVE_KEYS = (
     ConfigKey("num_speculative_tokens", None, "draft tokens proposed per request and step (k)", low=1,
-              shown="required"),
+              shown="required", high=MAX_SPEC_LEN),
     ConfigKey("method", "eagle", "`eagle` or `mtp` (k lookahead slots, EAGLE prefix-cache rules), "
               "`draft_model` (k lookahead slots, one draft slot of input budget per request), `ngram` "
               "(neither)"),
@@ -177,32 +216,38 @@ ACCEPTANCE_KEYS = (
 
 # Keys of ``speculative.drafter_cost`` given as a mapping.
 DRAFTER_COST_KEYS = (
-    ConfigKey("base_s", 0.0, "seconds of drafting per step that proposes drafts"),
-    ConfigKey("per_token_s", 0.0, "seconds per token the step scheduled"),
+    ConfigKey("base_s", 0.0, "seconds of drafting per step that proposes drafts", high=MAX_STEP_S),
+    ConfigKey("per_token_s", 0.0, "seconds per token the step scheduled", high=MAX_STEP_S),
 )
 
+# The state group kinds (aisim.config.kvgroups.STATE_KINDS; a test checks the two agree).
+STATE_GROUPS = ("mamba", "gdn", "kda", "conv")
 # Per-group keys of ``kv_cache_groups``; order is the order error messages list them in.
 GROUP_KEYS = (
     ConfigKey("type", None, "the group's kind (table below)", shown="required"),
-    ConfigKey("block_size", None, "tokens per block", low=1, shown="the engine's `block_size`"),
-    ConfigKey("count", 1, "consecutive groups of this shape", low=1),
-    ConfigKey("sliding_window", None, "window in tokens (required by `sliding_window`)", low=1),
-    ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1),
+    ConfigKey("block_size", None, "tokens per block", low=1, shown="the engine's `block_size`", high=INT32_MAX),
+    ConfigKey("count", 1, "consecutive groups of this shape", low=1, high=MAX_GROUPS),
+    ConfigKey("sliding_window", None, "window in tokens (required by `sliding_window`)", low=1, high=INT32_MAX,
+              kinds=("sliding_window",)),
+    ConfigKey("attention_chunk_size", None, "chunk in tokens (required by `chunked_local`)", low=1, high=INT32_MAX,
+              kinds=("chunked_local",)),
     ConfigKey("prefix_cacheable", None, "whether the group's blocks can be prefix-cached",
               shown="the kind's default"),
     ConfigKey("num_speculative_blocks", None, "state groups: draft blocks", low=0,
-              shown="`speculative.num_speculative_tokens`, else 0"),
-    ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0),
-    ConfigKey("prefill_checkpoint_alignment", None, "state groups: prefill-checkpoint alignment in tokens", low=1),
-    ConfigKey("page_size_bytes", None, "one layer's page (vLLM `KVCacheSpec.page_size_bytes`)", low=1),
-    ConfigKey("num_layers", 1, "layers sharing the group's block table", low=1),
+              shown="`speculative.num_speculative_tokens`, else 0", high=INT32_MAX, kinds=STATE_GROUPS),
+    ConfigKey("prefill_checkpoint_blocks", 0, "state groups: prefill-checkpoint blocks", low=0, high=INT32_MAX,
+              kinds=STATE_GROUPS),
+    ConfigKey("prefill_checkpoint_alignment", None, "state groups: prefill-checkpoint alignment in tokens", low=1,
+              high=INT32_MAX, kinds=STATE_GROUPS),
+    ConfigKey("page_size_bytes", None, "one layer's page (vLLM `KVCacheSpec.page_size_bytes`)", low=1, high=INT64_MAX),
+    ConfigKey("num_layers", 1, "layers sharing the group's block table", low=1, high=INT32_MAX),
 )
 
 
 # A deployment file's ``deployment`` section (aisim/config/deployment.py).
 DEPLOYMENT_KEYS = (
-    ConfigKey("replicas", 1, "engines behind the router, each a complete replica of the engine file (1 to 64)",
-              low=1),
+    ConfigKey("replicas", 1, "engines behind the router, each a complete replica of the engine file",
+              low=1, high=MAX_REPLICAS),
     ConfigKey("router", "round_robin", "`round_robin`, `random`, `least_loaded`, `kv_aware` or "
               "`session_affinity`; or a mapping with `kind` and the router keys below"),
     ConfigKey("prefill", None, "disaggregated: the prefill pool, a mapping of the pool keys below (with `decode`; "
@@ -214,7 +259,7 @@ DEPLOYMENT_KEYS = (
 
 # ``deployment.prefill`` / ``deployment.decode`` keys (a disaggregated deployment's pools).
 POOL_KEYS = (
-    ConfigKey("replicas", 1, "engines in the pool (1 to 64)", low=1),
+    ConfigKey("replicas", 1, "engines in the pool", low=1, high=MAX_REPLICAS),
     ConfigKey("router", "round_robin", "the pool's router: a name or a mapping of the router keys below"),
     ConfigKey("engine", None, "the pool's engine file (relative to the deployment file); default the "
               "deployment's engine", shown="—"),
@@ -224,31 +269,67 @@ POOL_KEYS = (
 LINK_KEYS = (
     ConfigKey("bandwidth_gb_s", None, "transfer bandwidth in GB/s (10^9 bytes per second; `inf`: no transfer time "
               "but the latency)", shown="required"),
-    ConfigKey("latency_s", 0.0, "seconds added to every transfer"),
+    ConfigKey("latency_s", 0.0, "seconds added to every transfer", high=MAX_ROUTER_VALUE),
     ConfigKey("transfer", "all", "`all`: every block the prefill replica holds for the request; `missing`: only "
               "those past the decode replica's prefix hit when it is chosen"),
 )
 
+# The routers that read what the replicas report (cache contents, first tokens, finishes): ext/deploy.pyx
+# ``_choose`` (``by`` picks least_loaded's load, and session_affinity's falling back to it;
+# ``overlap_weight`` prices kv_aware's choice, and session_affinity's falling back to it).
+_REPORTED = ("least_loaded", "kv_aware", "session_affinity")
 # ``deployment.router`` keys (given as a mapping).
 ROUTER_KEYS = (
     ConfigKey("kind", "round_robin", "the router (names above)"),
     ConfigKey("by", "requests", "`least_loaded`: count outstanding `requests`, or `tokens` (prompt + "
-              "max output tokens of each outstanding request)"),
+              "max output tokens of each outstanding request)", kinds=("least_loaded", "session_affinity")),
     ConfigKey("overlap_weight", 1.0, "`kv_aware` (and its use as a fallback): Dynamo's "
-              "`overlap_score_weight`, the weight of the prefill term"),
-    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0),
+              "`overlap_score_weight`, the weight of the prefill term", kinds=("kv_aware", "session_affinity"),
+              high=MAX_ROUTER_VALUE),
+    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0, kinds=("random",)),
     ConfigKey("fallback", "kv_aware", "`session_affinity`: `kv_aware` or `least_loaded`, the choice "
-              "for a session's first turn and when its replica is overloaded"),
+              "for a session's first turn and when its replica is overloaded", kinds=("session_affinity",)),
     ConfigKey("slack", 16, "`session_affinity`: a session's replica is overloaded when it has more than "
-              "this many outstanding requests above the least loaded replica", low=0),
+              "this many outstanding requests above the least loaded replica", low=0, kinds=("session_affinity",),
+              high=INT32_MAX),
     ConfigKey("view_delay_s", 0.0, "the router sees what replicas report (cache contents, first tokens, "
-              "finishes) this many seconds late; its own bookings at once"),
+              "finishes) this many seconds late; its own bookings at once", kinds=_REPORTED, high=MAX_ROUTER_VALUE),
 )
 
 
 def defaults(keys) -> dict:
     """``name -> default`` of a catalogue."""
     return {k.name: k.default for k in keys}
+
+
+def refuse_inert(raw: dict, keys, kind: str, prefix: str, at: str = "", what: str = "",
+                 kind_key: str = "kind") -> None:
+    """Raise :class:`~aisim.errors.ConfigError` naming the first key of ``raw`` that does not act on
+    ``kind`` (its :attr:`ConfigKey.kinds`): an option accepted and ignored would be a silent wrong answer.
+
+    ``prefix`` is the section's dotted path, ``at`` the file (:func:`where`), ``what`` the section's
+    name in the message (``router``, ``time model``), ``kind_key`` the key that names the kind.
+    """
+    from aisim.errors import ConfigError
+
+    for k in keys:
+        if k.name in raw and k.kinds is not None and kind not in k.kinds:
+            raise ConfigError(f"'{prefix}{k.name}'{at} does not apply to the {kind} {what} (it applies to "
+                              f"{', '.join(k.kinds)}); remove it or change '{prefix}{kind_key}'")
+
+
+def check_high(key: ConfigKey, value, prefix: str = "", at: str = "") -> None:
+    """Raise :class:`~aisim.errors.ConfigError` when ``value`` (already checked to be a finite number of
+    the right type, at least ``key.low``) exceeds ``key.high``; the message names the key and the range."""
+    from aisim.errors import ConfigError
+
+    if key.high is not None and value > key.high:
+        raise ConfigError(f"'{prefix}{key.name}'{at} must be from {key.range_text()}, got {value!r}")
+
+
+def key(keys, name: str) -> ConfigKey:
+    """The key ``name`` of the catalogue ``keys``."""
+    return next(k for k in keys if k.name == name)
 
 
 def where(source: str | None) -> str:

@@ -21,7 +21,8 @@ def _table(keys, fmt=None) -> list[str]:
         shown = k.default_text()
         for name, value in (fmt or {}).items():
             shown = shown.replace("{" + name + "}", value)
-        rows.append(f"| `{k.name}` | {shown} | {k.meaning} |")
+        bound = f" ({k.range_text()})" if k.high is not None else ""  # the range the validator accepts
+        rows.append(f"| `{k.name}` | {shown} | {k.meaning}{bound} |")
     return rows
 
 
@@ -29,7 +30,8 @@ def render_tables() -> str:
     """The README's engine-configuration tables (Markdown), rendered from the catalogues."""
     fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
     lines = _table(ENGINE_KEYS, fmt)
-    lines += ["", "`time_model` keys:", ""] + _table(TIME_MODEL_KEYS)
+    lines += ["", "`time_model` keys (a key of another kind than `kind` is refused, not ignored):", ""]
+    lines += _table(TIME_MODEL_KEYS)
     lines += ["", "`speculative` keys:", ""] + _table(SPECULATIVE_KEYS)
     lines += ["", "`speculative.acceptance` keys:", ""] + _table(ACCEPTANCE_KEYS)
     lines += ["", "`speculative.drafter_cost` keys (given as a mapping):", ""] + _table(DRAFTER_COST_KEYS)
@@ -69,7 +71,8 @@ def render_tables() -> str:
 def render_deployment_tables() -> str:
     """The README's deployment-file tables (Markdown), rendered from the key catalogues."""
     lines = ["`deployment` keys:", ""] + _table(DEPLOYMENT_KEYS)
-    lines += ["", "`deployment.router` keys (given as a mapping):", ""] + _table(ROUTER_KEYS)
+    lines += ["", "`deployment.router` keys (given as a mapping; an option its `kind` does not act on is refused, "
+              "not ignored):", ""] + _table(ROUTER_KEYS)
     lines += ["", "`deployment.prefill` and `deployment.decode` keys:", ""] + _table(POOL_KEYS)
     lines += ["", "`deployment.link` keys:", ""] + _table(LINK_KEYS)
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ the pool and block tables within what the replay core can index and hold, and
 a pool given as ``kv_cache_bytes`` must hold one request of ``max_model_len``,
 as vLLM checks at start-up (``vllm/v1/core/kv_cache_utils.py``
 ``check_enough_kv_cache_memory``; an explicit ``num_gpu_blocks`` is vLLM's
-``num_gpu_blocks_override``, applied after that check).
+``num_gpu_blocks_override``, which aisim takes as it is: see :func:`check_capacity`).
 
 The same functions serve configuration validation, replay, planning and
 sweeps (:mod:`aisim.plan` asks :func:`probe_cold_reason`,
@@ -40,8 +40,8 @@ _GROUPED_VERSIONS = f"grouped prefix caching is modeled for vLLM {supported_text
 
 
 # The replay core's block ids and block-table and hash rows are int32 (ext/types.pxd block_id_t, slot_t;
-# ext/kvcache.pyx kv_init sizes rows as int32).
-INT32_MAX = 2**31 - 1
+# ext/kvcache.pyx kv_init sizes rows as int32): the catalogue's bound.
+from aisim.config.keys import INT32_MAX  # noqa: E402
 # What the core allocates when a replay starts must stay below this: the block pool
 # (ext/blockpool.pyx bp_init, about POOL_BYTES_PER_BLOCK a block with its hash map) and the
 # block-table and hash rows of max_num_seqs + 8 sequences of max_model_len tokens (kv_init).
@@ -148,8 +148,11 @@ def startup_fit_problem(cfg) -> str | None:
     usable = cfg.usable_blocks
     if usable >= need:
         return None
+    # vLLM's reason names the longest length that fits (_check_enough_kv_cache_memory's estimate).
+    longest = longest_startup_len(cfg)
+    estimate = f"; the estimated maximum model length is {longest}" if longest > 0 else ""
     return (f"'num_gpu_blocks' ({cfg.num_gpu_blocks}) leaves {usable} usable blocks, but one "
-            f"request of max_model_len ({cfg.max_model_len}) needs {need}")
+            f"request of max_model_len ({cfg.max_model_len}) needs {need}{estimate}")
 
 
 def longest_startup_len(cfg) -> int:
@@ -203,10 +206,13 @@ def check_capacity(cfg, source: str | None = None) -> None:
             f"({cfg.max_model_len}){_where(source)} need {need / 2**30:.1f} GiB of replay-core memory; "
             f"the limit is {CORE_MEMORY_LIMIT_BYTES // 2**30} GiB"
         )
-    # vLLM checks the memory it found (check_enough_kv_cache_memory, called by get_kv_cache_configs)
-    # before it applies num_gpu_blocks_override: a pool given as 'kv_cache_bytes' is that memory, a
-    # 'num_gpu_blocks' the override, which vLLM takes as it is (the recorded full_small engine has 200
-    # blocks and max_model_len 4096).
+    # vLLM checks the memory it found (_check_enough_kv_cache_memory, called by get_kv_cache_configs):
+    # a pool given as 'kv_cache_bytes' is that memory.  vLLM 0.31.0 to 0.33.0 apply
+    # num_gpu_blocks_override to that memory before the check (vllm/v1/core/kv_cache_planning.py
+    # get_kv_cache_configs), so they refuse an explicit 'num_gpu_blocks' too small as well; aisim
+    # still takes one as it is (a known difference: the recorded full_small scenario, 200 blocks and
+    # max_model_len 4096, was recorded on a scheduler built without the check), except for grouped
+    # prefix caching, whose rule checks it.
     if "num_gpu_blocks" not in cfg.declared:
         fit = startup_fit_problem(cfg)
         if fit is not None:

@@ -33,7 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aisim.config.keys import ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, SPECULATIVE_KEYS, defaults, refuse_unknown
+from aisim.config.keys import (ACCEPTANCE_KEYS, DRAFTER_COST_KEYS, SPECULATIVE_KEYS, check_high, defaults, key,
+                               refuse_unknown)
 from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
 
@@ -114,6 +115,8 @@ def parse_speculative(raw, source=None) -> SpeculativeConfig:
         raise ConfigError(f"'speculative.num_speculative_tokens'{w} is required")
     if not _int(k) or k < 1:
         raise ConfigError(f"'speculative.num_speculative_tokens'{w} must be a positive integer, got {k!r}")
+    # vllm/v1/sample/rejection_sampler.py: RejectionSampler.forward asserts max_spec_len <= MAX_SPEC_LEN (128).
+    check_high(key(SPECULATIVE_KEYS, "num_speculative_tokens"), k, "speculative.", w)
     method = raw.get("method", _S["method"])
     if method not in METHODS:
         raise ConfigError(f"'speculative.method'{w} must be one of {', '.join(METHODS)}, got {method!r}")
@@ -168,17 +171,25 @@ def _drafter_cost(c, w):
         known = [x.name for x in DRAFTER_COST_KEYS]
         refuse_unknown(c, known, "speculative.drafter_cost.", w)
         out = {}
-        for key in known:
-            v = c.get(key, _C[key])
+        for name in known:
+            v = c.get(name, _C[name])
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"'speculative.drafter_cost.{key}'{w} must be a finite non-negative number "
+                raise ConfigError(f"'speculative.drafter_cost.{name}'{w} must be a finite non-negative number "
                                   f"of seconds, got {v!r}")
-            out[key] = float(v)
+            check_high(key(DRAFTER_COST_KEYS, name), v, "speculative.drafter_cost.", w)
+            out[name] = float(v)
         return out
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or c < 0:
         raise ConfigError(f"'speculative.drafter_cost'{w} must be a non-negative fraction of the step time "
                           f"or a mapping with base_s and per_token_s, got {c!r}")
+    if c > MAX_DRAFT_FRACTION:
+        raise ConfigError(f"'speculative.drafter_cost'{w} must be from 0 to {MAX_DRAFT_FRACTION:g} (a fraction of "
+                          f"the target step's time), got {c!r}")
     return float(c)
+
+
+# A drafter at most a thousand times the target step's time: step times stay finite.
+MAX_DRAFT_FRACTION = 1000.0
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from aisim._core.constants import TABLE_AXES, TIME_MODEL_KINDS
+from aisim.config.keys import MAX_STEP_S
 from aisim.errors import ConfigError
 
 # Profile column name -> axis code of the core (ext/steptime.pxd TableAxis).
@@ -62,6 +63,9 @@ def table_args(path: str) -> dict:
     lat = np.asarray(cols["latency_s"], dtype=np.float64)
     if lat.size == 0 or np.any(lat < 0) or not np.all(np.isfinite(lat)):
         raise ConfigError(f"step-time profile {path}: 'latency_s' must hold non-negative numbers")
+    if np.any(lat > MAX_STEP_S):  # a step time the replay's clock can add up (aisim.config.keys.MAX_STEP_S)
+        raise ConfigError(f"step-time profile {path}: 'latency_s' must be from 0 to {MAX_STEP_S:g}, "
+                          f"got {float(lat.max())!r}")
     axes = [c for c in AXES if c in cols and len(set(cols[c])) > 1]
     if not axes:
         raise ConfigError(f"step-time profile {path}: no column among {', '.join(AXES)} varies")

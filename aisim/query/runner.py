@@ -50,6 +50,9 @@ def bind_sql(q, raw: dict) -> tuple:
             except ValueError:
                 raise QueryError(f"parameter '{p.name}' of query '{name}' must be {p.type}, "
                                  f"got {v!r}") from None
+            # float() reads 'nan' and 'inf': a threshold no comparison can honour (NaN is never less)
+            if isinstance(values[p.name], float) and not math.isfinite(values[p.name]):
+                raise QueryError(f"parameter '{p.name}' of query '{name}' must be a finite number, got {v!r}")
         elif p.required:
             raise QueryError(f"query '{name}' needs --param {p.name}=... ({p.description})")
         else:

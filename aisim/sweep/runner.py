@@ -9,8 +9,8 @@ trace, a grid of knobs and SLO thresholds::
     base = "../examples/engine.json"   # base engine configuration
     best = "best-engine.toml"          # where the best configuration is written
 
-    [trace]
-    paths = ["../examples/trace.jsonl"]
+    [trace]                            # a capacity spec's keys too
+    paths = ["../examples/trace.jsonl"]  # or path = "../examples/trace.jsonl"
     format = "oracle"                  # optional; options = {...} for the reader
 
     [grid]                             # every combination is a candidate
@@ -25,7 +25,8 @@ trace, a grid of knobs and SLO thresholds::
     rate_scale = [1.0, 2.0]            # arrivals divided by the factor; or poisson_rate = [...] (seed = N),
                                        # or max_concurrency = [...] (requests in flight)
 
-    [slo]                              # at least one threshold, seconds
+    [slo]                              # at least one threshold, seconds (aisim.sweep.slo: the
+                                       # shape of every SLO; attainment and limits go in [capacity.slo])
     ttft_s = 2.0
     tpot_s = 0.05
     e2e_s = 30.0
@@ -84,20 +85,17 @@ from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError, ShardFailed, SweepError, TraceError
 
-from aisim.config.keys import ENGINE_KEYS
-from aisim.sweep.deployments import DEPLOYMENT_KNOBS
+from aisim.sweep.knobs import LOAD_AXES, SPEC_KNOBS, UNSET  # noqa: F401  (UNSET: the grid's spelling)
+from aisim.sweep.slo import SLO_KEYS
 
-# Every top-level engine key but the notes a sweep writes itself, then the deployment's knobs.
-ENGINE_KNOBS = tuple(k.name for k in ENGINE_KEYS if k.name != "plan_notes")
-GRID_KNOBS = ENGINE_KNOBS + tuple(DEPLOYMENT_KNOBS)
-# A grid value that removes the key from the base configuration (TOML has no null).
-UNSET = "unset"
-# The load axes of a [load] table (aisim.traces.load), one per sweep.
-LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
-SLO_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+# The knobs of a sweep's grid (aisim.sweep.knobs): every top-level engine key but the notes a sweep
+# writes itself, then the deployment's knobs; its [load] table varies LOAD_AXES.
+GRID_KNOBS = SPEC_KNOBS["sweep"]
 _TOP = ("name", "description", "database", "model", "base", "best", "best_deployment", "deployment", "trace",
         "grid", "load", "slo", "capacity")
-_TRACE = ("paths", "format", "options")
+# A spec's [trace] table: one file (path) or several (paths), the format and the reader's options; the
+# same keys in a sweep spec and a capacity spec (trace_table).
+TRACE_KEYS = ("path", "paths", "format", "options")
 
 
 @dataclass
@@ -208,14 +206,10 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
     for k in ("name", "database", "model", "base") + tuple(k for k in ("best", "best_deployment") if k in raw):
         if not isinstance(raw[k], str) or not raw[k]:
             raise SweepError(f"'{k}'{where} must be a non-empty string")
-    trace = raw["trace"]
     try:
-        check_trace_table(trace, _TRACE, where)
+        trace = trace_table(raw["trace"], where, base_dir)
     except ConfigError as exc:
         raise SweepError(str(exc)) from None
-    paths = trace.get("paths")
-    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-        raise SweepError(f"'trace.paths'{where} must be a non-empty list of paths")
     grid = raw["grid"]
     if not isinstance(grid, dict) or not grid:
         raise SweepError(f"'grid'{where} must be a non-empty table of knob = [values]")
@@ -225,15 +219,12 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
         raise SweepError(str(exc)) from None
     loads = _loads(raw.get("load"), where)
     capacity = _capacity(raw.get("capacity"), where)
-    slo = raw["slo"]
-    if not isinstance(slo, dict) or not slo:
-        raise SweepError(f"'slo'{where} must give at least one of {', '.join(SLO_KEYS)}")
-    for k, v in slo.items():
-        if k not in SLO_KEYS:
-            raise SweepError(f"unknown key 'slo.{k}'{where}; known keys: {', '.join(SLO_KEYS)}")
-        # not (v > 0) refuses NaN too; TOML writes nan and inf
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-            raise SweepError(f"'slo.{k}'{where} must be a finite positive number of seconds, got {v!r}")
+    from aisim.sweep.slo import goodput_slo
+
+    try:
+        slo = goodput_slo(raw["slo"], where)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
     base_path = os.path.abspath(os.path.join(base_dir, raw["base"]))
     base = read_config_file(base_path, f"'base'{where}")
     best = os.path.abspath(os.path.join(base_dir, raw.get("best", f"{raw['name']}-best.toml")))
@@ -249,9 +240,7 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
         raise SweepError(f"'best_deployment'{where} needs a deployment: give 'deployment' or deployment knobs")
     return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
                      model=raw["model"], base=base, base_path=base_path, best=best,
-                     trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
-                            "format": trace.get("format"), "options": dict(trace.get("options", {}))},
-                     grid={k: list(v) for k, v in grid.items()}, slo={k: float(v) for k, v in slo.items()},
+                     trace=trace, grid={k: list(v) for k, v in grid.items()}, slo=dict(slo.thresholds),
                      description=str(raw.get("description", "")), path=os.path.abspath(source) if source else None,
                      loads=loads, deployment=deployment, best_deployment=best_deployment, capacity=capacity)
 
@@ -313,8 +302,8 @@ def candidates(spec: SweepSpec) -> list:
         ``engine``, a refused one its ``reason``.  A load level is a knob too
         (``rate_scale``, ``poisson_rate`` or ``max_concurrency``).
     """
-    from aisim.config.engine import engine_config_from_dict
-    from aisim.sweep.deployments import candidate_deployment, deployment_gpus
+    from aisim.sweep.deployments import deployment_gpus
+    from aisim.sweep.knobs import resolve
 
     keys = list(spec.grid)
     points = list(itertools.product(*(spec.grid[k] for k in keys)))
@@ -323,20 +312,18 @@ def candidates(spec: SweepSpec) -> list:
         knobs = dict(zip(keys, values))
         knobs.update({k: v for k, v in load.items() if k != "seed"})
         name = f"c{i:03d}"
-        cfg = apply_knobs(spec.base, dict(zip(keys, values)))
         cand = Candidate(name=name, knobs=knobs, load=load)
         source = f"candidate {name} {json.dumps(knobs, sort_keys=True)}"
         try:
-            engine = engine_config_from_dict(cfg, source=source)
-            fleet = candidate_deployment(spec.deployment, knobs, source) if spec.deployment is not None else None
-            gpus = deployment_gpus(fleet, engine)
+            point = resolve(spec.base, spec.deployment, knobs, source)
+            gpus = deployment_gpus(point.deployment, point.engine)
         except ConfigError as exc:
             cand.reason = str(exc)
         else:
-            cand.config = cfg
-            cand.engine = engine
-            cand.deployment = fleet
-            cand.cost_tokens = engine.num_gpu_blocks * engine.block_size
+            cand.config = point.config
+            cand.engine = point.engine
+            cand.deployment = point.deployment
+            cand.cost_tokens = point.engine.num_gpu_blocks * point.engine.block_size
             cand.gpus = gpus
         out.append(cand)
     return out
@@ -359,38 +346,45 @@ def check_trace_table(trace, keys: tuple, where: str = "") -> None:
     check_reader_options(trace.get("format"), options, "trace.", where)  # a SpecError is a ConfigError
 
 
-def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
-    """A ConfigError naming the first knob of ``grid`` that is unknown, or whose values are not a
-    non-empty list of distinct values (``prefix``: the grid's key in its spec)."""
-    for k, vals in grid.items():
-        if k not in GRID_KNOBS:
-            raise ConfigError(f"unknown knob '{prefix}{k}'{where}; knobs: {', '.join(GRID_KNOBS)}")
-        if not isinstance(vals, list) or not vals:
-            raise ConfigError(f"'{prefix}{k}'{where} must be a non-empty list of values")
-        if len(set(map(json.dumps, vals))) != len(vals):
-            raise ConfigError(f"'{prefix}{k}'{where} repeats a value")
+def trace_table(raw, where: str = "", base_dir: str | None = None, one: bool = False) -> dict:
+    """A spec's ``[trace]`` table (:data:`TRACE_KEYS`) validated: ``{"paths", "format", "options"}``, the
+    paths absolute (relative to ``base_dir``).
 
+    ``path`` names one trace file, ``paths`` a list of them; ``one``: the spec replays one file
+    (a capacity search), and a list of several is refused with the reason.
 
-def apply_knobs(base: dict, knobs: dict) -> dict:
-    """The engine configuration ``base`` (a dict) with grid ``knobs`` applied; ``base`` is left as it is.
-
-    A knob's value replaces the base's (a table whole); ``"unset"`` removes the key (its default
-    applies); a ``kv_cache_bytes`` knob drops the base's ``num_gpu_blocks`` (it sizes the pool
-    instead).  Deployment knobs and load levels are not engine keys and are skipped.
+    Raises
+    ------
+    ConfigError
+        Naming the key (``trace.paths`` ...) and ``where``.
     """
-    from aisim.traces.load import LOAD_KEYS
+    check_trace_table(raw, TRACE_KEYS, where)
+    given = [k for k in ("path", "paths") if k in raw]
+    if len(given) != 1:
+        raise ConfigError(f"'trace'{where} must give 'path' (a trace file) or 'paths' (a list of them)"
+                          + (", not both" if given else ""))
+    if given == ["path"]:
+        if not isinstance(raw["path"], str) or not raw["path"]:
+            raise ConfigError(f"'trace.path'{where} must name a trace file")
+        paths = [raw["path"]]
+    else:
+        paths = raw["paths"]
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+            raise ConfigError(f"'trace.paths'{where} must be a non-empty list of paths")
+    if one and len(paths) > 1:
+        raise ConfigError(f"'trace.paths'{where} names {len(paths)} files; a capacity search replays one trace: give "
+                          "one (or search every shard of a pipeline spec with a [capacity] section)")
+    base_dir = base_dir or os.getcwd()
+    return {"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths], "format": raw.get("format"),
+            "options": dict(raw.get("options", {}))}
 
-    cfg = dict(base)
-    for k, v in knobs.items():
-        if k in DEPLOYMENT_KNOBS or k in LOAD_KEYS:
-            continue
-        if v == UNSET:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    if knobs.get("kv_cache_bytes", UNSET) != UNSET:
-        cfg.pop("num_gpu_blocks", None)
-    return cfg
+
+def check_grid(grid: dict, where: str = "", prefix: str = "grid.") -> None:
+    """A ConfigError naming the first knob of a sweep's ``grid`` that is unknown, or whose values are
+    not a non-empty list of distinct values (:func:`aisim.sweep.knobs.check_grid`)."""
+    from aisim.sweep.knobs import check_grid as check
+
+    check(grid, "sweep", where, prefix)
 
 
 def rejects_too_long(spec: SweepSpec) -> bool:

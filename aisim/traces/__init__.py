@@ -59,11 +59,21 @@ def read_trace(path, fmt: str | None = None, **options):
         The trace table.
     """
     path = os.fspath(path)
+    given = fmt is not None
     if fmt is None:
         fmt = guess_format(path)
     readers = __getattr__("READERS") if "READERS" not in globals() else globals()["READERS"]
     if fmt not in readers:
         raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(readers))}")
+    import inspect
+
+    # An option the format's reader does not take is refused, never passed on to fail (or be ignored).
+    params = inspect.signature(readers[fmt]).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        for k in options:
+            if k not in params or k == "path":
+                raise TraceError(f"{path}: the '{fmt}' trace reader takes no option '{k}' (the format is "
+                                 f"{'given' if given else 'guessed from the file; give format'})")
     return readers[fmt](path, **options)
 
 

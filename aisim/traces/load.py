@@ -40,6 +40,11 @@ from aisim.errors import ConfigError
 LOAD_KEYS = ("rate_scale", "poisson_rate", "seed", "max_concurrency")
 # The keys that re-time the trace (the rest shape the client).
 TRANSFORM_KEYS = ("rate_scale", "poisson_rate", "seed")
+# The range of each transform: arrivals stay finite (a rate scale of 1e-300 overflows a step clock's
+# int64 arrivals, a Poisson rate of 1e-300 gives gaps of 1e300 s) and the replay meaningful.
+RANGES = {"rate_scale": (1e-6, 1e6), "poisson_rate": (1e-6, 1e9)}
+# Requests in flight: the core counts them in int32.
+MAX_CONCURRENCY = 2**31 - 1
 
 
 def check_load(raw: dict, where: str = "", prefix: str = "") -> dict:
@@ -70,6 +75,9 @@ def check_load(raw: dict, where: str = "", prefix: str = "") -> dict:
             # not (v > 0) refuses NaN too
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
                 raise ConfigError(f"'{prefix}{k}'{where} must be a finite positive number, got {v!r}")
+            lo, hi = RANGES[k]
+            if not lo <= v <= hi:
+                raise ConfigError(f"'{prefix}{k}'{where} must be from {lo:g} to {hi:g}, got {v!r}")
             out[k] = float(v)
     if len(out) == 2:
         raise ConfigError(f"'{prefix}rate_scale' and '{prefix}poisson_rate'{where} are alternatives; give one")
@@ -84,6 +92,8 @@ def check_load(raw: dict, where: str = "", prefix: str = "") -> dict:
         v = raw["max_concurrency"]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"'{prefix}max_concurrency'{where} must be a positive integer, got {v!r}")
+        if v > MAX_CONCURRENCY:
+            raise ConfigError(f"'{prefix}max_concurrency'{where} must be from 1 to {MAX_CONCURRENCY}, got {v!r}")
         out["max_concurrency"] = v
     return out
 
