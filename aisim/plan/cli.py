@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
@@ -23,12 +25,14 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
-    from aisim.files import write_atomic_text
+    from aisim.files import check_outputs, write_text
     from aisim.plan import engine_toml, load_probe, plan_from_model, plan_from_probe
 
     try:
         if (probe_path is None) == (model is None):
             raise click.UsageError("give exactly one of --probe and --model")
+        inputs = {"--probe": probe_path, "--model": model if model and os.path.exists(model) else None}
+        check_outputs({"--out": out_path}, inputs)
         if probe_path:
             cfg, notes = plan_from_probe(load_probe(probe_path))
         else:
@@ -37,12 +41,12 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_p
             cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
         text = engine_toml(cfg, notes)
         if out_path:
-            write_atomic_text(out_path, [text])
+            write_text(out_path, text, "--out", inputs=inputs)
     except AisimError as exc:
         fail(exc)
     # The notes and where the plan went are messages: on stdout beside a table, else on stderr.  TOML on
     # stdout stays valid TOML: its notes are its comment lines.
-    err = fmt != "table"
+    err = fmt != "table" or out_path in ("-", "/dev/stdout")
     if fmt != "toml" or out_path:
         for n in notes:
             click.echo(f"- {n}", err=err)

@@ -245,6 +245,13 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
                                                                           f"{stem}-deployment.toml")))
     elif "best_deployment" in raw:
         raise SweepError(f"'best_deployment'{where} needs a deployment: give 'deployment' or deployment knobs")
+    from aisim.files import check_outputs
+
+    dep = raw.get("deployment")
+    check_outputs({f"'best'{where}": best, f"'best_deployment'{where}": best_deployment},
+                  {"the spec": source, "'base'": base_path, "'database'": os.path.join(base_dir, raw["database"]),
+                   "'trace.paths'": [os.path.join(base_dir, p) for p in paths],
+                   "'deployment'": os.path.join(base_dir, dep) if isinstance(dep, str) and dep else None})
     return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
                      model=raw["model"], base=base, base_path=base_path, best=best,
                      trace={"paths": [os.path.abspath(os.path.join(base_dir, p)) for p in paths],
@@ -603,6 +610,9 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                                      c.gpus, c.rejected, c.ttft_p99_s, c.tpot_p99_s,
                                      json.dumps(c.deployment.to_dict(), sort_keys=True)
                                      if c.deployment is not None else None, run_ids[0], c.capacity_rate_req_s])
+            from aisim.files import step
+
+            step("commit")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -620,7 +630,7 @@ def write_best(result: SweepResult) -> None:
     too (a deployment file).
     """
     from aisim.config.toml_out import dumps
-    from aisim.files import write_atomic_text
+    from aisim.files import outputs, write_text
 
     best = result.best
     slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
@@ -635,11 +645,13 @@ def write_best(result: SweepResult) -> None:
 
         notes.append(f"at load {describe_load(best.load)} (a transform of the trace, not of the engine)")
     if best.deployment is not None:
-        from aisim.sweep.deployments import write_best_deployment
-
         notes.append(f"deployed as {best.deployment.describe()} ({best.gpus} GPUs; the deployment is in "
                      f"{os.path.basename(result.spec.best_deployment)})")
-        write_best_deployment(result.spec.best_deployment, best.deployment, notes)
     cfg = best.engine.replace(plan_notes=notes).raw  # validated: the file written loads back
-    write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
-                                               + notes)])
+    with outputs():  # the configuration and its deployment land together, or neither
+        if best.deployment is not None:
+            from aisim.sweep.deployments import write_best_deployment
+
+            write_best_deployment(result.spec.best_deployment, best.deployment, notes)
+        write_text(result.spec.best, dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
+                                           + notes), "'best'")
