@@ -58,7 +58,12 @@ class ShardError(PipelineError):
 
 
 class ShardFailed(PipelineError):
-    """A task of the run failed; the message names the shard or the input file."""
+    """A task of the run failed; the message names the shard or the input file.
+
+    ``system`` is True when the machine failed it (an ``OSError``: a full disk), not the shard's data.
+    """
+
+    system = False
 
 
 class DatabaseLocked(PipelineError):

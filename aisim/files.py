@@ -126,8 +126,8 @@ def interrupt_status() -> tuple:
 
 
 @contextmanager
-def _signals_held():
-    # SIGINT and SIGTERM wait until the block ends (the commit's renames happen together).
+def signals_held():
+    """SIGINT and SIGTERM wait until the block ends (a commit's renames, an undo, happen whole)."""
     main = threading.current_thread() is threading.main_thread()
     if main:
         old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -368,7 +368,7 @@ class Outputs:
             return
         self.done = True
         backups, placed = {}, []
-        with _signals_held():
+        with signals_held():
             try:
                 for tmp, dest in self.staged:
                     parent = os.path.dirname(dest)

@@ -409,6 +409,31 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
     return {"landed": True, "replaced": bool(found), "run_seq": seq, "rows": rows}
 
 
+def remove_runs(path: str, run_ids, tables=()) -> None:
+    """Delete the rows of ``run_ids`` from every run table, ``tables`` first, in one transaction.
+
+    Undoes the landing of a command whose later steps failed (a sweep lands its runs, then its
+    ranking): the database is left as it was before.
+    """
+    run_ids = list(run_ids)
+    if not run_ids:
+        return
+    con = connect(path)
+    try:
+        kinds = _table_kinds(con)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for t in (*tables, *EXTRA, "_aisim_parquet_files", *reversed(TABLES)):
+                if kinds.get(t) == "BASE TABLE":
+                    con.executemany(f"DELETE FROM {t} WHERE run_id = ?", [[r] for r in run_ids])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.close()
+
+
 def read_manifest(staging, run_id: str) -> dict:
     """The manifest of a staged run.
 

@@ -294,9 +294,11 @@ def _land(db, stage, run_id, force, wait_s, store) -> dict:
     except KeyboardInterrupt:
         raise LandingInterrupted(f"interrupted while landing; nothing was landed, and the results stay staged in "
                                  f"{stage.run_path(run_id)}: {later}") from None
-    except PipelineError as exc:
+    except (PipelineError, OSError) as exc:  # OSError: a full disk, a file the system refuses
         kind = DatabaseLocked if isinstance(exc, DatabaseLocked) else LandingFailed
-        raise kind(f"{exc}; the results stay staged in {stage.run_path(run_id)}: {later}") from None
+        what = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename and exc.strerror \
+            else exc
+        raise kind(f"{what}; the results stay staged in {stage.run_path(run_id)}: {later}") from None
     _discard(stage, run_id)
     return out
 

@@ -494,29 +494,52 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
     if not accepted:
         raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
     note = f"{len(cands) - len(accepted)} of {len(cands)} refused"
-    run_ids = []
-    for load in spec.loads:
-        level = [c for c in cands if c.load == load]
-        at = f" at {describe_load(load)}" if load else ""
-        phases(f"replaying {sum(not c.refused for c in level)} candidates{at}", note)
-        run_id = _replay_level(spec, cands, level, load, scheduler, workers, force, progress) \
-            if any(not c.refused for c in level) else None
-        if run_id is not None:
-            run_ids.append(run_id)
-        note = f"run {run_id[:8]}" if run_id else "every candidate refused"
-        for c in level:
-            c.run_id = run_id
-    for c in cands:  # a level whose every candidate was refused lands with the sweep's first run
-        c.run_id = c.run_id or run_ids[0]
-    phases("ranking", note)
-    _rank(spec, run_ids, cands)
-    result = SweepResult(spec=spec, run_ids=run_ids, candidates=cands)
-    write_best(result)
+    run_ids, landed = [], []
+    existed = os.path.exists(spec.database)
+    try:
+        for load in spec.loads:
+            level = [c for c in cands if c.load == load]
+            at = f" at {describe_load(load)}" if load else ""
+            phases(f"replaying {sum(not c.refused for c in level)} candidates{at}", note)
+            run_id = _replay_level(spec, cands, level, load, scheduler, workers, force, progress, landed) \
+                if any(not c.refused for c in level) else None
+            if run_id is not None:
+                run_ids.append(run_id)
+            note = f"run {run_id[:8]}" if run_id else "every candidate refused"
+            for c in level:
+                c.run_id = run_id
+        for c in cands:  # a level whose every candidate was refused lands with the sweep's first run
+            c.run_id = c.run_id or run_ids[0]
+        phases("ranking", note)
+        _rank(spec, run_ids, cands)
+        result = SweepResult(spec=spec, run_ids=run_ids, candidates=cands)
+        write_best(result)
+    except BaseException:
+        _undo_landing(spec.database, existed, landed)
+        raise
     return result
 
 
-def _replay_level(spec, cands, level, load, scheduler, workers, force, progress) -> str:
-    """Replay one load level's accepted candidates in one pipeline run; return its run id.
+def _undo_landing(database: str, existed: bool, landed: list) -> None:
+    """All or nothing: a sweep that fails after landing some of its runs (a later load level, the ranking,
+    the best file) takes them out again; a database it created goes.  Ctrl-C and SIGTERM wait meanwhile."""
+    from aisim.files import signals_held
+    from aisim.pipeline.landing import remove_runs
+
+    if not landed:
+        return
+    with signals_held():
+        if not existed:
+            for path in (database, database + ".wal"):
+                if os.path.exists(path):
+                    os.unlink(path)
+        else:
+            remove_runs(database, landed, tables=("sweep_candidates",))
+
+
+def _replay_level(spec, cands, level, load, scheduler, workers, force, progress, landed: list) -> str:
+    """Replay one load level's accepted candidates in one pipeline run; return its run id (appended to
+    ``landed`` too when this run landed it).
 
     A candidate whose replay fails (a step outside its profile's measured
     range, say) is refused with the replay's reason, and the others run
@@ -532,7 +555,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
         try:
             report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
         except ShardFailed as exc:
-            failed = _failed_candidate(str(exc), level)
+            # A candidate is refused for its own replay's failure, never for the machine's (a full disk).
+            failed = None if exc.system else _failed_candidate(str(exc), level)
             if failed is None:
                 raise
             what = "capacity search" if str(exc).startswith("[capacity] ") else "replay"
@@ -543,6 +567,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
             if all(c.refused for c in level):
                 return None
             continue
+        if report.landed and not report.replaced:  # a run it replaced (--force) cannot be put back
+            landed.append(report.run_id)
         return report.run_id
 
 
