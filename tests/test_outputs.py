@@ -328,6 +328,9 @@ def test_capacity_refuses_a_database_that_is_no_duckdb_file_up_front(tmp_path, c
     assert (tmp_path / "cap.duckdb").read_bytes() == content
     r = _run("capacity", _capacity(tmp_path, database="trace.jsonl"))
     assert r.exit_code == 2 and r.stderr == f"error: {tmp_path / 'trace.jsonl'} is not a DuckDB database\n"
+    os.mkfifo(tmp_path / "fifo")  # never opened: reading its header would wait for a writer
+    r = _run("capacity", _capacity(tmp_path, database="fifo"))
+    assert r.exit_code == 2 and r.stderr == f"error: database {tmp_path / 'fifo'} is not a regular file\n"
 
 
 def test_no_op_pipeline_runs_leave_no_staging_behind(tmp_path):

@@ -118,6 +118,8 @@ def check_database_file(path: str) -> bool:
         if not os.access(parent, os.W_OK | os.X_OK):
             raise PipelineError(f"cannot create database {path}: the directory {parent} is not writable")
         return False
+    if not os.path.isfile(path):  # a FIFO or a device: reading its header would block or consume it
+        raise PipelineError(f"database {path} is not a regular file")
     if not os.access(path, os.R_OK | os.W_OK):
         raise PipelineError(f"database {path} is not writable")
     with open(path, "rb") as fh:
