@@ -156,6 +156,8 @@ def _check_out(kind):
 
         if value is None:
             return value
+        if kind == "dir" and value in ("-", "/dev/stdout", "/dev/stderr"):
+            raise click.BadParameter(f"{value} is a stream; this output is a directory of files", ctx, param)
         if kind == "dir" and os.path.exists(value) and not os.path.isdir(value):
             raise click.BadParameter(f"{value} is a file, not a directory", ctx, param)
         if kind == "file" and os.path.isdir(value):

@@ -133,6 +133,8 @@ def test_replay_refuses_to_write_over_its_trace(tmp_path):
              "--decision-log", tmp_path / "o" / "summary.json")
     assert r.exit_code == 2 and r.stderr.startswith("error: --decision-log") and "same file" in r.stderr
     assert not (tmp_path / "o").exists()
+    r = _run("replay", "--engine", ENGINE, "--trace", trace, "--out", "-")  # a folder of files is no stream
+    assert r.exit_code == 2 and "'--out': - is a stream; this output is a directory of files" in r.stderr
 
 
 def test_replay_writes_a_fifo_as_a_stream_and_dash_to_stdout(tmp_path):
