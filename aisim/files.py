@@ -462,6 +462,9 @@ def outputs(inputs: dict | None = None):
     """The run's outputs as one transaction: every output staged inside the block is committed at its
     end, together, or discarded when the block raises (Ctrl-C and SIGTERM included).
 
+    Blocks nest: an inner block joins the outer one's transaction (its inputs added), and only the
+    outermost commits.
+
     Parameters
     ----------
     inputs : dict, optional
@@ -471,6 +474,12 @@ def outputs(inputs: dict | None = None):
     ------
     Outputs
     """
+    if _CURRENT:
+        tx = _CURRENT[-1]
+        for k, v in (inputs or {}).items():
+            tx.inputs.setdefault(k, v)
+        yield tx
+        return
     tx = Outputs(inputs)
     _CURRENT.append(tx)
     try:
@@ -478,18 +487,6 @@ def outputs(inputs: dict | None = None):
             yield tx
     finally:
         _CURRENT.remove(tx)
-
-
-@contextmanager
-def _transaction(inputs):
-    if _CURRENT:
-        tx = _CURRENT[-1]
-        if inputs:
-            tx.inputs.update({k: v for k, v in inputs.items() if k not in tx.inputs})
-        yield tx
-    else:
-        with outputs(inputs) as tx:
-            yield tx
 
 
 def write_text(path, text, label: str = "output", inputs: dict | None = None) -> None:
@@ -506,14 +503,14 @@ def write_text(path, text, label: str = "output", inputs: dict | None = None) ->
     inputs : dict, optional
         ``{label: path}`` of inputs ``path`` must not be.
     """
-    with _transaction(inputs) as tx:
+    with outputs(inputs) as tx:
         tx.write_text(path, text, label)
 
 
 @contextmanager
 def open_output(path, label: str = "output", inputs: dict | None = None, binary: bool = True):
     """A file object for ``path`` in the run's transaction (as :func:`write_text`)."""
-    with _transaction(inputs) as tx, tx.open(path, label, binary=binary) as fh:
+    with outputs(inputs) as tx, tx.open(path, label, binary=binary) as fh:
         yield fh
 
 
@@ -521,5 +518,5 @@ def open_output(path, label: str = "output", inputs: dict | None = None, binary:
 def output_directory(out_dir, names, label: str = "output", inputs: dict | None = None):
     """A staged folder for the files ``names`` of ``out_dir`` in the run's transaction (as
     :func:`write_text`); yields the folder to write them in."""
-    with _transaction(inputs) as tx, tx.directory(out_dir, names, label) as tmp:
+    with outputs(inputs) as tx, tx.directory(out_dir, names, label) as tmp:
         yield tmp

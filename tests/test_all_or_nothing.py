@@ -100,6 +100,31 @@ def test_replay_writes_its_folder_and_log_together_or_not_at_all(tmp_path, exc):
         assert _leftovers(d) == [] and os.listdir(d) in ([], ["log.jsonl", "out"], ["out", "log.jsonl"]), k
 
 
+def test_a_deployment_replay_writes_its_folder_and_every_replica_log_together(tmp_path):
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"request_id": f"r{i}", "prompt_len": 64 + i,
+                                                          "max_tokens": 8, "arrival_time": 0.01 * i}) + "\n"
+                                              for i in range(12)))
+    (tmp_path / "d.toml").write_text("[deployment]\nreplicas = 2\n")
+    names = ["out/requests.parquet", "out/steps.parquet", "out/summary.json", "log.replica0.jsonl",
+             "log.replica1.jsonl"]
+
+    def attempt(k):
+        d = tmp_path / f"k{k}"
+        d.mkdir()
+        return _run("replay", "--engine", ENGINE, "--trace", tmp_path / "t.jsonl", "--deployment",
+                    tmp_path / "d.toml", "--out", d / "out", "--decision-log", d / "log.jsonl")
+
+    failed = []
+    result, steps = _every_step(attempt, lambda k, r: failed.append(k))
+    assert result.exit_code == 0, result.output
+    done = _contents(tmp_path / f"k{steps + 1}", names)
+    assert all(v is not None for v in done.values()) and len(failed) == steps >= 15
+    for k in failed:
+        got = _contents(tmp_path / f"k{k}", names)
+        assert got == dict.fromkeys(names) or got == done, k
+        assert _leftovers(tmp_path / f"k{k}") == [], k
+
+
 # ---------------------------------------------------------------- the pipeline: staging and landing
 
 
