@@ -213,9 +213,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     text = render_table()
     if "--write" in argv:
-        from aisim.files import write_atomic_text
+        from aisim.files import write_text
 
-        write_atomic_text(DOC_PATH, [text])
+        write_text(DOC_PATH, text)
     else:
         sys.stdout.write(text)
     return 0

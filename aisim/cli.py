@@ -118,6 +118,11 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
         if load and closed_loop:
             raise ConfigError("--rate-scale, --poisson-rate and --max-concurrency shape open-loop replays; a closed "
                               "loop paces each turn by the previous one")
+        from aisim.files import check_outputs
+
+        # Refused before anything is replayed: an output that is one of the inputs, two outputs in one file.
+        inputs = {"--engine": engine_path, "--trace": _trace_files(trace_path), "--deployment": deployment_path}
+        check_outputs({"--out": out_dir, "--decision-log": decision_log}, inputs)
         with phases:
             deployment = None
             if deployment_path:
@@ -166,7 +171,7 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
                                 macro_steps=not no_macro_steps)
                 if out_dir or decision_log:
                     phases("writing results", f"{result.summary['steps']:,} steps")
-                    logs = write_deployment(result, out_dir, decision_log)
+                    logs = write_deployment(result, out_dir, decision_log, inputs)
             else:
                 result = run_replay(trace, engine, record_decisions=decision_log is not None,
                                     closed_loop=closed_loop, think_time_s=think_time, reject_too_long=reject_too_long,
@@ -174,31 +179,49 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
             if deployment is None and (out_dir or decision_log):
                 phases("writing results", f"{result.summary['steps']:,} steps")
                 if out_dir:
-                    write_result(result, out_dir, decision_log)
+                    write_result(result, out_dir, decision_log, inputs)
                 else:
                     from aisim.decisionlog import write_decision_log
+                    from aisim.files import outputs
 
-                    write_decision_log(result, decision_log)
+                    with outputs(inputs):
+                        write_decision_log(result, decision_log)
     except AisimError as exc:
         fail(exc)
+    import contextlib
+    import sys
+
     from aisim.bench_flags import bench_record
 
     load_used = {**(bench_load or {}), **load, "num_prompts": num_prompts}
     record = {**bench_record(result, trace_path, load_used, model, **metrics), **_summary_record(result, trace_path)}
-    if fmt == "json":
-        echo_json(record)
-    elif fmt == "csv":
-        echo_csv(["key", "value"], flatten(record))
-    else:
-        _print_summary(result, trace_path, record, metrics)
+    # A decision log on standard output keeps it to itself: the summary goes to stderr.
+    to_stdout = decision_log in ("-", "/dev/stdout")
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        if fmt == "json":
+            echo_json(record)
+        elif fmt == "csv":
+            echo_csv(["key", "value"], flatten(record))
+        else:
+            _print_summary(result, trace_path, record, metrics)
     # Where the files went: a message, so on stderr unless the output is the table.
-    note = console(stderr=fmt != "table")
+    note = console(stderr=fmt != "table" or to_stdout)
     if out_dir:
         note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
     if decision_log and deployment is None:
         note.print(f"decision log written to {decision_log}")
     elif decision_log:
         note.print(f"decision logs written to {', '.join(logs)}")
+
+
+def _trace_files(path) -> list:
+    """The files a trace path names (a glob's matches, a folder's files), for the check that no output is one."""
+    import glob
+    import os
+
+    if os.path.isdir(path):
+        return [os.path.join(path, f) for f in sorted(os.listdir(path))]
+    return sorted(glob.glob(path)) or [path]
 
 
 # Traces longer than this show phase progress on a terminal (without --progress/--no-progress).

@@ -27,7 +27,7 @@ OUTPUT_FORMATS = ("table", "csv", "json")
 
 
 def fail(exc, code: int = 2):
-    """Print ``error: EXC`` on stderr and exit with ``code`` (2: bad input; 130: interrupted)."""
+    """Print ``error: EXC`` on stderr and exit with ``code`` (2: bad input; 130: interrupted; 143: terminated)."""
     click.echo(f"error: {exc}", err=True)
     sys.exit(code)
 
@@ -37,18 +37,24 @@ class Group(click.Group):
 
     Click's own handling prints ``Aborted!`` and exits 1; every aisim command
     writes its files all or nothing (:mod:`aisim.files`), so an interrupted
-    command has written nothing and one line says so.  A file the system
-    refuses (``OSError``) is one line naming it, exit 2, not a traceback.
+    command has written nothing and one line says so.  SIGTERM does the same
+    with ``error: terminated`` and exit 143.  A file the system refuses
+    (``OSError``) is one line naming it, exit 2, not a traceback.
     Sub-groups made with ``@group.group()`` are of this class too.
     """
 
     group_class = type  # sub-groups are Groups as well
 
     def invoke(self, ctx):
+        from aisim.files import install_signal_handlers, interrupt_status
+
+        install_signal_handlers()
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:
-            fail("interrupted", 130)
+        except KeyboardInterrupt as exc:
+            code, word = interrupt_status()
+            # An interrupt that carries its own message (a landing's, saying how to land later) keeps it.
+            fail(exc if str(exc) else word, code)
         except OSError as exc:
             fail(f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc)
 
@@ -150,6 +156,8 @@ def _check_out(kind):
 
         if value is None:
             return value
+        if kind == "dir" and value in ("-", "/dev/stdout", "/dev/stderr"):
+            raise click.BadParameter(f"{value} is a stream; this output is a directory of files", ctx, param)
         if kind == "dir" and os.path.exists(value) and not os.path.isdir(value):
             raise click.BadParameter(f"{value} is a file, not a directory", ctx, param)
         if kind == "file" and os.path.isdir(value):

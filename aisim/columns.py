@@ -469,8 +469,9 @@ def main(argv=None) -> int:
     path = _schema_path()
     text = render_schema(schema_header(path.read_text(encoding="utf-8")))
     if argv == ["--write"]:
-        with open(str(path), "w", encoding="utf-8") as f:
-            f.write(text)
+        from aisim.files import write_text
+
+        write_text(str(path), text)
         print(f"wrote {path}")
     elif not argv:
         sys.stdout.write(text)

@@ -10,6 +10,8 @@ shard, in shard order.  The metrics are the ``summaries`` columns of :data:`METR
 
 from __future__ import annotations
 
+import os
+
 from aisim.errors import ReportError
 
 # (summaries column, label, kind): kind formats the value (count, seconds, fraction, rate).
@@ -166,11 +168,13 @@ def _command():
             b, label_b = load_side(run_b, database, len(a))
             rows = compare_rows(a, b)
             if report_path:
-                from aisim.files import write_atomic_text
+                from aisim.files import write_text
                 from aisim.report.cli import parse_slo
                 from aisim.report.html import render
 
-                write_atomic_text(report_path, [render(compare_run(a, b, label_a, label_b, parse_slo(slo)))])
+                write_text(report_path, [render(compare_run(a, b, label_a, label_b, parse_slo(slo)))], "--report",
+                           inputs={"RUN_A": run_a if os.path.exists(run_a) else None,
+                                   "RUN_B": run_b if os.path.exists(run_b) else None, "--db": database})
         except AisimError as exc:
             fail(exc)
         several = len(a) > 1

@@ -20,7 +20,7 @@ import json
 import numpy as np
 
 from aisim._core.constants import EVENT_KINDS
-from aisim.files import write_atomic_text
+from aisim.files import write_text
 from aisim.replay import ReplayResult
 
 # Event kinds written by the core (ext/engine.pxd EventKind).
@@ -159,6 +159,7 @@ def log_line_json(line: dict) -> str:
     return json.dumps({k: line[k] for k in sorted(line)})
 
 
-def write_decision_log(result: ReplayResult, path) -> None:
-    """Write the decision log of ``result`` to ``path`` (JSON lines, see :func:`log_line_json`)."""
-    write_atomic_text(path, (log_line_json(line) + "\n" for line in decision_lines(result)))
+def write_decision_log(result: ReplayResult, path, label: str = "--decision-log") -> None:
+    """Write the decision log of ``result`` to ``path`` (JSON lines, see :func:`log_line_json`), through
+    :mod:`aisim.files` (a file atomically, a stream as it goes)."""
+    write_text(path, (log_line_json(line) + "\n" for line in decision_lines(result)), label)

@@ -290,21 +290,34 @@ def replica_log_path(path: str, replica: int) -> str:
     return f"{root}.replica{replica}{ext}"
 
 
-def write_deployment(result: DeploymentResult, out_dir: str | None = None, decision_log: str | None = None) -> list:
+def write_deployment(result: DeploymentResult, out_dir: str | None = None, decision_log: str | None = None,
+                     inputs: dict | None = None) -> list:
     """Write a deployment's tables and summary into ``out_dir`` (as :func:`aisim.output.write_result`
-    does for one engine) and one decision log per replica (:func:`replica_log_path`).
+    does for one engine) and one decision log per replica (:func:`replica_log_path`), all together or
+    none (:mod:`aisim.files`).  A ``decision_log`` that is a stream (``-``, a FIFO) gets every replica's
+    log, one after the other in replica order.
 
     Returns
     -------
     list of str
         The decision logs written.
     """
-    if out_dir:
-        write_result(result, out_dir)
+    from aisim.decisionlog import decision_lines, log_line_json
+    from aisim.files import is_stream, open_output, outputs
+
     logs = []
-    if decision_log:
-        for w, rep in enumerate(result.replicas):
-            logs.append(replica_log_path(decision_log, w))
-            write_decision_log(rep, logs[-1])
+    with outputs(inputs):
+        if out_dir:
+            write_result(result, out_dir)
+        if decision_log and is_stream(decision_log):
+            logs.append(decision_log)
+            with open_output(decision_log, "--decision-log") as fh:
+                for rep in result.replicas:
+                    for line in decision_lines(rep):
+                        fh.write(log_line_json(line) + "\n")
+        elif decision_log:
+            for w, rep in enumerate(result.replicas):
+                logs.append(replica_log_path(decision_log, w))
+                write_decision_log(rep, logs[-1])
     return logs
 

@@ -2,7 +2,7 @@
 
 Each is an :class:`AisimError` whose message names the file, line, key or
 shard at fault; the command line prints it on one line and exits with
-status 2 (:class:`LandingInterrupted`, a Ctrl-C, exits with 130).  Anything
+status 2 (:class:`LandingInterrupted`, a Ctrl-C, exits with 130; SIGTERM with 143).  Anything
 else escaping a command is a bug.
 """
 
@@ -14,16 +14,29 @@ class AisimError(Exception):
 # ---------------------------------------------------------------- inputs
 
 
-class ConfigError(AisimError, ValueError):
+class InputError(AisimError, ValueError):
+    """An input (a trace, a configuration, a spec) is invalid; the message names the file and the line or key.
+
+    The one type every reader and loader raises for bad input: whatever bytes a file holds, reading
+    it gives a valid object or this error.
+    """
+
+
+class ConfigError(InputError):
     """An engine or pipeline configuration is invalid; the message names the key and file."""
 
 
-class TraceError(AisimError, ValueError):
+class TraceError(InputError):
     """A trace row is invalid; the message names the file, line and field."""
 
 
-class MeasurementError(AisimError, ValueError):
+class MeasurementError(InputError, ValueError):
     """A measurement file (a ``vllm bench serve`` result) is invalid; the message names the file and key."""
+
+
+class OutputError(AisimError):
+    """An output cannot be written where it is asked for: it is one of the run's inputs, or two outputs are
+    the same file; the message names both."""
 
 
 # ---------------------------------------------------------------- one replay
@@ -49,7 +62,12 @@ class ShardError(PipelineError):
 
 
 class ShardFailed(PipelineError):
-    """A task of the run failed; the message names the shard or the input file."""
+    """A task of the run failed; the message names the shard or the input file.
+
+    ``system`` is True when the machine failed it (an ``OSError``: a full disk), not the shard's data.
+    """
+
+    system = False
 
 
 class DatabaseLocked(PipelineError):
@@ -78,5 +96,5 @@ class ReportError(AisimError):
     """The report cannot be made: no database, no runs, an unknown or ambiguous run."""
 
 
-class SweepError(AisimError, ValueError):
+class SweepError(InputError):
     """A sweep spec is invalid or a sweep cannot run; the message names the key and file."""

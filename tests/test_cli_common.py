@@ -131,7 +131,7 @@ def test_ctrl_c_is_one_line_and_writes_nothing(scenario, monkeypatch):
 def test_a_refused_file_is_one_line(scenario, monkeypatch):
     import aisim.output
 
-    def refused(result, out_dir, decision_log=None):
+    def refused(result, out_dir, decision_log=None, inputs=None):
         raise PermissionError(13, "Permission denied", str(out_dir))
 
     monkeypatch.setattr(aisim.output, "write_result", refused)
@@ -142,9 +142,8 @@ def test_a_refused_file_is_one_line(scenario, monkeypatch):
 def test_interrupted_trace_write_leaves_nothing(tmp_path, monkeypatch):
     import pyarrow.parquet
 
-    def half_written(table, path):
-        with open(path, "wb") as fh:
-            fh.write(b"PAR1")
+    def half_written(table, sink):  # the staged file aisim.files hands the writer
+        sink.write(b"PAR1")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pyarrow.parquet, "write_table", half_written)

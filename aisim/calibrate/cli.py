@@ -65,7 +65,7 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
         if out_path:
             from aisim.calibrate.output import write_engine
 
-            write_engine(out_path, result)
+            write_engine(out_path, result, {"RESULTS": list(results), "--engine": engine_path})
         if db_path:
             from aisim.calibrate.measured import land_measured
 

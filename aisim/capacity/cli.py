@@ -102,7 +102,7 @@ def _planned(flags: dict, slo, rate, fleet, write_spec_path):
     import tempfile
 
     from aisim.bench_cli import plan_engine, show_plan
-    from aisim.files import write_atomic_text
+    from aisim.files import write_text
     from aisim.plan import engine_toml
 
     cfg, notes = plan_engine(flags["model"], flags["gpu"], flags["tp"])
@@ -113,13 +113,13 @@ def _planned(flags: dict, slo, rate, fleet, write_spec_path):
         engine_file = os.path.splitext(write_spec_path)[0] + ".engine.toml"
         with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:  # validated before anything is written
             trial = os.path.join(tmp, "engine.toml")
-            write_atomic_text(trial, [text])
+            write_text(trial, text)
             _spec_from_flags(dict(planned, engine=trial), slo, rate, fleet, None)
-        write_atomic_text(engine_file, [text])
+        write_text(engine_file, text)
         return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, write_spec_path)
     with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:
         engine_file = os.path.join(tmp, "engine.toml")
-        write_atomic_text(engine_file, [text])
+        write_text(engine_file, text)
         return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, None)
 
 

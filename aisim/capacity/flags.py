@@ -73,7 +73,7 @@ def spec_from_flags(raw: dict):
 def write_spec(path: str, raw: dict) -> None:
     """Write the spec the flags made as a TOML file, paths relative to it."""
     from aisim.config.toml_out import dumps
-    from aisim.files import write_atomic_text
+    from aisim.files import write_text
 
     base = os.path.dirname(os.path.abspath(path))
 
@@ -87,5 +87,6 @@ def write_spec(path: str, raw: dict) -> None:
         doc["deployment"] = rel(raw["deployment"])
     doc["trace"] = {**raw["trace"], "path": rel(raw["trace"]["path"])}
     order = ["name", "database", "engine", "deployment", "price_per_gpu_hour", "trace", "slo", "rate", "fleet"]
-    write_atomic_text(path, [dumps({k: doc[k] for k in order if k in doc},
-                                   header_comments=["Capacity spec written by aisim capacity --write-spec."])])
+    write_text(path, [dumps({k: doc[k] for k in order if k in doc},
+                            header_comments=["Capacity spec written by aisim capacity --write-spec."])],
+               "--write-spec", inputs={"the engine": raw["engine"], "the trace": raw["trace"]["path"]})

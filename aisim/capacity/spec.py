@@ -358,7 +358,9 @@ def run_capacity(spec: CapacitySpec, progress=None):
     """
     from aisim.capacity.search import highest_rate, smallest_deployment
     from aisim.capacity.store import land_points
+    from aisim.pipeline.landing import check_database_file
 
+    check_database_file(spec.database)  # before the search: a file the points could not land in is refused now
     phase = progress or (lambda name, note="": None)
     phase("reading trace", os.path.basename(spec.trace["path"]))
     trace = read_spec_trace(spec)

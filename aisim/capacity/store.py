@@ -31,8 +31,9 @@ def land_points(database: str, result) -> int:
     """
     import duckdb
 
-    from aisim.errors import PipelineError
     from aisim.columns import RUN_EXTRA_TABLES
+    from aisim.errors import PipelineError
+    from aisim.files import step
     from aisim.pipeline.landing import add_new_columns, connect
 
     names = CAPACITY_POINTS.names
@@ -47,6 +48,7 @@ def land_points(database: str, result) -> int:
             con.execute("DELETE FROM capacity_points WHERE search_id = ?", [result.search_id])
             if rows:
                 con.executemany(insert, rows)
+            step("commit")
             con.execute("COMMIT")
         except BaseException as exc:
             con.execute("ROLLBACK")

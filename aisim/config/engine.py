@@ -469,7 +469,7 @@ def _groups(groups, kw, source):
             raise ConfigError(f"{where} must be a mapping")
         refuse_unknown(g, list(GROUP_DEFAULTS), f"kv_cache_groups[{i}].", _where(source))
         kind = g.get("type")
-        if kind not in KIND:
+        if not isinstance(kind, str) or kind not in KIND:  # a list or table is no kind (nor hashable)
             raise ConfigError(f"'kv_cache_groups[{i}].type'{_where(source)} must be one of "
                               f"{', '.join(KIND)}, got {kind!r}")
         for gk in GROUP_KEYS:

@@ -47,6 +47,11 @@ _WINDOW = ("sliding_attention", "sliding_window", "local_attention")
 _LINEAR = ("linear_attention",)
 
 
+# The most layers a config.json may declare: each gets an entry of the per-layer tables (the
+# deepest published models have a few hundred).
+MAX_LAYERS = 10_000
+
+
 class _Fields:
     """Typed reads of one config dictionary, every error naming the file and the field."""
 
@@ -56,7 +61,7 @@ class _Fields:
     def error(self, key: str, what: str) -> ConfigError:
         return ConfigError(f"{self.source}: field '{self.prefix}{key}' {what}")
 
-    def int(self, key: str, default=None, low: int = 1):
+    def int(self, key: str, default=None, low: int = 1, high: int | None = None):
         v = self.cfg.get(key)
         if v is None:  # absent or null: the default, if the field has one
             if default is None:
@@ -64,6 +69,8 @@ class _Fields:
             return default
         if isinstance(v, bool) or not isinstance(v, int) or v < low:
             raise self.error(key, f"must be an integer of at least {low}, got {v!r}")
+        if high is not None and v > high:
+            raise self.error(key, f"must be an integer from {low} to {high:,}, got {v!r}")
         return v
 
     def opt_int(self, key: str, low: int = 1):
@@ -267,7 +274,7 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
         f = _Fields(cfg, source, "text_config.")
     dtype = _weights_dtype(raw, top)
     hidden = f.int("hidden_size")
-    n = f.int("num_hidden_layers")
+    n = f.int("num_hidden_layers", high=MAX_LAYERS)  # a table per layer is built: a bound memory can hold
     heads = f.int("num_attention_heads")
     kv_heads = f.int("num_key_value_heads", default=heads)
     head_dim = f.int("head_dim") if cfg.get("head_dim") is not None else hidden // heads

@@ -69,10 +69,11 @@ def _guarded(call):
         return call()
     except AisimError as exc:
         fail(exc)
-    except LandingInterrupted as exc:
-        fail(exc, 130)
-    except KeyboardInterrupt:
-        fail("interrupted; nothing was landed", 130)
+    except KeyboardInterrupt as exc:
+        from aisim.files import interrupt_status
+
+        code, word = interrupt_status()
+        fail(exc if isinstance(exc, LandingInterrupted) else f"{word}; nothing was landed", code)
 
 
 def _print_report(report, fmt):

@@ -155,7 +155,9 @@ def _failure(plan, what, exc) -> ShardFailed:
     from aisim.errors import AisimError
 
     detail = str(exc) if isinstance(exc, AisimError) else f"{type(exc).__name__}: {exc}"
-    return ShardFailed(f"{describe(plan, what)} failed: {detail}")
+    failed = ShardFailed(f"{describe(plan, what)} failed: {detail}")
+    failed.system = isinstance(exc, OSError)  # the machine's fault (a full disk), not the shard's
+    return failed
 
 
 def execute(plan: dict, scheduler: str = "local", workers: int | None = None, on_event=None,

@@ -93,6 +93,42 @@ def connect(path: str, read_only: bool = False, wait_s: float = 0.0):
 _DUCKDB_MAGIC = b"DUCK"
 
 
+def check_database_file(path: str) -> bool:
+    """Refuse, before any work, a database path nothing could be landed in; True when the file exists.
+
+    The path must be absent in a writable directory (landing creates it), or a
+    readable and writable DuckDB database file.
+
+    Raises
+    ------
+    PipelineError
+        Naming the path and what is wrong with it.
+    """
+    if path == ":memory:":
+        return False
+    if os.path.isdir(path):
+        raise PipelineError(f"database {path} is a directory")
+    if not os.path.exists(path):
+        # landing creates missing directories: the nearest existing one must be writable
+        parent = os.path.dirname(os.path.abspath(path))
+        while not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise PipelineError(f"cannot create database {path}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise PipelineError(f"cannot create database {path}: the directory {parent} is not writable")
+        return False
+    if not os.path.isfile(path):  # a FIFO or a device: reading its header would block or consume it
+        raise PipelineError(f"database {path} is not a regular file")
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise PipelineError(f"database {path} is not writable")
+    with open(path, "rb") as fh:
+        head = fh.read(12)
+    if head[8:12] != _DUCKDB_MAGIC:
+        raise PipelineError(f"{path} is not a DuckDB database")
+    return True
+
+
 def check_database(path: str, keep_parquet: bool = False) -> None:
     """Refuse, before anything is replayed, a database path a run could not land in.
 
@@ -106,26 +142,8 @@ def check_database(path: str, keep_parquet: bool = False) -> None:
     PipelineError
         Naming the path and what is wrong with it.
     """
-    if path == ":memory:":
+    if not check_database_file(path):
         return
-    if os.path.isdir(path):
-        raise PipelineError(f"database {path} is a directory")
-    if not os.path.exists(path):
-        # landing creates missing directories: the nearest existing one must be writable
-        parent = os.path.dirname(os.path.abspath(path))
-        while not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if not os.path.isdir(parent):
-            raise PipelineError(f"cannot create database {path}: {parent} is not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise PipelineError(f"cannot create database {path}: the directory {parent} is not writable")
-        return
-    if not os.access(path, os.R_OK | os.W_OK):
-        raise PipelineError(f"database {path} is not writable")
-    with open(path, "rb") as fh:
-        head = fh.read(12)
-    if head[8:12] != _DUCKDB_MAGIC:
-        raise PipelineError(f"{path} is not a DuckDB database")
     try:
         con = connect(path, read_only=True)
     except DatabaseLocked:
@@ -381,6 +399,9 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
             rows[t] = insert_parquet(con, t, [staging.run_path(run_id, p) for p in manifest["files"][t]])
         if store is not None:
             _parquet_views(con)
+        from aisim.files import step
+
+        step("commit")
         con.execute("COMMIT")
     except BaseException:
         try:
@@ -389,6 +410,31 @@ def land_into(con, manifest: dict, staging, force: bool = False, store=None) -> 
             pass
         raise
     return {"landed": True, "replaced": bool(found), "run_seq": seq, "rows": rows}
+
+
+def remove_runs(path: str, run_ids, tables=()) -> None:
+    """Delete the rows of ``run_ids`` from every run table, ``tables`` first, in one transaction.
+
+    Undoes the landing of a command whose later steps failed (a sweep lands its runs, then its
+    ranking): the database is left as it was before.
+    """
+    run_ids = list(run_ids)
+    if not run_ids:
+        return
+    con = connect(path)
+    try:
+        kinds = _table_kinds(con)
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for t in (*tables, *EXTRA, "_aisim_parquet_files", *reversed(TABLES)):
+                if kinds.get(t) == "BASE TABLE":
+                    con.executemany(f"DELETE FROM {t} WHERE run_id = ?", [[r] for r in run_ids])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:
+        con.close()
 
 
 def read_manifest(staging, run_id: str) -> dict:

@@ -200,7 +200,7 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
     LandingInterrupted
         Ctrl-C during landing; likewise.
     """
-    from aisim.pipeline import graph, landing
+    from aisim.pipeline import landing
 
     t0 = time.perf_counter()
     started = datetime.now(timezone.utc)
@@ -218,8 +218,21 @@ def run_pipeline(spec, *, scheduler: str = "local", workers: int | None = None, 
     keep = spec.landing.keep_parquet
     landing.check_database(db, keep)
     stage = staging_for(spec, db, staging)
-    stage.check_writable()
     store = parquet_store(spec, db) if keep else None
+    try:
+        return _run_staged(spec, scheduler, workers, force, db, stage, store, wait_s, progress, t0, started)
+    finally:
+        # Every way out, the no-op ones included (nothing to read, a run already landed), leaves no empty
+        # staging or store folder behind; a run whose landing failed stays staged (the folder is not empty).
+        stage.remove_if_empty()
+        if store is not None:
+            store.remove_if_empty()
+
+
+def _run_staged(spec, scheduler, workers, force, db, stage, store, wait_s, progress, t0, started) -> RunReport:
+    from aisim.pipeline import graph, landing
+
+    stage.check_writable()
     if store is not None:
         store.check_writable()
     inputs = resolve_inputs(spec)
@@ -281,9 +294,11 @@ def _land(db, stage, run_id, force, wait_s, store) -> dict:
     except KeyboardInterrupt:
         raise LandingInterrupted(f"interrupted while landing; nothing was landed, and the results stay staged in "
                                  f"{stage.run_path(run_id)}: {later}") from None
-    except PipelineError as exc:
+    except (PipelineError, OSError) as exc:  # OSError: a full disk, a file the system refuses
         kind = DatabaseLocked if isinstance(exc, DatabaseLocked) else LandingFailed
-        raise kind(f"{exc}; the results stay staged in {stage.run_path(run_id)}: {later}") from None
+        what = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename and exc.strerror \
+            else exc
+        raise kind(f"{what}; the results stay staged in {stage.run_path(run_id)}: {later}") from None
     _discard(stage, run_id)
     return out
 

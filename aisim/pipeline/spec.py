@@ -479,7 +479,7 @@ def check_reader_options(fmt, options, prefix: str, where: str) -> None:
     """
     from aisim.traces import READERS
 
-    if fmt is not None and fmt not in READERS:
+    if fmt is not None and (not isinstance(fmt, str) or fmt not in READERS):
         raise SpecError(f"'{prefix}format'{where} must be one of {', '.join(sorted(READERS))}, got {fmt!r}")
     if not options:
         return

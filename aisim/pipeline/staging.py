@@ -182,9 +182,14 @@ class Staging:
                 self.fs.rm(target, recursive=True)
         except FileNotFoundError:
             pass
+        self.remove_if_empty()
+
+    def remove_if_empty(self) -> None:
+        """Remove a local staging root that holds nothing (the default location goes away with its last run,
+        and a run that staged nothing leaves none behind)."""
         if self.local:
             try:
-                os.rmdir(self.location)  # only when empty: the default location goes away with its last run
+                os.rmdir(self.location)  # only when empty
             except OSError:
                 pass
 
@@ -195,6 +200,9 @@ class _AtomicFile:
     def __init__(self, staging: Staging, target: str):
         self.staging, self.target = staging, target
         self.tmp = f"{target}{_PARTIAL}{uuid.uuid4().hex[:12]}"
+        from aisim.files import step
+
+        step("create")
         fs = staging.fs
         parent = os.path.dirname(target) if staging.local else posixpath.dirname(target)
         fs.makedirs(parent, exist_ok=True)
@@ -222,10 +230,18 @@ class _AtomicFile:
 
     def __exit__(self, kind, exc, tb):
         if kind is None:
-            self.fh.close()
-            if self.staging.local:
-                os.replace(self.tmp, self.target)
-            return False
+            from aisim.files import step
+
+            try:
+                step("write")
+                self.fh.close()
+                if self.staging.local:
+                    step("rename")
+                    os.replace(self.tmp, self.target)
+                return False
+            except BaseException:
+                self.__exit__(OSError, None, None)  # the partial file goes
+                raise
         try:
             if self.staging.local:
                 self.fh.close()

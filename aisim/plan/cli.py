@@ -31,7 +31,7 @@ from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, sets, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
-    from aisim.files import write_atomic_text
+    from aisim.files import check_outputs, write_text
     from aisim.plan import engine_toml, load_probe, plan_from_model, plan_from_probe
 
     try:
@@ -39,6 +39,8 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
             raise click.UsageError("give exactly one of --probe and --model")
         if probe_path and vllm_version:
             raise click.UsageError("--vllm-version goes with --model; a probe names its own release")
+        inputs = {"--probe": probe_path, "--model": model if model and os.path.exists(model) else None}
+        check_outputs({"--out": out_path}, inputs)
         if probe_path:
             cfg, notes = plan_from_probe(load_probe(probe_path))
         else:
@@ -56,12 +58,12 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
             notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
         text = engine_toml(cfg, notes, os.path.dirname(os.path.abspath(out_path)) if out_path else None)
         if out_path:
-            write_atomic_text(out_path, [text])
+            write_text(out_path, text, "--out", inputs=inputs)
     except AisimError as exc:
         fail(exc)
     # The notes and where the plan went are messages: on stdout beside a table, else on stderr.  TOML on
     # stdout stays valid TOML: its notes are its comment lines.
-    err = fmt != "table"
+    err = fmt != "table" or out_path in ("-", "/dev/stdout")
     if fmt != "toml" or out_path:
         for n in notes:
             click.echo(f"- {n}", err=err)

@@ -126,6 +126,8 @@ def run_query(db: str, name: str | None = None, sql_text: str | None = None, par
     con = connect(db, read_only=True)
     try:
         cur = con.execute(text, values) if values else con.execute(text)
+        if cur is None:  # DuckDB returns no cursor for text without a statement (";", a comment)
+            raise QueryError(f"{what} holds no statement: {text!r}")
         if cur.description is None:
             return [], []
         columns = [d[0] for d in cur.description]

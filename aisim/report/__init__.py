@@ -38,11 +38,13 @@ def build_report(database: str, run: str | None = None, max_points: int | None =
 
 def write_report(database: str, out: str, run: str | None = None, max_points: int | None = None,
                  slo: dict | None = None):
-    """Write the report to ``out`` atomically (a temporary file renamed into place); returns the RunData."""
-    from aisim.files import write_atomic_text
+    """Write the report to ``out`` through :mod:`aisim.files` (a file atomically, a stream as it goes; never
+    over the database); returns the RunData."""
+    from aisim.files import check_outputs, write_text
 
+    check_outputs({"--out": out}, {"--db": database})
     html, rd = build_report(database, run, max_points, slo)
-    write_atomic_text(out, [html])
+    write_text(out, html, "--out", inputs={"--db": database})
     return rd
 
 

@@ -80,12 +80,12 @@ def report(database, run, out, max_points, slo, search, folders):
             if database or run or search:
                 raise ReportError("--replay reports replay output folders: --db, --run and --capacity are a "
                                   "database's options")
-            from aisim.files import write_atomic_text
+            from aisim.files import write_text
             from aisim.report.folder import folders_run
             from aisim.report.html import render
 
             rd = folders_run(folders, slo=parse_slo(slo))
-            write_atomic_text(out, [render(rd, max_points)])
+            write_text(out, [render(rd, max_points)], "--out", inputs={"--replay": list(folders)})
             click.echo(f"report of {len(rd.shards)} replay{'s' if len(rd.shards) != 1 else ''} written to {out} "
                        f"({fmt_num(os.path.getsize(out) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}")
             return
@@ -94,22 +94,33 @@ def report(database, run, out, max_points, slo, search, folders):
         if search is not None:
             if run is not None or slo:
                 raise ReportError("--capacity reports a capacity search: --run and --slo are a run's options")
-            from aisim.files import write_atomic_text
+            from aisim.files import check_outputs, write_text
             from aisim.report.capacity import load_search, render_capacity
 
+            check_outputs({"--out": out}, {"--db": database})
             data = load_search(database, search)
-            write_atomic_text(out, [render_capacity(data)])
+            html = render_capacity(data)
+            write_text(out, html, "--out", inputs={"--db": database})
             click.echo(f"report of capacity search {data['search']} ({data['search_id'][:12]}): "
                        f"{len(data['points'])} points written to {out} "
-                       f"({fmt_num(os.path.getsize(out) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}")
+                       f"({fmt_num(len(html.encode()) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}",
+                       err=_on_stdout(out))
             return
         rd = write_report(database, out, run=run, max_points=max_points, slo=parse_slo(slo))
     except AisimError as exc:
         fail(exc)
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}")
-    size = os.path.getsize(out)
+    from aisim.files import is_stream
+
+    size = None if is_stream(out) else os.path.getsize(out)
     r = rd.run
     click.echo(f"report of run {r['name']} ({r['run_id']}, #{r['run_seq']}): {len(rd.shards)} shard"
-               f"{'s' if len(rd.shards) != 1 else ''} written to {out} ({fmt_num(size / 1024, 0)} KiB) in "
-               f"{fmt_seconds(time.perf_counter() - t0)}")
+               f"{'s' if len(rd.shards) != 1 else ''} written to {out}"
+               f"{f' ({fmt_num(size / 1024, 0)} KiB)' if size is not None else ''} in "
+               f"{fmt_seconds(time.perf_counter() - t0)}", err=_on_stdout(out))
+
+
+def _on_stdout(out) -> bool:
+    # The report itself on standard output: the message goes to stderr.
+    return out in ("-", "/dev/stdout")

@@ -150,10 +150,10 @@ def pool_engines(deployment, engine) -> list:
 def write_best_deployment(path: str, deployment, notes: list) -> None:
     """Write ``deployment`` as a deployment file (TOML) that loads back to it."""
     from aisim.config.toml_out import dumps
-    from aisim.files import write_atomic_text
+    from aisim.files import write_text
 
-    write_atomic_text(path, [dumps({"deployment": deployment.to_dict()},
-                                   header_comments=["Deployment chosen by aisim sweep."] + notes)])
+    write_text(path, dumps({"deployment": deployment.to_dict()},
+                           header_comments=["Deployment chosen by aisim sweep."] + notes), "'best_deployment'")
 
 
 __all__ = ["DEPLOYMENT_KNOBS", "base_deployment", "candidate_deployment", "deployment_gpus", "pool_engines",

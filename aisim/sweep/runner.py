@@ -238,6 +238,13 @@ def sweep_from_dict(raw: dict, source: str | None = None, base_dir: str | None =
                                                                           f"{stem}-deployment.toml")))
     elif "best_deployment" in raw:
         raise SweepError(f"'best_deployment'{where} needs a deployment: give 'deployment' or deployment knobs")
+    from aisim.files import check_outputs
+
+    dep = raw.get("deployment")
+    check_outputs({f"'best'{where}": best, f"'best_deployment'{where}": best_deployment},
+                  {"the spec": source, "'base'": base_path, "'database'": os.path.join(base_dir, raw["database"]),
+                   "'trace.paths'": trace["paths"],
+                   "'deployment'": os.path.join(base_dir, dep) if isinstance(dep, str) and dep else None})
     return SweepSpec(name=raw["name"], database=os.path.abspath(os.path.join(base_dir, raw["database"])),
                      model=raw["model"], base=base, base_path=base_path, best=best,
                      trace=trace, grid={k: list(v) for k, v in grid.items()}, slo=dict(slo.thresholds),
@@ -483,29 +490,52 @@ def run_sweep(spec: SweepSpec, *, scheduler: str = "local", workers: int | None 
     if not accepted:
         raise SweepError(f"every candidate of sweep {spec.name} is refused; the first because: {cands[0].reason}")
     note = f"{len(cands) - len(accepted)} of {len(cands)} refused"
-    run_ids = []
-    for load in spec.loads:
-        level = [c for c in cands if c.load == load]
-        at = f" at {describe_load(load)}" if load else ""
-        phases(f"replaying {sum(not c.refused for c in level)} candidates{at}", note)
-        run_id = _replay_level(spec, cands, level, load, scheduler, workers, force, progress) \
-            if any(not c.refused for c in level) else None
-        if run_id is not None:
-            run_ids.append(run_id)
-        note = f"run {run_id[:8]}" if run_id else "every candidate refused"
-        for c in level:
-            c.run_id = run_id
-    for c in cands:  # a level whose every candidate was refused lands with the sweep's first run
-        c.run_id = c.run_id or run_ids[0]
-    phases("ranking", note)
-    _rank(spec, run_ids, cands)
-    result = SweepResult(spec=spec, run_ids=run_ids, candidates=cands)
-    write_best(result)
+    run_ids, landed = [], []
+    existed = os.path.exists(spec.database)
+    try:
+        for load in spec.loads:
+            level = [c for c in cands if c.load == load]
+            at = f" at {describe_load(load)}" if load else ""
+            phases(f"replaying {sum(not c.refused for c in level)} candidates{at}", note)
+            run_id = _replay_level(spec, cands, level, load, scheduler, workers, force, progress, landed) \
+                if any(not c.refused for c in level) else None
+            if run_id is not None:
+                run_ids.append(run_id)
+            note = f"run {run_id[:8]}" if run_id else "every candidate refused"
+            for c in level:
+                c.run_id = run_id
+        for c in cands:  # a level whose every candidate was refused lands with the sweep's first run
+            c.run_id = c.run_id or run_ids[0]
+        phases("ranking", note)
+        _rank(spec, run_ids, cands)
+        result = SweepResult(spec=spec, run_ids=run_ids, candidates=cands)
+        write_best(result)
+    except BaseException:
+        _undo_landing(spec.database, existed, landed)
+        raise
     return result
 
 
-def _replay_level(spec, cands, level, load, scheduler, workers, force, progress) -> str:
-    """Replay one load level's accepted candidates in one pipeline run; return its run id.
+def _undo_landing(database: str, existed: bool, landed: list) -> None:
+    """All or nothing: a sweep that fails after landing some of its runs (a later load level, the ranking,
+    the best file) takes them out again; a database it created goes.  Ctrl-C and SIGTERM wait meanwhile."""
+    from aisim.files import signals_held
+    from aisim.pipeline.landing import remove_runs
+
+    if not landed:
+        return
+    with signals_held():
+        if not existed:
+            for path in (database, database + ".wal"):
+                if os.path.exists(path):
+                    os.unlink(path)
+        else:
+            remove_runs(database, landed, tables=("sweep_candidates",))
+
+
+def _replay_level(spec, cands, level, load, scheduler, workers, force, progress, landed: list) -> str:
+    """Replay one load level's accepted candidates in one pipeline run; return its run id (appended to
+    ``landed`` too when this run landed it).
 
     A candidate whose replay fails (a step outside its profile's measured
     range, say) is refused with the replay's reason, and the others run
@@ -521,7 +551,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
         try:
             report = run_pipeline(pspec, scheduler=scheduler, workers=workers, force=force, progress=progress)
         except ShardFailed as exc:
-            failed = _failed_candidate(str(exc), level)
+            # A candidate is refused for its own replay's failure, never for the machine's (a full disk).
+            failed = None if exc.system else _failed_candidate(str(exc), level)
             if failed is None:
                 raise
             what = "capacity search" if str(exc).startswith("[capacity] ") else "replay"
@@ -532,6 +563,8 @@ def _replay_level(spec, cands, level, load, scheduler, workers, force, progress)
             if all(c.refused for c in level):
                 return None
             continue
+        if report.landed and not report.replaced:  # a run it replaced (--force) cannot be put back
+            landed.append(report.run_id)
         return report.run_id
 
 
@@ -607,6 +640,9 @@ def _rank(spec: SweepSpec, run_ids: list, cands: list) -> None:
                                      json.dumps(c.deployment.to_dict(), sort_keys=True)
                                      if c.deployment is not None else None, run_ids[0], c.capacity_rate_req_s,
                                      *c.capacity_band, c.calibration])
+            from aisim.files import step
+
+            step("commit")
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -624,7 +660,7 @@ def write_best(result: SweepResult) -> None:
     too (a deployment file).
     """
     from aisim.config.toml_out import dumps
-    from aisim.files import write_atomic_text
+    from aisim.files import outputs, write_text
 
     best = result.best
     slo = ", ".join(f"{k} <= {v:g}" for k, v in result.spec.slo.items())
@@ -642,11 +678,13 @@ def write_best(result: SweepResult) -> None:
 
         notes.append(f"at load {describe_load(best.load)} (a transform of the trace, not of the engine)")
     if best.deployment is not None:
-        from aisim.sweep.deployments import write_best_deployment
-
         notes.append(f"deployed as {best.deployment.describe()} ({best.gpus} GPUs; the deployment is in "
                      f"{os.path.basename(result.spec.best_deployment)})")
-        write_best_deployment(result.spec.best_deployment, best.deployment, notes)
     cfg = best.engine.replace(plan_notes=notes).raw  # validated: the file written loads back
-    write_atomic_text(result.spec.best, [dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
-                                               + notes)])
+    with outputs():  # the configuration and its deployment land together, or neither
+        if best.deployment is not None:
+            from aisim.sweep.deployments import write_best_deployment
+
+            write_best_deployment(result.spec.best_deployment, best.deployment, notes)
+        write_text(result.spec.best, dumps(cfg, header_comments=["Engine configuration chosen by aisim sweep."]
+                                           + notes), "'best'")

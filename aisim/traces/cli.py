@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import inspect as pyinspect
 
 import click
@@ -91,7 +92,7 @@ def synth(out_path, requests, seed, rate, arrival, cv, prompt, output, followup,
             write_trace(table, out_path)
     except AisimError as exc:
         fail(exc)
-    click.echo(f"wrote {table.num_rows:,} requests to {out_path}")
+    click.echo(f"wrote {table.num_rows:,} requests to {out_path}", err=out_path in ("-", "/dev/stdout"))
 
 
 @trace.command("inspect")
@@ -139,15 +140,20 @@ def convert(path, trace_format, out_path, options, skip_bad_rows):
     from aisim.traces.common import bad_rows
     from aisim.traces.parquet import write_trace
 
+    from aisim.files import check_outputs
+
     opts = _parse_options(options, skip_bad_rows)
+    inputs = {"PATH": sorted(glob.glob(path)) or [path]}
     try:
+        check_outputs({"--out": out_path}, inputs)
         table = _read(path, trace_format, opts)
-        write_trace(table, out_path)
+        write_trace(table, out_path, inputs)
     except AisimError as exc:
         fail(exc)
     skipped = bad_rows(table)
     click.echo(f"wrote {table.num_rows:,} requests to {out_path}" + (f" ({skipped:,} bad rows skipped)"
-                                                                    if skipped else ""))
+                                                                    if skipped else ""),
+               err=out_path in ("-", "/dev/stdout"))
 
 
 def _print_info(path, info):

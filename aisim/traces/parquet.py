@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.errors import TraceError
-from aisim.files import atomic_path
+from aisim.files import open_output
 from aisim.traces.blockread import Parsed
 from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA
 
 BATCH_ROWS = 65536
 
 
-def write_trace(table: pa.Table, path: str | os.PathLike) -> None:
+def write_trace(table: pa.Table, path: str | os.PathLike, inputs: dict | None = None) -> None:
     """Store a trace table as Parquet (schema metadata included).
 
     Parameters
@@ -35,15 +35,17 @@ def write_trace(table: pa.Table, path: str | os.PathLike) -> None:
     table : pyarrow.Table
         A trace table.
     path : path-like
-        The ``.parquet`` file to write (its directory is created when missing).
+        The ``.parquet`` file to write (its directory is created when missing), or a stream.
+    inputs : dict, optional
+        ``{label: path}`` of inputs ``path`` must not be (:func:`aisim.files.check_outputs`).
     """
     import pyarrow.parquet as pq
 
     path = os.fspath(path)
     try:
         # All or nothing: an interrupted write leaves no partial Parquet file.
-        with atomic_path(path) as tmp:
-            pq.write_table(table, tmp)
+        with open_output(path, "--out", inputs) as fh:
+            pq.write_table(table, fh)
     except OSError as exc:
         raise TraceError(f"cannot write trace {path}: {exc}") from None
 
