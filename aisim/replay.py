@@ -196,8 +196,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     :func:`replay`'s do; ``macro_steps`` as :func:`aisim.deploy.deploy`'s.  Returns the validated trace
     table and the core's columns (``Deployment.run``).
     """
-    from aisim._core.deploy import ROUTERS as CORE_ROUTERS, Deployment
-    from aisim.config.deployment import ROUTERS
+    from aisim._core.deploy import Deployment
 
     if not _is_trace_table(trace):
         trace = from_frame(trace)
@@ -205,8 +204,6 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         raise TraceError(f"{name or 'the trace'}: arrivals are engine steps (arrival_step); a deployment "
                          "needs arrivals in seconds (arrival_s), the one clock its replicas share")
     _check_think(closed_loop, think_time_s)
-    if CORE_ROUTERS != ROUTERS:
-        raise ImportError("aisim._core.deploy: router table and aisim.config.deployment disagree")
     sessions = np.full(trace.num_rows, -1, dtype=np.int64)
     if "session_id" in trace.column_names:
         sid = trace.column("session_id").to_pylist()
@@ -279,10 +276,10 @@ def _pd_supported(engine: EngineConfig) -> None:
 
 def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:
     """The core's settings of one router over replicas of ``engine``."""
-    from aisim.config.deployment import ROUTERS
+    from aisim.config.routers import ROUTER_BY_NAME, router_code
 
-    kind = ROUTERS.index(name)
-    kv = name == "kv_aware" or (name == "session_affinity" and opts["fallback"] == "kv_aware")
+    row = ROUTER_BY_NAME[name]
+    kv = row.reads_prefix_cache or ("fallback" in row.options and ROUTER_BY_NAME[opts["fallback"]].reads_prefix_cache)
     full = [i for i, g in enumerate(config.groups) if g["kind"] == GROUP_KINDS["full"]]
     if kv and not full:
         raise ConfigError(f"router {name!r} reads the prefix cache of a full-attention group; "
@@ -291,8 +288,8 @@ def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> di
         raise ConfigError(f"router {name!r}: the engine's block keys cover EAGLE lookahead tokens "
                           f"(vLLM {engine.version}), which the router cannot see; use another router")
     return {
-        "kind": kind, "by_tokens": opts["by"] == "tokens", "weight": opts["overlap_weight"],
-        "fallback": ROUTERS.index(opts["fallback"]), "slack": opts["slack"],
+        "kind": router_code(name), "by_tokens": opts["by"] == "tokens", "weight": opts["overlap_weight"],
+        "fallback": router_code(opts["fallback"]), "slack": opts["slack"],
         "view_delay_s": opts["view_delay_s"], "seed": opts["seed"], "session": sessions,
         "n_sessions": int(sessions.max()) + 1 if len(sessions) else 0,
         "group": full[0] if full else -1, "block": config.groups[full[0]]["block_size"] if full else 1,

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 
 from aisim.config.keys import DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, defaults, refuse_unknown
 from aisim.config.keys import where as _where
+from aisim.config.routers import FALLBACKS, ROUTER_TABLE, ROUTERS
 from aisim.errors import ConfigError
 
-# Router names, in the core's RouterKind order (ext/deploy.pxd; a test checks the two agree).
-ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
 # The most replicas a deployment holds: the router's cache index keeps one bit per replica.
 MAX_REPLICAS = 64
@@ -30,18 +29,12 @@ _R = defaults(ROUTER_KEYS)
 _P = defaults(POOL_KEYS)
 _L = defaults(LINK_KEYS)
 
-# The routers each router option acts on (ext/deploy.pyx ``_choose``: ``by`` picks the load of
-# least_loaded, and of session_affinity falling back to it; ``overlap_weight`` prices kv_aware's
-# choice, and session_affinity's falling back to it; ``view_delay_s`` delays what the routers that
-# read the replicas' reports see).
-ROUTER_OPTIONS = {
-    "by": ("least_loaded", "session_affinity"),
-    "overlap_weight": ("kv_aware", "session_affinity"),
-    "seed": ("random",),
-    "fallback": ("session_affinity",),
-    "slack": ("session_affinity",),
-    "view_delay_s": ("least_loaded", "kv_aware", "session_affinity"),
-}
+# The routers each router option acts on (aisim.config.routers ``Router.options``; ext/deploy.pyx
+# ``_choose``: ``by`` picks the load of least_loaded, and of session_affinity falling back to it;
+# ``overlap_weight`` prices kv_aware's choice, and session_affinity's falling back to it;
+# ``view_delay_s`` delays what the routers that read the replicas' reports see).
+ROUTER_OPTIONS = {k.name: tuple(r.name for r in ROUTER_TABLE if k.name in r.options)
+                  for k in ROUTER_KEYS if k.name != "kind"}
 
 
 def foreign_options(router) -> list:
@@ -199,8 +192,8 @@ def _pool(raw: dict, at: str, w: str):
                           f"got {opts['overlap_weight']!r}")
     if not _int(opts["seed"]) or not 0 <= opts["seed"] < 2 ** 64:
         raise ConfigError(f"'{at}router.seed'{w} must be an integer from 0 to 2**64 - 1, got {opts['seed']!r}")
-    if opts["fallback"] not in ("kv_aware", "least_loaded"):
-        raise ConfigError(f"'{at}router.fallback'{w} must be kv_aware or least_loaded, "
+    if opts["fallback"] not in FALLBACKS:
+        raise ConfigError(f"'{at}router.fallback'{w} must be {' or '.join(FALLBACKS)}, "
                           f"got {opts['fallback']!r}")
     if not _int(opts["slack"]) or opts["slack"] < 0:
         raise ConfigError(f"'{at}router.slack'{w} must be an integer >= 0, got {opts['slack']!r}")

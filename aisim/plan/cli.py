@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -18,9 +19,12 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 @click.option("--max-model-len", type=int,
               help="Longest sequence (with --model; default: the model's context length, as vllm serve, "
                    "cut to the longest that fits the KV cache).")
+@click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
+              help="With --model: the release whose vllm serve defaults the plan takes and names "
+                   "(default: the newest, unnamed).")
 @out_option("--out", "out_path", help="Write the engine configuration (TOML).")
 @format_option("toml", default="toml")
-def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_path, fmt):
+def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import write_atomic_text
@@ -30,11 +34,14 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, out_p
         if (probe_path is None) == (model is None):
             raise click.UsageError("give exactly one of --probe and --model")
         if probe_path:
+            if vllm_version:
+                raise click.UsageError("--vllm-version goes with --model; a probe records its own")
             cfg, notes = plan_from_probe(load_probe(probe_path))
         else:
             if gpu_memory_gib is None and gpu is None:
                 raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
-            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype)
+            cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype,
+                                         vllm_version=vllm_version)
         text = engine_toml(cfg, notes)
         if out_path:
             write_atomic_text(out_path, [text])

@@ -42,6 +42,7 @@ from aisim.config.kvgroups import GROUP_DEFAULTS, STATE_KINDS
 from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_problems, probe_cold_reason,
                                unmodeled_version_note)
 from aisim.config.toml_out import dumps
+from aisim.config.versions import is_supported, release, supported_text
 from aisim.errors import ConfigError
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.textin import decode_utf8, loads_json
@@ -148,13 +149,14 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     groups = []
     for g in probe["kv_cache_groups"]:
         groups.append({k: v for k, v in g.items() if k in GROUP_DEFAULTS and v is not None})
-    block_size = groups[0].get("block_size", _ENGINE_DEFAULTS["block_size"]) if groups else \
-        _ENGINE_DEFAULTS["block_size"]
+    # Unrecorded, the block size is the release's default (the engine configuration fills it in).
+    block_size = probe.get("block_size", groups[0].get("block_size") if groups else None)
     raw = {
         "max_model_len": probe["max_model_len"],
         "kv_cache_groups": groups,
-        "block_size": probe.get("block_size", block_size),
     }
+    if block_size is not None:
+        raw["block_size"] = block_size
     for k in SCHEDULER_KEYS + ("num_gpu_blocks", "kv_cache_bytes", "model", "mamba_cache_mode"):
         if probe.get(k) is not None:
             raw[k] = probe[k]
@@ -210,8 +212,8 @@ def serve_batch_defaults(gpu) -> dict:
 
 
 def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1, max_model_len: int | None = None,
-                    gpu_memory_utilization: float = 0.9, gpu: str | None = None,
-                    dtype: str | None = None) -> tuple[EngineConfig, list[str]]:
+                    gpu_memory_utilization: float | None = None, gpu: str | None = None,
+                    dtype: str | None = None, vllm_version: str | None = None) -> tuple[EngineConfig, list[str]]:
     """Plan from a model (catalog or ``config.json``): geometry, pool, scheduler limits, step times.
 
     Parameters
@@ -224,13 +226,17 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         Tensor-parallel size (heads and weights are split across GPUs).
     max_model_len : int, optional
         Default: ``vllm serve``'s, the model's context length (:func:`plan_max_model_len`).
-    gpu_memory_utilization : float
-        Share of the GPU's memory vLLM may use (its default, 0.9).
+    gpu_memory_utilization : float, optional
+        Share of the GPU's memory vLLM may use; default: the release's (``Release.gpu_memory_utilization``:
+        0.92, or 1.0 where the extensible KV cache is on by default).
     gpu : str, optional
         Catalog GPU: the plan gets the roofline step time of the model on ``tp`` of them and
         ``vllm serve``'s batch limits for that GPU (:func:`serve_batch_defaults`).
     dtype : {"bf16", "fp8"}, optional
         Weights as served; default: the checkpoint's.
+    vllm_version : str, optional
+        The release whose ``vllm serve`` defaults the plan takes (block size, memory share) and
+        which the plan names; default: :data:`aisim.config.versions.DEFAULT_VLLM_VERSION`, unnamed.
 
     Returns
     -------
@@ -242,6 +248,11 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     from aisim.config.catalog import check_tp, get_gpu, get_model, is_config_path
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
+    if vllm_version is not None and not is_supported(vllm_version):
+        raise ConfigError(f"vllm_version must be one of {supported_text(', ')}, got {vllm_version!r}")
+    rel = release(vllm_version)
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = rel.gpu_memory_utilization
     model = get_model(name)
     spec = get_gpu(gpu) if gpu is not None else None
     if dtype is not None and dtype not in ("bf16", "fp8"):
@@ -257,7 +268,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         raise ConfigError(f"'max_model_len' must be an integer of at least {_LOW['max_model_len']}, "
                           f"got {max_model_len!r}")
     check_tp(model, tp)
-    groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
+    groups, bs = kv_cache_groups(model, block_size=rel.block_size, prefix_caching=True, tp=tp)
     kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization, dtype=dtype)
     blocks = num_blocks(groups, kv) if kv > 0 else 0
     where = f"{gpu_memory_gib:g} GiB" if spec is None else f"{spec.name} ({gpu_memory_gib:g} GiB)"
@@ -269,6 +280,12 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
              f"{blocks} blocks of {bs} tokens"]
     model_name = os.path.abspath(name) if is_config_path(name) else model.name
     raw = {"model": model_name, "block_size": bs, "num_gpu_blocks": blocks, "kv_cache_groups": groups}
+    if vllm_version is not None:
+        raw["vllm_version"] = vllm_version
+    # vllm serve's start-up defaults of the release (config/cache.py CacheConfig).
+    notes.append(f"vLLM {rel.version} defaults: block size {rel.block_size}, gpu_memory_utilization "
+                 f"{gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
+                                                   "weights and activations)" if rel.extensible_kv_cache else ""))
     if spec is not None:
         raw.update(serve_batch_defaults(spec))
         raw["time_model"] = {"kind": "roofline", "gpu": spec.name, "tp": tp}
