@@ -119,3 +119,23 @@ def test_cache_aware_window_in_the_recorded_log():
 
     line = _step("cache_aware_window", "0.34.0", 5)
     assert list(line["new"]) == ["r7", "r6"] and line["new"] == {"r7": 400, "r6": 0}
+
+
+@pytest.mark.parametrize("version,async_scheduling,caching,expected", [
+    ("0.34.0", False, True, True), ("0.33.0", False, True, False),
+    ("0.34.0", True, True, False), ("0.34.0", False, False, False)])
+def test_mamba_output_caching_is_the_sync_engine_with_mamba_and_caching(version, async_scheduling, caching, expected):
+    # Scheduler.update_from_output (0.34.0): has_mamba_layers, not async_scheduling, prefix caching.
+    from aisim.core_input import core_config
+
+    raw = {"num_gpu_blocks": 10000, "block_size": 64, "max_model_len": 4096, "vllm_version": version,
+           "async_scheduling": async_scheduling, "enable_prefix_caching": caching,
+           "kv_cache_groups": [{"type": "full", "prefix_cacheable": True, "page_size_bytes": 1},
+                               {"type": "mamba", "prefix_cacheable": True, "page_size_bytes": 1,
+                                "prefill_checkpoint_blocks": 0}]}
+    if caching:
+        raw["prefix_match_unit"] = 64
+    assert core_config(engine_config_from_dict(raw)).mamba_output_caching is expected
+    raw["kv_cache_groups"] = [{"type": "full"}]
+    raw.pop("prefix_match_unit", None)
+    assert core_config(engine_config_from_dict(raw)).mamba_output_caching is False
