@@ -4,7 +4,7 @@ A request whose first hash block no other request of the trace has shares no blo
 other (block keys are a chain), so only its own lookup after a preemption could find its keys:
 the core caches its blocks lazily (ext/blockpool.pyx ``bp_cache_lazily``) and keys them when it
 is preempted (ext/kvcache.pyx ``kv_key_lazy``).  Every comparison here replays a trace with the
-private requests found (the default) and with none (``aisim.replay.private_requests`` replaced by
+private requests found (the default) and with none (``aisim.replay_input.private_requests`` replaced by
 all zeros) and asserts byte-identical step and request tables, summaries and decision logs.
 """
 
@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import aisim.replay as replay_module
+import aisim.replay_input as replay_module
 from aisim.config.engine import engine_config_from_dict
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.core_input import CoreTrace, core_config, private_requests
