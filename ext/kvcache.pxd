@@ -5,8 +5,8 @@
 # scheduler (schedule/update), engine (set-up, telemetry), and for the structs
 # by hashing, kvrows, the state managers (statecache.pxi), constants and testing.  Mirrors
 # vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
-# single_type_kv_cache_manager.py of vLLM 0.31, 0.32 and 0.33 (EAGLE block drop and
-# lookahead hashes included).
+# single_type_kv_cache_manager.py of every release aisim models (``rules``; EAGLE block drop
+# and lookahead hashes included).
 from aisim._core.blockpool cimport BlockPoolC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, slot_t, tok_t

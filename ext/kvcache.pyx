@@ -1,9 +1,9 @@
 """vLLM's KV-cache manager and its per-group managers, as C functions.
 
 One coordinator (``KVCacheC``) over one block pool and ``n_groups`` group
-managers (``GroupC``), reproducing vLLM 0.31.0, 0.32.0 and 0.33.0 (with
-speculative decoding: the EAGLE last-block drop of 0.31/0.32, ``kv.eagle``,
-and the lookahead hashes of 0.33, ``kv.hash_lookahead``):
+managers (``GroupC``), reproducing every release aisim models (``kv.rules``, the
+release's switches; with speculative decoding: the EAGLE last-block drop,
+``kv.eagle``, or the lookahead hashes, ``kv.hash_lookahead``):
 
 * ``kv_get_computed_blocks`` is ``KVCacheManager.get_computed_blocks``: the
   hit is capped at ``num_tokens - 1``; one group uses its own lookup

@@ -2,7 +2,7 @@
 
 Every place that names a router reads it from :data:`ROUTER_TABLE`: configuration validation
 (:mod:`aisim.config.deployment`), the documentation of the router keys (:mod:`aisim.config.keys`),
-the replay (:mod:`aisim.replay`, which hands the core the router's code) and the tests.  The
+the replay (:mod:`aisim.replay_deployment`, which hands the core the router's code) and the tests.  The
 core's ``RouterKind`` (``ext/deploy.pxd``) is the dispatch of ``_choose`` in ``ext/deploy.pyx``;
 a row names its code there by the enum's own name (``aisim._core.constants.ROUTER_KINDS``).
 Adding a router adds a row here, its enum value and branch in the core, and its tests.
