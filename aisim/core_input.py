@@ -43,11 +43,20 @@ class CoreConfig:
         Partial hash hits enabled.
     retention : int
         ``prefix_cache_retention_interval``; -1 for None.
-    version : int
-        vLLM minor version whose rules apply (31, 32 or 33; aisim.config.versions.version_code).
+    rules : dict
+        The release's rule switches the core reads, ``RulesC``'s fields
+        (:func:`aisim.config.versions.core_rules`); the core never sees a version.
     mamba_split, mamba_partial, mamba_has_ckpt : bool
     mamba_ckpt_align : int
         Mamba block-aligned split settings.
+    mamba_output_caching : bool
+        A synchronous engine with Mamba layers and prefix caching whose release caches the
+        final blocks after every output (``Rules.mamba_sync_output_caches_final_blocks``).
+    aware_window : int
+        ``cache_aware_admission_window`` as the scheduler resolves it: 0 unless the policy is
+        FCFS and prefix caching is on.
+    aware_threshold : float
+        ``cache_aware_admission_threshold``: the KV usage from which the window applies.
     base_s, per_token_s, per_req_s : float
         Linear step-time coefficients.
     step_time : dict or None
@@ -82,11 +91,14 @@ class CoreConfig:
     cache_block_size: int
     fine_grained: bool
     retention: int
-    version: int
+    rules: dict
     mamba_split: bool
     mamba_partial: bool
     mamba_has_ckpt: bool
     mamba_ckpt_align: int
+    mamba_output_caching: bool
+    aware_window: int
+    aware_threshold: float
     base_s: float
     per_token_s: float
     per_req_s: float
@@ -106,7 +118,7 @@ def core_config(engine) -> CoreConfig:
     -------
     CoreConfig
     """
-    from aisim.config.kvgroups import resolve_groups
+    from aisim.config.kvgroups import STATE_KINDS, expand_groups, resolve_groups
     from aisim.config.speculative import core_args
     from aisim.perf import step_time_args
 
@@ -134,11 +146,19 @@ def core_config(engine) -> CoreConfig:
         cache_block_size=int(g["cache_block_size"]),
         fine_grained=bool(g["fine_grained"]),
         retention=int(g["retention"]),
-        version=int(g["version"]),
+        rules=dict(g["rules"]),
         mamba_split=bool(g["mamba_split"]),
         mamba_partial=bool(g["mamba_partial"]),
         mamba_has_ckpt=bool(g["mamba_has_ckpt"]),
         mamba_ckpt_align=int(g["mamba_ckpt_align"]),
+        # Scheduler.update_from_output: has_mamba_layers, not async_scheduling, prefix caching.
+        mamba_output_caching=bool(g["rules"]["mamba_sync_output_caches_final_blocks"] and not engine.async_scheduling
+                                  and engine.enable_prefix_caching
+                                  and any(x["type"] in STATE_KINDS for x in expand_groups(engine.groups))),
+        # Scheduler.__init__: the window applies under FCFS with prefix caching only.
+        aware_window=int(engine.cache_aware_admission_window
+                         if engine.policy == "fcfs" and engine.enable_prefix_caching else 0),
+        aware_threshold=float(engine.cache_aware_admission_threshold),
         base_s=float(tm.base_s),
         per_token_s=float(tm.per_token_s),
         per_req_s=float(tm.per_req_s),

@@ -14,6 +14,7 @@ from aisim._core.engine cimport (
     EV_SPEC_PADDED, LINE_DRAIN, LINE_STEP,
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
+from aisim._core.deploy cimport RT_KV_AWARE, RT_LEAST_LOADED, RT_RANDOM, RT_ROUND_ROBIN, RT_SESSION
 from aisim._core.kvcache cimport GK_CHUNKED, GK_FULL, GK_MAMBA, GK_RING, GK_SWA, MAX_GROUPS as _MAX_GROUPS
 from aisim._core.request cimport ST_FINISHED, ST_PENDING, ST_PREEMPTED, ST_RUNNING, ST_WAITING
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
@@ -37,6 +38,15 @@ GROUP_KINDS = {
     "chunked_local": GK_CHUNKED,
     "state": GK_MAMBA,
     "ring": GK_RING,
+}
+
+# Routers (RouterKind), by the enum's names: aisim.config.routers.ROUTER_TABLE names each row's.
+ROUTER_KINDS = {
+    "RT_ROUND_ROBIN": RT_ROUND_ROBIN,
+    "RT_RANDOM": RT_RANDOM,
+    "RT_LEAST_LOADED": RT_LEAST_LOADED,
+    "RT_KV_AWARE": RT_KV_AWARE,
+    "RT_SESSION": RT_SESSION,
 }
 
 # Decision-log event kinds (EventKind).

@@ -5,7 +5,7 @@
 from aisim._core.engine cimport TraceC
 from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, sec_t, tok_t
 
-# Routers (aisim/config/deployment.py ROUTERS names them in this order).
+# Routers (aisim/config/routers.py ROUTER_TABLE names each by this enum's names).
 cdef enum RouterKind:
     RT_ROUND_ROBIN = 0         # request k goes to replica k mod N
     RT_RANDOM = 1              # a seeded splitmix64 draw

@@ -44,9 +44,6 @@ ROUTING_FIELDS = ("outstanding_requests", "outstanding_tokens", "overlap_blocks"
                   "prefill_tokens", "decode_blocks", "cost")
 cdef int N_FIELDS = 7
 
-# Router names in RouterKind order.
-ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
-
 # ------------------------------------------------------------------ the prefix index
 
 # Block ids are int32 (a block's tag): the index refuses a trace with more distinct prompt blocks.

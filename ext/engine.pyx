@@ -192,7 +192,10 @@ cdef class Engine:
         conf.reserve_full_isl = config.scheduler_reserve_full_isl
         conf.async_scheduling = config.async_scheduling
         conf.max_model_len = max_model_len
-        conf.version = config.version
+        conf.rules = config.rules
+        conf.mamba_output_caching = config.mamba_output_caching
+        conf.aware_window = config.aware_window
+        conf.aware_threshold = config.aware_threshold
         conf.mamba_split = config.mamba_split
         conf.cache_block_size = config.cache_block_size if config.cache_block_size > 0 else block_size
         conf.mamba_partial = config.mamba_partial
@@ -202,7 +205,7 @@ cdef class Engine:
         specs_from_dicts(groups, specs)
         kv_init(&self.kv, config.num_gpu_blocks, <int32_t>len(groups), specs, config.hash_block_size,
                 config.sched_block_size, config.fine_grained, config.enable_prefix_caching,
-                config.retention, config.version, max_model_len, config.watermark_blocks,
+                config.retention, conf.rules, max_model_len, config.watermark_blocks,
                 max_num_seqs + 8)
         spec = config.speculative
         if spec is not None:

@@ -33,7 +33,8 @@ cdef int _macro_init(Engine e) except -1 nogil:
     cdef MacroC* m = &e.macro
     cdef SchedConfC* c = &e.sched.conf
     memset(m, 0, sizeof(MacroC))
-    if c.num_spec_tokens > 0:
+    if c.num_spec_tokens > 0 or c.aware_window > 0:
+        # Drafts, and cache-aware admission (the waiting queue is reordered in every step).
         return 0
     m.works = <flag_t*>mem_calloc(MAX_PERIOD, sizeof(flag_t))
     m.period = kv_decode_period(&e.kv, m.works, MAX_PERIOD)

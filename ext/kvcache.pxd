@@ -5,11 +5,11 @@
 # scheduler (schedule/update), engine (set-up, telemetry), and for the structs
 # by hashing, kvrows, the state managers (statecache.pxi), constants and testing.  Mirrors
 # vllm/v1/core/kv_cache_manager.py, kv_cache_coordinator.py and
-# single_type_kv_cache_manager.py of vLLM 0.31, 0.32 and 0.33 (EAGLE block drop and
-# lookahead hashes included).
+# single_type_kv_cache_manager.py of every release aisim models (``rules``; EAGLE block drop
+# and lookahead hashes included).
 from aisim._core.blockpool cimport BlockPoolC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, slot_t, tok_t
+from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, slot_t, tok_t
 
 cdef enum GroupKind:
     GK_FULL = 0        # FullAttentionManager
@@ -71,7 +71,7 @@ cdef struct KVCacheC:
     bint caching               # enable_prefix_caching
     bint hybrid                # HybridKVCacheCoordinator (several groups)
     bint fine                  # enable_partial_hash_hits
-    int32_t version            # 31, 32 or 33: vLLM minor version whose rules apply
+    RulesC rules               # the release's rule switches (aisim/config/versions.py)
     tok_t retention            # prefix_cache_retention_interval; -1 = None (dense)
     tok_t max_model_len        # longest sequence
     block_id_t watermark_blocks  # blocks kept free when admitting waiting requests
@@ -104,7 +104,7 @@ cdef struct KVCacheC:
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
-                 tok_t retention, int32_t version, tok_t max_model_len,
+                 tok_t retention, RulesC rules, tok_t max_model_len,
                  block_id_t watermark_blocks, slot_t initial_slots) except -1 nogil
 cdef void kv_release(KVCacheC* kv) noexcept nogil
 cdef int specs_from_dicts(object groups, GroupSpecC* out) except -1

@@ -1,9 +1,9 @@
 """vLLM's KV-cache manager and its per-group managers, as C functions.
 
 One coordinator (``KVCacheC``) over one block pool and ``n_groups`` group
-managers (``GroupC``), reproducing vLLM 0.31.0, 0.32.0 and 0.33.0 (with
-speculative decoding: the EAGLE last-block drop of 0.31/0.32, ``kv.eagle``,
-and the lookahead hashes of 0.33, ``kv.hash_lookahead``):
+managers (``GroupC``), reproducing every release aisim models (``kv.rules``, the
+release's switches; with speculative decoding: the EAGLE last-block drop,
+``kv.eagle``, or the lookahead hashes, ``kv.hash_lookahead``):
 
 * ``kv_get_computed_blocks`` is ``KVCacheManager.get_computed_blocks``: the
   hit is capped at ``num_tokens - 1``; one group uses its own lookup
@@ -47,7 +47,7 @@ from aisim._core.kvrows cimport (
 )
 from aisim._core.memory cimport mem_free, mem_grow
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, slot_t, spec_mode, spec_off_t, spec_on_t, tok_t
+from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, slot_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
 
 # The state managers and retention masks (state_lookup, state_blocks_needed,
@@ -90,7 +90,7 @@ cdef int _grow_slots(KVCacheC* kv, slot_t new_cap) except -1 nogil:
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
-                 tok_t retention, int32_t version, tok_t max_model_len,
+                 tok_t retention, RulesC rules, tok_t max_model_len,
                  block_id_t watermark_blocks, slot_t initial_slots) except -1 nogil:
     """Set up the pool and the group managers; the caller validated everything."""
     cdef int32_t i, j, k, widest = 1
@@ -106,7 +106,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     # cache_hit_alignment_tokens: the hash block in fine-grained mode, else the
     # scheduler block (one group: its own block size).
     kv.align = hash_block_size if fine else sched_block_size
-    kv.version = version
+    kv.rules = rules
     kv.retention = retention
     kv.max_model_len = max_model_len
     kv.watermark_blocks = watermark_blocks
@@ -508,11 +508,13 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     if g.spec.kind == GK_FULL:
         if bs == h:
             return 0
-        # _cache_partial_tail_block: a key at the prompt's last hash boundary
-        # (0.32: of prompt - 1 tokens, of the prompt with the EAGLE drop; 0.31:
-        # of the prompt; 0.33: at most the hashes the request has).
-        b = ((r.prompt_len - 1) if kv.version >= 32 and not (spec and kv.eagle) else r.prompt_len) // h
-        if spec and kv.version >= 33:
+        # FullAttentionManager._cache_partial_tail_block: a key at the prompt's last hash
+        # boundary (full_tail_key_leaves_last_token: of prompt - 1 tokens, of the prompt
+        # with the EAGLE drop; else of the prompt), at most the hashes the request has
+        # (cache_blocks_capped_by_hashes).
+        b = ((r.prompt_len - 1) if kv.rules.full_tail_key_leaves_last_token and not (spec and kv.eagle)
+             else r.prompt_len) // h
+        if spec and kv.rules.cache_blocks_capped_by_hashes:
             b = tmin(b, kv_n_hashes(kv, r))
         b *= h
         if b == 0 or b > n or b % bs == 0:

@@ -1,11 +1,11 @@
 # vLLM's v1 Scheduler / AsyncScheduler for the default path: schedule() and
 # update_from_output() over C arrays.  cimported by engine, which owns the
 # request array and drives the loop.  Mirrors vllm/v1/core/sched/scheduler.py,
-# async_scheduler.py and request_queue.py of vLLM 0.31, 0.32 and 0.33, drafts included.
+# async_scheduler.py and request_queue.py, drafts included; a release's rules are ``conf.rules``.
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
 # How the fake model decides how many drafts it accepts (aisim.config.speculative).
 cdef enum AcceptKind:
@@ -25,9 +25,13 @@ cdef struct SchedConfC:
     bint reserve_full_isl            # scheduler_reserve_full_isl
     bint async_scheduling            # AsyncScheduler (output placeholders)
     tok_t max_model_len              # longest sequence
-    int32_t version                  # 31, 32 or 33: vLLM minor version whose rules apply
+    RulesC rules                     # the release's rule switches (aisim/config/versions.py)
     bint mamba_split                 # need_mamba_block_aligned_split (Mamba groups in align mode)
     tok_t cache_block_size           # cache_config.block_size (the Mamba block)
+    bint mamba_output_caching        # sync engine, Mamba layers, prefix caching and the release's
+                                     # mamba_sync_output_caches_final_blocks (update_from_output)
+    int32_t aware_window             # cache_aware_admission_window as resolved (0: off; FCFS and caching)
+    double aware_threshold           # cache_aware_admission_threshold (KV usage)
     bint mamba_partial               # mamba_partial_cache_hit (fine-grained hits)
     bint mamba_has_ckpt              # every Mamba group has prefill checkpoint blocks
     tok_t mamba_ckpt_align           # prefill_checkpoint_alignment of the first Mamba group (0 = None)
@@ -104,6 +108,9 @@ cdef struct SchedC:
     int64_t stat_accepted            # SpecDecodingStats.num_accepted_tokens
     # disaggregated prefill/decode (a deployment's pools)
     int32_t n_remote                 # decode replica: waiting requests whose KV comes from a prefill replica
+    tok_t* aware_cached              # [aware_window] scratch: cached tokens of the window's plain requests
+    req_t* aware_reqs                # [aware_window] scratch: those requests
+    int32_t* aware_pos               # [aware_window] scratch: their places in the waiting queue
 
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
 cdef void sched_release(SchedC* s) noexcept nogil

@@ -2,8 +2,8 @@
 
 ``sched_schedule`` is ``Scheduler.schedule`` and ``sched_update`` is
 ``Scheduler.update_from_output`` (with ``AsyncScheduler``'s placeholder
-bookkeeping when ``async_scheduling`` is on), for vLLM 0.31.0, 0.32.0 and
-0.33.0 (``conf.version`` selects a release's rules), with speculative
+bookkeeping when ``async_scheduling`` is on), for every release aisim models
+(``conf.rules`` holds the release's rule switches), with speculative
 decoding; no connectors, encoders, LoRA or structured output.  The fake model
 of the recorded oracle runs is built in: a request scheduled to the end of its
 known tokens (not a prefill chunk) samples one token plus the drafts it
@@ -20,6 +20,7 @@ Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
 
 from libc.string cimport memset
 
+from aisim._core.blockpool cimport bp_usage
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release, heap_remove
 
 from aisim._core.kvcache cimport (
@@ -30,12 +31,12 @@ from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
-from aisim._core.types cimport flag_t, hash_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, splitmix64, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
-    """Scheduler._mamba_block_aligned_split (0.31 and 0.32 rules).
+    """Scheduler._mamba_block_aligned_split.
 
     Intermediate prefill chunks end on Mamba block boundaries, and a prefill
     stops where a later request can reuse the state: the last cacheable block
@@ -56,15 +57,15 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
         return n
     # With the EAGLE drop, full attention prunes the last matching block, so
     # the last cacheable state backs off one block too.
-    if c.version >= 32:
-        last = ckpt_position_v(ntok, bs, c.eagle_drop, c.version, c.hash_lookahead)
-        cp = ckpt_position_v(prefill_end, h if c.mamba_partial else s.kv.sched_block_size,
-                             c.eagle_drop, c.version, c.hash_lookahead)
+    if c.rules.mamba_split_leaves_last_token:
+        last = ckpt_position_v(ntok, bs, c.eagle_drop, c.rules.ckpt_position_rounds_n_under_drop, c.hash_lookahead)
     else:
         last = ntok - ntok % bs
         if c.eagle_drop:
             last = last - bs if last > bs else 0
-        cp = ckpt_position_v(prefill_end, h, c.eagle_drop, c.version, 0)
+    cp = ckpt_position_v(prefill_end, (h if c.mamba_partial else s.kv.sched_block_size)
+                         if c.rules.mamba_split_ckpt_in_sched_blocks else h,
+                         c.eagle_drop, c.rules.ckpt_position_rounds_n_under_drop, c.hash_lookahead)
     end = start + n
     internal = False
     if c.mamba_has_ckpt and end >= prefill_end and c.mamba_ckpt_align > 0:
@@ -82,8 +83,9 @@ cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, t
             end = aligned
     tail = 0
     if c.mamba_partial and not internal:
-        if c.version >= 32:
-            tail = ckpt_position_v(r.prompt_len, h, c.eagle_drop, c.version, c.hash_lookahead)
+        if c.rules.mamba_split_leaves_last_token:
+            tail = ckpt_position_v(r.prompt_len, h, c.eagle_drop, c.rules.ckpt_position_rounds_n_under_drop,
+                                   c.hash_lookahead)
         else:
             tail = r.prompt_len // h * h
             if tail and c.eagle_drop:
@@ -117,6 +119,10 @@ cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t 
     if conf.priority:
         heap_init(&s.wheap, n_reqs)
     s.cap = sched_cap(&s.conf, n_reqs)
+    if conf.aware_window > 0:
+        s.aware_cached = <tok_t*>mem_calloc(conf.aware_window, sizeof(tok_t))
+        s.aware_reqs = <req_t*>mem_calloc(conf.aware_window, sizeof(req_t))
+        s.aware_pos = <int32_t*>mem_calloc(conf.aware_window, sizeof(int32_t))
     return 0
 
 
@@ -133,6 +139,9 @@ cdef void sched_release(SchedC* s) noexcept nogil:
     mem_free(s.waiting)
     mem_free(s.skipped)
     mem_free(s.finished)
+    mem_free(s.aware_cached)
+    mem_free(s.aware_reqs)
+    mem_free(s.aware_pos)
     heap_release(&s.wheap)
     memset(s, 0, sizeof(SchedC))
 
@@ -457,10 +466,13 @@ cdef tok_t sched_step_lpt(const SchedC* s) noexcept nogil:
 
 cdef inline tok_t _step_lpt(const SchedC* s) noexcept nogil:
     # Long-prefill threshold, once per step, only with more than one eligible
-    # request (Scheduler.schedule, 0.31+), with the optional fair-share floor.
+    # request (Scheduler.schedule), and only with chunked prefill on under
+    # long_prefill_cap_needs_chunked_prefill; with the optional fair-share floor.
     cdef const SchedConfC* c = &s.conf
     cdef int32_t eligible = s.n_running + s.n_waiting
     cdef tok_t lpt = c.long_prefill_token_threshold if eligible > 1 else 0
+    if c.rules.long_prefill_cap_needs_chunked_prefill and not c.chunked_prefill:
+        lpt = 0
     if lpt > 0 and c.adaptive_threshold:
         if c.max_num_batched_tokens // eligible > lpt:
             lpt = c.max_num_batched_tokens // eligible
@@ -545,14 +557,14 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
             if v == ri:
                 break
         if not ok:
-            # The request preempted itself.  Up to 0.32 the running pass stops
-            # here; from 0.33 on it goes on with the requests after it, which
-            # may use the blocks just freed (vllm/v1/core/sched/scheduler.py,
+            # The request preempted itself.  The running pass stops here, or
+            # (running_pass_continues_after_self_preemption) goes on with the
+            # requests after it, which may use the blocks just freed (vllm/v1/core/sched/scheduler.py,
             # Scheduler.schedule: `continue` when the request is PREEMPTED).
             # Only the priority policy can leave requests after it: FCFS
             # preempts from the tail.  _preempt already removed it from
             # running, so req_index points at the next request.
-            if c.version >= 33:
+            if c.rules.running_pass_continues_after_self_preemption:
                 continue
             break
         _emit(b, ri, n, spec)
@@ -616,7 +628,7 @@ cdef bint _spec_output(SchedC* s, ReqC* r, tok_t m, tok_t a, bint stale, bint wa
         if num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens:
             stopped = True
             break
-    if c.version >= 33:
+    if c.rules.spec_output_caches_final_blocks:
         if stopped and not stale:
             # num_computed_tokens covers every new token but the last.
             r.num_computed -= gen - appended
@@ -627,7 +639,8 @@ cdef bint _spec_output(SchedC* s, ReqC* r, tok_t m, tok_t a, bint stale, bint wa
         if not stale and was_running:
             kv_cache_blocks(s.kv, r, r.num_computed - r.num_in_flight)
     elif c.async_scheduling:
-        # AsyncScheduler._update_request_with_output (0.31, 0.32): the kept tokens.
+        # AsyncScheduler._update_request_with_output (without spec_output_caches_final_blocks):
+        # the kept tokens.
         if not stale:
             r.num_placeholders -= appended
         if was_running:
@@ -686,6 +699,11 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
                     r.num_placeholders -= 1
                 if was_running:
                     kv_cache_blocks(s.kv, r, r.num_computed - r.num_placeholders)
+            elif c.mamba_output_caching and was_running and not stale:
+                # Scheduler.update_from_output (mamba_sync_output_caches_final_blocks): the
+                # synchronous engine with Mamba layers publishes the final states, before a
+                # finished request is freed.
+                kv_cache_blocks(s.kv, r, r.num_computed - r.num_in_flight)
             stopped = num_tokens(r) >= c.max_model_len or r.num_output >= r.max_tokens
         if stopped:
             # _free_request: blocks back to the pool now; a prefill replica's request whose KV a

@@ -143,10 +143,10 @@ cdef tok_t state_blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, int32_t n_hits
     partial = (n_hits > 0 and local_computed % bs != 0) or g.partial_idx[s] >= 0
     if partial:
         new_blocks = tmax(new_blocks, 0) + 1
-    # 0.32 checks the checkpoint at cache_hit_alignment_tokens, 0.31 at
+    # The checkpoint at cache_hit_alignment_tokens (mamba_alloc_ckpt_at_alignment), else at
     # the hash block size (MambaManager.get_num_blocks_to_allocate).
-    pos = ckpt_position_v(main_tokens, kv.align if kv.version >= 32 else kv.hash_block_size,
-                          kv.eagle, kv.version, kv.hash_lookahead)
+    pos = ckpt_position_v(main_tokens, kv.align if kv.rules.mamba_alloc_ckpt_at_alignment else kv.hash_block_size,
+                          kv.eagle, kv.rules.ckpt_position_rounds_n_under_drop, kv.hash_lookahead)
     if not _needs_internal_checkpoint(kv, g, s, total_computed, main_tokens, pos, prefill_end):
         pos = 0
     ckpt = pos > 0
@@ -160,7 +160,7 @@ cdef tok_t state_blocks_needed(KVCacheC* kv, int32_t gi, ReqC* r, int32_t n_hits
     if new_blocks > 0:
         # At most one new state block per step (+ copy, checkpoint, drafts).
         cap = 1 + <tok_t>partial + <tok_t>ckpt
-        if not g.allocated[s] or (kv.version < 32 and ckpt):
+        if not g.allocated[s] or (not kv.rules.mamba_drafts_capped_first_only and ckpt):
             cap += g.spec.num_spec
         new_blocks = tmin(new_blocks, cap)
     return new_blocks + kv_evictable(kv, g, 0, n_hits)
@@ -197,9 +197,9 @@ cdef int state_allocate(KVCacheC* kv, int32_t gi, ReqC* r, tok_t main_tokens) ex
             table[i] = 0
         if null_end > prev:
             g.table_len[s] = null_end
-    if was_allocated and (kv.version >= 32 or not ckpt):
+    if was_allocated and (kv.rules.mamba_relocate_drafts_with_ckpt or not ckpt):
         # Speculative scratch blocks now inside the padding move to the tail.
-        keep = skip - <int32_t>ckpt if kv.version >= 32 else skip
+        keep = skip - <int32_t>ckpt if kv.rules.mamba_relocate_drafts_with_ckpt else skip
         for i in range(prev - g.spec.num_spec, prev):
             if i < keep:
                 table[g.table_len[s]] = table[i]
@@ -337,10 +337,11 @@ cdef hash_t cache_partial_block(KVCacheC* kv, int32_t gi, ReqC* r, block_id_t bl
 
 
 cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mode) except? 0 nogil:
-    """MambaManager._cache_partial_tail_block (0.31, 0.32 and 0.33 rules)."""
+    """MambaManager._cache_partial_tail_block (the release's switches in ``kv.rules``)."""
     # Compiled per speculative-decoding mode (as the caching functions of kvcache.pyx).
     cdef bint eagle = spec_mode is spec_on_t and kv.eagle
     cdef tok_t la = kv.hash_lookahead if spec_mode is spec_on_t else 0
+    cdef bint rn = kv.rules.ckpt_position_rounds_n_under_drop
     cdef GroupC* g = &kv.groups[gi]
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
@@ -354,8 +355,8 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
     if g.ckpt_pos[s] > 0:
         pos = g.ckpt_pos[s]
         blk = table[g.ckpt_idx[s]]
-        if kv.version >= 32:
-            is_prompt = pos == ckpt_position_v(r.prompt_len, kv.align, eagle, kv.version, la)
+        if kv.rules.mamba_ckpt_key_kept_at_boundaries:
+            is_prompt = pos == ckpt_position_v(r.prompt_len, kv.align, eagle, rn, la)
             is_retained = False
             if pos % bs == 0:
                 bidx = <int32_t>(pos // bs - 1)
@@ -365,7 +366,7 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
                 bp_remove_hashes(&kv.pool, blk)
                 return 0
         else:
-            is_prompt = pos == ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
+            is_prompt = pos == ckpt_position_v(r.prompt_len, h, eagle, rn, la)
             if (kv.retention == 0 and n < r.prompt_len and not is_prompt
                     and pos != r.shared_prefix_boundary):
                 bp_remove_hashes(&kv.pool, blk)
@@ -373,10 +374,10 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
         if kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens == pos:
             return 0
         return cache_partial_block(kv, gi, r, blk, pos, True)
-    if kv.version >= 32:
+    if kv.rules.mamba_tail_key_leaves_last_token:
         if n <= 0 or n % h != 0:
             return 0
-        latest = ckpt_position_v(r.prompt_len, h, eagle, kv.version, la)
+        latest = ckpt_position_v(r.prompt_len, h, eagle, rn, la)
         if n != latest:
             return 0
         idx = <int32_t>(cdiv(n, bs) - 1)
@@ -395,15 +396,15 @@ cdef hash_t _mamba_partial_tail(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec
     blk = table[idx]
     if blk == 0:
         return 0
-    if kv.version >= 33 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens == n:
-        # 0.33: a block already keyed at this length (e.g. the request's own
+    if kv.rules.mamba_tail_keyed_once and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].key_tokens == n:
+        # mamba_tail_keyed_once: a block already keyed at this length (e.g. the request's own
         # hit block after a resume) is left alone: no new key, no mark in
         # cached_blocks_this_step, no sub-block bookkeeping
         # (MambaManager._cache_partial_tail_block returns early when
         # source_block.block_hash_num_tokens == num_tokens).
         return 0
     key = cache_partial_block(kv, gi, r, blk, n, False)
-    if key != 0 and (kv.version < 32 or n % bs != 0):
+    if key != 0 and (not kv.rules.mamba_tail_key_leaves_last_token or n % bs != 0):
         # The running request moves on; its sub-block state is copied at its
         # next allocation (MambaManager.allocate_new_blocks).
         g.partial_idx[s] = idx

@@ -10,6 +10,8 @@ tables of ``aisim._core.engine``) against the declarations themselves.
 
 import numpy as np
 
+from aisim.config.versions import core_rules
+
 from aisim._core.blockpool cimport (
     BlockPoolC, bp_cache, bp_free_reversed, bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release,
     bp_remove_hashes, bp_touch, bp_usage,
@@ -209,7 +211,8 @@ cdef class KVCache:
         (``kind``, ``block_size``, ``window``, ``cacheable``, ``align_mode``,
         ``num_spec``, ``has_ckpt``, ``ckpt_align``, ``admission_cap``,
         ``spec_group``) with ``hash_block_size``, ``sched_block_size``,
-        ``fine``, ``retention`` and ``version``.
+        ``fine``, ``retention`` and ``rules`` (or ``release``: that release's
+        rules, :func:`aisim.config.versions.core_rules`).
 
     Notes
     -----
@@ -225,7 +228,7 @@ cdef class KVCache:
     def __cinit__(self, int num_blocks, int block_size, long max_model_len, requests,
                   bint enable_caching=True, int watermark_blocks=0, groups=None,
                   long hash_block_size=0, long sched_block_size=0, bint fine=False,
-                  long retention=-1, int version=32, bint eagle=False, long hash_lookahead=0):
+                  long retention=-1, str release="0.32.0", rules=None, bint eagle=False, long hash_lookahead=0):
         cdef Py_ssize_t i, n = len(requests)
         cdef GroupSpecC specs[MAX_GROUPS]
         if block_size < 1 or max_model_len < 1 or num_blocks < 2:
@@ -251,7 +254,8 @@ cdef class KVCache:
         cdef const tok_t[::1] g_first = self._segments[1]
         cdef const tok_t[::1] g_len = self._segments[2]
         kv_init(&self.c, num_blocks, <int32_t>len(groups), specs, hash_block_size, sched_block_size,
-                fine, enable_caching, retention, version, max_model_len, watermark_blocks, 4)
+                fine, enable_caching, retention, rules if rules is not None else core_rules(release),
+                max_model_len, watermark_blocks, 4)
         self.c.eagle = eagle
         self.c.hash_lookahead = hash_lookahead
         self.c.seg_stream = &g_str[0]

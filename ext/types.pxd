@@ -38,3 +38,23 @@ ctypedef struct scan_col_t:
     int64_t nulls          # rows holding null
     int64_t used           # list: items written
     int8_t wide            # string: a byte >= 0x80 was seen (the text needs a UTF-8 check)
+
+
+# One vLLM release's rules, as named switches (aisim/config/versions.py ``Rules``, the fields of
+# ``CORE_RULES``; filled by aisim/core_input.py).  The core reads these and never a version number.
+ctypedef struct RulesC:
+    bint mamba_split_leaves_last_token          # Scheduler._mamba_block_aligned_split: last = ((n-1)//B)*B
+    bint mamba_split_ckpt_in_sched_blocks       # ... checkpoint in scheduler blocks unless fine-grained
+    bint ckpt_position_rounds_n_under_drop      # get_mamba_prefill_checkpoint_position under the EAGLE drop
+    bint mamba_alloc_ckpt_at_alignment          # MambaManager.get_num_blocks_to_allocate: checkpoint unit
+    bint mamba_drafts_capped_first_only         # ... draft blocks in the cap only on the first allocation
+    bint mamba_relocate_drafts_with_ckpt        # MambaManager.allocate_new_blocks
+    bint mamba_tail_key_leaves_last_token       # MambaManager._cache_partial_tail_block: tail position
+    bint mamba_ckpt_key_kept_at_boundaries      # ... which checkpoint keys are kept
+    bint full_tail_key_leaves_last_token        # FullAttentionManager._cache_partial_tail_block
+    bint mamba_tail_keyed_once                  # MambaManager._cache_partial_tail_block early return
+    bint running_pass_continues_after_self_preemption  # Scheduler.schedule running loop
+    bint cache_blocks_capped_by_hashes          # SingleTypeKVCacheManager.cache_blocks (drafts)
+    bint spec_output_caches_final_blocks        # Scheduler.update_from_output with drafts
+    bint long_prefill_cap_needs_chunked_prefill  # Scheduler.schedule: the threshold needs chunked prefill
+    bint mamba_sync_output_caches_final_blocks  # Scheduler.update_from_output: sync engine, Mamba, caching

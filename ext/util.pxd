@@ -46,15 +46,14 @@ cdef inline tok_t num_tokens(const ReqC* r) noexcept nogil:
     return r.prompt_len + r.num_output
 
 
-cdef inline tok_t ckpt_position_v(tok_t n, tok_t unit, bint eagle, int version, tok_t lookahead) noexcept nogil:
-    # kv_cache_interface.get_mamba_prefill_checkpoint_position of each release.
-    # 0.31: leave one token, then one unit less with the EAGLE drop; 0.32: the
-    # EAGLE drop already leaves tokens to recompute (from n, one unit less);
-    # 0.33: without the drop, leave max(1, num_hash_lookahead_tokens) tokens.
+cdef inline tok_t ckpt_position_v(tok_t n, tok_t unit, bint eagle, bint rounds_n_under_drop,
+                                   tok_t lookahead) noexcept nogil:
+    # kv_cache_interface.get_mamba_prefill_checkpoint_position: leave
+    # max(1, num_hash_lookahead_tokens) tokens, then one unit less with the EAGLE
+    # drop; ``rounds_n_under_drop`` (RulesC.ckpt_position_rounds_n_under_drop):
+    # the drop already leaves tokens to recompute, so n itself is rounded down.
     cdef tok_t limit
-    if version < 32:
-        limit = n - 1
-    elif eagle:
+    if eagle and rounds_n_under_drop:
         limit = n
     else:
         limit = n - (lookahead if lookahead > 1 else 1)

@@ -15,6 +15,8 @@ cdef int _waiting_pass(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_bud
     cdef req_t ri
     cdef ReqC* r
     cdef bint ok, pad
+    if c.aware_window > 0:
+        _reorder_by_cached_prefix(s)
     while token_budget > 0:
         if s.n_waiting == 0 or input_budget <= draft_slots:
             break
@@ -111,4 +113,49 @@ cdef int _waiting_pass(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_bud
     # Skipped requests go back to the head in their original order.
     for i in range(n_skipped - 1, -1, -1):
         _wq_push_front(s, s.skipped[i])
+    return 0
+
+
+cdef int _reorder_by_cached_prefix(SchedC* s) except -1 nogil:
+    """Scheduler._reorder_waiting_by_cached_prefix (cache_aware_admission_window): once KV usage
+    reaches the threshold, the plain waiting requests (WAITING, no computed tokens) among the
+    first ``window`` of the queue take their places again ordered by cached prefix, longest
+    first, ties in queue order; every other request keeps its place.  The cached prefix is the
+    lookup of admission without its side effects (KVCacheManager.get_num_cached_tokens)."""
+    cdef const SchedConfC* c = &s.conf
+    cdef int32_t n, i, j, k, n_slots = 0
+    cdef req_t ri
+    cdef ReqC* r
+    cdef tok_t cached
+    if s.n_waiting < 2:
+        return 0
+    if bp_usage(&s.kv.pool) < c.aware_threshold:
+        return 0
+    n = c.aware_window if c.aware_window < s.n_waiting else s.n_waiting
+    for i in range(n):
+        ri = s.waiting[_ring(s, i)]
+        r = &s.reqs[ri]
+        if r.status == ST_WAITING and r.num_computed == 0 and r.remote == 0:
+            s.aware_pos[n_slots] = i
+            s.aware_reqs[n_slots] = ri
+            n_slots += 1
+    if n_slots < 2:
+        return 0
+    for k in range(n_slots):
+        r = &s.reqs[s.aware_reqs[k]]
+        kv_acquire_slot(s.kv, r)
+        s.aware_cached[k] = kv_get_computed_blocks(s.kv, r)
+    # sorted(slots, key=(-cached, slot)): a stable insertion sort, longest first.
+    for k in range(1, n_slots):
+        ri = s.aware_reqs[k]
+        cached = s.aware_cached[k]
+        j = k - 1
+        while j >= 0 and s.aware_cached[j] < cached:
+            s.aware_reqs[j + 1] = s.aware_reqs[j]
+            s.aware_cached[j + 1] = s.aware_cached[j]
+            j -= 1
+        s.aware_reqs[j + 1] = ri
+        s.aware_cached[j + 1] = cached
+    for k in range(n_slots):
+        s.waiting[_ring(s, s.aware_pos[k])] = s.aware_reqs[k]
     return 0

@@ -106,7 +106,7 @@ def test_num_gpu_blocks_beyond_int32_is_refused(tmp_path):
 def test_a_pool_beyond_the_core_memory_limit_is_refused():
     with pytest.raises(ConfigError) as err:
         engine_config_from_dict({"num_gpu_blocks": 100_000, "max_num_seqs": 10**6, "max_model_len": 10**6,
-                                 "max_num_batched_tokens": 10**6}, source="e.json")
+                                 "max_num_batched_tokens": 10**6, "block_size": 16}, source="e.json")
     assert str(err.value) == ("'num_gpu_blocks' (100000), 'max_num_seqs' (1000000) and 'max_model_len' (1000000) "
                               "in e.json need 698.5 GiB of replay-core memory; the limit is 64 GiB")
     with pytest.raises(ConfigError, match=r"'max_model_len' in e.json must be from 1 to 2147483647, got 4294967296"):
@@ -114,7 +114,7 @@ def test_a_pool_beyond_the_core_memory_limit_is_refused():
 
 
 def test_a_pool_given_as_memory_must_hold_one_request_of_max_model_len():
-    raw = {"kv_cache_bytes": 100 * 4096, "max_model_len": 4096,
+    raw = {"kv_cache_bytes": 100 * 4096, "max_model_len": 4096, "block_size": 16,
            "kv_cache_groups": [{"type": "full", "page_size_bytes": 4096}]}
     with pytest.raises(ConfigError) as err:
         engine_config_from_dict(raw, source="e.json")

@@ -164,8 +164,9 @@ def test_model_and_gpu_plan_the_engine_as_aisim_plan_does(tiny, tmp_path):
     got = json.loads(r.stdout)["engine"]
     assert got == expected
     assert "engine planned for meta-llama/Llama-3.1-8B-Instruct on 1 x H100" in r.stderr
-    assert ("- llama-3.1-8b on H100 (80 GiB) x TP 1: 57.6 GiB of KV cache at gpu_memory_utilization 0.92, 29513 blocks"
-            " of 16 tokens") in r.stderr
+    # The default release (0.34.0): the whole 80 GiB less the weights and activations, 64-token blocks.
+    assert ("- llama-3.1-8b on H100 (80 GiB) x TP 1: 64.0 GiB of KV cache at gpu_memory_utilization 1, 8197 blocks"
+            " of 64 tokens") in r.stderr
     assert _run("replay", "--model", "llama-3.1-8b", "--trace", trace).output.endswith("add --gpu (e.g. --gpu H100)\n")
     assert "give the engine" in _run("replay", "--trace", trace).output
 

@@ -138,7 +138,7 @@ def test_core_columns_match_the_core_exports():
 
 def test_core_outputs_have_the_catalogue_dtypes(monkeypatch):
     """What the core hands the replay has the numpy dtypes the catalogue declares."""
-    import aisim.replay as rp
+    import aisim.replay_result as rp
 
     seen = {}
     real = rp.requests_table

@@ -315,7 +315,7 @@ def test_a_replica_runs_more_requests_than_its_share():
     # Replicas size their batches by an even share of the trace (here 2 of 16 requests); a KV-aware
     # router keeps sending a prefix's requests to the replicas caching it, which then run more at
     # once and grow them.
-    eng = engine_config_from_dict({"num_gpu_blocks": 4000, "max_num_seqs": 32,
+    eng = engine_config_from_dict({"num_gpu_blocks": 4000, "block_size": 16, "max_num_seqs": 32,
                                    "time_model": {"kind": "linear", "base_s": 0.01}})
     n, reps = 16, 8
     trace = from_frame(pa.table({
@@ -387,10 +387,13 @@ def test_deployment_file(tmp_path):
     assert deployment_config(2, "random").to_dict()["router"]["kind"] == "random"
 
 
-def test_core_router_table_matches_the_configuration():
-    from aisim._core.deploy import ROUTERS as CORE
+def test_every_router_row_has_its_own_core_code():
+    # aisim/config/routers.py: each row names a RouterKind of ext/deploy.pxd, each kind is used once.
+    from aisim._core.constants import ROUTER_KINDS
+    from aisim.config.routers import ROUTER_TABLE, router_code
 
-    assert CORE == ROUTERS
+    assert sorted(r.core for r in ROUTER_TABLE) == sorted(ROUTER_KINDS)
+    assert sorted(router_code(r.name) for r in ROUTER_TABLE) == sorted(ROUTER_KINDS.values())
 
 
 # ------------------------------------------------------------------ the command line

@@ -1,6 +1,7 @@
 """The validated engine configuration: one factory, one catalogue of keys, versions and group kinds."""
 
 import dataclasses
+import json
 import os
 import pickle
 
@@ -13,7 +14,7 @@ from aisim.config.keys import ENGINE_KEYS, GROUP_KEYS, TIME_MODEL_KEYS
 from aisim.config.readme import render_tables
 from aisim.config.kvgroups import GROUP_DEFAULTS, GROUP_KINDS, KINDS, STATE_KINDS, expand_groups
 from aisim.config.rule import catalog_cold_reason, probe_cold_reason, unmodeled_version_note
-from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS, supported_text
+from aisim.config.versions import DEFAULT_VLLM_VERSION, RELEASES, SUPPORTED_VLLM_VERSIONS, release, rules_table
 from aisim.errors import ConfigError
 
 from conftest import ORACLE
@@ -126,11 +127,13 @@ def test_dataclass_defaults_come_from_the_catalogue():
     names = [f.name for f in dataclasses.fields(EngineConfig)]
     assert names == [k.name for k in ENGINE_KEYS] + ["declared", "raw", "source"]
     cfg = engine_config_from_dict({"num_gpu_blocks": 100})
-    derived = {"num_gpu_blocks", "cache_extra", "time_model"}
+    derived = {"num_gpu_blocks", "cache_extra", "scheduler_extra", "time_model", "block_size"}
     for k in ENGINE_KEYS:
         if k.name not in derived:
             assert getattr(cfg, k.name) == k.default, k.name
-    assert cfg.cache_extra == {} and cfg.time_model == engine_config_from_dict({"num_gpu_blocks": 2}).time_model
+    # The block size is the release's (aisim.config.versions.Release.block_size).
+    assert cfg.block_size == release(cfg.version).block_size
+    assert cfg.cache_extra == {} and cfg.scheduler_extra == {} and cfg.time_model == engine_config_from_dict({"num_gpu_blocks": 2}).time_model
     assert [f.name for f in dataclasses.fields(TimeModel)] == [k.name for k in TIME_MODEL_KEYS]
     # frontend is derived from the kind: off for the default linear model.
     assert dataclasses.asdict(cfg.time_model) == {**{k.name: k.default for k in TIME_MODEL_KEYS}, "frontend": False}
@@ -142,7 +145,7 @@ def test_readme_tables_are_rendered_from_the_catalogue():
     tables = render_tables()
     assert tables in readme
     assert "| `max_model_len` | 32768 | as in vLLM's `SchedulerConfig` (1 to 2147483647) |" in tables
-    assert "| `vllm_version` | `0.33.0` (one of `0.31.0`, `0.32.0`, `0.33.0`) |" in tables
+    assert "| `vllm_version` | `0.34.0` (one of `0.31.0`, `0.32.0`, `0.33.0`, `0.34.0`) |" in tables
     assert "| `ring` | a ring buffer of one block | — | false |" in tables
 
 
@@ -180,28 +183,36 @@ def test_group_validation_reads_the_tables(group, message):
 
 
 def test_versions_are_read_from_one_place():
-    assert SUPPORTED_VLLM_VERSIONS == ("0.31.0", "0.32.0", "0.33.0") and DEFAULT_VLLM_VERSION == "0.33.0"
+    assert SUPPORTED_VLLM_VERSIONS == tuple(r.version for r in RELEASES) == ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
+    assert DEFAULT_VLLM_VERSION == RELEASES[-1].version
     assert engine_config_from_dict({"num_gpu_blocks": 100}).version == DEFAULT_VLLM_VERSION
     with pytest.raises(ConfigError) as exc:
         engine_config_from_dict({"num_gpu_blocks": 100, "vllm_version": "0.30.0"})
-    assert str(exc.value) == "'vllm_version' must be one of 0.31.0, 0.32.0, 0.33.0, got '0.30.0'"
+    assert str(exc.value) == "'vllm_version' must be one of 0.31.0, 0.32.0, 0.33.0, 0.34.0, got '0.30.0'"
     option = next(p for p in main.commands["replay"].params if p.name == "vllm_version")
     assert tuple(option.type.choices) == SUPPORTED_VLLM_VERSIONS
     res = CliRunner().invoke(main, ["replay", "--engine", "x.json", "--trace", "t.jsonl", "--vllm-version", "0.30.0"])
-    assert res.exit_code == 2 and "'0.30.0' is not one of '0.31.0', '0.32.0', '0.33.0'" in res.output
+    assert res.exit_code == 2 and "'0.30.0' is not one of '0.31.0', '0.32.0', '0.33.0', '0.34.0'" in res.output
 
 
 def test_every_oracle_scenario_is_recorded_on_every_supported_version():
     for name in sorted(os.listdir(ORACLE)):
         logs = sorted(f for f in os.listdir(os.path.join(ORACLE, name)) if f.startswith("vllm-"))
-        # Logs of releases aisim does not model yet may lie beside them.
-        assert {f"vllm-{v}.jsonl" for v in SUPPORTED_VLLM_VERSIONS} <= set(logs), name
+        # Every supported release from the first one that has the scenario's settings on (a setting
+        # only newer releases know is recorded for those alone); logs of releases aisim does not
+        # model yet may lie beside them.
+        first = next(i for i, v in enumerate(SUPPORTED_VLLM_VERSIONS) if f"vllm-{v}.jsonl" in logs)
+        assert {f"vllm-{v}.jsonl" for v in SUPPORTED_VLLM_VERSIONS[first:]} <= set(logs), name
+        with open(os.path.join(ORACLE, name, "config.json")) as fh:
+            assert first == 0 or "scheduler_extra" in json.load(fh), name
 
 
 def test_docs_name_the_supported_versions():
+    # The switch table of every release, generated from aisim/config/versions.py.
     with open(os.path.join(ROOT, "docs", "vllm-version-rules.md"), encoding="utf-8") as fh:
-        title = fh.readline()
-    assert title == f"# Where vLLM {supported_text()} differ, and where aisim follows each\n"
+        text = fh.read()
+    assert rules_table() in text
+    assert rules_table().startswith("| switch | " + " | ".join(SUPPORTED_VLLM_VERSIONS) + " |")
 
 
 # ---------------------------------------------------------------- plan decisions live in the rule
@@ -209,14 +220,14 @@ def test_docs_name_the_supported_versions():
 
 def test_plan_decisions_are_the_rule_modules():
     assert unmodeled_version_note("0.32.0") is None
-    assert unmodeled_version_note("0.30.0") == ("vllm_version 0.30.0 is not modeled (only 0.31.0, 0.32.0, 0.33.0); "
-                                                "the replay follows 0.33.0's scheduler")
+    assert unmodeled_version_note("0.30.0") == ("vllm_version 0.30.0 is not modeled (only 0.31.0, 0.32.0, 0.33.0, "
+                                                "0.34.0); the replay follows 0.34.0's scheduler")
     assert probe_cold_reason(ran_with_prefix_caching=False, grouped=True, hash_block=16, version="0.32.0") == \
         "the probed engine ran with prefix caching off"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=True, hash_block=None, version="0.32.0") == \
         "the probe did not record hash_block_size_tokens"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=True, hash_block=16, version="0.30.0") == \
-        "grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0 and 0.33.0 only"
+        "grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0, 0.33.0 and 0.34.0 only"
     assert probe_cold_reason(ran_with_prefix_caching=True, grouped=False, hash_block=None, version="0.30.0") is None
     assert catalog_cold_reason(False) is None
     assert catalog_cold_reason(True) == ("grouped prefix caching needs probe evidence of the hash block; run aisim "

@@ -65,7 +65,7 @@ def make_kv(groups, num_blocks, block_size=16, requests=(), retention=None, pref
     kw = resolve_groups(engine_config_from_dict(raw))
     return KVCache(num_blocks, block_size, max_model_len, list(requests), groups=kw["groups"],
                    hash_block_size=kw["hash_block_size"], sched_block_size=kw["sched_block_size"],
-                   fine=kw["fine_grained"], retention=kw["retention"], version=kw["version"])
+                   fine=kw["fine_grained"], retention=kw["retention"], rules=kw["rules"])
 
 
 class Driver:

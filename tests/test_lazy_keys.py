@@ -4,7 +4,7 @@ A request whose first hash block no other request of the trace has shares no blo
 other (block keys are a chain), so only its own lookup after a preemption could find its keys:
 the core caches its blocks lazily (ext/blockpool.pyx ``bp_cache_lazily``) and keys them when it
 is preempted (ext/kvcache.pyx ``kv_key_lazy``).  Every comparison here replays a trace with the
-private requests found (the default) and with none (``aisim.replay.private_requests`` replaced by
+private requests found (the default) and with none (``aisim.replay_input.private_requests`` replaced by
 all zeros) and asserts byte-identical step and request tables, summaries and decision logs.
 """
 
@@ -17,8 +17,9 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-import aisim.replay as replay_module
+import aisim.replay_input as replay_module
 from aisim.config.engine import engine_config_from_dict
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.core_input import CoreTrace, core_config, private_requests
 from aisim.decisionlog import decision_lines, log_line_json
 from aisim.deploy import deploy
@@ -145,7 +146,9 @@ def test_a_window_frees_blocks_a_preempted_request_finds_again(monkeypatch):
 @pytest.mark.parametrize("scenario", sorted(os.listdir(ORACLE)))
 def test_oracle_scenarios_identical(scenario, monkeypatch):
     path = os.path.join(ORACLE, scenario)
-    eng = engine_config_from_dict(oracle_engine_dict(path, "0.32.0"))
+    # 0.32.0, or the first release that has the scenario's settings.
+    version = next(v for v in ("0.32.0",) + SUPPORTED_VLLM_VERSIONS if os.path.exists(os.path.join(path, f"vllm-{v}.jsonl")))
+    eng = engine_config_from_dict(oracle_engine_dict(path, version))
     trace = read_oracle_trace(os.path.join(path, "trace.jsonl"), eng.max_model_len)
     _same_with_and_without(trace, eng, monkeypatch)
 

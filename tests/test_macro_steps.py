@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 
 from aisim._core.engine import Engine
 from aisim.config.engine import engine_config_from_dict
+from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.core_input import CoreTrace, core_config
 from aisim.decisionlog import decision_lines, log_line_json
 from aisim.deploy import deploy
@@ -164,7 +165,7 @@ def test_switched_off_no_stretch_is_taken():
 
 # ------------------------------------------------------------------ recorded scenarios
 
-@pytest.mark.parametrize("version", ["0.31.0", "0.32.0", "0.33.0"])
+@pytest.mark.parametrize("version", SUPPORTED_VLLM_VERSIONS)
 @pytest.mark.parametrize("scenario", SCENARIOS + SPEC_SCENARIOS)
 def test_oracle_scenarios_identical_both_ways(scenario, version):
     path = os.path.join(SPEC_ORACLE if scenario in SPEC_SCENARIOS else ORACLE, scenario)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from aisim.cli import main
 from aisim.config.engine import load_engine_config
-from aisim.config.versions import SERVE_DEFAULTS, SUPPORTED_VLLM_VERSIONS
+from aisim.config.versions import RELEASES
 from aisim.plan import plan_from_model
 
 HF = os.path.join(os.path.dirname(__file__), "data", "hf")
@@ -21,34 +21,36 @@ def _run(*args):
 
 def test_the_serve_defaults_of_each_release_are_pinned():
     # Read from the wheels: vllm/config/vllm.py VllmConfig.__post_init__ turns async scheduling on
-    # when unset (0.31.0, 0.32.0 and 0.33.0 alike); vllm/config/cache.py: DEFAULT_BLOCK_SIZE 16,
-    # gpu_memory_utilization 0.92.
-    assert SERVE_DEFAULTS == {v: {"async_scheduling": True, "block_size": 16, "gpu_memory_utilization": 0.92}
-                              for v in ("0.31.0", "0.32.0", "0.33.0")}
-    assert tuple(SERVE_DEFAULTS) == SUPPORTED_VLLM_VERSIONS
+    # when unset (every release); vllm/config/cache.py: DEFAULT_BLOCK_SIZE 16 and gpu_memory_utilization
+    # 0.92 up to 0.33.0, 64 and 1.0 (the extensible KV cache) in 0.34.0.
+    assert [(r.version, r.async_scheduling, r.block_size, r.gpu_memory_utilization) for r in RELEASES] == [
+        ("0.31.0", True, 16, 0.92), ("0.32.0", True, 16, 0.92), ("0.33.0", True, 16, 0.92), ("0.34.0", True, 64, 1.0)]
 
 
-@pytest.mark.parametrize("version", SUPPORTED_VLLM_VERSIONS)
-def test_a_plan_writes_the_release_s_serve_defaults(tmp_path, version):
+# The KV cache at gpu_memory_utilization 0.92: 80 GiB x 0.92 - 16,059,990,016 B of weights - 1 GiB of
+# activations = 61,893,666,406 B, over 2,097,152 B a block (32 layers x 4,096 B x 16 tokens): 29,513.
+# 0.34.0: the whole 80 GiB - weights - activations = 68,765,614,080 B over 32 x 4,096 x 64 = 8,388,608 B
+# a block: 8,197.
+@pytest.mark.parametrize("version, block_size, blocks", [
+    ("0.31.0", 16, 29513), ("0.32.0", 16, 29513), ("0.33.0", 16, 29513), ("0.34.0", 64, 8197)])
+def test_a_plan_writes_the_release_s_serve_defaults(tmp_path, version, block_size, blocks):
     out = tmp_path / "plan.toml"
     r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--vllm-version", version, "--out", out)
     assert r.exit_code == 0, r.output
     doc = tomllib.loads(out.read_text())
     # H100: 80 GiB, not an A100: the API server's 8,192 tokens and 1,024 sequences
     # (EngineArgs.get_batch_defaults, UsageContext.OPENAI_API_SERVER).
-    assert (doc["vllm_version"], doc["async_scheduling"], doc["block_size"]) == (version, True, 16)
+    assert (doc["vllm_version"], doc["async_scheduling"], doc["block_size"]) == (version, True, block_size)
     assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == (8192, 1024)
-    # The KV cache at gpu_memory_utilization 0.92: 80 GiB x 0.92 - 16,059,990,016 B of weights - 1 GiB of
-    # activations = 61,893,666,406 B, over 2,097,152 B a block (32 layers x 4,096 B x 16 tokens): 29,513.
-    assert doc["num_gpu_blocks"] == 29513
+    assert doc["num_gpu_blocks"] == blocks
     assert doc["time_model"]["frontend"] is True
     cfg = load_engine_config(out)
     assert cfg.async_scheduling and cfg.vllm_version == version
 
 
 def test_gpu_memory_utilization_given_overrides_the_release_s():
-    # 80 GiB x 0.9: 28,694 blocks (as vLLM's 0.9 of older releases gave).
-    cfg, _ = plan_from_model("llama-3.1-8b", 80, gpu_memory_utilization=0.9)
+    # vLLM 0.33.0 at 80 GiB x 0.9: 28,694 blocks of 16 tokens (as vLLM's 0.9 of older releases gave).
+    cfg, _ = plan_from_model("llama-3.1-8b", 80, gpu_memory_utilization=0.9, vllm_version="0.33.0")
     assert cfg.num_gpu_blocks == 28694
 
 

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 import aisim.replay as rp
+import aisim.replay_input as ri
 from aisim._core.constants import REQUEST_STATUS
 from aisim._core.engine import Engine
 from aisim.config.engine import engine_config_from_dict
@@ -23,8 +24,8 @@ RANKS = [4, 2, 5, 7, 6, 3, 1, 0]
 @pytest.mark.parametrize("typ", [pa.string(), pa.large_string()])
 def test_id_ranks_follow_python_string_order_ties_in_trace_order(typ):
     ids = pa.chunked_array([pa.array(IDS[:3], typ), pa.array(IDS[3:], typ)])
-    assert rp._id_rank(ids).tolist() == RANKS
-    assert rp._id_rank(ids).dtype == np.int32
+    assert ri._id_rank(ids).tolist() == RANKS
+    assert ri._id_rank(ids).dtype == np.int32
 
 
 @pytest.mark.parametrize("limit", [None, 8])
@@ -32,16 +33,16 @@ def test_id_ranks_of_ids_with_zero_bytes_or_too_long_to_lay_out(monkeypatch, lim
     # "a" < "a\0" < "a\0b" < "ab" (a zero byte is no padding); with a low limit the ids are
     # compared as Python strings, with the same ranks.
     if limit is not None:
-        monkeypatch.setattr(rp, "_ID_BYTES_MAX", limit)
+        monkeypatch.setattr(ri, "_ID_BYTES_MAX", limit)
     ids = pa.chunked_array([pa.array(["ab", "a\0", "a", "a\0b"])])
-    assert rp._id_rank(ids).tolist() == [3, 1, 0, 2]
+    assert ri._id_rank(ids).tolist() == [3, 1, 0, 2]
     # A slice of a longer array (its buffers start before its first id).
-    assert rp._id_rank(pa.array(["zz"] + IDS).slice(1)).tolist() == RANKS
+    assert ri._id_rank(pa.array(["zz"] + IDS).slice(1)).tolist() == RANKS
 
 
 def test_a_null_request_id_is_refused_as_before():
     with pytest.raises(TypeError):
-        rp._id_rank(pa.chunked_array([pa.array(["a", None, "b"])]))
+        ri._id_rank(pa.chunked_array([pa.array(["a", None, "b"])]))
 
 
 def _engine():
@@ -107,4 +108,4 @@ def test_id_ranks_equal_python_sorting_on_random_ids():
     ids = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 6))) for _ in range(2000)]
     expected = np.empty(len(ids), np.int32)
     expected[sorted(range(len(ids)), key=lambda i: (ids[i], i))] = np.arange(len(ids))
-    assert rp._id_rank(pa.chunked_array([pa.array(ids[:700]), pa.array(ids[700:])])).tolist() == expected.tolist()
+    assert ri._id_rank(pa.chunked_array([pa.array(ids[:700]), pa.array(ids[700:])])).tolist() == expected.tolist()

@@ -77,8 +77,8 @@ def test_prefix_match_unit_required_and_equal_to_the_probe():
 def test_vllm_version_required_and_supported():
     raw = glm()
     del raw["vllm_version"]
-    refused(raw, "'vllm_version' is not set; grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0 and 0.33.0 "
-                 "only")
+    refused(raw, "'vllm_version' is not set; grouped prefix caching is modeled for vLLM 0.31.0, 0.32.0, 0.33.0 "
+                 "and 0.34.0 only")
     refused(glm(vllm_version="0.30.0"), "'vllm_version'", "0.30.0")
 
 
@@ -218,16 +218,40 @@ def test_config_validate_refuses_with_the_sentence(tmp_path):
 
 
 def test_plan_from_the_catalog():
-    cfg, notes = plan_from_model("llama-3.1-8b", 80)
-    assert cfg.enable_prefix_caching and cfg.block_size == 16
-    # 80 GiB x 0.92 (vllm serve's gpu_memory_utilization) - 2 x 8,029,995,008 B of weights - 1 GiB of
-    # activations, over 32 layers x 4,096 B x 16 tokens a block: 61,893,666,406 B / 2,097,152 B, 29,513 blocks.
+    cfg, notes = plan_from_model("llama-3.1-8b", 80, vllm_version="0.33.0")
+    assert cfg.enable_prefix_caching and cfg.block_size == 16 and cfg.vllm_version == "0.33.0"
+    # vLLM 0.33.0: 80 GiB x 0.92 - 2 x 8,029,995,008 B of weights - 1 GiB of activations = 61,893,666,406 B,
+    # over 32 layers x 4,096 B x 16 tokens a block (2,097,152 B): 29,513 blocks.
     assert cfg.num_gpu_blocks == 29513
+    # The default release (0.34.0): 64-token blocks, the whole 80 GiB (the extensible KV cache):
+    # 68,765,614,080 B over 32 x 4,096 x 64 = 8,388,608 B a block: 8,197 blocks.
+    cfg, notes = plan_from_model("llama-3.1-8b", 80)
+    assert cfg.block_size == 64 and cfg.num_gpu_blocks == 8197 and cfg.vllm_version == "0.34.0"
     cfg, notes = plan_from_model("glm-5.3-flash", 80)
     assert cfg.block_size == 2176 and not cfg.enable_prefix_caching
     assert "probe evidence" in notes[0]
     with pytest.raises(ConfigError, match="does not fit"):
         plan_from_model("qwen3-next-80b-a3b", 80)
+
+
+def test_plan_writes_the_release_defaults(tmp_path):
+    # aisim plan --vllm-version 0.34.0: vLLM 0.34.0's vllm serve defaults (config/cache.py): 64-token blocks
+    # and the extensible KV cache (gpu_memory_utilization 1.0): 80 GiB - 16,059,990,016 B of weights - 1 GiB
+    # = 68,765,614,080 B over 32 layers x 4,096 B x 64 tokens (8,388,608 B a block): 8,197 blocks.  0.33.0:
+    # 16-token blocks at 0.92 of 80 GiB: 29,513 blocks (test_plan_from_the_catalog).
+    import tomllib
+
+    for version, bs, blocks in (("0.34.0", 64, 8197), ("0.33.0", 16, 29513)):
+        out = tmp_path / f"plan-{version}.toml"
+        r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu-memory-gib", "80",
+                                      "--vllm-version", version, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        doc = tomllib.loads(out.read_text())
+        assert (doc["vllm_version"], doc["block_size"], doc["num_gpu_blocks"]) == (version, bs, blocks)
+        assert engine_config_from_dict(doc).version == version
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu-memory-gib", "80",
+                                  "--vllm-version", "0.30.0"])
+    assert r.exit_code == 2 and "'0.30.0' is not one of" in r.output
 
 
 def _windowed(**over):
@@ -267,7 +291,7 @@ def test_a_plan_starts_with_the_max_model_len_vllm_serve_would():
     assert notes[2] == "max_model_len 131,072: llama-3.1-8b's context (max_position_embeddings), vllm serve's default"
     # Llama-3.1-70B on two A100s: 131,072 tokens need 8,192 blocks; the longest that fits the pool is cut to.
     cfg, notes = plan_from_model("llama-3.1-70b", gpu="A100-80GB", tp=2)
-    assert cfg.max_model_len == 16 * (cfg.num_gpu_blocks - 1) < 131072
+    assert cfg.max_model_len == 64 * (cfg.num_gpu_blocks - 1) < 131072
     assert notes[2] == (f"max_model_len {cfg.max_model_len:,}: llama-3.1-70b's context of 131,072 tokens does not "
                         "fit one request in the KV cache, so vllm serve would not start with its default; "
                         f"{cfg.max_model_len:,} is the longest that fits, the estimate its start-up error names")

@@ -13,7 +13,7 @@ def _sched(steps, k):
 
 def test_concurrent_partial_requests():
     # 12.A.3 test_schedule_concurrent_partial_requests
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=1024,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=1024,
                long_prefill_token_threshold=400, enable_prefix_caching=False)
     reqs = [dict(id=f"r{i}", prompt=800, max_tokens=16, at=0) for i in range(3)]
     steps, _, _ = run_log(eng, reqs)
@@ -24,7 +24,7 @@ def test_concurrent_partial_requests():
 
 def test_long_prefill_threshold_ignored_when_alone():
     # 12.A.4: one eligible request -> the threshold is off.
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
                long_prefill_token_threshold=400, enable_prefix_caching=False)
     steps, _, _ = run_log(eng, [dict(id="a", prompt=2000, max_tokens=16, at=0)])
     assert _sched(steps, 0) == {"a": 1024}
@@ -32,7 +32,7 @@ def test_long_prefill_threshold_ignored_when_alone():
 
 def test_long_prefill_threshold_applies_with_other_requests():
     # 12.A.5
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
                long_prefill_token_threshold=400, enable_prefix_caching=False)
     reqs = [dict(id="a", prompt=2000, max_tokens=16, at=0), dict(id="b", prompt=10, max_tokens=16, at=0)]
     steps, _, _ = run_log(eng, reqs)
@@ -41,7 +41,7 @@ def test_long_prefill_threshold_applies_with_other_requests():
 
 def test_long_prefill_threshold_floored_by_fair_share():
     # 12.A.6: adaptive floor max(100, 1024 // 2) = 512
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=16, max_model_len=4096,
                long_prefill_token_threshold=100, long_prefill_token_threshold_adaptive=True,
                enable_prefix_caching=False)
     reqs = [dict(id="a", prompt=2000, max_tokens=16, at=0), dict(id="b", prompt=10, max_tokens=16, at=0)]
@@ -53,7 +53,7 @@ def test_schedule_order_chunked_on_and_off():
     # 12.A.7 test_schedule_order
     reqs = [dict(id="r0", prompt=800, max_tokens=16, at=0), dict(id="r1", prompt=800, max_tokens=16, at=0),
             dict(id="r2", prompt=10, max_tokens=16, at=0), dict(id="r3", prompt=10, max_tokens=16, at=0)]
-    base = dict(num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=3, max_model_len=1024,
+    base = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=1024, max_num_seqs=3, max_model_len=1024,
                 enable_prefix_caching=False)
     steps, _, _ = run_log(dict(base, enable_chunked_prefill=True), reqs)
     assert _sched(steps, 0) == {"r0": 800, "r1": 224}
@@ -65,7 +65,7 @@ def test_priority_ordering():
     # 12.A.9 test_priority_scheduling_basic_ordering, arrival tie-breaker, mixed, fcfs fallback.
     # A high-priority blocker holds the only running slot while the others arrive
     # at distinct times; afterwards they are admitted one at a time in heap order.
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=1, max_model_len=4096,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=1, max_model_len=4096,
                policy="priority", enable_prefix_caching=False, time_model={"base_s": 0.01})
     cases = [([2, 0, 1], [1, 2, 3], ["1", "2", "0"]),
              ([1, 1, 1], [3, 1, 2], ["1", "2", "0"]),
@@ -82,7 +82,7 @@ def test_priority_ordering():
 
 def test_priority_limited_slots():
     # 12.A.10: max_num_seqs 2, priorities [3, 1, 2, 0] all waiting -> "3", "1" admitted first.
-    eng = dict(num_gpu_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=2, max_model_len=4096,
+    eng = dict(block_size=16, num_gpu_blocks=10000, max_num_batched_tokens=8192, max_num_seqs=2, max_model_len=4096,
                policy="priority", enable_prefix_caching=False)
     reqs = [dict(id=str(i), prompt=10, max_tokens=4, at=0, priority=p) for i, p in enumerate([3, 1, 2, 0])]
     steps, _, _ = run_log(eng, reqs)
@@ -92,7 +92,7 @@ def test_priority_limited_slots():
 
 def test_full_isl_admission_s1():
     # 12.B S1: b is not admitted until the whole 100-token prompt fits.
-    eng = dict(num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
                enable_prefix_caching=False)
     reqs = [dict(id="a", prompt=100, max_tokens=2, at=0), dict(id="b", prompt=100, max_tokens=2, at=0)]
     steps, _, _ = run_log(eng, reqs)
@@ -104,7 +104,7 @@ def test_full_isl_admission_s1():
 
 def test_without_full_isl_s1b():
     # 12.B S1b: scheduler_reserve_full_isl off -> b admitted early, then preempts itself.
-    eng = dict(num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
                enable_prefix_caching=False, scheduler_reserve_full_isl=False)
     reqs = [dict(id="a", prompt=100, max_tokens=2, at=0), dict(id="b", prompt=100, max_tokens=2, at=0)]
     steps, _, _ = run_log(eng, reqs)
@@ -117,7 +117,7 @@ def test_without_full_isl_s1b():
 
 def test_prefix_hits_s2():
     # 12.B S2: every prompt is the same token stream; hits are capped at num_tokens - 1.
-    eng = dict(num_gpu_blocks=100, max_num_batched_tokens=256, max_num_seqs=16, max_model_len=512)
+    eng = dict(block_size=16, num_gpu_blocks=100, max_num_batched_tokens=256, max_num_seqs=16, max_model_len=512)
     same = lambda n: [("ones", 0, n)]  # noqa: E731
     reqs = [dict(id="p0", prompt=64, max_tokens=2, at=0, segments=same(64)),
             dict(id="p1", prompt=64, max_tokens=2, at=3, segments=same(64)),
@@ -138,7 +138,7 @@ def test_prefix_hits_s2():
 
 
 def _s3(caching):
-    eng = dict(num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
                enable_prefix_caching=caching)
     reqs = [dict(id=f"r{i}", prompt=p, max_tokens=20, at=0) for i, p in enumerate((40, 40, 30, 20))]
     return run_log(eng, reqs)
@@ -167,7 +167,7 @@ def test_preemption_cascade_s3():
 
 def test_async_interleave():
     # 12.B async S/U interleave, batch queue of two.
-    eng = dict(num_gpu_blocks=1000, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=1000, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
                async_scheduling=True)
     reqs = [dict(id="a", prompt=40, max_tokens=3, at=0), dict(id="b", prompt=100, max_tokens=2, at=0)]
     steps, summary, result = run_log(eng, reqs)
@@ -181,7 +181,7 @@ def test_async_interleave():
 
 def test_e13_preemption_and_readmission():
     # KV-cache spec E-13, 9 blocks: C is preempted at step 8 and readmitted at step 30 with a 32-token hit.
-    eng = dict(num_gpu_blocks=9, max_num_batched_tokens=64, max_num_seqs=16, max_model_len=160)
+    eng = dict(block_size=16, num_gpu_blocks=9, max_num_batched_tokens=64, max_num_seqs=16, max_model_len=160)
     shared = ("shared", 0, 32)
     reqs = [dict(id="A", prompt=42, max_tokens=30, at=0, segments=[shared, ("a", 32, 10)]),
             dict(id="B", prompt=42, max_tokens=30, at=1, segments=[shared, ("b", 32, 10)]),

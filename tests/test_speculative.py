@@ -61,7 +61,7 @@ def spec(k=3, method="eagle", **acceptance):
 
 
 def engine(**kw):
-    base = dict(num_gpu_blocks=100, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=256)
+    base = dict(block_size=16, num_gpu_blocks=100, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=256)
     base.update(kw)
     return base
 
@@ -194,7 +194,7 @@ def _lookahead_kv():
 ])
 def test_eagle_drop_against_lookahead_hashes(eagle, lookahead, hits):
     reqs, KVCache = _lookahead_kv()
-    kv = KVCache(11, 16, 1024, reqs, eagle=eagle, hash_lookahead=lookahead, version=33 if lookahead else 32)
+    kv = KVCache(11, 16, 1024, reqs, eagle=eagle, hash_lookahead=lookahead, release="0.33.0" if lookahead else "0.32.0")
     assert kv.allocate_slots(0, 49) is not None
     # With lookahead hashes r0 keys floor((49 - 1) / 16) = 3 blocks; without, floor(49 / 16) = 3.
     assert len(kv.cached_hash_indices(0, 0)) == 3
@@ -206,7 +206,7 @@ def test_lookahead_hashes_wait_for_the_next_token():
     from aisim._core.testing import KVCache
 
     # 48 tokens: three full blocks, but the third block's key needs token 48, which does not exist yet.
-    kv = KVCache(11, 16, 1024, [[(1, 0, 48)]], hash_lookahead=1, version=33)
+    kv = KVCache(11, 16, 1024, [[(1, 0, 48)]], hash_lookahead=1, release="0.33.0")
     kv.allocate_slots(0, 48)
     assert kv.cached_hash_indices(0, 0) == [0, 1]
     kv.set_num_computed(0, 48)
@@ -409,6 +409,6 @@ def test_sliding_window_hit_under_the_eagle_drop(eagle, hit, blocks):
     group = dict(kind=1, block_size=16, window=32, cacheable=True, align_mode=False, num_spec=0, has_ckpt=False,
                  ckpt_align=0, admission_cap=-1, spec_group=0)
     kv = KVCache(20, 16, 1024, [[(1, 0, 64)], [(1, 0, 80)]], groups=[group], hash_block_size=16,
-                 sched_block_size=16, eagle=eagle, version=32)
+                 sched_block_size=16, eagle=eagle, release="0.32.0")
     assert kv.allocate_slots(0, 64) == [1, 2, 3, 4]
     assert kv.get_computed_blocks(1) == (hit, blocks)

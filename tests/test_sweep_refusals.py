@@ -11,7 +11,7 @@ from aisim.sweep.runner import Candidate, rank_key
 
 from test_sweep import _write
 
-BASE = {"num_gpu_blocks": 400, "max_model_len": 1024, "max_num_batched_tokens": 2048, "max_num_seqs": 8}
+BASE = {"num_gpu_blocks": 400, "block_size": 16, "max_model_len": 1024, "max_num_batched_tokens": 2048, "max_num_seqs": 8}
 
 
 def _trace(n, prompt=100, out=10):

@@ -393,3 +393,19 @@ def test_scanned_numbers_are_the_correctly_rounded_ones():
         assert got.column("hash_ids").to_pylist() == [json.loads(f"[{h}]") for h in ids]
         assert got.equals(_read_json(data, mooncake._JSON_SCHEMA, "ignore"))
     assert scanned > 20 and refused > 20
+
+
+def test_trace_formats_are_one_table():
+    # aisim/traces TRACE_FORMATS: the format names, READERS, the block readers and the text
+    # formats are all read from its rows.
+    from aisim.traces import FORMATS, READERS, TRACE_FORMATS
+    from aisim.traces.blockread import TEXT_FORMATS, block_format
+
+    assert FORMATS == tuple(sorted(f.name for f in TRACE_FORMATS)) == tuple(sorted(READERS))
+    assert TEXT_FORMATS == ("oracle", "mooncake", "mooncake-delta", "azure")
+    for f in TRACE_FORMATS:
+        assert READERS[f.name].__module__ == f.module
+        fmt = block_format(f.name, {})
+        assert (fmt is None) == (f.block_reader is None)
+        if fmt is not None:
+            assert type(fmt).__name__ == f.block_reader and fmt.name == f.name

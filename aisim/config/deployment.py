@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from aisim.config.keys import (DEPLOYMENT_KEYS, LINK_KEYS, POOL_KEYS, ROUTER_KEYS, check_high, defaults, key,
                                refuse_inert, refuse_unknown)
 from aisim.config.keys import where as _where
+from aisim.config.routers import FALLBACKS, ROUTERS
 from aisim.errors import ConfigError
 
-# Router names, in the core's RouterKind order (ext/deploy.pxd; a test checks the two agree).
-ROUTERS = ("round_robin", "random", "least_loaded", "kv_aware", "session_affinity")
 
 # The most replicas a deployment holds (aisim.config.keys MAX_REPLICAS, the replicas key's high).
 MAX_REPLICAS = key(DEPLOYMENT_KEYS, "replicas").high
@@ -31,7 +30,8 @@ _R = defaults(ROUTER_KEYS)
 _P = defaults(POOL_KEYS)
 _L = defaults(LINK_KEYS)
 
-# The routers each router option acts on: the catalogue's ``kinds`` (aisim/config/keys.py ROUTER_KEYS).
+# The routers each router option acts on: the key's ``kinds`` (aisim/config/keys.py ROUTER_KEYS), read
+# from the router table (aisim.config.routers ``Router.options``; ext/deploy.pyx ``_choose``).
 ROUTER_OPTIONS = {k.name: k.kinds for k in ROUTER_KEYS if k.kinds is not None}
 
 
@@ -196,8 +196,8 @@ def _pool(raw: dict, at: str, w: str):
                           f"got {opts['overlap_weight']!r}")
     if not _int(opts["seed"]) or not 0 <= opts["seed"] < 2 ** 64:
         raise ConfigError(f"'{at}router.seed'{w} must be an integer from 0 to 2**64 - 1, got {opts['seed']!r}")
-    if opts["fallback"] not in ("kv_aware", "least_loaded"):
-        raise ConfigError(f"'{at}router.fallback'{w} must be kv_aware or least_loaded, "
+    if opts["fallback"] not in FALLBACKS:
+        raise ConfigError(f"'{at}router.fallback'{w} must be {' or '.join(FALLBACKS)}, "
                           f"got {opts['fallback']!r}")
     if not _int(opts["slack"]) or opts["slack"] < 0:
         raise ConfigError(f"'{at}router.slack'{w} must be an integer >= 0, got {opts['slack']!r}")

@@ -19,7 +19,7 @@ from dataclasses import InitVar, asdict, dataclass, field
 
 from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, check_high, defaults, key, refuse_inert, refuse_unknown
 from aisim.config.keys import where as _where
-from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
+from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS, release
 from aisim.errors import ConfigError
 from aisim.textin import decode_utf8, loads_json, loads_yaml
 
@@ -111,6 +111,12 @@ class EngineConfig:
         Fraction of blocks kept free when admitting.
     async_scheduling : bool
         vLLM's async engine loop (batch queue of two, output placeholders).
+    cache_aware_admission_window : int
+        FCFS admission's look-ahead by cached prefix (vLLM 0.34.0 on; 0 = arrival order).
+    cache_aware_admission_threshold : float
+        KV usage from which the window applies.
+    scheduler_extra : dict
+        The oracle's spelling of the two keys above.
     kv_cache_groups : tuple of dict or None
         None: one full-attention group.  Otherwise the groups in group-id
         order; keys :data:`aisim.config.keys.GROUP_KEYS`, kinds
@@ -159,6 +165,9 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = _D["scheduler_reserve_full_isl"]
     watermark: float = _D["watermark"]
     async_scheduling: bool = _D["async_scheduling"]
+    cache_aware_admission_window: int = _D["cache_aware_admission_window"]
+    cache_aware_admission_threshold: float = _D["cache_aware_admission_threshold"]
+    scheduler_extra: dict = field(default_factory=dict)
     kv_cache_groups: tuple | None = _D["kv_cache_groups"]
     mamba_cache_mode: str | None = _D["mamba_cache_mode"]
     prefix_match_unit: int | None = _D["prefix_match_unit"]
@@ -198,10 +207,11 @@ class EngineConfig:
             When the changed configuration breaks a rule.
         """
         raw = copy.deepcopy(self.raw)
-        extra = raw.get("cache_extra")
+        extras = [raw.get("cache_extra"), raw.get("scheduler_extra")]
         for k, v in changes.items():
-            if isinstance(extra, dict) and k in extra:  # one value for a key spelt both ways
-                extra[k] = v
+            for extra in extras:
+                if isinstance(extra, dict) and k in extra:  # one value for a key spelt both ways
+                    extra[k] = v
             raw[k] = v
         return engine_config_from_dict(raw, self.source)
 
@@ -263,6 +273,7 @@ class EngineConfig:
         d["mamba_cache_mode"] = self.resolved_mamba_cache_mode
         d["plan_notes"] = list(self.plan_notes)
         d["cache_extra"] = dict(self.cache_extra)
+        d["scheduler_extra"] = dict(self.scheduler_extra)
         return d
 
 
@@ -271,7 +282,8 @@ _ENGINE_KEY = {k.name: k for k in ENGINE_KEYS}
 # Integer keys checked by type and lower bound, in the order they are checked.
 _INT_KEYS = {k: _LOW[k] for k in ("num_gpu_blocks", "kv_cache_bytes", "block_size", "max_num_seqs",
                                   "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_active_seqs",
-                                  "max_model_len", "long_prefill_token_threshold")}
+                                  "max_model_len", "long_prefill_token_threshold",
+                                  "cache_aware_admission_window")}
 _NULLABLE_INT_KEYS = ("max_num_scheduled_tokens", "max_num_active_seqs", "kv_cache_bytes")
 _BOOL_KEYS = tuple(k.name for k in ENGINE_KEYS if isinstance(k.default, bool))
 _KNOWN = frozenset(k.name for k in ENGINE_KEYS)
@@ -358,6 +370,22 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
             raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
         kw[k] = v
     kw["cache_extra"] = dict(extra)
+    sched_extra = kw.get("scheduler_extra", {})
+    if not isinstance(sched_extra, dict):
+        raise ConfigError(f"'scheduler_extra'{_where(source)} must be a mapping")
+    for k, v in sched_extra.items():
+        # The oracle's spelling of two scheduler-config fields.
+        if k not in ("cache_aware_admission_window", "cache_aware_admission_threshold"):
+            raise ConfigError(f"unknown key 'scheduler_extra.{k}'{_where(source)}")
+        if k in kw and kw[k] != v:
+            raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
+        kw[k] = v
+    kw["scheduler_extra"] = dict(sched_extra)
+    _check_cache_aware(kw, source)
+    # CacheConfig.DEFAULT_BLOCK_SIZE of the release (config/cache.py).
+    kw.setdefault("block_size", release(version).block_size)
+    if kw["block_size"] is None:
+        kw["block_size"] = release(version).block_size
     unit = kw.get("prefix_match_unit")
     if unit is not None and (isinstance(unit, bool) or not isinstance(unit, int) or unit < 1):
         raise ConfigError(f"'prefix_match_unit'{_where(source)} must be a positive integer, got {unit!r}")
@@ -374,13 +402,32 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
         if blocks < 2:
             raise ConfigError(f"'kv_cache_bytes' ({kw['kv_cache_bytes']}){_where(source)} holds "
                               f"{blocks} block(s) of {per_block} bytes; at least 2 are needed")
-    kw["declared"] = frozenset(raw) | frozenset(k for k in extra)
+    kw["declared"] = frozenset(raw) | frozenset(extra) | frozenset(sched_extra)
     kw["raw"] = copy.deepcopy(raw)
     cfg = EngineConfig(**kw, source=source, _token=_FACTORY)
     from aisim.config.rule import check_engine
 
     check_engine(cfg, source)
     return cfg
+
+
+def _check_cache_aware(kw: dict, source) -> None:
+    """``cache_aware_admission_window`` and ``_threshold`` (vLLM's ``SchedulerConfig`` bounds)."""
+    w = kw.get("cache_aware_admission_window", 0)
+    if w is not None and not isinstance(w, bool) and isinstance(w, int) and w < 0:
+        raise ConfigError(f"'cache_aware_admission_window'{_where(source)} must be at least 0, got {w}")
+    if isinstance(w, bool) or not isinstance(w, int):
+        raise ConfigError(f"'cache_aware_admission_window'{_where(source)} must be an integer, got {w!r}")
+    t = kw.get("cache_aware_admission_threshold", 0.5)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 <= t <= 1.0:  # NaN fails too
+        raise ConfigError(f"'cache_aware_admission_threshold'{_where(source)} must be a number in [0, 1], "
+                          f"got {t!r}")
+    kw["cache_aware_admission_threshold"] = float(t)
+    version = kw.get("vllm_version") or DEFAULT_VLLM_VERSION
+    if w and not release(version).rules.cache_aware_admission:
+        # config/scheduler.py: SchedulerConfig has no such field before the release that added it.
+        raise ConfigError(f"'cache_aware_admission_window'{_where(source)}: vLLM {version} has no cache-aware "
+                          "admission; set it to 0 or choose a release that has it")
 
 
 def _relative(path: str, source) -> str:

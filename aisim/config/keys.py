@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aisim.config.routers import FALLBACKS, ROUTER_TABLE, router_names_text
+
 
 @dataclass(frozen=True)
 class ConfigKey:
@@ -91,11 +93,27 @@ MAX_ROUTER_VALUE = 1e6
 # Replicas of a deployment: the router's cache index keeps one bit per replica (ext/deploy.pxd).
 MAX_REPLICAS = 64
 
+
+def _serve_text(field: str) -> str:
+    """A ``vllm serve`` default by release, e.g. ``16 (0.31.0-0.33.0), 64 (0.34.0)``."""
+    from aisim.config.versions import RELEASES
+
+    runs: list = []
+    for r in RELEASES:
+        v = getattr(r, field)
+        if runs and runs[-1][0] == v:
+            runs[-1][2] = r.version
+        else:
+            runs.append([v, r.version, r.version])
+    return ", ".join(f"{v:g} ({a}{'' if a == b else '-' + b})" for v, a, b in runs)
+
+
 # Order is the order of EngineConfig's fields and of its resolved ``to_dict()``.
 ENGINE_KEYS = (
     ConfigKey("num_gpu_blocks", None, "blocks in the KV-cache pool, including vLLM's null block 0",
               low=2, shown="required (or `kv_cache_bytes`)", high=INT32_MAX),
-    ConfigKey("block_size", 16, "tokens per KV-cache block (`CacheConfig.block_size`)", low=1, high=INT32_MAX),
+    ConfigKey("block_size", None, "tokens per KV-cache block (`CacheConfig.block_size`)", low=1,
+              shown="the release's `CacheConfig.DEFAULT_BLOCK_SIZE`: " + _serve_text("block_size"), high=INT32_MAX),
     ConfigKey("max_num_seqs", 256, "as in vLLM's `SchedulerConfig`", low=1, high=INT32_MAX),
     ConfigKey("max_num_batched_tokens", 8192, "as in vLLM's `SchedulerConfig`", low=1, high=INT32_MAX),
     ConfigKey("max_num_scheduled_tokens", None, "per-step token budget", low=1,
@@ -112,6 +130,12 @@ ENGINE_KEYS = (
     ConfigKey("scheduler_reserve_full_isl", True, "admit a waiting request only when its whole sequence fits"),
     ConfigKey("watermark", 0.0, "fraction of blocks kept free at admission"),
     ConfigKey("async_scheduling", False, "vLLM's async engine loop (batch queue of two, output placeholders)"),
+    ConfigKey("cache_aware_admission_window", 0, "FCFS admission looks this many waiting requests ahead and "
+              "admits those with a cached prefix first (`SchedulerConfig`, from vLLM 0.34.0; FCFS with prefix "
+              "caching only; 0 = arrival order)", low=0, high=INT32_MAX),
+    ConfigKey("cache_aware_admission_threshold", 0.5, "KV usage from which `cache_aware_admission_window` "
+              "applies"),
+    ConfigKey("scheduler_extra", None, "the oracle's spelling of the two keys above", shown="empty"),
     ConfigKey("kv_cache_groups", None, "the groups in group-id order (keys and kinds below)",
               shown="one full-attention group"),
     ConfigKey("mamba_cache_mode", None, "`align` or `none`",
@@ -248,8 +272,8 @@ GROUP_KEYS = (
 DEPLOYMENT_KEYS = (
     ConfigKey("replicas", 1, "engines behind the router, each a complete replica of the engine file",
               low=1, high=MAX_REPLICAS),
-    ConfigKey("router", "round_robin", "`round_robin`, `random`, `least_loaded`, `kv_aware` or "
-              "`session_affinity`; or a mapping with `kind` and the router keys below"),
+    ConfigKey("router", "round_robin", router_names_text() + "; or a mapping with `kind` and the router keys "
+              "below"),
     ConfigKey("prefill", None, "disaggregated: the prefill pool, a mapping of the pool keys below (with `decode`; "
               "then no `replicas` or `router` here)", shown="—"),
     ConfigKey("decode", None, "disaggregated: the decode pool, a mapping of the pool keys below", shown="—"),
@@ -277,23 +301,26 @@ LINK_KEYS = (
 # The routers that read what the replicas report (cache contents, first tokens, finishes): ext/deploy.pyx
 # ``_choose`` (``by`` picks least_loaded's load, and session_affinity's falling back to it;
 # ``overlap_weight`` prices kv_aware's choice, and session_affinity's falling back to it).
-_REPORTED = ("least_loaded", "kv_aware", "session_affinity")
+def _acted_on_by(option: str) -> tuple:
+    """The routers that act on router key ``option`` (aisim.config.routers ``Router.options``)."""
+    return tuple(r.name for r in ROUTER_TABLE if option in r.options)
 # ``deployment.router`` keys (given as a mapping).
 ROUTER_KEYS = (
     ConfigKey("kind", "round_robin", "the router (names above)"),
     ConfigKey("by", "requests", "`least_loaded`: count outstanding `requests`, or `tokens` (prompt + "
-              "max output tokens of each outstanding request)", kinds=("least_loaded", "session_affinity")),
+              "max output tokens of each outstanding request)", kinds=_acted_on_by("by")),
     ConfigKey("overlap_weight", 1.0, "`kv_aware` (and its use as a fallback): Dynamo's "
-              "`overlap_score_weight`, the weight of the prefill term", kinds=("kv_aware", "session_affinity"),
+              "`overlap_score_weight`, the weight of the prefill term", kinds=_acted_on_by("overlap_weight"),
               high=MAX_ROUTER_VALUE),
-    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0, kinds=("random",)),
-    ConfigKey("fallback", "kv_aware", "`session_affinity`: `kv_aware` or `least_loaded`, the choice "
-              "for a session's first turn and when its replica is overloaded", kinds=("session_affinity",)),
+    ConfigKey("seed", 0, "`random`: seed of the splitmix64 draws", low=0, kinds=_acted_on_by("seed")),
+    ConfigKey("fallback", "kv_aware", "`session_affinity`: " + router_names_text(FALLBACKS) + ", the choice "
+              "for a session's first turn and when its replica is overloaded", kinds=_acted_on_by("fallback")),
     ConfigKey("slack", 16, "`session_affinity`: a session's replica is overloaded when it has more than "
-              "this many outstanding requests above the least loaded replica", low=0, kinds=("session_affinity",),
+              "this many outstanding requests above the least loaded replica", low=0, kinds=_acted_on_by("slack"),
               high=INT32_MAX),
     ConfigKey("view_delay_s", 0.0, "the router sees what replicas report (cache contents, first tokens, "
-              "finishes) this many seconds late; its own bookings at once", kinds=_REPORTED, high=MAX_ROUTER_VALUE),
+              "finishes) this many seconds late; its own bookings at once", kinds=_acted_on_by("view_delay_s"),
+              high=MAX_ROUTER_VALUE),
 )
 
 

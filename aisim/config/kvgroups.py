@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from aisim._core.constants import GROUP_KINDS as _CORE_KINDS
 from aisim.config.keys import GROUP_KEYS, defaults
-from aisim.config.versions import version_code
+from aisim.config.versions import core_rules
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def resolve_groups(cfg) -> dict:
         "sched_block_size": sched,
         "fine_grained": fine,
         "retention": -1 if retention is None else retention,
-        "version": version_code(cfg.version),
+        "rules": core_rules(cfg.version),
         "cache_block_size": cfg.block_size,
         "mamba_split": mamba_split,
         "mamba_partial": bool(mamba_split and hash_bs < sched and fine),

@@ -31,7 +31,7 @@ deciding itself); every refusal is a sentence naming the field and the value.
 from __future__ import annotations
 
 from aisim.config.kvgroups import KIND, STATE_KINDS, expand_groups, request_blocks
-from aisim.config.versions import (CHECKPOINT_GEOMETRY_VERSIONS, DEFAULT_VLLM_VERSION, is_supported,
+from aisim.config.versions import (DEFAULT_VLLM_VERSION, is_supported, rules,
                                    supported_text)
 from aisim.config.keys import where as _where
 from aisim.errors import ConfigError
@@ -120,7 +120,7 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
             if cfg.resolved_mamba_cache_mode != "align":
                 problems.append(f"'mamba_cache_mode' is '{cfg.resolved_mamba_cache_mode}'; the prefix-cacheable "
                                 f"state group kv_cache_groups[{i}] ({g['type']}) needs 'align'")
-            if cfg.version in CHECKPOINT_GEOMETRY_VERSIONS and "prefill_checkpoint_blocks" not in originals[i]:
+            if rules(cfg.version).needs_checkpoint_geometry and "prefill_checkpoint_blocks" not in originals[i]:
                 problems.append(f"'kv_cache_groups[{i}].prefill_checkpoint_blocks' is not declared; vLLM "
                                 f"{cfg.version} needs the prefill-checkpoint geometry of every prefix-cacheable "
                                 "state group")
@@ -292,8 +292,6 @@ def check_relations(cfg, source: str | None = None) -> None:
 
 def _check_speculative(cfg, groups, source) -> None:
     """vLLM's constraints between speculative decoding and the other keys."""
-    from aisim.config.versions import version_code
-
     sp = cfg.speculative
     k = sp.num_speculative_tokens
     lpt = cfg.long_prefill_token_threshold
@@ -308,7 +306,8 @@ def _check_speculative(cfg, groups, source) -> None:
             raise ConfigError(f"'kv_cache_groups[{i}].num_speculative_blocks' ({g['num_speculative_blocks']})"
                               f"{_where(source)} must equal 'speculative.num_speculative_tokens' ({k}): vLLM "
                               "gives a state group one draft block per speculative token")
-    eagle_drop = sp.use_eagle and (version_code(cfg.version) < 33 or not cfg.enable_prefix_caching)
+    eagle_drop = sp.use_eagle and (not rules(cfg.version).hash_lookahead_replaces_eagle_drop
+                                   or not cfg.enable_prefix_caching)
     if eagle_drop and cfg.enable_prefix_caching and any(g["type"] == "chunked_local" for g in groups):
         # ChunkedLocalAttentionManager.find_longest_cache_hit asserts that no EAGLE drop reaches it.
         raise ConfigError(f"'speculative.method' ({sp.method}){_where(source)}: vLLM {cfg.version} cannot "

@@ -211,31 +211,31 @@ def scheduler_view(cfg) -> dict | None:
     dict or None
     """
     from aisim.config.kvgroups import STATE_KINDS, expand_groups, group_block_sizes
-    from aisim.config.versions import version_code
+    from aisim.config.versions import rules
 
     sp = cfg.speculative
     if sp is None:
         return None
     k = sp.num_speculative_tokens
-    version = version_code(cfg.version)
+    rel = rules(cfg.version)
     # VllmConfig.num_lookahead_tokens: EAGLE/MTP and draft models write k KV slots ahead.
     lookahead = k if sp.method in ("eagle", "mtp", "draft_model") else 0
     # VllmConfig.num_prefill_lookahead_tokens: EAGLE-family drafters read the next prefill token.
     prefill_lookahead = 1 if sp.use_eagle else 0
     # SpeculativeConfig.max_num_new_slots_for_drafting: a draft model keeps one unsliced input token.
     draft_slots = 1 if sp.method == "draft_model" else 0
-    # 0.33: VllmConfig.num_hash_lookahead_tokens replaces the drop when prefix caching is on.
+    # VllmConfig.num_hash_lookahead_tokens replaces the drop when prefix caching is on.
     hash_lookahead = None
     block_drop = sp.use_eagle
-    if version >= 33:
+    if rel.hash_lookahead_replaces_eagle_drop:
         hash_lookahead = prefill_lookahead if (sp.use_eagle and cfg.enable_prefix_caching) else 0
         if hash_lookahead:
             block_drop = False
-    # Scheduler._spec_decode_step_blocks (an attribute from 0.32 on): blocks of one decode step's slots.
+    # Scheduler._spec_decode_step_blocks (spec_decode_step_blocks_attribute): blocks of one decode step's slots.
     groups = expand_groups(cfg.groups)
     sizes = group_block_sizes(cfg)
     step_blocks = None
-    if version >= 32:
+    if rel.spec_decode_step_blocks_attribute:
         step_blocks = sum(_cdiv(1 + k + lookahead, s) for g, s in zip(groups, sizes) if g["type"] not in STATE_KINDS)
     from aisim.config.kvgroups import resolve_groups
 

@@ -24,7 +24,7 @@ from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
                    "cut to the longest that fits the KV cache).")
 @click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
               help="The release vllm serve runs (with --model; default: the newest): its start-up defaults "
-                   "(async scheduling, gpu_memory_utilization, batch limits) are the plan's.")
+                   "(block size, gpu_memory_utilization, async scheduling, batch limits) are the plan's.")
 @set_option()
 @out_option("--out", "out_path", help="Write the engine configuration (TOML; paths relative to it).")
 @format_option("toml", default="toml")

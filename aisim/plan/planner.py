@@ -42,8 +42,8 @@ from aisim.config.keys import ENGINE_KEYS, defaults
 from aisim.config.kvgroups import GROUP_DEFAULTS, STATE_KINDS
 from aisim.config.rule import (catalog_cold_reason, grouped_prefix_caching_problems, probe_cold_reason,
                                unmodeled_version_note)
-from aisim.config.versions import DEFAULT_VLLM_VERSION, SERVE_DEFAULTS, SUPPORTED_VLLM_VERSIONS, version_code
 from aisim.config.toml_out import dumps
+from aisim.config.versions import is_supported, release, supported_text
 from aisim.errors import ConfigError
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.textin import decode_utf8, loads_json
@@ -150,13 +150,14 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     groups = []
     for g in probe["kv_cache_groups"]:
         groups.append({k: v for k, v in g.items() if k in GROUP_DEFAULTS and v is not None})
-    block_size = groups[0].get("block_size", _ENGINE_DEFAULTS["block_size"]) if groups else \
-        _ENGINE_DEFAULTS["block_size"]
+    # Unrecorded, the block size is the release's default (the engine configuration fills it in).
+    block_size = probe.get("block_size", groups[0].get("block_size") if groups else None)
     raw = {
         "max_model_len": probe["max_model_len"],
         "kv_cache_groups": groups,
-        "block_size": probe.get("block_size", block_size),
     }
+    if block_size is not None:
+        raw["block_size"] = block_size
     for k in SCHEDULER_KEYS + ("num_gpu_blocks", "kv_cache_bytes", "model", "mamba_cache_mode"):
         if probe.get(k) is not None:
             raw[k] = probe[k]
@@ -197,18 +198,19 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     return engine_config_from_dict(cold, source="the probe"), notes
 
 
-def serve_batch_defaults(gpu, vllm_version: str = DEFAULT_VLLM_VERSION) -> dict:
+def serve_batch_defaults(gpu, vllm_version: str | None = None) -> dict:
     """``max_num_batched_tokens`` and ``max_num_seqs`` that ``vllm serve`` picks on ``gpu``.
 
     vLLM's ``EngineArgs.get_batch_defaults`` (``vllm/engine/arg_utils.py``) for the OpenAI API
     server (``UsageContext.OPENAI_API_SERVER``; the offline ``LLM`` class gets larger token
     budgets): 16,384 tokens and 1,024 sequences from 160 GiB of device memory on, 8,192 and 1,024
-    from 70 GiB on unless the GPU is an A100 (or, from 0.33.0, a GB10), else 2,048 and 256.
+    from 70 GiB on unless the GPU is an A100 (or a GB10 where the release says so:
+    ``Release.gb10_small_batches``), else 2,048 and 256.
     """
     name = gpu.name.lower()
     if gpu.memory_gib >= 160:
         return {"max_num_batched_tokens": 16384, "max_num_seqs": 1024}
-    if gpu.memory_gib >= 70 and "a100" not in name and not (version_code(vllm_version) >= 33 and "gb10" in name):
+    if gpu.memory_gib >= 70 and "a100" not in name and not (release(vllm_version).gb10_small_batches and "gb10" in name):
         return {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
     return {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 
@@ -229,16 +231,17 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     max_model_len : int, optional
         Default: ``vllm serve``'s, the model's context length (:func:`plan_max_model_len`).
     gpu_memory_utilization : float, optional
-        Share of the GPU's memory vLLM may use; default: ``vllm serve``'s for the release
-        (:data:`aisim.config.versions.SERVE_DEFAULTS`).
+        Share of the GPU's memory vLLM may use; default: the release's (``Release.gpu_memory_utilization``:
+        0.92, or 1.0 where the extensible KV cache is on by default).
     gpu : str, optional
         Catalog GPU: the plan gets the roofline step time of the model on ``tp`` of them and
         ``vllm serve``'s batch limits for that GPU (:func:`serve_batch_defaults`).
     dtype : {"bf16", "fp8"}, optional
         Weights as served; default: the checkpoint's.
     vllm_version : str, optional
-        The release ``vllm serve`` runs (default: the newest modelled): its start-up defaults
-        (async scheduling, ``gpu_memory_utilization``, the batch limits) are the plan's.
+        The release ``vllm serve`` runs (default: :data:`aisim.config.versions.DEFAULT_VLLM_VERSION`):
+        its start-up defaults (block size, memory share, async scheduling, the batch limits) are the
+        plan's, and the plan names it.
 
     Returns
     -------
@@ -250,6 +253,11 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     from aisim.config.catalog import check_tp, get_gpu, get_model, is_config_path
     from aisim.config.geometry import kv_cache_bytes, kv_cache_groups, num_blocks
 
+    if vllm_version is not None and not is_supported(vllm_version):
+        raise ConfigError(f"vllm_version must be one of {supported_text(', ')}, got {vllm_version!r}")
+    rel = release(vllm_version)
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = rel.gpu_memory_utilization
     model = get_model(name)
     if is_config_path(name):
         # Named in the notes by its file and directory, not the absolute path (a plan moves with its files).
@@ -257,12 +265,6 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         model = dataclasses.replace(model, name=f"{parent}/{os.path.basename(name)}" if parent else
                                     os.path.basename(name))
     spec = get_gpu(gpu) if gpu is not None else None
-    version = vllm_version or DEFAULT_VLLM_VERSION
-    if version not in SUPPORTED_VLLM_VERSIONS:
-        raise ConfigError(f"vllm_version {version!r} is not one aisim models ({', '.join(SUPPORTED_VLLM_VERSIONS)})")
-    serve = SERVE_DEFAULTS[version]
-    if gpu_memory_utilization is None:
-        gpu_memory_utilization = serve["gpu_memory_utilization"]
     if dtype is not None and dtype not in ("bf16", "fp8"):
         raise ConfigError(f"dtype must be bf16 or fp8, got {dtype!r}")
     if gpu_memory_gib is None:
@@ -276,7 +278,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
         raise ConfigError(f"'max_model_len' must be an integer of at least {_LOW['max_model_len']}, "
                           f"got {max_model_len!r}")
     check_tp(model, tp)
-    groups, bs = kv_cache_groups(model, prefix_caching=True, tp=tp)
+    groups, bs = kv_cache_groups(model, block_size=rel.block_size, prefix_caching=True, tp=tp)
     kv = kv_cache_bytes(model, gpu_memory_gib, tp, gpu_memory_utilization, dtype=dtype)
     blocks = num_blocks(groups, kv) if kv > 0 else 0
     where = f"{gpu_memory_gib:g} GiB" if spec is None else f"{spec.name} ({gpu_memory_gib:g} GiB)"
@@ -287,9 +289,15 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     notes = [f"{model.name} on {where} x TP {tp}: {kv / (1 << 30):.1f} GiB of KV cache at "
              f"gpu_memory_utilization {gpu_memory_utilization:g}, {blocks} blocks of {bs} tokens"]
     model_name = os.path.abspath(name) if is_config_path(name) else model.name
+    version = rel.version
     raw = {"model": model_name, "vllm_version": version, "block_size": bs, "num_gpu_blocks": blocks,
-           "kv_cache_groups": groups, "async_scheduling": serve["async_scheduling"]}
-    notes.append(f"vllm serve {version}'s start-up: async scheduling {'on' if serve['async_scheduling'] else 'off'}"
+           "kv_cache_groups": groups, "async_scheduling": rel.async_scheduling}
+    # vllm serve's start-up defaults of the release (config/cache.py CacheConfig, config/vllm.py
+    # VllmConfig.__post_init__).
+    notes.append(f"vLLM {version} defaults: block size {rel.block_size}, gpu_memory_utilization "
+                 f"{gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
+                                                   "weights and activations)" if rel.extensible_kv_cache else "")
+                 + f", async scheduling {'on' if rel.async_scheduling else 'off'}"
                  + (", the API server in front of the engine" if spec is not None else ""))
     if spec is not None:
         raw.update(serve_batch_defaults(spec, version))

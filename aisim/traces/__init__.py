@@ -1,29 +1,70 @@
 """Trace readers; every reader returns the Arrow trace table of :mod:`aisim.traces.schema`.
 
-:func:`read_trace` dispatches on a format name; each format lives in its own
-module and registers itself in ``READERS``.  :func:`from_frame` builds the
-trace table from a pandas or polars DataFrame or an Arrow table of requests.
+:func:`read_trace` dispatches on a format name.  Every format is one row of
+:data:`TRACE_FORMATS` (its module, its whole-file reader and, when it is read in
+blocks, its block reader); ``READERS``, :data:`FORMATS` and the block readers of
+:mod:`aisim.traces.blockread` are read from that table.  :func:`from_frame`
+builds the trace table from a pandas or polars DataFrame or an Arrow table of
+requests.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from aisim.errors import TraceError
 
-# format name -> (module, reader(path, **options) -> pyarrow.Table).  ``READERS`` maps each format
-# to its reader; the reader modules (and pyarrow) are imported when it is first used, not when
-# ``aisim`` starts (``__getattr__`` below).
-_READER_PLACES = {
-    "oracle": ("aisim.traces.oracle", "read_oracle_trace"),
-    "mooncake": ("aisim.traces.mooncake", "read_mooncake"),
-    "mooncake-delta": ("aisim.traces.mooncake", "read_mooncake_delta"),
-    "azure": ("aisim.traces.azure", "read_azure"),
-    "agentic": ("aisim.traces.agentic", "read_agentic"),
-    "parquet": ("aisim.traces.parquet", "read_parquet"),
-}
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """One trace format aisim reads: a row of :data:`TRACE_FORMATS`.
+
+    Attributes
+    ----------
+    name : str
+        The format's name (``--format``).
+    module : str
+        The module that reads it (imported when the format is first used).
+    reader : str
+        Its whole-file reader, ``reader(path, **options) -> pyarrow.Table``.
+    block_reader : str or None
+        Its block reader class (:mod:`aisim.traces.blockread`); None: read whole.
+    text : bool
+        Read in byte ranges (a text format); else in the file's own pieces (Parquet row groups).
+    block_options : dict
+        Options the block reader always gets (one class serving two formats).
+    positional : tuple of str
+        Reader options the block reader takes by position, first.
+    options_from : str or None
+        The function whose parameters are the format's options, when the reader forwards them.
+    """
+
+    name: str
+    module: str
+    reader: str
+    block_reader: str | None = None
+    text: bool = False
+    block_options: dict = field(default_factory=dict)
+    positional: tuple = ()
+    options_from: str | None = None
+
+
+# Every trace format, one row each.  The reader modules (and pyarrow) are imported when a format is
+# first used, not when ``aisim`` starts (``__getattr__`` below).
+TRACE_FORMATS = (
+    TraceFormat("oracle", "aisim.traces.oracle", "read_oracle_trace", "OracleFormat", text=True,
+                positional=("max_model_len",)),
+    TraceFormat("mooncake", "aisim.traces.mooncake", "read_mooncake", "MooncakeFormat", text=True),
+    TraceFormat("mooncake-delta", "aisim.traces.mooncake", "read_mooncake_delta", "MooncakeFormat", text=True,
+                block_options={"delta": True}, options_from="read_mooncake"),
+    TraceFormat("azure", "aisim.traces.azure", "read_azure", "AzureFormat", text=True),
+    TraceFormat("agentic", "aisim.traces.agentic", "read_agentic"),
+    TraceFormat("parquet", "aisim.traces.parquet", "read_parquet", "ParquetFormat"),
+)
+FORMAT_BY_NAME = {f.name: f for f in TRACE_FORMATS}
 # The format names aisim reads, known without importing any reader (``--help`` lists them).
-FORMATS = tuple(sorted(_READER_PLACES))
+FORMATS = tuple(sorted(FORMAT_BY_NAME))
 # Other names this package exports, and the module each lives in.
 _LAZY_NAMES = {"read_oracle_trace": "aisim.traces.oracle", "TRACE_SCHEMA": "aisim.traces.schema",
                "stream_id": "aisim.traces.schema", "from_frame": "aisim.traces.frame"}
@@ -33,7 +74,7 @@ def __getattr__(name):
     from importlib import import_module
 
     if name == "READERS":
-        value = {fmt: getattr(import_module(mod), fn) for fmt, (mod, fn) in _READER_PLACES.items()}
+        value = {f.name: getattr(import_module(f.module), f.reader) for f in TRACE_FORMATS}
     elif name in _LAZY_NAMES:
         value = getattr(import_module(_LAZY_NAMES[name]), name)
     else:
@@ -102,4 +143,4 @@ def guess_format(path: str) -> str:
     return "oracle"
 
 
-__all__ = ["FORMATS", "READERS", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]
+__all__ = ["FORMATS", "FORMAT_BY_NAME", "READERS", "TRACE_FORMATS", "TraceFormat", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]

@@ -33,6 +33,7 @@ import pyarrow as pa
 from aisim.arrowwrap import arrow_array
 from aisim.errors import TraceError
 from aisim.traces.blocks import block_ranges, block_text, block_texts, file_size
+from aisim.traces import TRACE_FORMATS
 from aisim.traces.schema import SEGMENT_TYPE, TRACE_SCHEMA
 
 # Bad lines as a table (what a parse task stages beside its rows).
@@ -314,16 +315,9 @@ def no_requests(path: str, bad: Bad, what: str = "lines") -> TraceError:
                                                               if bad.count else ""))
 
 
-# Formats read in blocks: name -> (module, class, options it takes besides skip_bad_rows).
-_BLOCK_FORMATS = {
-    "oracle": ("aisim.traces.oracle", "OracleFormat"),
-    "mooncake": ("aisim.traces.mooncake", "MooncakeFormat"),
-    "mooncake-delta": ("aisim.traces.mooncake", "MooncakeFormat"),
-    "azure": ("aisim.traces.azure", "AzureFormat"),
-    "parquet": ("aisim.traces.parquet", "ParquetFormat"),
-}
-# Of those, the ones cut into byte ranges (Parquet is cut into row groups).
-TEXT_FORMATS = ("oracle", "mooncake", "mooncake-delta", "azure")
+# The formats read in blocks and cut into byte ranges (aisim.traces.TRACE_FORMATS; Parquet is cut
+# into row groups).
+TEXT_FORMATS = tuple(f.name for f in TRACE_FORMATS if f.block_reader is not None and f.text)
 
 
 def block_format(name: str, options: dict):
@@ -336,16 +330,13 @@ def block_format(name: str, options: dict):
     """
     from importlib import import_module
 
-    from aisim.traces import READERS
+    from aisim.traces import FORMAT_BY_NAME, READERS
 
-    place = _BLOCK_FORMATS.get(name)
+    fmt = FORMAT_BY_NAME.get(name)
     # A reader replaced in READERS (a test's, a plug-in's) is read whole by it.
-    if place is None or getattr(READERS.get(name), "__module__", None) != place[0]:
+    if (fmt is None or fmt.block_reader is None
+            or getattr(READERS.get(name), "__module__", None) != fmt.module):
         return None
-    cls = getattr(import_module(place[0]), place[1])
-    opts = dict(options)
-    if name == "mooncake-delta":
-        opts["delta"] = True
-    if name == "oracle":
-        return cls(opts.pop("max_model_len", None), **opts)
-    return cls(**opts)
+    cls = getattr(import_module(fmt.module), fmt.block_reader)
+    opts = {**options, **fmt.block_options}
+    return cls(*(opts.pop(k, None) for k in fmt.positional), **opts)

@@ -33,14 +33,18 @@ def _parse_options(pairs, skip_bad_rows) -> dict:
 
 def _read(path, fmt, options):
     from aisim.errors import TraceError
-    from aisim.traces import READERS, guess_format
+    from importlib import import_module
+
+    from aisim.traces import FORMAT_BY_NAME, READERS, guess_format
 
     fmt = fmt or guess_format(path)
     if fmt not in READERS:
         raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(READERS))}")
     reader = READERS[fmt]
-    if fmt == "mooncake-delta":  # forwards its options to read_mooncake
-        from aisim.traces.mooncake import read_mooncake as reader
+    row = FORMAT_BY_NAME.get(fmt)
+    if row is not None and row.options_from and getattr(reader, "__module__", None) == row.module:
+        # The reader forwards its options to another (TraceFormat.options_from).
+        reader = getattr(import_module(row.module), row.options_from)
     params = {k: p for k, p in pyinspect.signature(reader).parameters.items() if k not in ("path", "delta")}
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         for key in options:
