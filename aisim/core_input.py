@@ -139,7 +139,7 @@ def core_config(engine) -> CoreConfig:
         base_s=float(tm.base_s),
         per_token_s=float(tm.per_token_s),
         per_req_s=float(tm.per_req_s),
-        step_time=step_time_args(tm),
+        step_time=step_time_args(tm, engine),
         speculative=core_args(engine),
     )
 

@@ -82,7 +82,19 @@ def engine_for(point: dict, efficiencies: dict):
                              gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
                              dtype=point["dtype"] or None)
     tm = dict(cfg.raw["time_model"], **efficiencies)
-    return cfg.replace(time_model=tm, plan_notes=[])
+    return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=async_scheduling(point))
+
+
+# vLLM turns async scheduling on by default from release 0.14 (its release notes; pull request 31998
+# extended the default to speculative decoding): the engine's CPU work then overlaps the GPU's.
+ASYNC_DEFAULT_FROM = (0, 14)
+
+
+def async_scheduling(point: dict) -> bool:
+    """Whether the point's server scheduled asynchronously: its ``async_scheduling`` column, else its release's default."""
+    if point["async_scheduling"]:
+        return point["async_scheduling"] == "true"
+    return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) >= ASYNC_DEFAULT_FROM
 
 
 # Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.
@@ -237,13 +249,13 @@ def errors(points, preds) -> list[dict]:
 
 
 FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s",
-                 "overhead_per_req_s")
+                 "overhead_per_req_s", "layer_overhead_s")
 FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
 # Shares in (0, 1] first, then the costs searched in logs.
 FREE = FREE_ROOFLINE + FREE_FRONTEND
 SHARES = 3
 # Bounds of the numbers searched in logs (seconds).
-LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01),
+LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01), "layer_overhead_s": (1e-7, 1e-3),
               "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
 
 

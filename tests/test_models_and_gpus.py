@@ -228,8 +228,7 @@ def test_plan_writes_the_roofline_and_round_trips(tmp_path):
     doc = tomllib.loads(out.read_text())
     from aisim.config.keys import TIME_MODEL_KEYS, defaults
 
-    fitted = {k: defaults(TIME_MODEL_KEYS)[k] for k in ("overhead_s", "overhead_per_req_s", "compute_efficiency",
-                                                         "attention_efficiency", "bandwidth_efficiency")}
+    fitted = {k.name: k.default for k in TIME_MODEL_KEYS if k.fitted}
     assert doc["time_model"] == {"kind": "roofline", "gpu": "H100", "model": "qwen3-30b-a3b", "tp": 2, **fitted}
     # vllm serve's limits on an H100 (80 GB, not an A100): 8,192 tokens, 1,024 sequences.
     assert (doc["max_num_batched_tokens"], doc["max_num_seqs"]) == (8192, 1024)

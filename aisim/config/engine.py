@@ -57,13 +57,15 @@ class TimeModel:
     compute_efficiency: float = _T["compute_efficiency"]
     attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
+    layer_overhead_s: float = _T["layer_overhead_s"]
     path: str | None = _T["path"]
 
     def relevant(self) -> dict:
         """The keys that shape this kind of time model, in catalogue order (``None`` left out)."""
         keep = {"linear": ("kind", "base_s", "per_token_s", "per_req_s"),
                 "roofline": ("kind", "gpu", "model", "tp", "dtype", "overhead_s", "overhead_per_req_s",
-                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency"),
+                             "compute_efficiency", "attention_efficiency", "bandwidth_efficiency",
+                             "layer_overhead_s"),
                 "table": ("kind", "path")}[self.kind]
         return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 

@@ -121,12 +121,15 @@ TIME_MODEL_KEYS = (
     ConfigKey("tp", 1, "roofline: tensor-parallel size", low=1),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)"),
-    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True),
-    ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)",
+    ConfigKey("overhead_s", 0.002, "roofline: the CPU's seconds per step (scheduling, inputs, outputs; overlapped "
+              "with the GPU under `async_scheduling`) (fitted)", fitted=True),
+    ConfigKey("overhead_per_req_s", 6.0e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
               fitted=True),
-    ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
-              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True),
-    ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
+    ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
+              "kernels between the matrix products) (fitted)", fitted=True),
+    ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
+              "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True),
+    ConfigKey("attention_efficiency", 0.75, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)", fitted=True),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True),
