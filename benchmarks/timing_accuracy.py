@@ -382,8 +382,21 @@ def report(points, preds, errs) -> None:
     for split, source in sorted({(p["split"], p["source"]) for p in points}):
         _medians(f"{split} {source}", [e for p, e in zip(points, errs) if p["source"] == source])
     print()
+    for g in sorted({load_group(p) for p in points}):
+        _medians(g, [e for p, e in zip(points, errs) if load_group(p) == g])
+    print()
     for g in sorted({group(p) for p in points}):
         _medians(g, [e for p, e in zip(points, errs) if group(p) == g])
+
+
+def load_group(point: dict) -> str:
+    """The point's split, its load (``burst``; ``steady`` for a Poisson rate; ``capped`` under a concurrency
+    cap), dense or MoE, and tensor parallelism."""
+    from aisim.config.catalog import get_model
+
+    kind = "MoE" if get_model(point["model"]).moe_layers else "dense"
+    load = "burst" if point["workload"] == "burst" else "capped" if capped(point) else "steady"
+    return f"{point['split']} {load}, {kind}, TP {point['tp']}"
 
 
 def group(point: dict) -> str:

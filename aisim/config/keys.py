@@ -125,14 +125,14 @@ TIME_MODEL_KEYS = (
               "with the GPU under `async_scheduling`) (fitted)", fitted=True),
     ConfigKey("overhead_per_req_s", 6.0e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
               fitted=True),
-    ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
-              "kernels between the matrix products) (fitted)", fitted=True),
     ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True),
     ConfigKey("attention_efficiency", 0.75, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)", fitted=True),
     ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True),
+    ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
+              "kernels between the matrix products) (fitted)", fitted=True),
     ConfigKey("path", None, "table: profile CSV/Parquet (required; relative to the configuration file): "
               "`latency_s` over one or two of `batch_size`, `prefill_tokens`, `kv_tokens`; interpolated, "
               "never extrapolated"),
