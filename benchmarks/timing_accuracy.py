@@ -382,11 +382,45 @@ def report(points, preds, errs) -> None:
     for split, source in sorted({(p["split"], p["source"]) for p in points}):
         _medians(f"{split} {source}", [e for p, e in zip(points, errs) if p["source"] == source])
     print()
+    for g in sorted({load_group(p).split(",")[0] for p in points}):
+        _medians(g, [e for p, e in zip(points, errs) if load_group(p).split(",")[0] == g])
     for g in sorted({load_group(p) for p in points}):
         _medians(g, [e for p, e in zip(points, errs) if load_group(p) == g])
     print()
+    false_saturation(points, preds)
+    print()
     for g in sorted({group(p) for p in points}):
         _medians(g, [e for p, e in zip(points, errs) if group(p) == g])
+
+
+def false_saturation(points, preds, factor: float = 3.0) -> list[str]:
+    """Check that the replay queues no more than the server did: print and return each Poisson point whose
+    published TTFT stays within ``factor`` x its series' lowest-rate TTFT while the predicted one does not.
+
+    A series is a source's Poisson points of one model, GPU, tensor parallelism, lengths and cap, at two
+    rates or more; its lowest rate is the reference.
+    """
+    series = {}
+    for p, q in zip(points, preds):
+        if p["workload"] == "rate":
+            key = (p["source"], p["model"], p["gpu"], p["tp"], p["input_len"], p["output_len"], p["concurrency"])
+            series.setdefault(key, []).append((p["rate_rps"], p, q))
+    bad, checked = [], 0
+    for rows in series.values():
+        if len(rows) < 2:
+            continue
+        rows.sort(key=lambda r: r[0])
+        _, p0, q0 = rows[0]
+        for rate, p, q in rows[1:]:
+            if rate > p0["rate_rps"] and p["ttft_ms"] <= factor * p0["ttft_ms"]:
+                checked += 1
+                if q["ttft"] > factor * q0["ttft"]:
+                    bad.append(f"{p['point']} ({p['split']}): published TTFT {p['ttft_ms']:.1f} ms within {factor:g}x "
+                               f"of {p0['ttft_ms']:.1f} ms at {p0['rate_rps']:g} req/s, predicted {q['ttft']:.1f} ms "
+                               f"against {q0['ttft']:.1f} ms")
+    print(f"false saturation: {len(bad)} of {checked} points whose published TTFT stays within {factor:g}x of the "
+          f"lowest rate's" + "".join(f"\n  {b}" for b in bad))
+    return bad
 
 
 def load_group(point: dict) -> str:

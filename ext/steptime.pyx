@@ -180,9 +180,10 @@ cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
         gpu += tm.gemm_count[g] * _gemm_time(tm, reqs if tm.gemm_per_req[g] else m, tm.gemm_n[g], tm.gemm_k[g])
     if tm.moe_experts > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
-        # E (1 - (1 - k/E)^T) distinct ones on average.
+        # E (1 - (1 - k/E)^T) distinct ones on average (the step's own tokens: a CUDA graph's padding
+        # rows are alike and pick the same k); the kernel multiplies every row, padding included.
         gpu += _bound(tm.expert_flops_per_token * m, tm.expert_rate,
-                      tm.moe_expert_bytes * tm.moe_experts * (1.0 - exp(m * tm.moe_log_miss)), tm.bytes_rate)
+                      tm.moe_expert_bytes * tm.moe_experts * (1.0 - exp(tokens * tm.moe_log_miss)), tm.bytes_rate)
     for i in range(b.n):
         af = tm.attn_flops
         # vLLM's MLA metadata builder (MLACommonMetadataBuilder.build -> split_decodes_and_prefills,

@@ -47,7 +47,8 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
         gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb)
     kernel = expert_kernel(spec, tp, g, dtype)
     if kernel is not None:
-        touched = t["moe_experts"] * (1 - (1 - spec.experts_per_token / spec.num_experts) ** m)
+        # the step's own tokens spread over the experts; a graph's padding rows are alike
+        touched = t["moe_experts"] * (1 - (1 - spec.experts_per_token / spec.num_experts) ** tokens)
         gpu_s += max(t["expert_flops_per_token"] * m / (t["matmul_flops"] * kernel.share),
                      touched * t["moe_expert_bytes"] / bw)
     kinds = {True: [0.0, 0.0], False: [0.0, 0.0]}   # decode?: [FLOPs, bytes]

@@ -64,3 +64,26 @@ def test_steady_rate_under_capacity_answers_near_idle():
     idle = replay(_poisson(0.5, 40), cfg).requests.column("ttft_s").to_numpy()
     busy = replay(_poisson(10.0, 400), cfg).requests.column("ttft_s").to_numpy()
     assert busy.mean() < 3 * idle.mean() and busy.max() < 10 * idle.mean()
+
+
+def test_the_harness_flags_a_queue_the_server_never_had():
+    # A series of Poisson points at 1, 10 and 30 req/s: published TTFT 45, 57 (1.3x) and 373 ms (8.3x, past
+    # the 3x the check covers).  A prediction of 45, 200 (4.4x: flagged) and 9,000 ms passes the 30 req/s
+    # point (the server queued too) and flags the 10 req/s one; a second series at one rate is no series.
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "timing_accuracy.py")
+    spec = importlib.util.spec_from_file_location("timing_accuracy", path)
+    h = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(h)
+
+    def point(name, rate, ttft, source="s"):
+        return {"point": name, "split": "held-out", "workload": "rate", "source": source, "model": "m", "gpu": "g",
+                "tp": 1, "input_len": 1000, "output_len": 100, "concurrency": None, "rate_rps": rate, "ttft_ms": ttft}
+
+    points = [point("r1", 1, 45.0), point("r10", 10, 57.0), point("r30", 30, 373.0), point("x", 10, 50.0, "t")]
+    preds = [{"ttft": 45.0}, {"ttft": 200.0}, {"ttft": 9000.0}, {"ttft": 1e6}]
+    bad = h.false_saturation(points, preds)
+    assert len(bad) == 1 and bad[0].startswith("r10 (held-out)")
+    assert h.false_saturation(points, [{"ttft": 45.0}, {"ttft": 130.0}, {"ttft": 9000.0}, {"ttft": 1.0}]) == []

@@ -127,9 +127,9 @@ TIME_MODEL_KEYS = (
               fitted=True),
     ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True),
-    ConfigKey("attention_efficiency", 0.75, "roofline: the same share for attention (at the rate of the KV "
+    ConfigKey("attention_efficiency", 0.73, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)", fitted=True),
-    ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
+    ConfigKey("bandwidth_efficiency", 0.84, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True),
     ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
               "kernels between the matrix products) (fitted)", fitted=True),

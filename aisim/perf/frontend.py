@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 # Fitted by ``python benchmarks/timing_accuracy.py --fit`` (benchmarks/data/README.md).
-PER_REQUEST_S = 0.0044
-PER_TOKEN_S = 1.4e-5
+PER_REQUEST_S = 0.0023
+PER_TOKEN_S = 1.9e-5
 
 
 def service_s(prompt_len, per_request_s: float = PER_REQUEST_S, per_token_s: float = PER_TOKEN_S) -> np.ndarray:

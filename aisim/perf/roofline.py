@@ -24,7 +24,8 @@ on its share) costs
 * **routed experts**: ``2 x k x 3 x hidden x N`` FLOPs per token (``k`` experts picked) at the
   share of the achievable rate vLLM's fused-MoE kernel reaches for its ``N`` columns
   (:func:`aisim.perf.moe_kernel.expert_kernel`), against reading the experts the step touches
-  (``T`` tokens picking ``k`` of ``E`` uniformly touch ``E (1 - (1 - k/E)^T)`` a layer).
+  (``T`` tokens picking ``k`` of ``E`` uniformly touch ``E (1 - (1 - k/E)^T)`` a layer; ``T`` the
+  step's own tokens, a CUDA graph's alike padding rows adding none).
 * **attention**, per layer kind and per request, in two kernels: the prefill chunks
   (FlashAttention-like: ``2 (qk + v)`` FLOPs per head per (new token, key) pair, the pairs of
   ``n`` new tokens ending at context ``c`` being ``sum min(position, window)``) and the decodes
