@@ -91,7 +91,8 @@ ASYNC_DEFAULT_FROM = (0, 14)
 
 
 def async_scheduling(point: dict) -> bool:
-    """Whether the point's server scheduled asynchronously: its ``async_scheduling`` column, else its release's default."""
+    """Whether the point's server scheduled asynchronously: its ``async_scheduling`` column, else its release's
+    default."""
     if point["async_scheduling"]:
         return point["async_scheduling"] == "true"
     return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) >= ASYNC_DEFAULT_FROM

@@ -145,8 +145,8 @@ GPUS = {
     # NVIDIA DGX B200 datasheet: 8 GPUs with 1,440 GB HBM3e at 64 TB/s (180 GB, 8 TB/s each), FP8 72 PFLOPS
     # with sparsity (4.5 PFLOPS dense per GPU; BF16 half of it), NVLink 5 1.8 TB/s per GPU.
     "B200": GPUSpec("B200", bf16_flops=2250e12, fp8_flops=4500e12, hbm_bytes_per_s=8.0e12, memory_gib=180,
-                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=1745.0e12, fp8_mamf=3432.5e12,
-                    sms=148, capability=10),
+                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=1745.0e12,
+                    fp8_mamf=3432.5e12, sms=148, capability=10),
     # AMD Instinct MI300X data sheet: BF16 1,307.4 TFLOPS and FP8 2,614.9 TFLOPS dense (twice with sparsity);
     # 192GB HBM3 5.3 TB/s; Infinity Fabric 128 GB/s per link, 7 links to the other GPUs of a platform.
     "MI300X": GPUSpec("MI300X", bf16_flops=1307.4e12, fp8_flops=2614.9e12, hbm_bytes_per_s=5.3e12, memory_gib=192,
