@@ -162,7 +162,7 @@ def core_config(engine) -> CoreConfig:
         base_s=float(tm.base_s),
         per_token_s=float(tm.per_token_s),
         per_req_s=float(tm.per_req_s),
-        step_time=step_time_args(tm),
+        step_time=step_time_args(tm, engine),
         time_scale=float(tm.time_scale),
         speculative=core_args(engine),
     )

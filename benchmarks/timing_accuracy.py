@@ -74,20 +74,36 @@ def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
     return rows
 
 
+# The release whose plan the published points' engines follow (16-token blocks, as theirs).
+BLOCKS_AS = "0.33.0"
+
+
 def engine_for(point: dict, efficiencies: dict):
     """The engine ``aisim plan`` writes for the point's model, GPU and tensor parallelism, with
     ``efficiencies`` (any time-model keys: the roofline's and the API server's) in its time model."""
     from aisim.plan import plan_from_model
 
-    # Unrecorded, max_model_len is vllm serve's default, as the plan's.
+    # Unrecorded, max_model_len is vllm serve's default, as the plan's.  The published runs are of
+    # releases before the ones aisim models; their KV cache takes 16-token blocks and the memory share
+    # the source gives (else 0.9, the default of those releases), as vLLM 0.33.0's plan does.
     cfg, _ = plan_from_model(point["model"], tp=point["tp"], max_model_len=point["max_model_len"], gpu=point["gpu"],
                              gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
-                             dtype=point["dtype"] or None)
+                             dtype=point["dtype"] or None, vllm_version=BLOCKS_AS)
     tm = dict(cfg.raw["time_model"], **efficiencies)
-    # The published runs come from other releases than the ones aisim models (benchmarks/data/README.md);
-    # the defaults were fitted with the engine synchronous, as these replays keep it (vllm serve of
-    # 0.31-0.33, which a plan writes, schedules asynchronously).
-    return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=False)
+    return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=async_scheduling(point))
+
+
+# vLLM turns async scheduling on by default from release 0.14 (its release notes; pull request 31998
+# extended the default to speculative decoding): the engine's CPU work then overlaps the GPU's.
+ASYNC_DEFAULT_FROM = (0, 14)
+
+
+def async_scheduling(point: dict) -> bool:
+    """Whether the point's server scheduled asynchronously: its ``async_scheduling`` column, else its release's
+    default."""
+    if point["async_scheduling"]:
+        return point["async_scheduling"] == "true"
+    return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) >= ASYNC_DEFAULT_FROM
 
 
 # Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.
@@ -218,13 +234,13 @@ def errors(points, preds) -> list[dict]:
 
 
 FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s",
-                 "overhead_per_req_s")
+                 "overhead_per_req_s", "layer_overhead_s")
 FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
 # Shares in (0, 1] first, then the costs searched in logs.
 FREE = FREE_ROOFLINE + FREE_FRONTEND
 SHARES = 3
 # Bounds of the numbers searched in logs (seconds).
-LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01),
+LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01), "layer_overhead_s": (1e-7, 1e-3),
               "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
 
 
@@ -351,8 +367,55 @@ def report(points, preds, errs) -> None:
     for split, source in sorted({(p["split"], p["source"]) for p in points}):
         _medians(f"{split} {source}", [e for p, e in zip(points, errs) if p["source"] == source])
     print()
+    for g in sorted({load_group(p).split(",")[0] for p in points}):
+        _medians(g, [e for p, e in zip(points, errs) if load_group(p).split(",")[0] == g])
+    for g in sorted({load_group(p) for p in points}):
+        _medians(g, [e for p, e in zip(points, errs) if load_group(p) == g])
+    print()
+    false_saturation(points, preds)
+    print()
     for g in sorted({group(p) for p in points}):
         _medians(g, [e for p, e in zip(points, errs) if group(p) == g])
+
+
+def false_saturation(points, preds, factor: float = 3.0) -> list[str]:
+    """Check that the replay queues no more than the server did: print and return each Poisson point whose
+    published TTFT stays within ``factor`` x its series' lowest-rate TTFT while the predicted one does not.
+
+    A series is a source's Poisson points of one model, GPU, tensor parallelism, lengths and cap, at two
+    rates or more; its lowest rate is the reference.
+    """
+    series = {}
+    for p, q in zip(points, preds):
+        if p["workload"] == "rate":
+            key = (p["source"], p["model"], p["gpu"], p["tp"], p["input_len"], p["output_len"], p["concurrency"])
+            series.setdefault(key, []).append((p["rate_rps"], p, q))
+    bad, checked = [], 0
+    for rows in series.values():
+        if len(rows) < 2:
+            continue
+        rows.sort(key=lambda r: r[0])
+        _, p0, q0 = rows[0]
+        for rate, p, q in rows[1:]:
+            if rate > p0["rate_rps"] and p["ttft_ms"] <= factor * p0["ttft_ms"]:
+                checked += 1
+                if q["ttft"] > factor * q0["ttft"]:
+                    bad.append(f"{p['point']} ({p['split']}): published TTFT {p['ttft_ms']:.1f} ms within {factor:g}x "
+                               f"of {p0['ttft_ms']:.1f} ms at {p0['rate_rps']:g} req/s, predicted {q['ttft']:.1f} ms "
+                               f"against {q0['ttft']:.1f} ms")
+    print(f"false saturation: {len(bad)} of {checked} points whose published TTFT stays within {factor:g}x of the "
+          f"lowest rate's" + "".join(f"\n  {b}" for b in bad))
+    return bad
+
+
+def load_group(point: dict) -> str:
+    """The point's split, its load (``burst``; ``steady`` for a Poisson rate; ``capped`` under a concurrency
+    cap), dense or MoE, and tensor parallelism."""
+    from aisim.config.catalog import get_model
+
+    kind = "MoE" if get_model(point["model"]).moe_layers else "dense"
+    load = "burst" if point["workload"] == "burst" else "capped" if capped(point) else "steady"
+    return f"{point['split']} {load}, {kind}, TP {point['tp']}"
 
 
 def group(point: dict) -> str:

@@ -5,7 +5,7 @@ from aisim._core.types cimport int32_t, sec_t, tok_t
 
 cdef enum TimeKind:
     TM_LINEAR = 0      # base_s + per_token_s * tokens + per_req_s * requests
-    TM_ROOFLINE = 1    # max(compute, memory) + overhead, from GPU and model specs
+    TM_ROOFLINE = 1    # operators each at their roofline, plus CPU and fixed costs, from GPU and model specs
     TM_TABLE = 2       # interpolated in a profile of measured forward passes
 
 cdef enum TableAxis:
@@ -19,30 +19,44 @@ cdef struct TimeModelC:
     sec_t base_s                    # seconds of every step
     sec_t per_token_s               # seconds per scheduled token
     sec_t per_req_s                 # seconds per scheduled request
-    # roofline: FLOPs and bytes per step, over peak rates
-    double flops_per_token          # 2 * active parameters (matmuls of one token)
+    # roofline: each operator of a step priced by its own roofline (aisim/perf/roofline.py)
+    int32_t n_gemms                 # matrix products of a forward pass (by kind, the LM head included)
+    double* gemm_n                  # [n_gemms] output columns on one GPU
+    double* gemm_k                  # [n_gemms] depth on one GPU
+    double* gemm_count              # [n_gemms] layers that run it
+    int32_t* gemm_per_req           # [n_gemms] 1: M is the step's requests (LM head); 0: its tokens (padded)
+    double sms                      # the GPU's streaming multiprocessors: tiles run in waves of this many
+    double tile                     # rows and columns of one output tile
+    double act_bytes                # bytes of an activation element
+    double weight_elt               # bytes of a weight element
+    double flops_rate               # achievable matmul FLOP/s x compute efficiency
+    double bytes_rate               # HBM bytes/s x bandwidth efficiency
+    double attn_rate                # FLOP/s of attention (the KV cache's dtype) x attention efficiency
     int32_t n_terms                 # attention / KV terms, one per layer kind
     double* attn_flops              # [n_terms] FLOPs per (new token, context token) pair
     double* kv_bytes                # [n_terms] KV bytes read per context token
     tok_t* window                   # [n_terms] context cap (sliding window); 0 = none
-    double state_bytes              # bytes read per scheduled request (recurrent state)
-    double weight_bytes             # weights read once per step
-    double flops_rate               # peak FLOP/s x compute efficiency
-    double bytes_rate               # HBM bytes/s x bandwidth efficiency
-    sec_t overhead_s                # fixed cost of a step
-    sec_t req_s                     # fixed seconds per scheduled request (the engine's per-request work)
-    double flops_per_req            # FLOPs per scheduled request: the LM head on its last position
-    double attn_rate                # FLOP/s of attention (its kernels reach another share of peak than matmuls)
     # MLA's two forms: a request of more than decode_max_tokens new tokens (not a decode) runs in the prefill form
     bint two_forms                  # the prefill form costs otherwise (MLA); else every request in the one form
     tok_t decode_max_tokens         # the MLA backend's decode threshold (vLLM's reorder_batch_threshold)
     double* attn_flops_prefill      # [n_terms] FLOPs per pair of a prefill-form request (multi-head over up-projected K, V)
     double ctx_flops                # matmul FLOPs per cached context token of a prefill-form request (its up-projection)
+    double state_bytes              # recurrent state bytes read and written per scheduled request
+    double state_flops              # recurrent update FLOPs per scheduled token
+    double sample_bytes             # sampler bytes per scheduled request (float32 logits, several passes)
+    double expert_flops_per_token   # routed experts' FLOPs per token (0: no routed experts)
+    double expert_rate              # FLOP/s of vLLM's fused-MoE kernel at the experts' shape
     double moe_experts              # routed experts per MoE layer, E (0: no routed experts)
     double moe_log_miss             # log(1 - k / E): log of one token's chance to skip a given expert
     double moe_expert_bytes         # bytes of one routed expert over every MoE layer, per GPU
     sec_t comm_s                    # tensor-parallel all-reduces: their fixed seconds per step
-    sec_t comm_per_token_s          # ... and their seconds per scheduled token
+    sec_t comm_per_token_s          # ... and their seconds per token (padded)
+    sec_t gpu_fixed_s               # the GPU's fixed seconds per step (per decoder layer x layers)
+    sec_t overhead_s                # the CPU's seconds per step
+    sec_t req_s                     # the CPU's seconds per scheduled request
+    bint async_cpu                  # async scheduling: the CPU's time overlaps the GPU's (max), else adds
+    int32_t n_graphs                # CUDA-graph capture sizes (0: none)
+    tok_t* graph_sizes              # [n_graphs] ascending
     # table
     int32_t n_axes                  # 1 (linear) or 2 (bilinear)
     int32_t axis[2]                 # TableAxis of each axis

@@ -2,21 +2,18 @@
 
 * linear: ``base_s + per_token_s * tokens + per_req_s * requests``, left to
   right (the oracle recorder's formula);
-* roofline: a step is bound by compute or by memory traffic.  Compute is
-  ``flops_per_token * tokens + flops_per_req * requests`` over the effective
-  matmul rate plus ``sum_terms attn_flops * pairs`` (causal (new token, key)
-  pairs, keys capped by a sliding window) over the attention rate; memory is
-  the weights read once, the routed experts the batch touches, every scheduled
-  request's KV read (its context, capped by a window, per term) and its
-  recurrent state, over the effective bandwidth; the step costs ``overhead_s
-  + per-request seconds * requests + max(compute, memory)`` plus its
-  tensor-parallel all-reduces.  Prefill is thus compute-bound and decode
-  memory-bound.  MLA runs a request in one of two forms, as vLLM's MLA
-  metadata builder splits the batch: a request of more than
-  ``decode_max_tokens`` new tokens that is not a decode is priced at
-  ``attn_flops_prefill`` a pair plus ``ctx_flops`` matmul FLOPs per token of
-  its cached context, every other at ``attn_flops`` (models without MLA:
-  one form, the same arithmetic);
+* roofline: the step's operators each at their own roofline
+  (``aisim/perf/roofline.py`` states the model): every GEMM kind ``max(tiles in
+  waves x tile FLOPs / rate, (weights + activations) / bandwidth)`` times the
+  layers that run it, ``M`` the step's tokens padded to its CUDA graph (the LM
+  head's the requests); the routed experts; attention in a prefill and a decode
+  kernel; recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
+  the CPU's step and per-request seconds, overlapped (async scheduling) or
+  added.  MLA runs a request in one of two forms, as vLLM's MLA metadata
+  builder splits the batch: a request of more than ``decode_max_tokens`` new
+  tokens that is not a decode is priced at ``attn_flops_prefill`` a pair plus
+  ``ctx_flops`` matmul FLOPs per token of its cached context, every other at
+  ``attn_flops`` (models without MLA: one form, the same arithmetic);
 * table: linear (one axis) or bilinear (two axes) interpolation in a grid of
   measured forward passes over batch size, prefill tokens and KV tokens read.
   A step outside the measured range is never extrapolated: the model flags it
@@ -30,7 +27,7 @@ samples a token: a fraction of the target step's time, or ``base_s +
 per_token_s * scheduled tokens``.
 """
 
-from libc.math cimport exp
+from libc.math cimport ceil, exp
 
 import numpy as np
 
@@ -131,19 +128,63 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
                 prefill += b.spec_m[i]  # verified drafts: a multi-token query
             kv += b.ctx[i]
         return _table(tm, b.n, prefill, kv)
-    # Roofline: compute and memory traffic over their effective rates, whichever takes longer,
-    # then the tensor-parallel all-reduces, which wait for both.
     if b.n == 0:
-        return tm.overhead_s
-    cdef double tokens = <double>b.total_tokens, attn = 0.0, up = 0.0
+        return tm.overhead_s   # nothing ran on the GPU: the CPU's step alone
+    cdef double cpu = tm.overhead_s + tm.req_s * <double>b.n
+    cdef double gpu = _gpu_time(tm, b)
+    if tm.async_cpu:
+        # vLLM's async scheduling (EngineCore.step_with_batch_queue) schedules the next step while
+        # the GPU runs this one: the slower of the two sets the pace.
+        return gpu if gpu > cpu else cpu
+    return gpu + cpu
+
+
+cdef double _padded(const TimeModelC* tm, double tokens) noexcept nogil:
+    """Tokens the step's GEMMs run on: the smallest CUDA-graph size holding ``tokens`` (vLLM's
+    CudagraphDispatcher.dispatch, vllm/v1/cudagraph_dispatcher.py), or ``tokens`` past the largest."""
+    cdef int32_t lo = 0, hi = tm.n_graphs, mid
+    if hi == 0 or tokens > tm.graph_sizes[hi - 1]:
+        return tokens
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tm.graph_sizes[mid] < tokens:
+            lo = mid + 1
+        else:
+            hi = mid
+    return <double>tm.graph_sizes[lo]
+
+
+cdef double _gemm_time(const TimeModelC* tm, double m, double n, double k) noexcept nogil:
+    """Seconds of one ``m x k`` by ``k x n`` product: its tiles in waves over the SMs, or its bytes."""
+    cdef double tiles = ceil(m / tm.tile) * ceil(n / tm.tile)
+    if tiles > tm.sms:
+        tiles = ceil(tiles / tm.sms) * tm.sms   # whole waves once the grid exceeds the GPU
+    cdef double compute = tiles * 2.0 * tm.tile * tm.tile * k / tm.flops_rate
+    cdef double memory = (n * k * tm.weight_elt + m * (k + n) * tm.act_bytes) / tm.bytes_rate
+    return compute if compute > memory else memory
+
+
+cdef inline double _bound(double flops, double rate, double bytes_, double bw) noexcept nogil:
+    cdef double c = flops / rate, m = bytes_ / bw
+    return c if c > m else m
+
+
+cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
+    """Seconds the GPU spends on batch ``b``: each operator at its roofline, one after another."""
+    cdef int32_t i, t, g
+    cdef double tokens = <double>b.total_tokens, reqs = <double>b.n
+    cdef double m = _padded(tm, tokens)
+    cdef double gpu = tm.gpu_fixed_s, ctx, pairs, up = 0.0
+    cdef double p_flops = 0.0, p_bytes = 0.0, d_flops = 0.0, d_bytes = 0.0
     cdef const double* af
-    flops = tm.flops_per_token * tokens + tm.flops_per_req * <double>b.n
-    bytes_ = tm.weight_bytes + tm.state_bytes * <double>b.n
-    if tm.moe_experts > 0.0 and tokens > 0.0:
+    for g in range(tm.n_gemms):
+        gpu += tm.gemm_count[g] * _gemm_time(tm, reqs if tm.gemm_per_req[g] else m, tm.gemm_n[g], tm.gemm_k[g])
+    if tm.moe_experts > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
-        # E (1 - (1 - k/E)^T) distinct ones on average.
-        bytes_ += (tm.moe_expert_bytes * tm.moe_experts
-                   * (1.0 - exp(tokens * tm.moe_log_miss)))
+        # E (1 - (1 - k/E)^T) distinct ones on average (the step's own tokens: a CUDA graph's padding
+        # rows are alike and pick the same k); the kernel multiplies every row, padding included.
+        gpu += _bound(tm.expert_flops_per_token * m, tm.expert_rate,
+                      tm.moe_expert_bytes * tm.moe_experts * (1.0 - exp(tokens * tm.moe_log_miss)), tm.bytes_rate)
     for i in range(b.n):
         af = tm.attn_flops
         # vLLM's MLA metadata builder (MLACommonMetadataBuilder.build -> split_decodes_and_prefills,
@@ -158,15 +199,22 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
             if tm.window[t] > 0 and ctx > tm.window[t]:
                 ctx = <double>tm.window[t]
             pairs = _pairs(<double>b.tokens[i], <double>b.ctx[i], <double>tm.window[t])
-            attn += af[t] * pairs
-            bytes_ += tm.kv_bytes[t] * ctx   # every context token's K and V, read once
+            # Prefill chunks and decodes run as two attention kernels (FlashAttention's varlen
+            # prefill, the paged decode); each reads every context token's K and V once.
+            if b.decode[i]:
+                d_flops += af[t] * pairs
+                d_bytes += tm.kv_bytes[t] * ctx
+            else:
+                p_flops += af[t] * pairs
+                p_bytes += tm.kv_bytes[t] * ctx
+    gpu += _bound(p_flops, tm.attn_rate, p_bytes, tm.bytes_rate) + _bound(d_flops, tm.attn_rate, d_bytes, tm.bytes_rate)
     if tm.two_forms:
         # _compute_prefill_context: kv_b_proj over the cached latent of every prefill-form request.
-        flops += tm.ctx_flops * up
-    flops = flops / tm.flops_rate + attn / tm.attn_rate
-    bytes_ = bytes_ / tm.bytes_rate
-    return (tm.overhead_s + tm.req_s * <double>b.n + (flops if flops > bytes_ else bytes_)
-            + tm.comm_s + tm.comm_per_token_s * tokens)
+        gpu += tm.ctx_flops * up / tm.flops_rate
+    if tm.state_bytes > 0.0:
+        gpu += _bound(tm.state_flops * tokens, tm.flops_rate, tm.state_bytes * reqs, tm.bytes_rate)
+    gpu += tm.sample_bytes * reqs / tm.bytes_rate
+    return gpu + tm.comm_s + tm.comm_per_token_s * m
 
 
 cdef inline double _pairs(double n, double c, double w) noexcept nogil:
@@ -189,7 +237,9 @@ cdef list tm_load(TimeModelC* tm, dict m):
     """Load a roofline or table model (a plain dict from aisim.perf, validated there) into
     ``tm``; returns the arrays its pointers borrow, which the caller keeps alive."""
     cdef const double[::1] af, afp, kb, xs, ys, lat
-    cdef const tok_t[::1] win
+    cdef const tok_t[::1] win, gs
+    cdef const double[::1] gn, gk, gc
+    cdef const int32_t[::1] gr
     tm.kind = m["kind"]
     keep = []
     if m["kind"] == TM_ROOFLINE:
@@ -197,7 +247,12 @@ cdef list tm_load(TimeModelC* tm, dict m):
         kb = np.ascontiguousarray(m["kv_bytes"], dtype=np.float64)
         win = np.ascontiguousarray(m["window"], dtype=np.int64)
         afp = np.ascontiguousarray(m["attn_flops_prefill"], dtype=np.float64)
-        keep += [af, afp, kb, win]
+        gn = np.ascontiguousarray(m["gemm_n"], dtype=np.float64)
+        gk = np.ascontiguousarray(m["gemm_k"], dtype=np.float64)
+        gc = np.ascontiguousarray(m["gemm_count"], dtype=np.float64)
+        gr = np.ascontiguousarray(m["gemm_per_req"], dtype=np.int32)
+        gs = np.ascontiguousarray(m["graph_sizes"], dtype=np.int64)
+        keep += [af, afp, kb, win, gn, gk, gc, gr, gs]
         tm.n_terms = <int32_t>af.shape[0]
         tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
         tm.attn_flops_prefill = <double*>&afp[0] if afp.shape[0] else NULL
@@ -207,20 +262,34 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.two_forms = tm.ctx_flops != 0.0 or list(m["attn_flops_prefill"]) != list(m["attn_flops"])
         tm.kv_bytes = <double*>&kb[0] if kb.shape[0] else NULL
         tm.window = <tok_t*>&win[0] if win.shape[0] else NULL
-        tm.flops_per_token = m["flops_per_token"]
-        tm.state_bytes = m["state_bytes"]
-        tm.weight_bytes = m["weight_bytes"]
+        tm.n_gemms = <int32_t>gn.shape[0]
+        tm.gemm_n = <double*>&gn[0] if gn.shape[0] else NULL
+        tm.gemm_k = <double*>&gk[0] if gk.shape[0] else NULL
+        tm.gemm_count = <double*>&gc[0] if gc.shape[0] else NULL
+        tm.gemm_per_req = <int32_t*>&gr[0] if gr.shape[0] else NULL
+        tm.n_graphs = <int32_t>gs.shape[0]
+        tm.graph_sizes = <tok_t*>&gs[0] if gs.shape[0] else NULL
+        tm.sms = m["sms"]
+        tm.tile = m["tile"]
+        tm.act_bytes = m["act_bytes"]
+        tm.weight_elt = m["weight_elt"]
         tm.flops_rate = m["flops_rate"]
         tm.bytes_rate = m["bytes_rate"]
-        tm.overhead_s = m["overhead_s"]
-        tm.req_s = m["req_s"]
-        tm.flops_per_req = m["flops_per_req"]
         tm.attn_rate = m["attn_rate"]
+        tm.state_bytes = m["state_bytes"]
+        tm.state_flops = m["state_flops"]
+        tm.sample_bytes = m["sample_bytes"]
+        tm.expert_flops_per_token = m["expert_flops_per_token"]
+        tm.expert_rate = m["expert_rate"]
         tm.moe_experts = m["moe_experts"]
         tm.moe_log_miss = m["moe_log_miss"]
         tm.moe_expert_bytes = m["moe_expert_bytes"]
         tm.comm_s = m["comm_s"]
         tm.comm_per_token_s = m["comm_per_token_s"]
+        tm.gpu_fixed_s = m["gpu_fixed_s"]
+        tm.overhead_s = m["overhead_s"]
+        tm.req_s = m["req_s"]
+        tm.async_cpu = m["async_cpu"]
     elif m["kind"] == TM_TABLE:
         xs = np.ascontiguousarray(m["xs"], dtype=np.float64)
         ys = np.ascontiguousarray(m["ys"], dtype=np.float64)

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from helpers import run_log
+from roofline_ref import step_s
 
 # hidden 1024, 4 layers, 8 heads; latent kv_lora_rank 256 + rope 32; per head nope 64, v 64; MLP 2048.
 MLA_CONFIG = {
@@ -70,37 +71,44 @@ def test_mla_coefficients_from_the_config(mla_model):
     assert r1["ctx_flops"] == 2 * 512 * 16 * 256 * 61
 
 
+EFF = {"compute_efficiency": 0.5, "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002,
+       "overhead_per_req_s": 0.0}
+
+
+def _ref(model, batch, tokens=4096, max_num_seqs=256, **tm):
+    return step_s(model, "H100", dict(EFF, **tm), batch, max_num_seqs=max_num_seqs, max_num_batched_tokens=tokens)
+
+
 def test_mla_prefill_chunk_without_context(mla_model):
-    # One 1,000-token prompt: positions 1..1000 attend to 500,500 keys in the prefill form, nothing cached.
+    # One 1,000-token prompt: positions 1..1000 attend to 500,500 keys in the prefill form, nothing cached:
+    # 10,240 x 500,500 / 198.6 TFLOP/s = 25.8 us of attention.
     _, _, res = run_log(_engine(mla_model), [dict(id="a", prompt=1000, max_tokens=2, at=0)])
-    compute = (FLOPS_TOKEN * 1000 + FLOPS_REQ) / MATMUL + PAIR_PREFILL * 500_500 / ATTN   # 190.5 us
-    memory = (WEIGHTS + KV * 1000) / HBM                                                   # 49.7 us
-    assert compute > memory
-    assert _durations(res)[0] == pytest.approx(0.002 + compute, rel=1e-12)
+    assert PAIR_PREFILL * 500_500 / ATTN == pytest.approx(25.80e-6, rel=1e-3)
+    assert _durations(res)[0] == pytest.approx(_ref(mla_model, [(1000, 1000, False)]), rel=1e-9)
 
 
 def test_mla_decode_step_is_absorbed(mla_model):
     # Step 1 decodes one token at context 1,001 in the absorbed form.  Attention at 1e-4 of the matmul
-    # rate (79.45 GFLOP/s) makes it the step's bound, so the form shows: 34,816 x 1,001 / 79.45e9 = 439 us.
+    # rate (79.45 GFLOP/s) makes the decode kernel bound by its FLOPs: 34,816 x 1,001 / 79.45e9 = 439 us
+    # in place of reading 2,304 B x 1,001 at 2.68 TB/s.
     _, _, res = run_log(_engine(mla_model, attention_efficiency=1e-4), [dict(id="a", prompt=1000, max_tokens=2,
                                                                             at=0)])
-    attn = 794.5e12 * 1e-4
-    compute = (FLOPS_TOKEN + FLOPS_REQ) / MATMUL + PAIR_DECODE * 1001 / attn
-    memory = (WEIGHTS + KV * 1001) / HBM
-    assert compute > memory
-    assert _durations(res)[1] == pytest.approx(0.002 + compute, rel=1e-12)
+    slow = PAIR_DECODE * 1001 / (794.5e12 * 1e-4)
+    assert slow == pytest.approx(438.6e-6, rel=1e-3)
+    d = _durations(res)[1]
+    assert d == pytest.approx(_ref(mla_model, [(1, 1001, True)], attention_efficiency=1e-4), rel=1e-9)
+    assert d - _ref(mla_model, [(1, 1001, True)]) == pytest.approx(slow - KV * 1001 / HBM, rel=1e-6)
 
 
 def test_mla_chunk_with_cached_context_up_projects_it(mla_model):
     # A 1,500-token prompt in chunks of 1,000: step 1 runs the last 500 (positions 1001..1500: (1001 + 1500)
-    # x 500 / 2 = 625,250 pairs) and up-projects the 1,000 tokens of the first chunk.
+    # x 500 / 2 = 625,250 pairs) and up-projects the 1,000 tokens of the first chunk: 2,097,152 x 1,000
+    # FLOPs at 397.25 TFLOP/s, 5.28 us.
     _, _, res = run_log(_engine(mla_model, tokens=1000), [dict(id="a", prompt=1500, max_tokens=2, at=0)])
     d = _durations(res)
-    assert d[0] == pytest.approx(0.002 + (FLOPS_TOKEN * 1000 + FLOPS_REQ) / MATMUL + PAIR_PREFILL * 500_500 / ATTN,
-                                 rel=1e-12)
-    compute = (FLOPS_TOKEN * 500 + FLOPS_REQ + CTX * 1000) / MATMUL + PAIR_PREFILL * 625_250 / ATTN
-    assert compute > (WEIGHTS + KV * 1500) / HBM
-    assert d[1] == pytest.approx(0.002 + compute, rel=1e-12)
+    assert CTX * 1000 / MATMUL == pytest.approx(5.279e-6, rel=1e-3)
+    assert d[0] == pytest.approx(_ref(mla_model, [(1000, 1000, False)], tokens=1000), rel=1e-9)
+    assert d[1] == pytest.approx(_ref(mla_model, [(500, 1500, False)], tokens=1000), rel=1e-9)
 
 
 def test_mla_mixed_batch_prices_each_request_in_its_form(mla_model):
@@ -110,24 +118,17 @@ def test_mla_mixed_batch_prices_each_request_in_its_form(mla_model):
     reqs = [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=1000, max_tokens=2, at=0)]
     steps, _, res = run_log(_engine(mla_model, tokens=600), reqs)
     d = _durations(res)
-    assert d[0] == pytest.approx(0.002 + (FLOPS_TOKEN * 600 + 2 * FLOPS_REQ) / MATMUL
-                                 + PAIR_PREFILL * (5050 + 125_250) / ATTN, rel=1e-12)
-    compute = ((FLOPS_TOKEN * 501 + 2 * FLOPS_REQ + CTX * 500) / MATMUL
-               + (PAIR_DECODE * 101 + PAIR_PREFILL * 375_250) / ATTN)
-    assert compute > (WEIGHTS + KV * (101 + 1000)) / HBM
-    assert d[1] == pytest.approx(0.002 + compute, rel=1e-12)
+    assert d[0] == pytest.approx(_ref(mla_model, [(100, 100, False), (500, 500, False)], tokens=600), rel=1e-9)
+    assert d[1] == pytest.approx(_ref(mla_model, [(1, 101, True), (500, 1000, False)], tokens=600), rel=1e-9)
 
 
 def test_one_token_chunk_runs_in_the_decode_form(mla_model):
     # vLLM splits by query length alone: with a budget of 101, step 0 runs a's 100-token prompt and one token of
     # b's, a prefill chunk of one token, in the absorbed form (one pair at position 1) and up-projects nothing.
-    # Attention at 1e-4 of the matmul rate bounds the step (651 us against 49 us of reads).
     reqs = [dict(id="a", prompt=100, max_tokens=2, at=0), dict(id="b", prompt=50, max_tokens=2, at=0)]
     _, _, res = run_log(dict(_engine(mla_model, tokens=101, attention_efficiency=1e-4), max_num_seqs=16), reqs)
-    attn = 794.5e12 * 1e-4
-    compute = (FLOPS_TOKEN * 101 + 2 * FLOPS_REQ) / MATMUL + (PAIR_PREFILL * 5050 + PAIR_DECODE * 1) / attn
-    assert compute > (WEIGHTS + KV * 101) / HBM
-    assert _durations(res)[0] == pytest.approx(0.002 + compute, rel=1e-12)
+    want = _ref(mla_model, [(100, 100, False), (1, 1, False)], tokens=101, max_num_seqs=16, attention_efficiency=1e-4)
+    assert _durations(res)[0] == pytest.approx(want, rel=1e-9)
 
 
 def test_non_mla_model_has_one_form():
@@ -143,12 +144,6 @@ def test_non_mla_model_has_one_form():
     dense, head, pair = 32 * layer, 128256 * 4096, 2 * 256 * 32 * 32
     reqs = [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=1000, max_tokens=2, at=0)]
     _, _, res = run_log(_engine("llama-3.1-8b", tokens=600), reqs)
-    # The one-form arithmetic in the core's own order of operations (matmuls, then each request's pairs in
-    # batch order: (a + c) x n / 2 with a the first new position), so the step time is equal to the last bit.
-    fpt, fpr = 2.0 * (dense / 1 + 0.0), 2.0 * head / 1
-    attn = 0.0
-    attn += pair * ((101.0 + 101.0) * 1.0 * 0.5)
-    attn += pair * ((501.0 + 1000.0) * 500.0 * 0.5)
-    flops = (fpt * 501.0 + fpr * 2.0) / MATMUL + attn / ATTN
-    assert flops > ((dense + head) * 2 + 2 * 8 * 128 * 2 * 32 * 1101) / HBM
-    assert _durations(res)[1] == 0.002 + 0.0 * 2.0 + flops + 0.0 + 0.0 * 501.0
+    assert _durations(res)[1] == pytest.approx(_ref("llama-3.1-8b", [(1, 101, True), (500, 1000, False)], tokens=600),
+                                               rel=1e-9)
+    assert (dense, head, pair) == (6_979_321_856, 525_336_576, 524_288)

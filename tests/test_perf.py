@@ -5,6 +5,7 @@ import pytest
 from aisim.errors import ConfigError, ReplayError
 
 from helpers import run_log
+from roofline_ref import gemm_s, pairs, step_s
 
 
 def _durations(result):
@@ -41,23 +42,36 @@ def _roofline(model, gpu="H100", **tm):
 MATMUL, ATTN, HBM = 794.5e12 * 0.5, 794.5e12 * 0.25, 3.35e12 * 0.8
 
 
+EFF = {"compute_efficiency": 0.5, "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002,
+       "overhead_per_req_s": 0.0}
+
+
+def _ref(model, batch, gpu="H100", **tm):
+    return step_s(model, gpu, dict(EFF, **tm), batch)
+
+
 def test_roofline_dense_prefill_is_compute_bound_and_decode_memory_bound():
-    # llama-3.1-8b on one H100, overhead 2 ms.
+    # llama-3.1-8b on one H100, CPU 2 ms a step.
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("llama-3.1-8b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
     d = _durations(res)
-    weights = (LLAMA_DENSE + LLAMA_HEAD) * 2          # layers and LM head, bf16, read once a step
-    # Step 0: 1,000 prompt tokens at positions 1..1000 attend to 1 + 2 + ... + 1000 keys; one LM head row.
-    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 500_500 / ATTN
-    memory = (weights + LLAMA_KV * 1000) / HBM
-    assert compute > memory
-    assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
-    # Step 1: one decode token, context 1,001.
-    compute = (2 * LLAMA_DENSE + 2 * LLAMA_HEAD) / MATMUL + LLAMA_PAIR * 1001 / ATTN
-    memory = (weights + LLAMA_KV * 1001) / HBM
-    assert memory > compute
-    assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+    # Step 0: 1,000 prompt tokens (past the largest CUDA graph, 512: not padded).  Its MLP gate/up
+    # (28,672 x 4,096) alone: 8 x 224 = 1,792 tiles, 14 waves of 132 = 1,848 tile runs of 2 x 128^2 x
+    # 4,096 FLOPs (248.0 GFLOP) at 397.25 TFLOP/s = 624.4 us against 235 MB of weights at 2.68 TB/s = 87.6 us.
+    up = 1848 * 2 * 128 * 128 * 4096 / MATMUL
+    assert up == pytest.approx(624.4e-6, rel=1e-4)
+    assert gemm_s(1000, 28672, 4096, 132, MATMUL, HBM, 2) == up
+    assert d[0] == pytest.approx(_ref("llama-3.1-8b", [(1000, 1000, False)]), rel=1e-9)
+    # Step 1: one decode token at context 1,001 reads every weight.  Each GEMM is bound by its reads but
+    # gate/up: its 224 tiles of 128 rows run in two waves at half the matmul rate, 264 x 2 x 128^2 x
+    # 4,096 / 397.25 TFLOP/s = 89.2 us against 235 MB / 2.68 TB/s = 87.6 us of reads.
+    assert d[1] == pytest.approx(_ref("llama-3.1-8b", [(1, 1001, True)]), rel=1e-9)
+    tiles = 264 * 2 * 128 * 128 * 4096 / MATMUL
+    assert tiles == pytest.approx(89.20e-6, rel=1e-3) and gemm_s(1, 28672, 4096, 132, MATMUL, HBM, 2) == tiles
+    reads = ((LLAMA_DENSE + LLAMA_HEAD) * 2 + LLAMA_KV * 1001 + 4 * 4 * 128256) / HBM   # weights, KV, sampler
+    extra = 32 * (tiles - 28672 * 4096 * 2 / HBM)   # gate/up's compute over its reads, 32 layers
+    assert d[1] == pytest.approx(0.002 + reads + extra, rel=1e-3)   # plus the activations' few kB a GEMM
 
 
 def test_roofline_per_request_overhead():
@@ -67,110 +81,128 @@ def test_roofline_per_request_overhead():
     _, _, res = run_log(eng, [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=100, max_tokens=3,
                                                                                  at=0)])
     d = _durations(res)
-    memory = ((LLAMA_DENSE + LLAMA_HEAD) * 2 + 2 * LLAMA_KV * 101) / HBM
-    assert d[1] == pytest.approx(0.002 + 2e-4 + memory, rel=1e-12)
+    two = [(1, 101, True), (1, 101, True)]
+    assert d[1] == pytest.approx(_ref("llama-3.1-8b", two) + 2e-4, rel=1e-9)
+
+
+def test_roofline_async_scheduling_overlaps_the_cpu():
+    # With async scheduling the CPU's 2 ms a step overlap the GPU's: a decode step (about 2.8 ms of
+    # reads) costs the GPU's time alone, a 1,000-token prefill too; without, the 2 ms add.
+    batch = [(1, 1001, True)]
+    gpu = _ref("llama-3.1-8b", batch) - 0.002
+    assert step_s("llama-3.1-8b", "H100", EFF, batch, async_scheduling=True) == gpu
+    slow_gpu = dict(EFF, overhead_s=0.05)
+    assert step_s("llama-3.1-8b", "H100", slow_gpu, batch, async_scheduling=True) == 0.05
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096, async_scheduling=True,
+               time_model=_roofline("llama-3.1-8b"))
+    _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=3, at=0)])
+    d = _durations(res)
+    assert d[0] == pytest.approx(_ref("llama-3.1-8b", [(1000, 1000, False)]) - 0.002, rel=1e-9)
 
 
 def test_roofline_tensor_parallel_all_reduces():
     # llama-3.1-8b on 2 x H100: every split layer and the LM head halve; 2 all-reduces in each of 32 layers,
     # each 8 us plus tokens x 4096 x 2 B x 2 (2 - 1) / 2 over 450 GB/s (half of NVLink's 900 GB/s).
+    from aisim.config.catalog import get_gpu, get_model
+    from aisim.perf.roofline import roofline_terms
+
+    t = roofline_terms(get_model("llama-3.1-8b"), get_gpu("H100"), 2, "bf16")
+    assert t["comm_s"] == 64 * 8e-6 and t["comm_per_token_s"] == 64 * 4096 * 2 / 450e9
+    # 1,000 tokens: 512 us + 64 x 8,192,000 B / 450 GB/s = 512 + 1,165 us.
+    assert t["comm_s"] + t["comm_per_token_s"] * 1000 == pytest.approx(1677.1e-6, rel=1e-4)
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("llama-3.1-8b", tp=2))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
     d = _durations(res)
-    weights = (LLAMA_DENSE + LLAMA_HEAD) * 2 / 2
-    kv = LLAMA_KV / 2                                 # 4 of the 8 KV heads on each GPU
-    comm_s, comm_per_token = 64 * 8e-6, 64 * 4096 * 2 / 450e9
-    compute = (2 * LLAMA_DENSE * 1000 / 2 + 2 * LLAMA_HEAD / 2) / MATMUL + LLAMA_PAIR / 2 * 500_500 / ATTN
-    assert d[0] == pytest.approx(0.002 + compute + comm_s + comm_per_token * 1000, rel=1e-12)
-    memory = (weights + kv * 1001) / HBM
-    assert d[1] == pytest.approx(0.002 + memory + comm_s + comm_per_token, rel=1e-12)
+    assert d[0] == pytest.approx(_ref("llama-3.1-8b", [(1000, 1000, False)], tp=2), rel=1e-9)
+    assert d[1] == pytest.approx(_ref("llama-3.1-8b", [(1, 1001, True)], tp=2), rel=1e-9)
 
 
 def test_roofline_moe_reads_the_experts_the_batch_touches(monkeypatch):
     # qwen3-30b-a3b on one H100: 48 layers, each 128 experts of 3 x 2048 x 768 parameters, 8 picked per
-    # token; attention q, o 2048 x 4096, k, v 2048 x 512; a 2048 x 128 router held whole; vocabulary 151936.
-    # The experts' kernel at the dense products' share (0.5) here; its own share: the next test.
+    # token.  The experts' kernel at 0.5 of the achievable rate here; its own share: the next test.
     from aisim.perf import moe_kernel
 
     monkeypatch.setattr(moe_kernel, "expert_share", lambda n, fp8: 0.5)
     expert = 3 * 2048 * 768
-    dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
-    router = 48 * 2048 * 128
-    head = 151936 * 2048
-    pair = 2 * 256 * 32 * 48                       # 32 heads of 128, 48 layers
-    kv = 2 * 4 * 128 * 2 * 48
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("qwen3-30b-a3b"))
     _, _, res = run_log(eng, [dict(id=f"r{i}", prompt=100, max_tokens=2, at=0) for i in range(3)])
     d = _durations(res)
+
     def touched(tokens):  # expected distinct experts of one layer: 128 (1 - (1 - 8/128)^tokens)
         return 128 * (1 - (1 - 8 / 128) ** tokens)
 
-    # Step 0: three 100-token prompts, 300 tokens touch nearly all 128 experts of each layer.
-    compute = (2 * (dense + router + 48 * 8 * expert) * 300 + 3 * 2 * head) / MATMUL + 3 * pair * 5050 / ATTN
-    memory = ((dense + router + head) * 2 + touched(300) * 48 * expert * 2 + 3 * kv * 100) / HBM
+    # Step 0: three 100-token prompts, 300 tokens (their GEMMs padded to the graph of 304) touch nearly all
+    # 128 experts of a layer.
     assert touched(300) == pytest.approx(127.9999995, rel=1e-9)
-    assert d[0] == pytest.approx(0.002 + max(compute, memory), rel=1e-12)
-    # Step 1: three decode tokens read 128 (1 - (15/16)^3) = 22.53125 experts a layer.
-    memory = ((dense + router + head) * 2 + touched(3) * 48 * expert * 2 + 3 * kv * 101) / HBM
-    compute = (2 * (dense + router + 48 * 8 * expert) * 3 + 3 * 2 * head) / MATMUL + 3 * pair * 101 / ATTN
-    assert touched(3) == pytest.approx(22.53125, rel=1e-12) and memory > compute
-    assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+    assert d[0] == pytest.approx(_ref("qwen3-30b-a3b", [(100, 100, False)] * 3), rel=1e-9)
+    # Step 1: three decode tokens (a graph of 4, its padding row alike, picking the same experts as each
+    # other) read 128 (1 - (15/16)^3) = 22.53 experts a layer at 2.68 TB/s: 48 x 22.53 x 4.72 M parameters
+    # x 2 B = 10.21 GB, 3.81 ms.
+    assert touched(3) == pytest.approx(22.53125, rel=1e-12)
+    assert touched(3) * 48 * expert * 2 / HBM == pytest.approx(3.8082e-3, rel=1e-4)
+    assert d[1] == pytest.approx(_ref("qwen3-30b-a3b", [(1, 101, True)] * 3), rel=1e-9)
 
 
 def test_roofline_prices_routed_experts_at_their_kernels_share(monkeypatch):
-    # qwen3-30b-a3b as above with the routed experts' kernel at 0.25 of the achievable rate, half the
-    # dense products' 0.5: one 2,000-token prompt's expert FLOPs count twice; the step is compute-bound
-    # (memory reads every touched expert).  The kernel's N: one expert's 768 columns on one GPU.
+    # qwen3-30b-a3b with the routed experts' kernel at 0.25 of the achievable rate: one 2,000-token
+    # prompt's 2 x 48 x 8 x 3 x 2048 x 768 = 3.62 GFLOP a token take 2,000 x 3.62 GFLOP / 198.6 TFLOP/s
+    # = 36.5 ms, above reading all 128 x 48 experts (58.0 GB at 2.68 TB/s, 21.6 ms); at 0.5 (18.2 ms) the
+    # reads bound them.  The kernel's N: one expert's 768 columns.
     from aisim.perf import moe_kernel
 
     asked = []
     monkeypatch.setattr(moe_kernel, "expert_share", lambda n, fp8: asked.append((n, fp8)) or 0.25)
-    expert = 3 * 2048 * 768
-    dense = 48 * (2 * 2048 * 4096 + 2 * 2048 * 512)
-    router = 48 * 2048 * 128
-    head = 151936 * 2048
-    pair = 2 * 256 * 32 * 48
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("qwen3-30b-a3b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=2000, max_tokens=2, at=0)])
     d = _durations(res)
-    flops = 2 * (dense + router) * 2000 + 2 * 48 * 8 * expert * 2000 / 0.5 + 2 * head
-    compute = flops / MATMUL + pair * (2000 * 2001 // 2) / ATTN
-    memory = ((dense + router + head) * 2 + 128 * (1 - (1 - 8 / 128) ** 2000) * 48 * expert * 2
-              + 2 * 4 * 128 * 2 * 48 * 2000) / HBM
-    assert compute > memory and asked == [(768, False)]
-    assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
+    experts = 2 * 48 * 8 * 3 * 2048 * 768 * 2000 / (794.5e12 * 0.25)
+    assert experts == pytest.approx(0.036490, rel=1e-4)
+    assert (768, False) in asked
+    full = _ref("qwen3-30b-a3b", [(2000, 2000, False)])
+    monkeypatch.setattr(moe_kernel, "expert_share", lambda n, fp8: 0.5)
+    half = _ref("qwen3-30b-a3b", [(2000, 2000, False)])
+    reads = 128 * (1 - (1 - 8 / 128) ** 2000) * 48 * 3 * 2048 * 768 * 2 / HBM
+    assert reads == pytest.approx(21.64e-3, rel=1e-3)
+    assert d[0] == pytest.approx(full, rel=1e-9) and full - half == pytest.approx(experts - reads, rel=1e-9)
 
 
 def test_roofline_attention_runs_in_the_kv_cache_dtype():
     # llama-3.1-8b with FP8 weights on one H100: the layers multiply at the FP8 rate (1,402.6 TFLOP/s
     # measured), attention over the BF16 KV cache at the BF16 rate (794.5): 1,000 prompt tokens.
+    from aisim.config.catalog import get_gpu, get_model
+    from aisim.perf.roofline import roofline_terms
+
+    t = roofline_terms(get_model("llama-3.1-8b"), get_gpu("H100"), 1, "fp8")
+    assert t["matmul_flops"] == 1402.6e12 and t["attention_flops"] == 794.5e12
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
                time_model=_roofline("llama-3.1-8b", dtype="fp8"))
     _, _, res = run_log(eng, [dict(id="a", prompt=1000, max_tokens=2, at=0)])
-    compute = (2 * LLAMA_DENSE * 1000 + 2 * LLAMA_HEAD) / (1402.6e12 * 0.5) + LLAMA_PAIR * 500_500 / ATTN
-    assert _durations(res)[0] == pytest.approx(0.002 + compute, rel=1e-12)
+    assert _durations(res)[0] == pytest.approx(_ref("llama-3.1-8b", [(1000, 1000, False)], dtype="fp8"), rel=1e-9)
 
 
 def test_roofline_window_caps_attention_pairs_and_reads():
-    # gemma-3-27b: 52 layers see the last 1,024 tokens, 10 see everything; 32 heads and 16 KV heads of 128;
-    # hidden 5376, MLP 21504, tied vocabulary of 262208.
-    layer = 2 * 5376 * 4096 + 2 * 5376 * 2048 + 3 * 5376 * 21504   # q, o, k, v and the MLP: 412,876,800
-    dense, head = 62 * layer, 262208 * 5376
+    # gemma-3-27b: 52 layers see the last 1,024 tokens, 10 see everything; 32 heads and 16 KV heads of 128.
+    from aisim.config.catalog import get_gpu, get_model
+    from aisim.perf.roofline import roofline_terms
+
     pair, kv = 2 * 256 * 32, 2 * 16 * 128 * 2
+    t = roofline_terms(get_model("gemma-3-27b"), get_gpu("H100"), 1, "bf16")
+    assert sorted(zip(t["window"], t["attn_flops"], t["kv_bytes"])) == [(0, pair * 10, kv * 10),
+                                                                        (1024, pair * 52, kv * 52)]
+    # Prefill: positions 1..4000; a windowed layer sees 1, 2, .., 1024, then 1024 for the 2,976 others.
+    assert pairs(4000, 4000, 1024) == (1 + 1024) * 1024 // 2 + 1024 * (4000 - 1024) == 3_572_224
+    assert pairs(4000, 4000) == 4000 * 4001 // 2
     eng = dict(num_gpu_blocks=4000, max_model_len=8192, max_num_batched_tokens=8192,
                time_model=_roofline("gemma-3-27b"))
     _, _, res = run_log(eng, [dict(id="a", prompt=4000, max_tokens=2, at=0)])
     d = _durations(res)
-    # Prefill: positions 1..4000; a windowed layer sees 1, 2, .., 1024, then 1024 for the 2,976 others.
-    windowed = (1 + 1024) * 1024 // 2 + 1024 * (4000 - 1024)        # 3,572,224 pairs
-    full = 4000 * 4001 // 2                                           # 8,002,000 pairs
-    compute = (2 * dense * 4000 + 2 * head) / MATMUL + pair * (52 * windowed + 10 * full) / ATTN
-    assert d[0] == pytest.approx(0.002 + compute, rel=1e-12)
-    memory = ((dense + head) * 2 + kv * (52 * 1024 + 10 * 4001)) / HBM
-    assert d[1] == pytest.approx(0.002 + memory, rel=1e-12)
+    big = dict(max_num_batched_tokens=8192)
+    assert d[0] == pytest.approx(step_s("gemma-3-27b", "H100", EFF, [(4000, 4000, False)], **big), rel=1e-9)
+    # Decode at context 4,001: the windowed layers read 1,024 tokens' K and V, the others 4,001.
+    assert d[1] == pytest.approx(step_s("gemma-3-27b", "H100", EFF, [(1, 4001, True)], **big), rel=1e-9)
 
 
 def test_roofline_terms_of_mla_and_fp8():

@@ -38,8 +38,9 @@ class TimeModel:
     ``kind = "linear"``: ``base_s + per_token_s * tokens + per_req_s * requests``.
     ``kind = "roofline"`` (the default once a ``gpu`` is named): ``model`` (a catalog
     model or a ``config.json`` path; default: the engine's ``model``) on ``tp`` GPUs
-    ``gpu`` with ``dtype`` weights, compute and bandwidth efficiencies and a fixed
-    ``overhead_s`` (:mod:`aisim.perf.roofline`).  ``kind = "table"``: a profile of
+    ``gpu`` with ``dtype`` weights: each operator of a step at its own roofline, with
+    fitted efficiencies and the CPU's ``overhead_s`` and ``overhead_per_req_s``
+    (:mod:`aisim.perf.roofline`).  ``kind = "table"``: a profile of
     measured forward passes at ``path`` (CSV or Parquet; relative to the
     configuration file).  Defaults: :data:`aisim.config.keys.TIME_MODEL_KEYS`.
     """
@@ -57,6 +58,7 @@ class TimeModel:
     compute_efficiency: float = _T["compute_efficiency"]
     attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
+    layer_overhead_s: float = _T["layer_overhead_s"]
     time_scale: float = _T["time_scale"]
     calibration: dict | None = _T["calibration"]
     path: str | None = _T["path"]

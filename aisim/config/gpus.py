@@ -13,6 +13,15 @@ published in Stas Bekman's "Machine Learning Engineering" (github.com/stas00/ml-
 roofline's compute efficiency is a share of that; where no measurement is published (L40S; FP8
 on MI300X) the datasheet peak stands in.
 
+The roofline prices each matrix product by the tiles it runs in (:mod:`aisim.perf.roofline`), so
+each GPU carries its number of streaming multiprocessors (AMD: compute units) from the vendor's
+architecture documents: NVIDIA A100 Tensor Core GPU Architecture whitepaper (108 SMs on the A100),
+NVIDIA H100 Tensor Core GPU Architecture whitepaper (132 on the H100 SXM5; the H200 is the same
+GH100 part), NVIDIA Ada GPU Architecture whitepaper and the L40S datasheet (142), NVIDIA Blackwell
+architecture technical brief (148 on the B200), AMD CDNA 3 Instruction Set Architecture / MI300X
+data sheet (304 compute units); and its CUDA compute capability's major version (NVIDIA's CUDA GPUs
+table), which vLLM reads for defaults (the CUDA-graph sizes: :mod:`aisim.perf.graphs`).
+
 The all-reduce *latency* is no datasheet number: it is the fixed cost of one small
 all-reduce inside vLLM's decode step (custom all-reduce kernels over NVLink/NVSwitch or
 Infinity Fabric; NCCL over PCIe), an assumption of aisim stated here once.
@@ -54,6 +63,10 @@ class GPUSpec:
     bf16_mamf, fp8_mamf : float or None
         Maximum achievable matmul FLOP/s measured with BF16 and FP8 inputs (see the module
         docstring); None where none is published.
+    sms : int
+        Streaming multiprocessors (AMD: compute units) that run a kernel's tiles.
+    capability : int
+        CUDA compute capability, major version (0: not an NVIDIA GPU).
     aliases : tuple of str
         Other names accepted on look-up.
     """
@@ -67,6 +80,8 @@ class GPUSpec:
     link_latency_s: float
     bf16_mamf: float | None = None
     fp8_mamf: float | None = None
+    sms: int = 0
+    capability: int = 0
     aliases: tuple = ()
 
     @property
@@ -104,36 +119,39 @@ GPUS = {
     # 1,935 GB/s (PCIe); NVLink 600 GB/s; PCIe Gen4 64 GB/s.
     "A100-40GB": GPUSpec("A100-40GB", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=1.555e12, memory_gib=40,
                          link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=271.2e12,
-                         aliases=("A100-40GB-SXM",)),
+                         sms=108, capability=8, aliases=("A100-40GB-SXM",)),
     "A100-80GB": GPUSpec("A100-80GB", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=2.039e12, memory_gib=80,
                          link_bytes_per_s=600e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=271.2e12,
-                         aliases=("A100", "A100-80GB-SXM")),
+                         sms=108, capability=8, aliases=("A100", "A100-80GB-SXM")),
     # The PCIe card without an NVLink bridge: GPUs talk over PCIe Gen4 x16.
     "A100-80GB-PCIe": GPUSpec("A100-80GB-PCIe", bf16_flops=312e12, fp8_flops=None, hbm_bytes_per_s=1.935e12,
-                              memory_gib=80, link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S, bf16_mamf=252.9e12),
+                              memory_gib=80, link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S, bf16_mamf=252.9e12,
+                              sms=108, capability=8),
     # NVIDIA L40S datasheet (resources.nvidia.com/en-us-l40s/l40s-datasheet-28413): BF16 362.05 TFLOPS
     # (733 with sparsity), FP8 733 TFLOPS (1,466 with sparsity); 48GB GDDR6 864 GB/s; PCIe Gen4 x16 64 GB/s,
     # no NVLink.
     "L40S": GPUSpec("L40S", bf16_flops=362.05e12, fp8_flops=733e12, hbm_bytes_per_s=0.864e12, memory_gib=48,
-                    link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S),
+                    link_bytes_per_s=64e9, link_latency_s=_PCIE_LATENCY_S, sms=142, capability=8),
     # NVIDIA H100 Tensor Core GPU datasheet (H100 SXM): BF16 1,979 TFLOPS and FP8 3,958 TFLOPS with
     # sparsity (989 and 1,979 dense); 80GB HBM3 3.35 TB/s; NVLink 900 GB/s.
     "H100": GPUSpec("H100", bf16_flops=989e12, fp8_flops=1979e12, hbm_bytes_per_s=3.35e12, memory_gib=80,
                     link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=794.5e12, fp8_mamf=1402.6e12,
-                    aliases=("H100-SXM", "H100-80GB")),
+                    sms=132, capability=9, aliases=("H100-SXM", "H100-80GB")),
     # NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): the H100's tensor cores (989 / 1,979 TFLOPS dense
     # BF16 / FP8); 141GB HBM3e 4.8 TB/s; NVLink 900 GB/s.
     "H200": GPUSpec("H200", bf16_flops=989e12, fp8_flops=1979e12, hbm_bytes_per_s=4.8e12, memory_gib=141,
                     link_bytes_per_s=900e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=794.5e12, fp8_mamf=1453.4e12,
-                    aliases=("H200-SXM",)),
+                    sms=132, capability=9, aliases=("H200-SXM",)),
     # NVIDIA DGX B200 datasheet: 8 GPUs with 1,440 GB HBM3e at 64 TB/s (180 GB, 8 TB/s each), FP8 72 PFLOPS
     # with sparsity (4.5 PFLOPS dense per GPU; BF16 half of it), NVLink 5 1.8 TB/s per GPU.
     "B200": GPUSpec("B200", bf16_flops=2250e12, fp8_flops=4500e12, hbm_bytes_per_s=8.0e12, memory_gib=180,
-                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=1745.0e12, fp8_mamf=3432.5e12),
+                    link_bytes_per_s=1800e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=1745.0e12,
+                    fp8_mamf=3432.5e12, sms=148, capability=10),
     # AMD Instinct MI300X data sheet: BF16 1,307.4 TFLOPS and FP8 2,614.9 TFLOPS dense (twice with sparsity);
     # 192GB HBM3 5.3 TB/s; Infinity Fabric 128 GB/s per link, 7 links to the other GPUs of a platform.
     "MI300X": GPUSpec("MI300X", bf16_flops=1307.4e12, fp8_flops=2614.9e12, hbm_bytes_per_s=5.3e12, memory_gib=192,
-                      link_bytes_per_s=7 * 128e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=668.4e12),
+                      link_bytes_per_s=7 * 128e9, link_latency_s=_SWITCHED_LATENCY_S, bf16_mamf=668.4e12,
+                      sms=304),
 }
 
 

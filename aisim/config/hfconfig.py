@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 
-from aisim.config.modelspec import DTYPE_BYTES, LayerKind, ModelSpec
+from aisim.config.modelspec import DTYPE_BYTES, Gemm, LayerKind, ModelSpec
 from aisim.errors import ConfigError
 
 DENSE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -299,14 +299,24 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
                       + heads * v_head * hidden)
         # Decode form over the latent (absorbed weights), prefill form over up-projected heads
         # (vllm/v1/attention/backends/mla/common.py: MLACommonImpl.forward, _forward_prefill).
+        # vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention: q_a_proj and
+        # kv_a_proj_with_mqa replicated, q_b_proj / q_proj and kv_b_proj column-parallel, o_proj row-parallel.
+        attn_gemms = [Gemm("kv_a", lora + rope, hidden, 0, "none"),
+                      Gemm("q_b" if q_lora else "q", heads * (nope + rope), q_lora or hidden, 0),
+                      Gemm("kv_b", heads * (nope + v_head), lora, 0), Gemm("o", hidden, heads * v_head, 0, "row")]
+        if q_lora:
+            attn_gemms.insert(0, Gemm("q_a", q_lora, hidden, 0, "none"))
         attn_kind = LayerKind("full", 0, num_kv_heads=1, head_size=lora + rope, num_heads=heads,
                               qk_dim=lora + rope, v_dim=lora, latent_dim=lora + rope,
                               prefill_qk_dim=nope + rope, prefill_v_dim=v_head, up_rank=lora, up_dim=nope + v_head)
     else:
         gate = 2 if arch == "Qwen3NextForCausalLM" else 1  # Qwen3-Next gates the attention output
         attn_split = hidden * heads * head_dim * gate + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+        # QKVParallelLinear (column-parallel; Qwen3-Next's query carries its gate) and o_proj row-parallel.
+        attn_gemms = [Gemm("qkv", (heads * gate + 2 * kv_heads) * head_dim, hidden, 0),
+                      Gemm("o", hidden, heads * head_dim, 0, "row")]
         attn_kind = LayerKind("full", 0, num_kv_heads=kv_heads, head_size=head_dim, num_heads=heads)
-    gdn_split, gdn_kind = 0.0, None
+    gdn_split, gdn_kind, gdn_gemms = 0.0, None, []
     if any(kind == "gdn" for kind, _ in mixers):
         k_heads, k_dim = f.int("linear_num_key_heads"), f.int("linear_key_head_dim")
         v_heads, v_dim = f.int("linear_num_value_heads"), f.int("linear_value_head_dim")
@@ -316,20 +326,30 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
         gdn_split = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * v_heads + conv_dim * kernel + value_dim * hidden
         # vLLM's GDN state: the convolution's last kernel-1 inputs and one dk x dv matrix per value head.
         state = 2 * (conv_dim * (kernel - 1) + v_heads * k_dim * v_dim)
+        # Qwen3NextGatedDeltaNet: in_proj_qkvz and in_proj_ba column-parallel, out_proj row-parallel (its
+        # short convolution is no matrix product).
+        gdn_gemms = [Gemm("in_proj", 2 * key_dim + 2 * value_dim + 2 * v_heads, hidden, 0),
+                     Gemm("out_proj", hidden, value_dim, 0, "row")]
         gdn_kind = LayerKind("gdn", 0, state_bytes=state, prefill_checkpoint_alignment=64,
                              num_heads=v_heads, state_flops=4.0 * v_heads * k_dim * v_dim)
 
     # MLPs.
-    dense_mlp = 3.0 * hidden * f.int("intermediate_size") if not all(moe) else 0.0
+    inter = f.int("intermediate_size") if not all(moe) else 0
+    dense_mlp = 3.0 * hidden * inter
+    # MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj.
+    mlp_gemms = [Gemm("gate_up", 2 * inter, hidden, 0), Gemm("down", hidden, inter, 0, "row")] if inter else []
+    moe_gemms = []
     experts = top_k = 0
     expert = shared = router = 0.0
     if any(moe):
         if arch == "MixtralForCausalLM":
             experts, expert = f.int("num_local_experts"), 3.0 * hidden * f.int("intermediate_size")
+            s = 0
         elif arch in DEEPSEEK:
             experts = f.int("n_routed_experts")
             expert = 3.0 * hidden * f.int("moe_intermediate_size")
             shared = f.int("n_shared_experts", default=0, low=0) * expert
+            s = f.int("n_shared_experts", default=0, low=0) * f.int("moe_intermediate_size")
         else:
             experts = f.int("num_experts")
             expert = 3.0 * hidden * f.int("moe_intermediate_size")
@@ -339,6 +359,11 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
         if top_k > experts:
             raise f.error("num_experts_per_tok", f"must not exceed the {experts} experts, got {top_k}")
         router = float(hidden * experts)
+        # The router (ReplicatedLinear gate) and the shared experts (a dense MLP of n_shared x the
+        # expert's width, or Qwen's shared_expert_intermediate_size; its sigmoid gate is one column).
+        moe_gemms = [Gemm("router", experts, hidden, 0, "none")]
+        if s:
+            moe_gemms += [Gemm("shared_gate_up", 2 * s, hidden, 0), Gemm("shared_down", hidden, s, 0, "row")]
 
     dense = whole = 0.0
     total = float(vocab * hidden * (1 if tied else 2))
@@ -358,6 +383,8 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
             dense += dense_mlp
             total += dense_mlp
     moe_layers = sum(moe)
+    gemms = _count_gemms(mixers, moe, attn_gemms, gdn_gemms, mlp_gemms, moe_gemms)
+    gemms.append(Gemm("lm_head", vocab, hidden, 1, "col", "requests"))  # ParallelLMHead
 
     kinds, order = {}, []
     for kind, window in mixers:
@@ -382,7 +409,19 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
                      num_heads=heads, active_params=active, vocab_size=vocab, tie_word_embeddings=tied,
                      dense_params=dense, replicated_params=whole, moe_layers=moe_layers, num_experts=experts,
                      experts_per_token=top_k, expert_params=expert, dtype=dtype,
-                     context_len=context_len, context_key=context_key)
+                     context_len=context_len, context_key=context_key, gemms=tuple(gemms))
+
+
+def _count_gemms(mixers, moe, attn, gdn, mlp, moe_gemms) -> list:
+    """Each matrix product of the layers once, ``count`` the layers that run it, in first-use order."""
+    counts, order = {}, []
+    for (kind, _), routed in zip(mixers, moe):
+        for g in (gdn if kind == "gdn" else attn) + (moe_gemms if routed else mlp):
+            if g not in counts:
+                counts[g] = 0
+                order.append(g)
+            counts[g] += 1
+    return [Gemm(g.name, g.n, g.k, counts[g], g.split, g.rows) for g in order]
 
 
 def load_hf_config(path: str | os.PathLike) -> ModelSpec:

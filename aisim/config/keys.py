@@ -183,16 +183,18 @@ TIME_MODEL_KEYS = (
               "count of sweeps and capacity searches)", low=1, high=INT32_MAX),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)", kinds=ROOFLINE),
-    ConfigKey("overhead_s", 0.0016, "roofline: fixed seconds per step (fitted)", fitted=True,
-              kinds=ROOFLINE, high=MAX_STEP_S),
-    ConfigKey("overhead_per_req_s", 3.4e-5, "roofline: fixed seconds per scheduled request of a step (fitted)",
+    ConfigKey("overhead_s", 0.002, "roofline: the CPU's seconds per step (scheduling, inputs, outputs; overlapped "
+              "with the GPU under `async_scheduling`) (fitted)", fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
+    ConfigKey("overhead_per_req_s", 6.0e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
               fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
-    ConfigKey("compute_efficiency", 0.45, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
-              "the model's matrix products reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
-    ConfigKey("attention_efficiency", 0.76, "roofline: the same share for attention (at the rate of the KV "
+    ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
+              "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
+    ConfigKey("attention_efficiency", 0.73, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
-    ConfigKey("bandwidth_efficiency", 0.78, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
+    ConfigKey("bandwidth_efficiency", 0.84, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True, kinds=ROOFLINE),
+    ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
+              "kernels between the matrix products) (fitted)", fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
     ConfigKey("time_scale", 1.0, "every step time multiplied by this (the ends of a calibration's band; "
               "`aisim calibrate`)", high=1e6),
     ConfigKey("calibration", None, "which fit set the fitted constants and its held-out errors (written by "
@@ -204,9 +206,9 @@ TIME_MODEL_KEYS = (
               "aisim/perf/frontend.py) before the engine sees them, as under `vllm serve`; false: engine only, as "
               "vLLM's offline `LLM` (and the oracle's recorder, whose step times a `linear` model holds)",
               shown="`true` for `roofline` and `table`, `false` for `linear`"),
-    ConfigKey("frontend_per_request_s", 0.0078, "API server: seconds per request before the engine sees it "
+    ConfigKey("frontend_per_request_s", 0.0023, "API server: seconds per request before the engine sees it "
               "(fitted)", fitted=True, high=MAX_STEP_S),
-    ConfigKey("frontend_per_token_s", 7.4e-6, "API server: seconds per prompt token before the engine sees it "
+    ConfigKey("frontend_per_token_s", 1.9e-5, "API server: seconds per prompt token before the engine sees it "
               "(fitted)", fitted=True, high=MAX_STEP_S),
 )
 

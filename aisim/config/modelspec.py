@@ -89,6 +89,43 @@ class LayerKind:
 
 
 @dataclass(frozen=True)
+class Gemm:
+    """One matrix product of a forward pass: an ``n x k`` weight run in ``count`` layers.
+
+    Attributes
+    ----------
+    name : str
+        ``qkv``, ``o``, ``gate_up``, ``down``, ``router``, ``shared_gate_up``, ... (for inspection).
+    n, k : int
+        Output columns and depth of the whole weight (before tensor parallelism).
+    count : int
+        Layers that run it once per step.
+    split : str
+        How tensor parallelism cuts it: ``col`` (``n / tp`` a GPU, vLLM's
+        ``ColumnParallelLinear``), ``row`` (``k / tp``, ``RowParallelLinear``) or ``none`` (held
+        whole: ``ReplicatedLinear``).
+    rows : str
+        Its ``M``: ``tokens`` (every scheduled token) or ``requests`` (one row a scheduled
+        request: the LM head on each request's last position).
+    """
+
+    name: str
+    n: int
+    k: int
+    count: int
+    split: str = "col"
+    rows: str = "tokens"
+
+    def shape(self, tp: int) -> tuple[float, float]:
+        """``(n, k)`` on one of ``tp`` GPUs."""
+        if self.split == "col":
+            return self.n / tp, float(self.k)
+        if self.split == "row":
+            return float(self.n), self.k / tp
+        return float(self.n), float(self.k)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A model's parameters and decoder layers (in layer order, by kind).
 
@@ -123,6 +160,9 @@ class ModelSpec:
         0 when the spec has no config to derive it from.
     context_key : str
         The field ``context_len`` comes from (and whether it is its transformers class's default).
+    gemms : tuple of Gemm
+        The dense matrix products of a forward pass, LM head included (routed experts apart:
+        ``expert_params``); empty when the spec has no ``config.json`` to take shapes from.
     """
 
     name: str
@@ -143,6 +183,7 @@ class ModelSpec:
     dtype: str = "bf16"
     context_len: int = 0
     context_key: str = ""
+    gemms: tuple = field(default_factory=tuple)
 
     @property
     def num_layers(self) -> int:

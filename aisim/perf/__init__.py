@@ -1,7 +1,9 @@
 """Step-time models: how long one engine step takes, in seconds.
 
-``linear`` (coefficients), ``roofline`` (GPU and model specs from
-:mod:`aisim.config.catalog`) and ``table`` (a profile of measured forward
+``linear`` (coefficients), ``roofline`` (each operator of a step priced by
+its own roofline from GPU and model specs, :mod:`aisim.perf.roofline`; vLLM's
+CUDA-graph sizes, :mod:`aisim.perf.graphs`; the routed experts' kernel,
+:mod:`aisim.perf.moe_kernel`) and ``table`` (a profile of measured forward
 passes).  :func:`step_time_args` turns an engine configuration's
 ``time_model`` into the plain arguments the compiled core evaluates.
 """

@@ -14,9 +14,9 @@ From them, the experts' share of the GPU's achievable matmul rate (``GPUSpec.ach
 is ``1 / (a + b / N)`` (:func:`expert_share`): ``a`` and ``b`` are the least-squares line of
 ``1 / share`` against ``1 / N`` over the BF16 runs, so a slice of ``N`` columns reaches
 ``1 / a`` of the rate when ``N`` is large and half of that at ``N = b / a``.  The roofline
-prices the routed experts' FLOPs at that share of the weights' dtype's rate: the kernel's own
-time, not the fitted ``compute_efficiency`` of the dense products (which also carries the step's
-other work).
+prices the routed experts' FLOPs at that share of the weights' dtype's rate, against reading the
+experts the step touches: the kernel's own time, not the fitted ``compute_efficiency`` of the
+dense products' tiles.
 
 With FP8 products (FP8 weights on a GPU with FP8 tensor cores) the experts reach
 :data:`FP8_FACTOR` of that share of the FP8 rate: the geometric mean, over the published runs of

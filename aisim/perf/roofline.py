@@ -1,51 +1,64 @@
-"""Roofline coefficients from GPU and model specs.
+"""Step time from operators: each matrix product, attention and all-reduce of a step, priced as it runs.
 
-One engine step on one GPU of a tensor-parallel group of ``tp`` (every rank does the
-same work on its share) costs
+One engine step on one GPU of a tensor-parallel group of ``tp`` (every rank does the same work
+on its share) costs
 
-    overhead_s + overhead_per_req_s x requests + max(compute_s, memory_s) + allreduce_s
+    GPU = sum over GEMMs (roofline of its shape) + routed experts + attention (prefill, decode)
+          + recurrent states + sampler + all-reduces + layer_overhead_s x layers
+    CPU = overhead_s + overhead_per_req_s x requests
+    step = max(GPU, CPU) with async scheduling (the engine schedules the next step while the GPU
+           runs this one), GPU + CPU without
 
-* **compute**: ``2 x`` the parameters a token multiplies (its share of the split layers,
-  the layers every rank holds whole, the ``k`` routed experts it picks) per scheduled
-  token; the LM head's ``2 x hidden x vocab / tp`` per scheduled request (vLLM computes
-  logits at one position of each); attention, per layer kind, ``2 (qk + v)`` FLOPs per
-  head per (new token, key) pair over the layer's share of heads, the pairs of ``n`` new
-  tokens ending at context ``c`` being ``sum min(position, window)`` over their
-  positions (causal attention, a sliding window caps the keys; MLA in two forms, below);
-  linear-attention state updates per token.  Matrix products run at the GPU's
-  achievable matmul FLOP/s x ``compute_efficiency``, attention at the same rate x
-  ``attention_efficiency``, the routed experts' products at the share of that rate vLLM's
-  fused-MoE kernel reaches for their shape (:func:`aisim.perf.moe_kernel.expert_share`); the
-  rate of the weights' dtype (FP8 weights on a GPU without FP8 tensor cores run at the BF16
-  rate), attention's the rate of the KV cache's dtype
-  (the attention kernels multiply the cached keys and values as stored: BF16 unless every
-  attention layer caches FP8, whatever the weights).
-* **memory**: the weights read once per step (split layers / ``tp``, whole layers, the
-  LM head / ``tp``; the embedding is only gathered); of the routed experts only those the
-  batch touches: with ``T`` scheduled tokens each picking ``k`` of ``E`` experts
-  uniformly, a layer reads ``E (1 - (1 - k/E)^T)`` distinct experts on average; each
-  scheduled request's KV cache (``min(context, window)`` tokens per attention layer; MLA's
-  latent whole on every GPU, GQA's share of heads); each recurrent state read and
-  written.  Over ``peak bandwidth x bandwidth_efficiency``.
-* **MLA** runs each request in one of two forms, as vLLM's MLA metadata builder splits the
-  batch (``MLACommonMetadataBuilder.build`` -> ``split_decodes_and_prefills`` with the
-  backend's ``reorder_batch_threshold``, ``vllm/model_executor/layers/attention/mla_attention.py``;
-  ``vllm/v1/attention/backends/mla/common.py`` before): a request of at most
+* **GEMMs** (:class:`aisim.config.modelspec.Gemm`, from the model's ``config.json``): QKV, O, the
+  MLP's gate/up and down, MLA's projections, the MoE router and shared experts, each on its share
+  ``n x k`` of one GPU, and the LM head.  ``M`` is the step's tokens, padded to the CUDA graph
+  it runs in (:mod:`aisim.perf.graphs`); the LM head's is the step's requests (vLLM computes
+  logits at one position of each).  One GEMM takes ``max(compute, memory)``: compute is its
+  output cut into :data:`TILE` x :data:`TILE` tiles, ``ceil(M / TILE) x ceil(n / TILE)`` of them,
+  in waves of the GPU's SM count (rounded up to whole waves once there is more than one; a
+  grid smaller than the GPU is split along ``k``), each tile ``2 TILE^2 k`` FLOPs at the GPU's
+  achievable matmul rate of the weights' dtype x ``compute_efficiency``; memory is the weight
+  (``n k`` x its dtype's bytes) plus the activations in and out (``M (k + n)`` x
+  :data:`ACT_BYTES`) over peak bandwidth x ``bandwidth_efficiency``.  A decode step is
+  thus bound by reading the weights, a large prefill chunk by its FLOPs.
+* **routed experts**: ``2 x k x 3 x hidden x N`` FLOPs per token (``k`` experts picked) at the
+  share of the achievable rate vLLM's fused-MoE kernel reaches for its ``N`` columns
+  (:func:`aisim.perf.moe_kernel.expert_kernel`), against reading the experts the step touches
+  (``T`` tokens picking ``k`` of ``E`` uniformly touch ``E (1 - (1 - k/E)^T)`` a layer; ``T`` the
+  step's own tokens, a CUDA graph's alike padding rows adding none).
+* **attention**, per layer kind and per request, in two kernels: the prefill chunks
+  (FlashAttention-like: ``2 (qk + v)`` FLOPs per head per (new token, key) pair, the pairs of
+  ``n`` new tokens ending at context ``c`` being ``sum min(position, window)``) and the decodes
+  (paged reads of each request's KV cache, ``min(context, window)`` tokens per layer); each
+  ``max(FLOPs / (achievable rate of the KV cache's dtype x attention_efficiency), KV bytes /
+  bandwidth)``.  MLA runs each request in one of two forms, as vLLM's MLA metadata builder
+  splits the batch (``MLACommonMetadataBuilder.build`` -> ``split_decodes_and_prefills`` with
+  the backend's ``reorder_batch_threshold``,
+  ``vllm/model_executor/layers/attention/mla_attention.py``): a request of at most
   :data:`MLA_DECODE_MAX_TOKENS` new tokens, or a decode verifying drafts, in the decode form
   (``forward_mqa``: absorbed weights, QK over ``kv_lora_rank + qk_rope_head_dim``, PV over
-  ``kv_lora_rank`` a head); every other in the prefill form (``forward_mha``: multi-head
-  attention over up-projected keys and values, QK over ``qk_nope_head_dim +
-  qk_rope_head_dim``, PV over ``v_head_dim``), which also up-projects the latent of its cached
-  context through ``kv_b_proj`` every step (``_compute_prefill_context``, in workspace-sized
-  chunks): ``2 x kv_lora_rank x heads/tp x (qk_nope_head_dim + v_head_dim)`` matmul FLOPs per
-  context token per layer.  The new tokens' own up-projection (prefill) and the absorbed
-  ``W_UK``/``W_UV`` products (decode), the same count a token, are ``kv_b_proj``'s parameters
-  in the FLOPs per token.  Other layers have one form.
+  ``kv_lora_rank`` a head); every other in the prefill form (``forward_mha``: QK over
+  ``qk_nope_head_dim + qk_rope_head_dim``, PV over ``v_head_dim``), which also up-projects the
+  latent of its cached context through ``kv_b_proj`` every step (``_compute_prefill_context``):
+  ``2 x kv_lora_rank x heads/tp x (qk_nope_head_dim + v_head_dim)`` FLOPs per context token per
+  layer, at the matmul rate.
+* **recurrent states** (Mamba, GDN): each request's state read and written, its update's FLOPs.
+* **sampler**: the float32 logits of each request, :data:`SAMPLER_PASSES` passes over the
+  vocabulary (vLLM's ``Sampler``: logits to float32, temperature, softmax, the draw).
 * **all-reduce** (``tp > 1``): two per layer (after attention and after the MLP), each a
-  ring over ``T x hidden x 2 bytes x 2 (tp - 1) / tp`` at the GPU's one-way interconnect
+  ring over ``M x hidden x 2 bytes x 2 (tp - 1) / tp`` at the GPU's one-way interconnect
   bandwidth, plus a fixed latency (:mod:`aisim.config.gpus`).
+* **fixed costs**: ``layer_overhead_s`` a decoder layer on the GPU (the small kernels between
+  the GEMMs: norms, rotary embedding, activations, the gaps between launches); the CPU's
+  ``overhead_s`` a step and ``overhead_per_req_s`` a scheduled request (scheduling, input
+  preparation, output processing).
 
-The coefficients travel to the core as ``TimeModelC`` (``ext/steptime.pxd``).
+Every constant is a datasheet number of :mod:`aisim.config.gpus`, a rule of vLLM read from its
+source (cited where it is used), one of the named constants below, or a fitted
+``TIME_MODEL_KEYS`` entry (``fitted=True``: ``compute_efficiency``, ``attention_efficiency``,
+``bandwidth_efficiency``, ``overhead_s``, ``overhead_per_req_s``, ``layer_overhead_s``).  The
+coefficients travel to the core as ``TimeModelC`` (``ext/steptime.pxd``), the GEMM shapes computed
+once here; per step the core loops over the handful of GEMM kinds and the batch's requests.
 """
 
 from __future__ import annotations
@@ -59,6 +72,17 @@ from aisim.perf.moe_kernel import expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
 ALLREDUCE_BYTES = 2
+# Bytes of one activation element a GEMM reads or writes (BF16 activations, FP8 weights or not).
+ACT_BYTES = 2
+# Output tile of one thread block of a GEMM, rows and columns: the 128 x 128 tile of the CUTLASS and
+# cuBLAS kernels behind vLLM's linear layers on Ampere and Hopper (an assumption of aisim: the
+# libraries pick among several tiles per shape).
+TILE = 128
+# Passes of the sampler over each request's float32 logits: written by the LM head in float32, scaled
+# by the temperature, softmaxed, drawn from (vllm/v1/sample/sampler.py Sampler.forward: compute_logprobs
+# off, no penalties); each pass reads or writes vocab x 4 bytes.
+SAMPLER_PASSES = 4
+LOGIT_BYTES = 4
 # All-reduces per decoder layer under tensor parallelism (attention output, MLP output).
 ALLREDUCES_PER_LAYER = 2
 # The most new tokens an MLA request runs in the decode form: the decode threshold of vLLM's MLA
@@ -92,6 +116,8 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         request in the prefill form; else 0),
         ``moe_experts``, ``moe_log_miss``, ``moe_expert_bytes``, ``comm_s``, ``comm_per_token_s``,
         ``peak_flops`` (datasheet), ``matmul_flops`` (achievable),
+        ``gemms`` (``(name, n, k, count, rows)`` a matrix product on one GPU), ``state_flops``
+        (per token), ``sample_bytes`` (per request),
         ``attention_flops`` (achievable in the KV cache's dtype), ``peak_bytes``.
     """
     wb = DTYPE_BYTES[dtype]
@@ -135,7 +161,14 @@ def roofline_terms(model, gpu, tp: int, dtype: str) -> dict:
         comm_s = n * gpu.link_latency_s
         comm_per_token_s = (n * model.hidden_size * ALLREDUCE_BYTES * 2.0 * (tp - 1) / tp
                             / gpu.link_bytes_per_s_each_way)
+    gemms = [(g.name, *g.shape(tp), g.count, g.rows) for g in model.gemms]
+    if not gemms:  # no shapes known: the active weights as one square-ish product a layer
+        active = model.active_params or model.params
+        gemms = [("active", float(model.hidden_size), active / tp / model.hidden_size / model.num_layers,
+                  model.num_layers, "tokens")]
     return {
+        "gemms": gemms, "state_flops": state_flops,
+        "sample_bytes": float(SAMPLER_PASSES * LOGIT_BYTES * model.vocab_size),
         "flops_per_token": flops_per_token, "expert_flops_per_token": expert_flops, "flops_per_req": flops_per_req,
         "weight_bytes": weights,
         "state_bytes": state, "attn_flops": attn_flops, "kv_bytes": kv_bytes, "window": window,
@@ -155,26 +188,30 @@ def resolved_dtype(tm, model) -> str:
     return tm.dtype or model.dtype
 
 
-def roofline_args(tm) -> dict:
-    """Core arguments of the roofline model of ``tm`` (an engine's TimeModel).
+def roofline_args(tm, async_scheduling: bool = False, graph_sizes=()) -> dict:
+    """Core arguments of the operator model of ``tm`` (an engine's TimeModel).
 
-    The core prices every matrix FLOP at one rate, the achievable rate x ``compute_efficiency``;
-    the routed experts run at the achievable rate x their kernel's share
-    (:func:`aisim.perf.moe_kernel.expert_kernel`), so their FLOPs enter ``flops_per_token`` as
-    ``compute_efficiency / share`` FLOPs each.
+    Parameters
+    ----------
+    tm : aisim.config.engine.TimeModel
+    async_scheduling : bool
+        The engine schedules the next step while the GPU runs this one: the CPU's time overlaps.
+    graph_sizes : sequence of int
+        CUDA-graph capture sizes (:func:`aisim.perf.graphs.capture_sizes`); empty: no graphs.
     """
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
     dtype = resolved_dtype(tm, model)
     t = roofline_terms(model, gpu, tm.tp, dtype)
     kernel = expert_kernel(model, tm.tp, gpu, dtype)
-    if kernel is not None:
-        t["flops_per_token"] += t["expert_flops_per_token"] * (tm.compute_efficiency / kernel.share - 1.0)
-    t["attn_rate"] = t["attention_flops"] * tm.attention_efficiency
-    t["req_s"] = tm.overhead_per_req_s
+    share = kernel.share if kernel is not None else tm.compute_efficiency
+    g = t["gemms"]
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
-        "flops_per_token": t["flops_per_token"],
+        "gemm_n": [x[1] for x in g], "gemm_k": [x[2] for x in g], "gemm_count": [float(x[3]) for x in g],
+        "gemm_per_req": [int(x[4] == "requests") for x in g],
+        "sms": float(gpu.sms or 1), "tile": float(TILE), "act_bytes": float(ACT_BYTES),
+        "weight_elt": float(DTYPE_BYTES[dtype]),
         "attn_flops": t["attn_flops"],
         "attn_flops_prefill": t["attn_flops_prefill"],
         "ctx_flops": t["ctx_flops"],
@@ -182,10 +219,17 @@ def roofline_args(tm) -> dict:
         "kv_bytes": t["kv_bytes"],
         "window": t["window"],
         "state_bytes": t["state_bytes"],
-        "weight_bytes": t["weight_bytes"],
+        "state_flops": t["state_flops"],
+        "sample_bytes": t["sample_bytes"],
+        "expert_flops_per_token": t["expert_flops_per_token"],
+        "expert_rate": t["matmul_flops"] * share,
         "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
+        "attn_rate": t["attention_flops"] * tm.attention_efficiency,
         "overhead_s": tm.overhead_s,
-        **{k: t[k] for k in ("req_s", "flops_per_req", "attn_rate", "moe_experts", "moe_log_miss",
-                             "moe_expert_bytes", "comm_s", "comm_per_token_s")},
+        "req_s": tm.overhead_per_req_s,
+        "gpu_fixed_s": tm.layer_overhead_s * model.num_layers,
+        "async_cpu": bool(async_scheduling),
+        "graph_sizes": [int(x) for x in graph_sizes],
+        **{k: t[k] for k in ("moe_experts", "moe_log_miss", "moe_expert_bytes", "comm_s", "comm_per_token_s")},
     }

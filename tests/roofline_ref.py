@@ -1,0 +1,71 @@
+"""A slow reference of the roofline step time (aisim/perf/roofline.py states the model), for tests only.
+
+Written from the model's statement, not from the core: each GEMM of the model's ``gemms`` at the
+roofline of its shape (tiles in waves over the SMs, or its bytes), the routed experts, attention
+in a prefill and a decode kernel, the sampler, the all-reduces, then the CPU's time added (or
+overlapped under async scheduling).  The pieces it reads from ``roofline_terms`` (attention FLOPs
+a pair, KV bytes a token, experts' bytes) are pinned by hand counts in the tests.
+"""
+
+import math
+
+from aisim.config.catalog import get_gpu, get_model
+from aisim.perf.graphs import capture_sizes, padded
+from aisim.perf.moe_kernel import expert_kernel
+from aisim.perf.roofline import roofline_terms
+
+
+def gemm_s(m, n, k, sms, flops_rate, bytes_rate, weight_bytes, tile=128, act=2):
+    """One GEMM: its 128 x 128 tiles in whole waves (once there are more than SMs), or its bytes."""
+    tiles = math.ceil(m / tile) * math.ceil(n / tile)
+    if tiles > sms:
+        tiles = math.ceil(tiles / sms) * sms
+    return max(tiles * 2 * tile * tile * k / flops_rate, (n * k * weight_bytes + m * (k + n) * act) / bytes_rate)
+
+
+def pairs(n, c, w=0):
+    """(new token, key) pairs of n new tokens ending at context c, keys capped at w (0: none)."""
+    return sum(min(p, w) if w else p for p in range(c - n + 1, c + 1))
+
+
+def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096, async_scheduling=False):
+    """Seconds of one step of ``batch``: ``(new tokens, context after the step, is a decode)`` a request.
+
+    ``tm``: the roofline keys (efficiencies, overheads, tp, dtype).
+    """
+    spec, g = get_model(model), get_gpu(gpu)
+    tp, dtype = tm.get("tp", 1), tm.get("dtype") or spec.dtype
+    t = roofline_terms(spec, g, tp, dtype)
+    wb = 1 if dtype == "fp8" else 2
+    matmul = t["matmul_flops"] * tm["compute_efficiency"]
+    attn = t["attention_flops"] * tm["attention_efficiency"]
+    bw = t["peak_bytes"] * tm["bandwidth_efficiency"]
+    tokens, reqs = sum(b[0] for b in batch), len(batch)
+    m = padded(tokens, capture_sizes(max_num_seqs, max_num_batched_tokens, g.capability))
+    gpu_s = tm.get("layer_overhead_s", 0.0) * spec.num_layers
+    for _, n, k, count, rows in t["gemms"]:
+        gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb)
+    kernel = expert_kernel(spec, tp, g, dtype)
+    if kernel is not None:
+        # the step's own tokens spread over the experts; a graph's padding rows are alike
+        touched = t["moe_experts"] * (1 - (1 - spec.experts_per_token / spec.num_experts) ** tokens)
+        gpu_s += max(t["expert_flops_per_token"] * m / (t["matmul_flops"] * kernel.share),
+                     touched * t["moe_expert_bytes"] / bw)
+    kinds = {True: [0.0, 0.0], False: [0.0, 0.0]}   # decode?: [FLOPs, bytes]
+    up = 0.0
+    for n, c, dec in batch:
+        prefill_form = t["ctx_flops"] or t["attn_flops_prefill"] != t["attn_flops"]
+        af = t["attn_flops"]
+        if prefill_form and n > 1 and not dec:
+            af = t["attn_flops_prefill"]
+            up += c - n
+        for f, kb, w in zip(af, t["kv_bytes"], t["window"]):
+            kinds[dec][0] += f * pairs(n, c, w)
+            kinds[dec][1] += kb * (min(c, w) if w else c)
+    for f, b in kinds.values():
+        gpu_s += max(f / attn, b / bw)
+    gpu_s += t["ctx_flops"] * up / matmul
+    gpu_s += t["sample_bytes"] * reqs / bw
+    gpu_s += t["comm_s"] + t["comm_per_token_s"] * m
+    cpu_s = tm["overhead_s"] + tm.get("overhead_per_req_s", 0.0) * reqs
+    return max(gpu_s, cpu_s) if async_scheduling else gpu_s + cpu_s
