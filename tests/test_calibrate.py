@@ -139,7 +139,7 @@ def test_fit_recovers_the_constants_that_made_the_points(tmp_path):
     eng = truth_engine(truth)
     paths = [_write(tmp_path, result(s, eng), s + ".json") for s in SMOOTH]
     runs = [r for p in paths for r in read_bench_serve(p)]
-    got = fit(prepare(runs), truth_engine(), fitted_keys())
+    got = fit(prepare(runs), truth_engine(), tuple(truth))
     assert got.values.keys() == truth.keys()
     for k, v in truth.items():
         assert got.values[k] == pytest.approx(v, rel=1e-3), k
@@ -184,7 +184,7 @@ def test_calibrate_needs_two_files_and_fitted_keys(tmp_path):
     zero = truth_engine({key: 0.0}) if key.startswith("overhead") else None
     if zero is not None:  # an overhead may be 0; a fit cannot start from it
         with pytest.raises(ConfigError, match=f"'time_model.{key}' starts at 0.0; .* leave it out of the fit"):
-            calibrate(runs, zero, name="t")
+            calibrate(runs, zero, name="t", keys=(key,))
     with pytest.raises(ConfigError, match="time model is 'linear', which has no fitted constants"):
         calibrate(runs, engine_config_from_dict({"num_gpu_blocks": 64}), name="t")
 

@@ -194,7 +194,7 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
     name : str
         The calibration's name in its record.
     keys : tuple of str, optional
-        Constants to fit; default every one of :func:`fitted_keys`.
+        Constants to fit; default every one of :func:`fitted_keys` the engine holds above zero.
     metrics, max_iter, progress
         As :func:`fit`.
     seed : int
@@ -216,7 +216,9 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
         raise ConfigError(f"the engine's time model is '{engine.time_model.kind}', which has no fitted constants; "
                           "name the GPU it ran on (time_model.gpu, or --model and --gpu)")
     every = fitted_keys()
-    keys = every if keys is None else tuple(keys)
+    # By default every fitted constant the engine holds above zero: one held at zero (a term the
+    # defaults leave off, such as layer_overhead_s) stays off unless named with a positive start.
+    keys = tuple(k for k in every if getattr(engine.time_model, k) > 0) if keys is None else tuple(keys)
     for k in keys:
         if k not in every:
             raise ConfigError(f"'{k}' is not a fitted time-model constant; those are: {', '.join(every)}")

@@ -41,8 +41,8 @@ DEFAULT_CALIBRATION = {
     "points": 70,
     "fitted": [],
     "quantiles": list(QUANTILES),
-    "held_out": {"ttft": [-0.447, -0.038, 0.496], "tpot": [-0.265, -0.061, 0.382],
-                 "throughput": [-0.219, 0.06, 0.423]},
+    "held_out": {"ttft": [-0.553, -0.05, 0.25], "tpot": [-0.265, -0.008, 0.271],
+                 "throughput": [-0.114, 0.018, 0.613]},
 }
 
 
