@@ -361,28 +361,9 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     kw["plan_notes"] = tuple(notes)
     if kw.get("model") is not None and not isinstance(kw["model"], str):
         raise ConfigError(f"'model'{_where(source)} must be a string")
-    extra = kw.get("cache_extra", {})
-    if not isinstance(extra, dict):
-        raise ConfigError(f"'cache_extra'{_where(source)} must be a mapping")
-    for k, v in extra.items():
-        # The oracle's spelling of two cache-config fields.
-        if k not in ("prefix_cache_retention_interval", "prefix_match_unit"):
-            raise ConfigError(f"unknown key 'cache_extra.{k}'{_where(source)}")
-        if k in kw and kw[k] != v:
-            raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
-        kw[k] = v
-    kw["cache_extra"] = dict(extra)
-    sched_extra = kw.get("scheduler_extra", {})
-    if not isinstance(sched_extra, dict):
-        raise ConfigError(f"'scheduler_extra'{_where(source)} must be a mapping")
-    for k, v in sched_extra.items():
-        # The oracle's spelling of two scheduler-config fields.
-        if k not in ("cache_aware_admission_window", "cache_aware_admission_threshold"):
-            raise ConfigError(f"unknown key 'scheduler_extra.{k}'{_where(source)}")
-        if k in kw and kw[k] != v:
-            raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
-        kw[k] = v
-    kw["scheduler_extra"] = dict(sched_extra)
+    # The oracle's spelling of two cache-config and two scheduler-config fields.
+    _oracle_extra(kw, "cache_extra", ("prefix_cache_retention_interval", "prefix_match_unit"), source)
+    _oracle_extra(kw, "scheduler_extra", ("cache_aware_admission_window", "cache_aware_admission_threshold"), source)
     _check_cache_aware(kw, source)
     # CacheConfig.DEFAULT_BLOCK_SIZE of the release (config/cache.py).
     kw.setdefault("block_size", release(version).block_size)
@@ -404,13 +385,28 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
         if blocks < 2:
             raise ConfigError(f"'kv_cache_bytes' ({kw['kv_cache_bytes']}){_where(source)} holds "
                               f"{blocks} block(s) of {per_block} bytes; at least 2 are needed")
-    kw["declared"] = frozenset(raw) | frozenset(extra) | frozenset(sched_extra)
+    kw["declared"] = frozenset(raw) | frozenset(kw["cache_extra"]) | frozenset(kw["scheduler_extra"])
     kw["raw"] = copy.deepcopy(raw)
     cfg = EngineConfig(**kw, source=source, _token=_FACTORY)
     from aisim.config.rule import check_engine
 
     check_engine(cfg, source)
     return cfg
+
+
+def _oracle_extra(kw: dict, name: str, fields: tuple, source) -> None:
+    """Move the ``fields`` a recorded configuration gives inside mapping ``name`` (the oracle's
+    spelling) to the top level of ``kw``, refusing any other key and a field given twice apart."""
+    extra = kw.get(name, {})
+    if not isinstance(extra, dict):
+        raise ConfigError(f"'{name}'{_where(source)} must be a mapping")
+    for k, v in extra.items():
+        if k not in fields:
+            raise ConfigError(f"unknown key '{name}.{k}'{_where(source)}")
+        if k in kw and kw[k] != v:
+            raise ConfigError(f"'{k}'{_where(source)} is given twice with different values")
+        kw[k] = v
+    kw[name] = dict(extra)
 
 
 def _check_cache_aware(kw: dict, source) -> None:
