@@ -4,7 +4,7 @@
 the exact engine of :func:`aisim.replay.replay` (its own scheduler, KV cache and step time), so
 a replica's decisions equal a single-engine replay of the requests routed to it.  The router
 places each request at its arrival, from what the replicas have reported so far (see
-``ext/deploy.pyx`` and the README's "Deployments" section for the routers' formulas).
+``ext/deploy.pyx`` and ``docs/deployments.md`` for the routers' formulas).
 """
 
 from __future__ import annotations

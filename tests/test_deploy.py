@@ -456,9 +456,9 @@ def test_cli_refuses_a_step_clocked_trace_and_writes_nothing(tmp_path):
     assert r.exit_code == 2 and "unknown key 'deployment.router.wait' in" in r.output
 
 
-def test_readme_deployment_tables_are_rendered_from_the_catalogue():
+def test_deployment_tables_are_rendered_from_the_catalogue():
     from aisim.config.readme import render_deployment_tables
 
-    with open(os.path.join(os.path.dirname(__file__), "..", "README.md"), encoding="utf-8") as fh:
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "deployments.md"), encoding="utf-8") as fh:
         readme = fh.read()
     assert render_deployment_tables() in readme

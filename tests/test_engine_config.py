@@ -139,8 +139,8 @@ def test_dataclass_defaults_come_from_the_catalogue():
     assert dataclasses.asdict(cfg.time_model) == {**{k.name: k.default for k in TIME_MODEL_KEYS}, "frontend": False}
 
 
-def test_readme_tables_are_rendered_from_the_catalogue():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+def test_configuration_tables_are_rendered_from_the_catalogue():
+    with open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8") as fh:
         readme = fh.read()
     tables = render_tables()
     assert tables in readme

@@ -138,7 +138,7 @@ def test_cross_validation_predicts_each_source_by_a_fit_that_never_saw_it(monkey
         h.cross_validate(points[:2], {}, iters=3)
 
 
-def test_the_readmes_state_the_fitted_numbers_the_code_holds():
+def test_the_docs_state_the_fitted_numbers_the_code_holds():
     from aisim.config.keys import TIME_MODEL_KEYS, defaults
     from aisim.perf import frontend
 
@@ -150,7 +150,7 @@ def test_the_readmes_state_the_fitted_numbers_the_code_holds():
 
     d = defaults(TIME_MODEL_KEYS)
     server = f"{frontend.PER_REQUEST_S * 1e3:.1f} ms a request and {frontend.PER_TOKEN_S * 1e6:.1f} us a prompt token"
-    assert f"({server}, fitted)" in text("README.md")
+    assert f"({server}, fitted)" in text("docs", "step-time.md")
     assert (f"compute efficiency {d['compute_efficiency']:g} and attention efficiency {d['attention_efficiency']:g} "
             f"of the GPU's achievable matmul FLOP/s (attention's in the KV cache's dtype), bandwidth efficiency "
             f"{d['bandwidth_efficiency']:g}, {d['overhead_s'] * 1e3:.1f} ms a step and "

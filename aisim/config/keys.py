@@ -4,10 +4,10 @@
 :class:`~aisim.config.engine.TimeModel` read their defaults from
 :data:`ENGINE_KEYS` and :data:`TIME_MODEL_KEYS`; the per-group keys of
 ``kv_cache_groups`` are :data:`GROUP_KEYS` (their kinds are
-:data:`aisim.config.kvgroups.KINDS`).  The README's "Engine configuration"
-tables are rendered from these catalogues (:mod:`aisim.config.readme`; run
-``python -m aisim.config.readme`` to print them) and a test checks that the
-README holds them.
+:data:`aisim.config.kvgroups.KINDS`).  The tables of
+``docs/configuration.md`` are rendered from these catalogues
+(:mod:`aisim.config.readme`; run ``python -m aisim.config.readme`` to print
+them) and a test checks that the page holds them.
 """
 
 from __future__ import annotations

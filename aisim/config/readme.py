@@ -1,7 +1,8 @@
-"""The README's engine-configuration tables, rendered from the key, kind, GPU and model catalogues.
+"""The reference's configuration tables, rendered from the key, kind, GPU and model catalogues.
 
-``python -m aisim.config.readme`` prints them; a test checks that README.md
-contains exactly this text, so the documented keys, defaults, supported
+``python -m aisim.config.readme`` prints them; tests check that
+``docs/configuration.md`` (engine keys) and ``docs/deployments.md``
+(deployment keys) contain exactly this text, so the documented keys, defaults, supported
 versions and group kinds cannot drift from the code.
 """
 
@@ -27,7 +28,7 @@ def _table(keys, fmt=None) -> list[str]:
 
 
 def render_tables() -> str:
-    """The README's engine-configuration tables (Markdown), rendered from the catalogues."""
+    """The engine-configuration tables of ``docs/configuration.md`` (Markdown), rendered from the catalogues."""
     fmt = {"default": f"`{DEFAULT_VLLM_VERSION}`", "supported": ", ".join(f"`{v}`" for v in SUPPORTED_VLLM_VERSIONS)}
     lines = _table(ENGINE_KEYS, fmt)
     lines += ["", "`time_model` keys (a key of another kind than `kind` is refused, not ignored):", ""]
@@ -69,7 +70,7 @@ def render_tables() -> str:
 
 
 def render_deployment_tables() -> str:
-    """The README's deployment-file tables (Markdown), rendered from the key catalogues."""
+    """The deployment-file tables of ``docs/deployments.md`` (Markdown), rendered from the key catalogues."""
     lines = ["`deployment` keys:", ""] + _table(DEPLOYMENT_KEYS)
     lines += ["", "`deployment.router` keys (given as a mapping; an option its `kind` does not act on is refused, "
               "not ignored):", ""] + _table(ROUTER_KEYS)

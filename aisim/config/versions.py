@@ -5,7 +5,7 @@ A release is a :class:`Release` row of :data:`RELEASES`: its version (kept whole
 :class:`Rules`, named switches where the releases' scheduler and KV-cache
 manager differ.  Everything that names a release or depends on one reads it
 from here: configuration validation, plans, the ``--vllm-version`` option, the
-README, the replay core (which receives the core's switches as one struct,
+configuration reference (``docs/configuration.md``), the replay core (which receives the core's switches as one struct,
 ``RulesC`` in ``ext/types.pxd``, filled by :func:`aisim.core_input.core_config`)
 and ``docs/vllm-version-rules.md`` (whose switch table :func:`rules_table`
 writes and a test compares).  Adding a release adds a row here, its logs to
