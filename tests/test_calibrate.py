@@ -255,3 +255,14 @@ def test_cli_refusals(tmp_path):
     assert r.exit_code == 2 and f"error: {bad}: 'completed' must be a positive integer" in r.output
     r = CliRunner().invoke(main, ["calibrate", bad])
     assert r.exit_code == 2 and "give exactly one of --engine and --model" in r.output
+
+
+def test_a_step_past_a_float_is_a_rejected_step_not_a_traceback(tmp_path):
+    # Two Poisson runs pin few constants: the search strays to log-values whose exp() overflows a
+    # float; such a step costs infinity and is rejected like one out of a constant's range.
+    files = [os.path.join(HERE, "poisson-4rps-512x128.json"), os.path.join(HERE, "bursty-8rps-1024x96.json")]
+    out = tmp_path / "c.toml"
+    r = CliRunner().invoke(main, ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    tm = load_engine_config(out).time_model
+    assert all(math.isfinite(getattr(tm, k)) for k in fitted_keys())

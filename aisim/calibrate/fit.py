@@ -167,8 +167,9 @@ def fit(prepared: list, engine, keys: tuple, *, metrics=METRICS, max_iter: int =
     def f(x) -> np.ndarray:
         try:
             eng = with_constants(engine, values(x))
-        except ConfigError:
-            return np.full(len(pairs), math.inf)  # out of the constant's range (an efficiency above 1)
+        except (ConfigError, OverflowError):
+            # Out of the constant's range (an efficiency above 1, a cost past its bound or past a float).
+            return np.full(len(pairs), math.inf)
         return residuals(prepared, predict_runs(prepared, eng), metrics)
 
     def report(it, x, cost):
