@@ -17,6 +17,7 @@ import os
 import pyarrow as pa
 from hypothesis import strategies as st
 
+from aisim.config.keys import ENGINE_KEYS as ENGINE_KEY_CATALOGUE
 from aisim.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -206,8 +207,9 @@ def _value_of(draw, typ):
 # Configurations and specs: valid values to mutate.
 with open(os.path.join(EXAMPLES, "engine.json"), encoding="utf-8") as _fh:
     ENGINE = json.load(_fh)
-_ENGINE_KEYS = sorted(set(ENGINE) | {"vllm_version", "kv_cache_bytes", "speculative_config", "async_scheduling",
-                                     "max_num_partial_prefills", "scheduling_policy", "cache_extra"})
+# Every key of the catalogue (so a new key is fuzzed too) and a few that vLLM has and aisim refuses.
+_ENGINE_KEYS = sorted(set(ENGINE) | {k.name for k in ENGINE_KEY_CATALOGUE}
+                      | {"speculative_config", "max_num_partial_prefills", "scheduling_policy"})
 _DEPLOYMENT = {"deployment": {"replicas": 2, "router": {"kind": "kv_aware", "overlap_weight": 1.0,
                                                         "view_delay_s": 0.0}}}
 _PROBE = {"vllm_version": "0.31.0", "max_model_len": 4096, "num_gpu_blocks": 1000,

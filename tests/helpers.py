@@ -11,7 +11,8 @@ from aisim.traces.schema import canonical_segments, stream_id, trace_table
 def oracle_engine_dict(scenario_dir, version):
     """An oracle scenario's config.json with the evidence its recorded log header holds.
 
-    The header is what vLLM's live scheduler reported (hash block size, groups);
+    ``startup_check`` is false: the recorder built the scheduler without
+    vLLM's engine start-up.  The header is what vLLM's live scheduler reported (hash block size, groups);
     grouped prefix caching needs that geometry declared (aisim.config.rule), so
     it is written into the configuration the way a probe import would.
     """
@@ -21,6 +22,9 @@ def oracle_engine_dict(scenario_dir, version):
     with open(os.path.join(scenario_dir, "config.json")) as fh:
         raw = json.load(fh)
     raw["vllm_version"] = version
+    # The logs were recorded on a Scheduler built without the engine's start-up check
+    # (the oracle README), which would refuse full_small (200 blocks, max_model_len 4096).
+    raw["startup_check"] = False
     with open(os.path.join(scenario_dir, f"vllm-{version}.jsonl")) as fh:
         header = json.loads(fh.readline())
     groups = [dict(g) for g in raw.get("kv_cache_groups", [])]
@@ -75,3 +79,15 @@ def ipc_bytes(table):
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def copy_oracle_config(scenario_dir, dest):
+    """Write an oracle scenario's config.json to ``dest`` with ``startup_check`` false, as recorded."""
+    import json
+    import os
+
+    with open(os.path.join(scenario_dir, "config.json")) as fh:
+        raw = json.load(fh)
+    raw["startup_check"] = False  # the recorder built the scheduler without vLLM's engine start-up
+    with open(dest, "w") as fh:
+        json.dump(raw, fh, indent=1)

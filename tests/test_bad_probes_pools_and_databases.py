@@ -17,6 +17,7 @@ from aisim.pipeline.runkey import resolve_inputs
 from aisim.pipeline.spec import spec_from_dict
 from aisim.plan import load_probe, plan_from_model, plan_from_probe
 
+from conftest import ORACLE
 from test_pipeline_common import EXAMPLES, PIPELINES, demo_dict, demo_spec
 
 PROBE = {"vllm_version": "0.31.0", "max_model_len": 4096, "num_gpu_blocks": 1000,
@@ -119,11 +120,57 @@ def test_a_pool_given_as_memory_must_hold_one_request_of_max_model_len():
     with pytest.raises(ConfigError) as err:
         engine_config_from_dict(raw, source="e.json")
     assert str(err.value) == ("'kv_cache_bytes' (409600) in e.json gives 'num_gpu_blocks' (100) leaves 99 usable "
-                              "blocks, but one request of max_model_len (4096) needs 256; the estimated maximum "
+                              "blocks, but one request of max_model_len (4096) needs 256 blocks; the estimated maximum "
                               "model length is 1584; vLLM refuses to start such an engine")
     assert engine_config_from_dict(dict(raw, max_model_len=1584)).num_gpu_blocks == 100
-    # An explicit num_gpu_blocks is taken as it is (aisim.config.rule.check_capacity: a known difference).
-    assert engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096}).num_gpu_blocks == 100
+
+
+# 100 blocks of 16 tokens: block 0 is vLLM's null block, so 99 usable blocks hold 99 * 16 = 1,584 tokens;
+# one request of max_model_len 2048 needs 2048 / 16 = 128 blocks.  vLLM applies num_gpu_blocks_override
+# before its start-up check (get_kv_cache_configs), so an explicit num_gpu_blocks is refused as well.
+SMALL_POOL = {"num_gpu_blocks": 100, "block_size": 16, "max_model_len": 2048}
+SMALL_POOL_REASON = ("leaves 99 usable blocks, but one request of max_model_len (2048) needs 128 blocks; the "
+                     "estimated maximum model length is 1584; vLLM refuses to start such an engine")
+
+
+def test_an_explicit_pool_must_hold_one_request_of_max_model_len():
+    with pytest.raises(ConfigError) as err:
+        engine_config_from_dict(SMALL_POOL, source="e.json")
+    assert str(err.value) == "'num_gpu_blocks' (100) in e.json " + SMALL_POOL_REASON
+    # 1,584 tokens fit; 1,585 need a 100th block; 129 blocks hold 2,048 tokens.
+    assert engine_config_from_dict(dict(SMALL_POOL, max_model_len=1584)).max_model_len == 1584
+    with pytest.raises(ConfigError, match=r"needs 100 blocks; the estimated maximum model length is 1584;"):
+        engine_config_from_dict(dict(SMALL_POOL, max_model_len=1585))
+    assert engine_config_from_dict(dict(SMALL_POOL, num_gpu_blocks=129)).num_gpu_blocks == 129
+    # A scheduler built without the engine's start-up (the oracle's recordings) takes the pool as it is.
+    assert engine_config_from_dict(dict(SMALL_POOL, startup_check=False)).num_gpu_blocks == 100
+    with pytest.raises(ConfigError, match=r"^'startup_check' must be true or false, got 0$"):
+        engine_config_from_dict(dict(SMALL_POOL, startup_check=0))
+
+
+def test_config_validate_and_replay_refuse_a_pool_too_small_for_max_model_len(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(SMALL_POOL))
+    trace = os.path.join(ORACLE, "full_small", "trace.jsonl")
+    for args in (("config", "validate", path),
+                 ("replay", "--engine", path, "--trace", trace, "--out", tmp_path / "out")):
+        r = _run(*map(str, args))
+        assert r.exit_code == 2, r.output
+        assert r.stderr == f"error: 'num_gpu_blocks' (100) in {path} {SMALL_POOL_REASON}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_recorded_full_small_scenario_is_one_vllm_would_refuse():
+    # 200 blocks of 16 tokens hold 199 * 16 = 3,184 tokens; max_model_len 4096 needs 256 blocks.  The oracle
+    # recorded it on a scheduler built without the start-up check; its replay sets startup_check false
+    # (tests/helpers.py oracle_engine_dict), and test_oracle replays it exactly.
+    with open(os.path.join(ORACLE, "full_small", "config.json")) as fh:
+        raw = json.load(fh)
+    with pytest.raises(ConfigError, match=r"^'num_gpu_blocks' \(200\) leaves 199 usable blocks, but one request of "
+                                          r"max_model_len \(4096\) needs 256 blocks; the estimated maximum model "
+                                          r"length is 3184; vLLM refuses"):
+        engine_config_from_dict(raw)
+    assert engine_config_from_dict(dict(raw, startup_check=False)).num_gpu_blocks == 200
 
 
 # ---------------------------------------------------------------- databases

@@ -30,7 +30,8 @@ def tiny(tmp_path):
     trace.write_text(json.dumps({"request_id": "a", "prompt_len": 16, "max_tokens": 3, "arrival_time": 0.0}) + "\n"
                      + json.dumps({"request_id": "b", "prompt_len": 32, "max_tokens": 2, "arrival_time": 0.0}) + "\n")
     engine = tmp_path / "e.json"
-    engine.write_text(json.dumps({"num_gpu_blocks": 100, "time_model": {"base_s": 0.01, "per_token_s": 0.001}}))
+    engine.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 4096,
+                                  "time_model": {"base_s": 0.01, "per_token_s": 0.001}}))
     return engine, trace
 
 

@@ -111,7 +111,8 @@ def test_statistics_by_hand(tmp_path):
     # A linear time model of 10 ms a step, two requests of 100 prompt tokens and 3 output tokens
     # sent one at a time (cap 1): each takes a prefill step (its first token) and two decode steps.
     # TTFT 10 ms, TPOT = ITL = (30 - 10) / 2 = 10 ms, E2E 30 ms; 6 tokens over the 60 ms run: 100/s.
-    engine = engine_config_from_dict({"num_gpu_blocks": 64, "time_model": {"kind": "linear", "base_s": 0.01}})
+    engine = engine_config_from_dict({"num_gpu_blocks": 64, "max_model_len": 2048,
+                                      "time_model": {"kind": "linear", "base_s": 0.01}})
     r = read_bench_serve(_write(tmp_path, _good(max_concurrency=1)))[0]
     m = replay_metrics(*run_trace(r), engine)
     assert m == pytest.approx({"ttft": 10.0, "tpot": 10.0, "itl": 10.0, "e2el": 30.0, "throughput": 100.0})
@@ -119,13 +120,13 @@ def test_statistics_by_hand(tmp_path):
 
 def test_time_scale_multiplies_every_step(tmp_path):
     # The same run at time_scale 2: every step 20 ms, so every latency doubles and throughput halves.
-    engine = engine_config_from_dict({"num_gpu_blocks": 64,
+    engine = engine_config_from_dict({"num_gpu_blocks": 64, "max_model_len": 2048,
                                       "time_model": {"kind": "linear", "base_s": 0.01, "time_scale": 2.0}})
     r = read_bench_serve(_write(tmp_path, _good(max_concurrency=1)))[0]
     m = replay_metrics(*run_trace(r), engine)
     assert m == pytest.approx({"ttft": 20.0, "tpot": 20.0, "itl": 20.0, "e2el": 60.0, "throughput": 50.0})
     with pytest.raises(ConfigError, match="time_scale"):
-        engine_config_from_dict({"num_gpu_blocks": 64, "time_model": {"time_scale": 0.0}})
+        engine_config_from_dict({"num_gpu_blocks": 64, "max_model_len": 2048, "time_model": {"time_scale": 0.0}})
 
 
 # ---------------------------------------------------------------- the fit
@@ -186,7 +187,7 @@ def test_calibrate_needs_two_files_and_fitted_keys(tmp_path):
         with pytest.raises(ConfigError, match=f"'time_model.{key}' starts at 0.0; .* leave it out of the fit"):
             calibrate(runs, zero, name="t", keys=(key,))
     with pytest.raises(ConfigError, match="time model is 'linear', which has no fitted constants"):
-        calibrate(runs, engine_config_from_dict({"num_gpu_blocks": 64}), name="t")
+        calibrate(runs, engine_config_from_dict({"num_gpu_blocks": 64, "max_model_len": 2048}), name="t")
 
 
 # ---------------------------------------------------------------- the record

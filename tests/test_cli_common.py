@@ -14,6 +14,7 @@ from aisim.cli_util import fmt_num, fmt_pct, fmt_seconds
 from aisim.traces import FORMATS, READERS
 
 from conftest import ORACLE
+from helpers import copy_oracle_config
 
 LONG = "a-directory-name-long-enough-that-no-table-could-fit-it-in-a-hundred-and-twenty-columns-" * 2
 
@@ -21,7 +22,7 @@ LONG = "a-directory-name-long-enough-that-no-table-could-fit-it-in-a-hundred-and
 @pytest.fixture
 def scenario(tmp_path):
     src = os.path.join(ORACLE, "full_small")
-    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    copy_oracle_config(src, tmp_path / "engine.json")
     deep = tmp_path / LONG
     deep.mkdir()
     shutil.copy(os.path.join(src, "trace.jsonl"), deep / "trace.jsonl")

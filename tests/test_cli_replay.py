@@ -12,12 +12,13 @@ from aisim.cli import main
 from aisim.config.versions import DEFAULT_VLLM_VERSION
 
 from conftest import ORACLE
+from helpers import copy_oracle_config
 
 
 @pytest.fixture
 def scenario(tmp_path):
     src = os.path.join(ORACLE, "full_small")
-    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    copy_oracle_config(src, tmp_path / "engine.json")
     shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
     return tmp_path
 

@@ -31,7 +31,8 @@ def _rows(table):
 
 def test_a_linear_engine_runs_engine_only_by_default_and_a_gpu_s_behind_the_server():
     assert _engine().time_model.frontend is False
-    roofline = engine_config_from_dict({"num_gpu_blocks": 100, "time_model": {"gpu": "H100", "model": "llama-3.1-8b"}})
+    roofline = engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096,
+                                        "time_model": {"gpu": "H100", "model": "llama-3.1-8b"}})
     assert roofline.time_model.frontend is True
     assert roofline.replace(time_model={"gpu": "H100", "model": "llama-3.1-8b", "frontend": False}) \
         .time_model.frontend is False
@@ -182,7 +183,8 @@ def test_a_closed_loop_turn_is_sent_at_its_release_and_passes_the_server(asy):
     from test_deploy import _sessions
 
     trace = _sessions()
-    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_model_len": 6384,
+                                   "max_num_seqs": 8, "max_num_batched_tokens": 512,
                                    "async_scheduling": asy,
                                    "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5,
                                                   "frontend": True, "frontend_per_request_s": 0.005,

@@ -25,7 +25,7 @@ def runs(tmp_path_factory):
     (d / "t.jsonl").write_text(
         json.dumps({"request_id": "a", "prompt_len": 16, "max_tokens": 3, "arrival_time": 0.0}) + "\n"
         + json.dumps({"request_id": "b", "prompt_len": 32, "max_tokens": 2, "arrival_time": 0.0}) + "\n")
-    (d / "e.json").write_text(json.dumps({"model": "m", "num_gpu_blocks": 100,
+    (d / "e.json").write_text(json.dumps({"model": "m", "num_gpu_blocks": 100, "max_model_len": 4096,
                                           "time_model": {"base_s": 0.01, "per_token_s": 0.001}}))
     for name, extra in (("A", ()), ("B", ("--set", "max_num_seqs=1"))):
         r = _run("replay", "--engine", d / "e.json", "--trace", d / "t.jsonl", "--out", d / name, *extra)

@@ -23,7 +23,7 @@ from aisim.traces.frame import from_frame
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE, SPEC_ORACLE
-from helpers import oracle_engine_dict
+from helpers import copy_oracle_config, oracle_engine_dict
 
 STEP_S = 0.01  # seconds per engine step when a step-clocked oracle trace is put on the clock
 
@@ -128,7 +128,8 @@ def _sessions(n=240, turns=4, rate=40.0):
 @pytest.mark.parametrize("fallback", ["kv_aware", "least_loaded"])
 @pytest.mark.parametrize("slack", [0, 2, 16])
 def test_session_affinity_replicas_equal_their_shares(fallback, slack):
-    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_model_len": 6384,
+                                   "max_num_seqs": 8, "max_num_batched_tokens": 512,
                                    "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5}})
     trace = _sessions()
     dep = deploy(trace, eng, {"replicas": 3, "router": {"kind": "session_affinity", "fallback": fallback,
@@ -259,7 +260,8 @@ def test_round_robin_and_random_by_formula():
 
 @pytest.mark.parametrize("slack", [0, 3])
 def test_session_affinity_by_formula(slack):
-    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+    eng = engine_config_from_dict({"num_gpu_blocks": 400, "max_model_len": 6384,
+                                   "max_num_seqs": 8, "max_num_batched_tokens": 512,
                                    "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5}})
     trace = _sessions()
     dep = deploy(trace, eng, {"replicas": 3, "router": {"kind": "session_affinity", "fallback": "least_loaded",
@@ -414,7 +416,7 @@ def test_cli_replays_a_deployment_with_one_log_per_replica(tmp_path):
     import pyarrow.parquet as pq
 
     src = os.path.join(ORACLE, "timed")
-    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    copy_oracle_config(src, tmp_path / "engine.json")
     shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
     (tmp_path / "dep.json").write_text('{"deployment": {"replicas": 3, "router": "kv_aware"}}')
     out, log = tmp_path / "out", tmp_path / "log.jsonl"
@@ -439,7 +441,7 @@ def test_cli_refuses_a_step_clocked_trace_and_writes_nothing(tmp_path):
     import shutil
 
     src = os.path.join(ORACLE, "full_small")
-    shutil.copy(os.path.join(src, "config.json"), tmp_path / "engine.json")
+    copy_oracle_config(src, tmp_path / "engine.json")
     shutil.copy(os.path.join(src, "trace.jsonl"), tmp_path / "trace.jsonl")
     (tmp_path / "dep.json").write_text('{"deployment": {"replicas": 2}}')
     r = _cli("replay", "--engine", str(tmp_path / "engine.json"), "--trace", str(tmp_path / "trace.jsonl"),

@@ -13,7 +13,8 @@ from aisim.traces import from_frame
 
 from test_deploy import _log, _sessions
 
-ENGINE = {"num_gpu_blocks": 400, "max_num_seqs": 8, "max_num_batched_tokens": 512,
+# 399 usable blocks of 16 tokens hold one request of 6,384 tokens (vLLM's start-up check).
+ENGINE = {"num_gpu_blocks": 400, "max_model_len": 6384, "max_num_seqs": 8, "max_num_batched_tokens": 512,
           "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5}}
 
 

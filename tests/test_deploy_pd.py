@@ -220,7 +220,8 @@ def test_bad_disaggregated_deployment_names_the_key(raw, message):
 
 def test_pool_engine_file_and_defaults(tmp_path):
     eng_file = tmp_path / "decode.toml"
-    eng_file.write_text('num_gpu_blocks = 500\nblock_size = 16\n[time_model]\nkind = "linear"\nbase_s = 0.02\n')
+    eng_file.write_text('num_gpu_blocks = 500\nblock_size = 16\nmax_model_len = 4096\n'
+                        '[time_model]\nkind = "linear"\nbase_s = 0.02\n')
     dep_file = tmp_path / "dep.toml"
     dep_file.write_text('[deployment]\nprefill = { replicas = 2 }\ndecode = { replicas = 1, engine = "decode.toml" }\n'
                         'link = { bandwidth_gb_s = inf }\n')

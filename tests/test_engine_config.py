@@ -42,28 +42,28 @@ def glm(**over):
 
 
 def test_direct_construction_is_refused():
-    for kw in ({"num_gpu_blocks": 100}, {}):
+    for kw in ({"num_gpu_blocks": 600}, {}):
         with pytest.raises(TypeError) as exc:
             EngineConfig(**kw)
         assert str(exc.value) == FACTORY
 
 
 def test_dataclasses_replace_is_refused():
-    cfg = engine_config_from_dict({"num_gpu_blocks": 100})
+    cfg = engine_config_from_dict({"num_gpu_blocks": 600})
     with pytest.raises(TypeError) as exc:
         dataclasses.replace(cfg, num_gpu_blocks=1)
     assert str(exc.value) == FACTORY
 
 
 def test_from_dict_is_the_factory():
-    raw = {"num_gpu_blocks": 100, "max_num_seqs": 8}
+    raw = {"num_gpu_blocks": 600, "max_num_seqs": 8}
     assert EngineConfig.from_dict(raw, "x.toml") == engine_config_from_dict(raw, "x.toml")
 
 
 def test_replace_validates_again_and_declares_the_change():
-    cfg = engine_config_from_dict({"num_gpu_blocks": 100, "max_num_seqs": 8}, source="engine.toml")
+    cfg = engine_config_from_dict({"num_gpu_blocks": 600, "max_num_seqs": 8}, source="engine.toml")
     new = cfg.replace(policy="priority", max_num_seqs=16)
-    assert (new.policy, new.max_num_seqs, new.num_gpu_blocks) == ("priority", 16, 100)
+    assert (new.policy, new.max_num_seqs, new.num_gpu_blocks) == ("priority", 16, 600)
     assert new.declared == {"num_gpu_blocks", "max_num_seqs", "policy"}
     assert cfg.max_num_seqs == 8 and cfg.declared == {"num_gpu_blocks", "max_num_seqs"}
     with pytest.raises(ConfigError) as exc:
@@ -83,7 +83,7 @@ def test_replace_refuses_what_the_grouped_prefix_rule_refuses():
         "grouped prefix caching refused in glm.toml: 'max_num_batched_tokens' (8190) must be a multiple of 4 "
         "for GLM-5.3-Flash prefix caching. Set enable_prefix_caching = false for a cold replay.")
     # The --vllm-version path: declaring a version without groups is refused as in a file.
-    plain = engine_config_from_dict({"num_gpu_blocks": 100})
+    plain = engine_config_from_dict({"num_gpu_blocks": 600})
     with pytest.raises(ConfigError, match="'vllm_version' \\(0.31.0\\) selects the grouped KV-cache rules"):
         plain.replace(vllm_version="0.31.0")
     assert cfg.replace(vllm_version="0.31.0").version == "0.31.0"
@@ -92,7 +92,7 @@ def test_replace_refuses_what_the_grouped_prefix_rule_refuses():
 
 
 def test_replace_keeps_a_key_spelt_in_cache_extra_consistent():
-    cfg = engine_config_from_dict({"num_gpu_blocks": 100, "cache_extra": {"prefix_cache_retention_interval": 4}})
+    cfg = engine_config_from_dict({"num_gpu_blocks": 600, "cache_extra": {"prefix_cache_retention_interval": 4}})
     new = cfg.replace(prefix_cache_retention_interval=8)
     assert new.prefix_cache_retention_interval == 8 and new.cache_extra == {"prefix_cache_retention_interval": 8}
 
@@ -116,7 +116,7 @@ def test_pickle_round_trip():
 
 
 def test_to_dict_leaves_out_the_bookkeeping():
-    d = engine_config_from_dict({"num_gpu_blocks": 100}).to_dict()
+    d = engine_config_from_dict({"num_gpu_blocks": 600}).to_dict()
     assert list(d) == [k.name for k in ENGINE_KEYS] + ["resolved_groups"]
 
 
@@ -126,14 +126,14 @@ def test_to_dict_leaves_out_the_bookkeeping():
 def test_dataclass_defaults_come_from_the_catalogue():
     names = [f.name for f in dataclasses.fields(EngineConfig)]
     assert names == [k.name for k in ENGINE_KEYS] + ["declared", "raw", "source"]
-    cfg = engine_config_from_dict({"num_gpu_blocks": 100})
+    cfg = engine_config_from_dict({"num_gpu_blocks": 600})
     derived = {"num_gpu_blocks", "cache_extra", "scheduler_extra", "time_model", "block_size"}
     for k in ENGINE_KEYS:
         if k.name not in derived:
             assert getattr(cfg, k.name) == k.default, k.name
     # The block size is the release's (aisim.config.versions.Release.block_size).
     assert cfg.block_size == release(cfg.version).block_size
-    assert cfg.cache_extra == {} and cfg.scheduler_extra == {} and cfg.time_model == engine_config_from_dict({"num_gpu_blocks": 2}).time_model
+    assert cfg.cache_extra == {} and cfg.scheduler_extra == {} and cfg.time_model == engine_config_from_dict({"num_gpu_blocks": 600}).time_model
     assert [f.name for f in dataclasses.fields(TimeModel)] == [k.name for k in TIME_MODEL_KEYS]
     # frontend is derived from the kind: off for the default linear model.
     assert dataclasses.asdict(cfg.time_model) == {**{k.name: k.default for k in TIME_MODEL_KEYS}, "frontend": False}
@@ -175,7 +175,7 @@ def test_group_kinds_are_one_table():
 ])
 def test_group_validation_reads_the_tables(group, message):
     with pytest.raises(ConfigError) as exc:
-        engine_config_from_dict({"num_gpu_blocks": 100, "kv_cache_groups": [group]}, source="g.toml")
+        engine_config_from_dict({"num_gpu_blocks": 600, "kv_cache_groups": [group]}, source="g.toml")
     assert str(exc.value) == message
 
 
@@ -185,9 +185,9 @@ def test_group_validation_reads_the_tables(group, message):
 def test_versions_are_read_from_one_place():
     assert SUPPORTED_VLLM_VERSIONS == tuple(r.version for r in RELEASES) == ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
     assert DEFAULT_VLLM_VERSION == RELEASES[-1].version
-    assert engine_config_from_dict({"num_gpu_blocks": 100}).version == DEFAULT_VLLM_VERSION
+    assert engine_config_from_dict({"num_gpu_blocks": 600}).version == DEFAULT_VLLM_VERSION
     with pytest.raises(ConfigError) as exc:
-        engine_config_from_dict({"num_gpu_blocks": 100, "vllm_version": "0.30.0"})
+        engine_config_from_dict({"num_gpu_blocks": 600, "vllm_version": "0.30.0"})
     assert str(exc.value) == "'vllm_version' must be one of 0.31.0, 0.32.0, 0.33.0, 0.34.0, got '0.30.0'"
     option = next(p for p in main.commands["replay"].params if p.name == "vllm_version")
     assert tuple(option.type.choices) == SUPPORTED_VLLM_VERSIONS

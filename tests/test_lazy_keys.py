@@ -96,7 +96,7 @@ def test_a_private_request_preempted_finds_its_own_blocks(monkeypatch):
     # re-admitted with 8 + 5 tokens; its lookup finds its blocks 3 and 4: a hit of 8 tokens, which
     # the lazily cached blocks could only give once keyed at the preemption.
     trace = make_trace([dict(id="a", prompt=8, max_tokens=12, at=0), dict(id="b", prompt=8, max_tokens=12, at=0)])
-    eng = _engine()
+    eng = _engine(max_model_len=28)  # what 7 usable blocks of 4 tokens hold (vLLM's start-up check)
     assert _private(trace, eng) == [1, 1]
     res = _same_with_and_without(trace, eng, monkeypatch)
     rows = {r["request_id"]: r for r in res.requests.to_pylist()}
@@ -115,7 +115,7 @@ def test_session_turns_that_quote_answers(monkeypatch):
             "segments": [t1, t2, [(stream_id("s", "x"), 0, 64)]], "session_id": ["s", "s", None],
             "turn": [0, 1, 0]}
     trace = trace_table(rows, "time")
-    eng = _engine(num_gpu_blocks=60, block_size=16, max_model_len=4096)
+    eng = _engine(num_gpu_blocks=60, block_size=16, max_model_len=944)  # 59 x 16: what the pool holds
     # In arrival order: t1, x, t2.
     assert _private(trace, eng) == [0, 1, 0]
     res = _same_with_and_without(trace, eng, monkeypatch)
@@ -199,7 +199,7 @@ def test_deployments_identical(fleet, monkeypatch):
     trace = synth_trace(300, seed=7, rate=60.0, prompt="lognormal:300:0.5", output="lognormal:40:0.5", turns=1,
                         think_time_s=0.1, prefix_groups=5, prefix_len=128, prefix_fraction=0.5)
     eng = _engine(num_gpu_blocks=120, block_size=16, max_num_seqs=32, max_num_batched_tokens=1024,
-                  max_model_len=8192, time_model={"kind": "linear", "base_s": 0.005, "per_token_s": 2e-5})
+                  max_model_len=1904, time_model={"kind": "linear", "base_s": 0.005, "per_token_s": 2e-5})  # 119 x 16
     assert 0 < sum(_private(trace, eng)) < trace.num_rows
     lazy = deploy(trace, eng, fleet)
     with monkeypatch.context() as m:

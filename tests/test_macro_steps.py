@@ -56,6 +56,7 @@ def _macro_counts(trace, eng, **kw):
     return core.macro_counts
 
 
+# max_model_len: what the pool's usable blocks hold when it is small (vLLM's start-up check).
 def _engine(**kw):
     base = dict(num_gpu_blocks=200, block_size=4, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=256,
                 kv_cache_groups=[{"type": "full"}])
@@ -71,7 +72,7 @@ def test_one_request_by_hand():
     # finishes.  Steps 1..9 are one stretch (it ends with the finishing step).  A block is
     # taken when the new token starts one (steps 1 and 5: 4 and 8 computed; step 9: 12).  Step 10
     # schedules nothing: it reports the finished request (Scheduler.has_requests).
-    eng = _engine(num_gpu_blocks=20, time_model={"kind": "linear", "base_s": 0.01})
+    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01})
     trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
     res = _same_both_ways(trace, eng)
     steps = res.steps.to_pydict()
@@ -106,7 +107,7 @@ def test_a_request_blocked_by_the_kv_cache_waits_inside_a_stretch():
     # (prompt 32 + its first token: 9 blocks) cannot be admitted until a finishes.  Every step
     # from 1 to a's finish at 11 tries and fails to admit b (a lookup and a refused allocation),
     # inside one stretch.
-    eng = _engine(num_gpu_blocks=14, enable_prefix_caching=False)
+    eng = _engine(num_gpu_blocks=14, max_model_len=52, enable_prefix_caching=False)
     trace = make_trace([dict(id="a", prompt=20, max_tokens=12, at=0), dict(id="b", prompt=32, max_tokens=2, at=1)])
     res = _same_both_ways(trace, eng)
     steps = res.steps.to_pydict()
@@ -120,7 +121,7 @@ def test_an_asynchronous_engine_by_hand():
     # step schedules one token while the previous one is in flight; at step 10 the request's last
     # token is in flight (the async guard skips it) and its output finishes it.  Steps 2..9 are
     # one stretch.
-    eng = _engine(num_gpu_blocks=20, time_model={"kind": "linear", "base_s": 0.01}, async_scheduling=True)
+    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01}, async_scheduling=True)
     trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
     res = _same_both_ways(trace, eng)
     assert res.steps.column("updated_step").to_pylist()[:4] == [-1, 0, 1, 2]
@@ -260,7 +261,8 @@ def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
     return taken[0]
 
 
-DEPLOY_ENGINE = dict(num_gpu_blocks=400, max_num_seqs=8, max_num_batched_tokens=512,
+# 399 usable blocks of 16 tokens hold one request of 6,384 tokens (vLLM's start-up check).
+DEPLOY_ENGINE = dict(num_gpu_blocks=400, max_model_len=6384, max_num_seqs=8, max_num_batched_tokens=512,
                      time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5})
 
 

@@ -199,14 +199,16 @@ def test_gpus_by_name_and_alias():
 
 
 def test_a_named_gpu_makes_the_roofline_the_default():
-    cfg = engine_config_from_dict({"num_gpu_blocks": 100, "model": "llama-3.1-8b", "time_model": {"gpu": "H100"}})
+    cfg = engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096,
+                                   "model": "llama-3.1-8b", "time_model": {"gpu": "H100"}})
     assert (cfg.time_model.kind, cfg.time_model.model, cfg.time_model.tp) == ("roofline", "llama-3.1-8b", 1)
-    assert engine_config_from_dict({"num_gpu_blocks": 100}).time_model.kind == "linear"
+    assert engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096}).time_model.kind == "linear"
     with pytest.raises(ConfigError, match=r"'time_model.model' in e.json is required by the roofline model \(or the "
                                           r"engine's 'model'\)"):
-        engine_config_from_dict({"num_gpu_blocks": 100, "time_model": {"gpu": "H100"}}, source="e.json")
+        engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096,
+                                 "time_model": {"gpu": "H100"}}, source="e.json")
     with pytest.raises(ConfigError, match="'time_model.dtype' in e.json must be bf16 or fp8, got 'int4'"):
-        engine_config_from_dict({"num_gpu_blocks": 100, "model": "llama-3.1-8b",
+        engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096, "model": "llama-3.1-8b",
                                  "time_model": {"gpu": "H100", "dtype": "int4"}}, source="e.json")
 
 
@@ -215,7 +217,8 @@ def test_an_engine_names_a_config_json_relative_to_itself(tmp_path):
     with open(_hf("qwen3-30b-a3b.json")) as fh:
         (tmp_path / "m" / "config.json").write_text(fh.read())
     (tmp_path / "engine.json").write_text(json.dumps({
-        "num_gpu_blocks": 500, "model": "m/config.json", "time_model": {"gpu": "H200", "tp": 2}}))
+        "num_gpu_blocks": 500, "max_model_len": 4096, "model": "m/config.json",
+        "time_model": {"gpu": "H200", "tp": 2}}))
     cfg = load_engine_config(tmp_path / "engine.json")
     assert cfg.time_model.model == str(tmp_path / "m" / "config.json")
     assert get_model(cfg.time_model.model).num_experts == 128
@@ -277,7 +280,7 @@ def test_plan_refuses_with_one_line(tmp_path, args, line):
 
 def test_validate_refuses_an_engine_whose_model_aisim_does_not_model(tmp_path):
     path = tmp_path / "engine.json"
-    path.write_text(json.dumps({"num_gpu_blocks": 100, "model": os.path.join(HF, "gpt2.json"),
+    path.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 4096, "model": os.path.join(HF, "gpt2.json"),
                                 "time_model": {"gpu": "H100"}}))
     r = _run("config", "validate", path)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
@@ -292,9 +295,10 @@ def test_a_replay_on_the_bare_linear_default_says_so(tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text(json.dumps({"request_id": "a", "prompt_len": 64, "max_tokens": 4, "arrival_time": 0.0}) + "\n")
     bare = tmp_path / "bare.json"
-    bare.write_text(json.dumps({"num_gpu_blocks": 100}))
+    bare.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 4096}))
     gpu = tmp_path / "gpu.json"
-    gpu.write_text(json.dumps({"num_gpu_blocks": 100, "model": "llama-3.1-8b", "time_model": {"gpu": "H100"}}))
+    gpu.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 4096,
+                               "model": "llama-3.1-8b", "time_model": {"gpu": "H100"}}))
     r = _run("replay", "--engine", bare, "--trace", trace, "--format", "json")
     assert json.loads(r.stdout)["time_model"] == "linear-default"
     r = _run("replay", "--engine", bare, "--trace", trace)
@@ -304,6 +308,6 @@ def test_a_replay_on_the_bare_linear_default_says_so(tmp_path):
     r = _run("replay", "--engine", gpu, "--trace", trace)
     assert "roofline: llama-3.1-8b on 1 x H100" in r.stdout
     linear = tmp_path / "linear.json"
-    linear.write_text(json.dumps({"num_gpu_blocks": 100, "time_model": {"base_s": 0.02}}))
+    linear.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 4096, "time_model": {"base_s": 0.02}}))
     assert json.loads(_run("replay", "--engine", linear, "--trace", trace, "--format", "json").stdout)[
         "time_model"] == "linear"

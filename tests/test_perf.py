@@ -265,11 +265,12 @@ def test_table_never_extrapolates(tmp_path):
 
 def test_bad_profiles_are_named(tmp_path):
     with pytest.raises(ConfigError, match="full grid"):
-        eng = dict(num_gpu_blocks=200, time_model={"kind": "table",
+        eng = dict(num_gpu_blocks=200, max_model_len=4096, time_model={"kind": "table",
                                                    "path": _profile(tmp_path, [(0, 0, 0.01), (1, 1, 0.02)])})
         run_log(eng, [dict(id="a", prompt=5, max_tokens=1, at=0)])
     with pytest.raises(ConfigError, match="'time_model.gpu' is required"):
-        run_log(dict(num_gpu_blocks=200, time_model={"kind": "roofline", "model": "llama-3.1-8b"}), [])
+        run_log(dict(num_gpu_blocks=200, max_model_len=4096, time_model={"kind": "roofline", "model": "llama-3.1-8b"}),
+                    [])
 
 
 @pytest.mark.parametrize("data,fragment", [

@@ -63,7 +63,7 @@ def _mooncake_spec(trace, window=None):
         raw = {"name": "gateway", "database": str(db),
                "sources": [{"paths": [str(trace)], "format": "mooncake-delta", "model_map": {"org/big": "big"}}],
                "deployments": [{"model": "big", "engines": {"a": {"num_gpu_blocks": 4000, "max_model_len": 65536},
-                                                            "b": {"num_gpu_blocks": 900, "max_model_len": 65536}}}]}
+                                                            "b": {"num_gpu_blocks": 900, "max_model_len": 57536}}}]}
         if window:
             raw["window"] = window
         return spec_from_dict(raw, base_dir=str(trace.parent))
@@ -217,7 +217,7 @@ def test_files_that_overlap_in_time_merge_a_batch_at_a_time(tmp_path, monkeypatc
     def spec_of(db):
         return spec_from_dict({"name": "overlap", "database": str(db),
                                "sources": [{"paths": ["g*.jsonl"], "format": "mooncake", "model": "m"}],
-                               "deployments": [{"model": "m", "engines": {"e": {"num_gpu_blocks": 400}}}]},
+                               "deployments": [{"model": "m", "engines": {"e": {"num_gpu_blocks": 400, "max_model_len": 4096}}}]},
                               base_dir=str(tmp_path))
     monkeypatch.setattr(blocks, "BLOCK_BYTES", 2000)
     monkeypatch.setattr(merge, "MERGE_ROWS", 7)

@@ -135,6 +135,7 @@ def _bad_engine_spec(db, tmp_path):
     with open(os.path.join(EXAMPLES, "engine.json")) as fh:
         cfg = json.load(fh)
     cfg["num_gpu_blocks"] = 8  # valid, but too small for the trace's longest request
+    cfg["startup_check"] = False  # (vLLM's engine would refuse it at start-up already)
     bad = tmp_path / "tiny.json"
     bad.write_text(json.dumps(cfg))
     raw = demo_dict(db)

@@ -16,7 +16,7 @@ from aisim.errors import ConfigError
 
 from helpers import run_log
 
-FULL = {"num_gpu_blocks": 100, "kv_cache_groups": [{"type": "full"}]}
+FULL = {"num_gpu_blocks": 100, "max_model_len": 1584, "kv_cache_groups": [{"type": "full"}]}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -147,7 +147,7 @@ def test_the_core_holds_the_requests_in_flight_not_the_trace():
 
 
 def test_the_streaming_engine_refuses_misuse():
-    eng = engine_config_from_dict({"num_gpu_blocks": 100})
+    eng = engine_config_from_dict({"num_gpu_blocks": 100, "max_model_len": 4096})
     config = core_config(eng)
     with pytest.raises(TypeError, match="timed=True or timed=False"):
         Engine(config)

@@ -138,7 +138,7 @@ def test_version_without_groups_and_unit_without_caching():
 
 
 def test_a_cold_grouped_configuration_passes():
-    raw = glm(enable_prefix_caching=False, num_gpu_blocks=10)
+    raw = glm(enable_prefix_caching=False, num_gpu_blocks=71)  # 70 usable: one request of 131,072 tokens
     del raw["prefix_match_unit"]
     del raw["kv_cache_groups"][0]["prefix_cacheable"]
     engine_config_from_dict(raw)
@@ -255,9 +255,12 @@ def test_plan_writes_the_release_defaults(tmp_path):
 
 
 def _windowed(**over):
-    """Cold full + 4,096-token window groups of 16-token blocks, 8,192 tokens a step, synchronous."""
+    """Cold full + 4,096-token window groups of 16-token blocks, 8,192 tokens a step, synchronous.
+
+    ``startup_check`` false: these pools are measured against lengths they need not hold.
+    """
     raw = {"num_gpu_blocks": 1000, "block_size": 16, "max_model_len": 32768, "max_num_batched_tokens": 8192,
-           "async_scheduling": False, "enable_prefix_caching": False,
+           "async_scheduling": False, "enable_prefix_caching": False, "startup_check": False,
            "kv_cache_groups": [{"type": "full"}, {"type": "sliding_window", "sliding_window": 4096}]}
     return engine_config_from_dict({**raw, **over})
 
@@ -274,7 +277,8 @@ def test_startup_blocks_at_any_length_are_the_check_at_that_max_model_len():
 
 def test_the_longest_max_model_len_that_fits():
     # One full group: 2,168 blocks, the null block held back: 2,167 x 16 tokens.
-    cfg = engine_config_from_dict({"num_gpu_blocks": 2168, "block_size": 16, "max_model_len": 131072})
+    cfg = engine_config_from_dict({"num_gpu_blocks": 2168, "block_size": 16, "max_model_len": 131072,
+                                   "startup_check": False})
     assert longest_startup_len(cfg) == 34672
     # Full + window: below 12,288 tokens the window holds cdiv(L, 16) + 1 blocks, so 2 cdiv(L, 16) + 1 <= 999.
     assert longest_startup_len(_windowed()) == 7984

@@ -91,8 +91,9 @@ def test_priority_limited_slots():
 
 
 def test_full_isl_admission_s1():
+    # max_model_len 160: what 10 usable blocks of 16 tokens hold (vLLM's start-up check).
     # 12.B S1: b is not admitted until the whole 100-token prompt fits.
-    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=160,
                enable_prefix_caching=False)
     reqs = [dict(id="a", prompt=100, max_tokens=2, at=0), dict(id="b", prompt=100, max_tokens=2, at=0)]
     steps, _, _ = run_log(eng, reqs)
@@ -104,7 +105,7 @@ def test_full_isl_admission_s1():
 
 def test_without_full_isl_s1b():
     # 12.B S1b: scheduler_reserve_full_isl off -> b admitted early, then preempts itself.
-    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=160,
                enable_prefix_caching=False, scheduler_reserve_full_isl=False)
     reqs = [dict(id="a", prompt=100, max_tokens=2, at=0), dict(id="b", prompt=100, max_tokens=2, at=0)]
     steps, _, _ = run_log(eng, reqs)
@@ -138,7 +139,7 @@ def test_prefix_hits_s2():
 
 
 def _s3(caching):
-    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=512,
+    eng = dict(block_size=16, num_gpu_blocks=11, max_num_batched_tokens=64, max_num_seqs=4, max_model_len=160,
                enable_prefix_caching=caching)
     reqs = [dict(id=f"r{i}", prompt=p, max_tokens=20, at=0) for i, p in enumerate((40, 40, 30, 20))]
     return run_log(eng, reqs)
@@ -181,7 +182,7 @@ def test_async_interleave():
 
 def test_e13_preemption_and_readmission():
     # KV-cache spec E-13, 9 blocks: C is preempted at step 8 and readmitted at step 30 with a 32-token hit.
-    eng = dict(block_size=16, num_gpu_blocks=9, max_num_batched_tokens=64, max_num_seqs=16, max_model_len=160)
+    eng = dict(block_size=16, num_gpu_blocks=9, max_num_batched_tokens=64, max_num_seqs=16, max_model_len=128)
     shared = ("shared", 0, 32)
     reqs = [dict(id="A", prompt=42, max_tokens=30, at=0, segments=[shared, ("a", 32, 10)]),
             dict(id="B", prompt=42, max_tokens=30, at=1, segments=[shared, ("b", 32, 10)]),

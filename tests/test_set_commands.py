@@ -16,7 +16,7 @@ def _run(*args):
 
 def test_config_show_and_validate_apply_set(tmp_path):
     f = tmp_path / "e.json"
-    f.write_text(json.dumps({"num_gpu_blocks": 100}))
+    f.write_text(json.dumps({"num_gpu_blocks": 100, "max_model_len": 3072}))  # fits 50 blocks of 64 too
     r = _run("config", "show", f, "--set", "max_num_seqs=7", "--set", "time_model.base_s=0.02", "--format", "json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)

@@ -24,15 +24,17 @@ def _landed(tmp_path, sql, params=()):
 
 
 def test_a_pool_too_small_for_the_longest_request_is_refused_and_the_sweep_goes_on(tmp_path):
-    # 100 + 10 tokens need ceil(110 / 16) = 7 blocks; 5 blocks leave 4 usable (block 0 is vLLM's null block).
+    # 5 blocks leave 4 usable (block 0 is vLLM's null block): 64 tokens, while one request of max_model_len
+    # 1024 needs 1024 / 16 = 64 blocks, so vLLM refuses to start the engine (before any request is tried).
     path = _write(tmp_path, BASE, {"num_gpu_blocks": [5, 200], "block_size": [0, 16]}, {"ttft_s": 1}, _trace(2))
     result = run_sweep(load_sweep(path), scheduler="sync")
     by = {c.name: c for c in result.candidates}
     # Grid order: (5, 0), (5, 16), (200, 0), (200, 16).
     assert by["c000"].reason == ("'block_size' in candidate c000 {\"block_size\": 0, \"num_gpu_blocks\": 5} "
                                  "must be at least 1, got 0")
-    assert by["c001"].reason == ("trace.jsonl: request 'r0' needs 7 KV-cache blocks for 110 tokens but the pool has "
-                                 "only 4 usable blocks (num_gpu_blocks=5)")
+    assert by["c001"].reason == ("'num_gpu_blocks' (5) in candidate c001 {\"block_size\": 16, \"num_gpu_blocks\": 5} "
+                                 "leaves 4 usable blocks, but one request of max_model_len (1024) needs 64 blocks; "
+                                 "the estimated maximum model length is 64; vLLM refuses to start such an engine")
     assert by["c002"].refused
     assert [c.name for c in result.ranked] == ["c003"] and by["c003"].slo_attainment == 1.0
     rows = _landed(tmp_path, "SELECT candidate, status, reason IS NOT NULL, rank FROM sweep_candidates "
@@ -48,9 +50,10 @@ def test_every_candidate_refused_is_one_line_naming_the_first_reason(tmp_path):
     path = _write(tmp_path, BASE, {"num_gpu_blocks": [5, 6]}, {"ttft_s": 1}, _trace(2))
     r = CliRunner().invoke(main, ["sweep", path, "--scheduler", "sync"])
     assert r.exit_code == 2
-    assert r.output == ("error: every candidate of sweep s is refused; the first because: trace.jsonl: request 'r0' "
-                        "needs 7 KV-cache blocks for 110 tokens but the pool has only 4 usable blocks "
-                        "(num_gpu_blocks=5)\n")
+    assert r.output == ("error: every candidate of sweep s is refused; the first because: 'num_gpu_blocks' (5) in "
+                        "candidate c000 {\"num_gpu_blocks\": 5} leaves 4 usable blocks, but one request of "
+                        "max_model_len (1024) needs 64 blocks; the estimated maximum model length is 64; vLLM refuses "
+                        "to start such an engine\n")
 
 
 def test_a_prompt_over_max_model_len_is_rejected_where_max_model_len_is_a_knob(tmp_path):

@@ -84,16 +84,18 @@ def test_only_rejected_requests():
 
 
 def test_the_pool_need_not_hold_a_rejected_request():
-    # 3 blocks leave 2 usable: enough for r3 (20 + 2 tokens, 2 blocks of 16).  r5's 100-token
-    # prompt is not below max_model_len: an error without the option; with it, it is rejected
-    # and the pool need not hold it.
-    small = engine_config_from_dict({"num_gpu_blocks": 3, "max_model_len": 64, "block_size": 16})
+    # 3 blocks leave 2 usable: enough for r3 (20 + 2 tokens, 2 blocks of 16) and for one request of
+    # max_model_len 32 (vLLM's start-up check).  r5's 100-token prompt is not below max_model_len: an
+    # error without the option; with it, it is rejected and the pool need not hold it.
+    small = engine_config_from_dict({"num_gpu_blocks": 3, "max_model_len": 32, "block_size": 16})
     trace = _trace(False).take([3, 5])  # prompts 20 and 100
-    assert check_trace(trace, small) == ("request 'r5': prompt_tokens (100) must be below max_model_len (64); "
+    assert check_trace(trace, small) == ("request 'r5': prompt_tokens (100) must be below max_model_len (32); "
                                          "vLLM rejects such a prompt")
     assert check_trace(trace, small, reject_too_long=True) is None
-    # Not so for a request that is kept: 20 + 2 tokens need 2 blocks, 3 blocks leave 2 usable; 2 leave 1.
-    tiny = engine_config_from_dict({"num_gpu_blocks": 2, "max_model_len": 64, "block_size": 16})
+    # Not so for a request that is kept: 20 + 2 tokens need 2 blocks, 3 blocks leave 2 usable; 2 leave 1
+    # (a pool vLLM's start-up check would refuse already; without it, the trace check names the request).
+    tiny = engine_config_from_dict({"num_gpu_blocks": 2, "max_model_len": 64, "block_size": 16,
+                                    "startup_check": False})
     assert check_trace(trace, tiny, reject_too_long=True) == (
         "request 'r3' needs 2 KV-cache blocks for 22 tokens but the pool has only 1 usable blocks (num_gpu_blocks=2)")
 

@@ -108,7 +108,7 @@ def test_the_package_shortcut_replays_again_after_the_module_is_imported():
     script = (
         "import pyarrow as pa, aisim\n"
         "from aisim.config.engine import engine_config_from_dict\n"
-        "engine = engine_config_from_dict({'num_gpu_blocks': 64, 'block_size': 16})\n"
+        "engine = engine_config_from_dict({'num_gpu_blocks': 64, 'block_size': 16, 'max_model_len': 1008})\n"
         "table = pa.table({'prompt_len': [20, 40], 'max_tokens': [3, 2], 'arrival_time': [0.0, 0.0]})\n"
         "first = aisim.replay(table, engine).summary['finished']\n"
         "import aisim.replay\n"

@@ -142,6 +142,10 @@ class EngineConfig:
         Model name (catalog entries have model-specific rules).
     kv_cache_bytes : int or None
         KV-cache memory; with page sizes it gives ``num_gpu_blocks``.
+    startup_check : bool
+        True: a pool that cannot hold one request of ``max_model_len`` is
+        refused, as vLLM refuses to start (:func:`aisim.config.rule.check_capacity`);
+        False only for a scheduler built without the engine's start-up.
     plan_notes : tuple of str
         Why a plan chose what it chose (written by ``aisim plan``).
     declared : frozenset of str
@@ -180,6 +184,7 @@ class EngineConfig:
     speculative: object = _D["speculative"]
     model: str | None = _D["model"]
     kv_cache_bytes: int | None = _D["kv_cache_bytes"]
+    startup_check: bool = _D["startup_check"]
     plan_notes: tuple = _D["plan_notes"]
     # What the configuration set explicitly, and where it came from (not configuration keys).
     declared: frozenset = field(default=frozenset(), compare=False, repr=False)

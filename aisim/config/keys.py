@@ -155,6 +155,9 @@ ENGINE_KEYS = (
               "roofline's model unless `time_model.model` is set"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
               "`num_gpu_blocks`", low=1, high=INT64_MAX),
+    ConfigKey("startup_check", True, "refuse, as vLLM's engine does at start-up, a pool (`num_gpu_blocks` or "
+              "`kv_cache_bytes`) that cannot hold one request of `max_model_len`; false only for a scheduler "
+              "built without the engine's start-up (the oracle's recordings)"),
     ConfigKey("plan_notes", (), "why a plan chose what it chose (written by `aisim plan`)", shown="[]"),
 )
 

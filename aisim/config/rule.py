@@ -17,10 +17,11 @@ constraints hold (GLM-5.3-Flash) and one request of ``max_model_len`` fits the p
 
 Every configuration, grouped or not, must then fit (:func:`check_capacity`):
 the pool and block tables within what the replay core can index and hold, and
-a pool given as ``kv_cache_bytes`` must hold one request of ``max_model_len``,
-as vLLM checks at start-up (``vllm/v1/core/kv_cache_utils.py``
-``check_enough_kv_cache_memory``; an explicit ``num_gpu_blocks`` is vLLM's
-``num_gpu_blocks_override``, which aisim takes as it is: see :func:`check_capacity`).
+the pool (``num_gpu_blocks``, which is vLLM's ``num_gpu_blocks_override``, or
+``kv_cache_bytes``) must hold one request of ``max_model_len``, as vLLM checks
+at start-up (``vllm/v1/core/kv_cache_planning.py`` ``get_kv_cache_configs``),
+unless ``startup_check`` is false (a scheduler built without the engine's
+start-up, as the oracle's recordings are: see :func:`check_capacity`).
 
 The same functions serve configuration validation, replay, planning and
 sweeps (:mod:`aisim.plan` asks :func:`probe_cold_reason`,
@@ -138,11 +139,13 @@ def grouped_prefix_caching_problems(cfg, probe_hash_block: int | None = None) ->
     return problems
 
 
-def startup_fit_problem(cfg) -> str | None:
+def startup_fit_problem(cfg, where: str = "") -> str | None:
     """Why one request of ``max_model_len`` tokens does not fit the pool (None when it fits).
 
-    vLLM refuses to start such an engine (``vllm/v1/core/kv_cache_utils.py``
-    ``check_enough_kv_cache_memory``); block 0 is the null block.
+    ``where`` (`` in FILE``) follows the key named first.
+
+    vLLM refuses to start such an engine (``vllm/v1/core/kv_cache_planning.py``
+    ``get_kv_cache_configs``, ``_check_enough_kv_cache_memory``); block 0 is the null block.
     """
     need = startup_blocks(cfg)
     usable = cfg.usable_blocks
@@ -151,8 +154,8 @@ def startup_fit_problem(cfg) -> str | None:
     # vLLM's reason names the longest length that fits (_check_enough_kv_cache_memory's estimate).
     longest = longest_startup_len(cfg)
     estimate = f"; the estimated maximum model length is {longest}" if longest > 0 else ""
-    return (f"'num_gpu_blocks' ({cfg.num_gpu_blocks}) leaves {usable} usable blocks, but one "
-            f"request of max_model_len ({cfg.max_model_len}) needs {need}{estimate}")
+    return (f"'num_gpu_blocks' ({cfg.num_gpu_blocks}){where} leaves {usable} usable blocks, but one "
+            f"request of max_model_len ({cfg.max_model_len}) needs {need} blocks{estimate}")
 
 
 def longest_startup_len(cfg) -> int:
@@ -191,7 +194,7 @@ def check_capacity(cfg, source: str | None = None) -> None:
     ConfigError
         ``num_gpu_blocks`` beyond int32, the core's memory beyond
         :data:`CORE_MEMORY_LIMIT_BYTES`, or vLLM's start-up check failing
-        for a pool sized by ``kv_cache_bytes``.
+        (unless ``startup_check`` is false).
     """
     if cfg.num_gpu_blocks > INT32_MAX:
         raise ConfigError(f"'num_gpu_blocks' ({cfg.num_gpu_blocks}){_where(source)} must be at most {INT32_MAX}: "
@@ -206,18 +209,24 @@ def check_capacity(cfg, source: str | None = None) -> None:
             f"({cfg.max_model_len}){_where(source)} need {need / 2**30:.1f} GiB of replay-core memory; "
             f"the limit is {CORE_MEMORY_LIMIT_BYTES // 2**30} GiB"
         )
-    # vLLM checks the memory it found (_check_enough_kv_cache_memory, called by get_kv_cache_configs):
-    # a pool given as 'kv_cache_bytes' is that memory.  vLLM 0.31.0 to 0.33.0 apply
-    # num_gpu_blocks_override to that memory before the check (vllm/v1/core/kv_cache_planning.py
-    # get_kv_cache_configs), so they refuse an explicit 'num_gpu_blocks' too small as well; aisim
-    # still takes one as it is (a known difference: the recorded full_small scenario, 200 blocks and
-    # max_model_len 4096, was recorded on a scheduler built without the check), except for grouped
-    # prefix caching, whose rule checks it.
-    if "num_gpu_blocks" not in cfg.declared:
-        fit = startup_fit_problem(cfg)
-        if fit is not None:
-            raise ConfigError(f"'kv_cache_bytes' ({cfg.kv_cache_bytes}){_where(source)} gives {fit}; "
-                              "vLLM refuses to start such an engine")
+    # vLLM refuses to start an engine whose pool cannot hold one request of max_model_len
+    # (vllm/v1/core/kv_cache_planning.py get_kv_cache_configs -> _check_enough_kv_cache_memory, 0.31.0
+    # to 0.34.0).  It checks the memory it found, which 'kv_cache_bytes' is, after applying
+    # num_gpu_blocks_override (an explicit 'num_gpu_blocks') to it, with the null block held back.
+    # 'startup_check' false is the one exception: the oracle's decision logs were recorded on a
+    # Scheduler built directly, the way EngineCore builds it but without get_kv_cache_configs
+    # (tests/data/oracle/README.md: "the scheduler built the way vLLM's EngineCore builds it"), so
+    # full_small (200 blocks, max_model_len 4096) ran although vLLM's engine would refuse it; its
+    # configuration replays with the key false.  The grouped-prefix rule checks the fit regardless.
+    if not cfg.startup_check:
+        return
+    fit = startup_fit_problem(cfg)
+    if fit is not None:
+        if "num_gpu_blocks" not in cfg.declared:
+            fit = f"'kv_cache_bytes' ({cfg.kv_cache_bytes}){_where(source)} gives {fit}"
+        else:
+            fit = startup_fit_problem(cfg, _where(source))
+        raise ConfigError(f"{fit}; vLLM refuses to start such an engine")
 
 
 def check_engine(cfg, source: str | None = None) -> None:

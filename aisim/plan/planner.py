@@ -342,7 +342,9 @@ def plan_max_model_len(model, raw: dict, asked: int | None, where: str, tp: int)
         raise ConfigError(f"max_model_len {asked:,} exceeds {model.name}'s {context:,} tokens ({field}); "
                           "vLLM refuses a longer one")
     length = asked or context or _ENGINE_DEFAULTS["max_model_len"]
-    cfg = engine_config_from_dict({**raw, "max_model_len": length}, source=f"the model {model.name}")
+    # The pool's geometry at this length, before vLLM's start-up check, which is what this decides.
+    cfg = engine_config_from_dict({**raw, "max_model_len": length, "startup_check": False},
+                                  source=f"the model {model.name}")
     fits = longest_startup_len(cfg)
     if fits >= length:
         if asked is not None:
