@@ -628,7 +628,7 @@ cdef class Deployment:
                 s = replica_add(e, tr, g, t, True)
                 _tag(rt, &e.reqs[s], g)
                 if released:
-                    e.reqs[s].arrival_key = t  # a released turn is keyed by its release (Engine._pop_release)
+                    e.reqs[s].arrival_key = t  # a released turn is keyed by its release (engine_client.pxi _pop_release)
                 if self.pd:
                     # The prefill replica runs it with max_tokens = 1 (the P/D proxy's request); its
                     # blocks outlive the finish while a decode replica pulls them.
@@ -716,7 +716,7 @@ cdef class Deployment:
         """What the client does when replica ``w``'s last iteration finished requests (a prefill
         replica's only when no decode follows): each leaves the in-flight count at the replica's
         clock (as one engine's client sees them), and, closed loop, sends its session's next turn
-        at its finish plus that turn's think time (Engine._release_next_turns)."""
+        at its finish plus that turn's think time (engine_client.pxi _release_next_turns)."""
         cdef int32_t i
         cdef int64_t g, nx
         cdef req_t s

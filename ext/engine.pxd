@@ -223,17 +223,10 @@ cdef class Engine:
     cdef int _end_sync_step(self, BatchC* b) except -1 nogil
     cdef BatchC* _process_oldest(self) except NULL nogil
     cdef int _end_async_step(self, BatchC* b, block_id_t free_sched) except -1 nogil
-    cdef int _release_next_turns(self) except -1 nogil
-    cdef bint _open_due(self) noexcept nogil
-    cdef bint _release_due(self) noexcept nogil
-    cdef bint _input_needed(self) noexcept nogil
-    cdef int _add_arrivals(self) except -1 nogil
     cdef int _add_request(self, req_t r) except -1 nogil
-    cdef int _send(self, req_t r, sec_t sent) except -1 nogil
     cdef int _retire(self, bint all_of_them) except -1 nogil
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
-    cdef req_t _pop_release(self) noexcept nogil
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
 
 

@@ -71,6 +71,7 @@ cdef int64_t _pow2_at_least(int64_t n) noexcept nogil:
 
 # Free functions over an Engine (its C fields), one job per file:
 include "engine_slots.pxi"      # slots, the trace window, the open queue and the arenas grow
+include "engine_client.pxi"     # the client's sends, its cap, closed-loop turns, the API server's queue
 include "engine_replica.pxi"    # a deployment's replica: one request fed, one iteration stepped
 include "engine_macro.pxi"      # macro-steps: a quiet stretch of decoding in one move
 
@@ -446,51 +447,6 @@ cdef class Engine:
         return 0
 
 
-    cdef bint _open_due(self) noexcept nogil:
-        # The next open-loop request (trace order) has arrived by this clock / engine step, and the
-        # client may send it: vllm/benchmarks/serve.py (benchmark, limited_request_func) holds a
-        # request until fewer than max_concurrency are in flight (an asyncio.Semaphore: in order).
-        cdef req_t s
-        if self.open_n == 0 or (self.max_conc and self.in_flight >= self.max_conc):
-            return False
-        s = self.open_q[self.open_head]
-        if self.timed:
-            return self.slot_time[s] <= self.clock
-        return self.slot_step[s] <= self.step
-
-    cdef req_t _pop_release(self) noexcept nogil:
-        """The next closed-loop turn due: its slot, its arrival key the release time."""
-        cdef sec_t t = self.rel.a[0].key
-        cdef int64_t g = heap_pop(&self.rel)
-        cdef req_t s = self.win[g & (self.win_cap - 1)]
-        self.reqs[s].arrival_key = t
-        return s
-
-    cdef int _release_next_turns(self) except -1 nogil:
-        """The finished requests leave the client's in-flight count; closed loop: a finished turn
-        sends its session's next turn after its think time."""
-        cdef int32_t i
-        cdef req_t f
-        cdef int64_t nx
-        cdef sec_t t
-        if self.max_conc:
-            # The client's cap learns of them when this iteration ends (_add_arrivals: the clock
-            # then), as a deployment's client does (deploy.pyx _release).
-            self.cap_pending += self.sched.n_finished
-        else:
-            self.in_flight -= self.sched.n_finished
-        for i in range(self.sched.n_finished):
-            f = self.sched.finished[i]
-            nx = self.slot_next[f]
-            if nx >= 0:
-                t = self.reqs[f].finish_s + self.slot_next_think[f]
-                if self.rel.n == self.rel.cap:
-                    mem_grow(<void**>&self.rel.a, self.rel.cap, self.rel.cap * 2 + 1, sizeof(self.rel.a[0]))
-                    self.rel.cap = self.rel.cap * 2 + 1
-                # (0, release time, trace index): the tie is the turn's place in the trace.
-                heap_push(&self.rel, 0, t, nx, <req_t>nx)
-        return 0
-
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil:
         """Schedule the next iteration into ``b`` at this clock and price it (Scheduler.schedule)."""
         b.step = self.step
@@ -514,7 +470,7 @@ cdef class Engine:
         self.q_len -= 1
         sched_update(&self.sched, ob)
         self.upd_batch = ob
-        self._release_next_turns()
+        _release_next_turns(self)
         self.stalled = self.stalled + 1 if ob.total_tokens == 0 and self.sched.n_finished == 0 else 0
         return ob
 
@@ -533,7 +489,7 @@ cdef class Engine:
         cdef block_id_t free_sched = self.kv.pool.num_free
         sched_update(&self.sched, b)
         self.upd_batch = b
-        self._release_next_turns()
+        _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
         self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
         self.clock = b.end_s
@@ -591,7 +547,7 @@ cdef class Engine:
             self._retire(False)
             if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows:
                 return ADV_OUTPUT
-            if self._add_arrivals() == ADV_INPUT:
+            if _add_arrivals(self) == ADV_INPUT:
                 return ADV_INPUT
             if not sched_has_requests(&self.sched) and self.q_len == 0:
                 # Idle engine: jump to the next arrival, or stop.
@@ -617,83 +573,6 @@ cdef class Engine:
                 continue
             if self.macro.period == 0 or _stretch(self, INF_TIME) == 0:
                 self._iterate()
-
-    cdef bint _release_due(self) noexcept nogil:
-        # A closed-loop turn released by a finish is due by this clock.
-        return self.rel.n > 0 and self.rel.a[0].key <= self.clock
-
-    cdef bint _input_needed(self) noexcept nogil:
-        # The next arrival may be in the input not fed yet.
-        return not self.ended and (self.open_n == 0 or (self._release_due() and self.rel.a[0].tie >= self.loaded))
-
-    cdef int _add_arrivals(self) except -1 nogil:
-        """Send the requests due by now: open-loop requests in trace order, merged with closed-loop
-        turns released by a finish, ordered by (time, trace index); and add the requests that have
-        reached the engine: at once, or, with the API server in front, once its serial queue has
-        handed them over (aisim/perf/frontend.py).  Returns ADV_INPUT when the next one may be in
-        the input not fed yet, else 0."""
-        cdef req_t r_open, r_new
-        cdef sec_t sent
-        while True:
-            if self._input_needed():
-                return ADV_INPUT
-            if self.cap_pending:
-                # Requests due before this clock were sent under the cap as it stood before the
-                # finishes the last iteration reported; then those release it, at this clock.
-                if self.timed and self._open_due() and self.slot_time[self.open_q[self.open_head]] < self.clock:
-                    r_new = self.open_q[self.open_head]
-                    self.open_head = (self.open_head + 1) & (self.open_cap - 1)
-                    self.open_n -= 1
-                    self._send(r_new, self.slot_time[r_new])
-                    continue
-                if self.in_flight >= self.max_conc:
-                    self.cap_free_s = self.clock
-                self.in_flight -= self.cap_pending
-                self.cap_pending = 0
-            if self._open_due():
-                r_open = self.open_q[self.open_head]
-                if self._release_due() and (
-                        self.rel.a[0].key < self.slot_time[r_open]
-                        or (self.rel.a[0].key == self.slot_time[r_open]
-                            and self.rel.a[0].tie < self.slot_global[r_open])):
-                    sent = self.rel.a[0].key
-                    r_new = self._pop_release()
-                else:
-                    r_new = r_open
-                    self.open_head = (self.open_head + 1) & (self.open_cap - 1)
-                    self.open_n -= 1
-                    # Sent at its arrival, or when the client's full cap let it go
-                    # (vllm/benchmarks/serve.py limited_request_func: the semaphore's release).
-                    sent = self.slot_time[r_new] if self.timed else self.clock
-                    if self.timed and self.cap_free_s > sent:
-                        sent = self.cap_free_s
-            elif self._release_due():
-                sent = self.rel.a[0].key
-                r_new = self._pop_release()
-            elif self.srv_n > 0 and self.slot_time[self.srv_q[self.srv_head]] <= self.clock:
-                r_new = self.srv_q[self.srv_head]
-                self.srv_head = (self.srv_head + 1) & (self.srv_cap - 1)
-                self.srv_n -= 1
-                self._add_request(r_new)
-                continue
-            else:
-                return 0
-            self._send(r_new, sent)
-
-    cdef int _send(self, req_t r, sec_t sent) except -1 nogil:
-        """The client sends request ``r`` at ``sent``: the engine adds it now, or, with the API
-        server in front, once the server's queue hands it over."""
-        self.reqs[r].sent_s = sent
-        self.in_flight += 1
-        if not self.front:
-            return self._add_request(r)
-        # One server, first come first served: it takes the request when free and hands it to the
-        # engine its service time later (tokenization, then AsyncLLM.add_request).
-        if self.front_free > sent:
-            sent = self.front_free
-        self.front_free = sent + self.slot_front[r]
-        self.slot_time[r] = self.front_free
-        return _srv_push(self, r)
 
     cdef int _add_request(self, req_t r) except -1 nogil:
         """The engine adds request ``r`` at this clock (Scheduler.add_request)."""

@@ -178,7 +178,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         if k > 0:
             if e.cols.n >= e.out_rows or e.clock >= until:
                 break  # Engine.advance hands the rows over here, as between single steps
-            if not e.replica and e._add_arrivals() == ADV_INPUT:
+            if not e.replica and _add_arrivals(e) == ADV_INPUT:
                 break
         # The requests whose decode may touch the KV cache in this step, in running order.
         kp = _residue(m, k) if k >= P else <int32_t>k

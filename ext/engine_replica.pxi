@@ -78,7 +78,7 @@ cdef int replica_step(Engine e, sec_t until) except -1 nogil:
     if e.open_n > 0 and not sched_has_requests(&e.sched) and e.q_len == 0 \
             and e.slot_time[e.open_q[e.open_head]] > e.clock:
         e.clock = e.slot_time[e.open_q[e.open_head]]  # idle until its API server hands one over
-    while e._open_due():
+    while _open_due(e):
         r_new = e.open_q[e.open_head]
         e.open_head = (e.open_head + 1) & (e.open_cap - 1)
         e.open_n -= 1
