@@ -40,6 +40,19 @@ def duplicate_message(key) -> str:
     return f"key '{key}' appears twice"
 
 
+def read_bytes(path, error, what: str = "", by: str = "") -> bytes:
+    """The bytes of the file at ``path``; one that cannot be read raises ``error`` naming it.
+
+    ``what`` names the kind of file and ``by`` who named it, in the message
+    (``cannot read engine configuration PATH (named by 'base'): ...``).
+    """
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise error(f"cannot read {what + ' ' if what else ''}{path}{by}: {exc.strerror}") from None
+
+
 def decode_utf8(data: bytes, where: str, error, first_line: int = 1) -> str:
     """``data`` decoded as UTF-8 (a leading byte-order mark dropped).
 

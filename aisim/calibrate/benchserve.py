@@ -115,14 +115,10 @@ def read_bench_serve(path: str | os.PathLike) -> list[MeasuredRun]:
         A file that cannot be read, is not JSON objects, or lacks or mistypes a key; the message
         names the file, the run (when the file has several) and the key.
     """
-    from aisim.textin import STRICT_JSON, DuplicateKey, decode_utf8, duplicate_message
+    from aisim.textin import STRICT_JSON, DuplicateKey, decode_utf8, duplicate_message, read_bytes
 
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise MeasurementError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_bytes(path, MeasurementError)
     text = decode_utf8(data, path, MeasurementError)
     objs, i = [], 0
     while True:

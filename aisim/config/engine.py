@@ -21,7 +21,7 @@ from aisim.config.keys import ENGINE_KEYS, TIME_MODEL_KEYS, check_high, defaults
 from aisim.config.keys import where as _where
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS, release
 from aisim.errors import ConfigError
-from aisim.textin import decode_utf8, loads_json, loads_yaml
+from aisim.textin import decode_utf8, loads_json, loads_yaml, read_bytes
 
 _D = defaults(ENGINE_KEYS)
 _T = defaults(TIME_MODEL_KEYS)
@@ -558,11 +558,7 @@ def read_config_file(path: str | os.PathLike, named_by: str = "") -> dict:
     """
     path = os.fspath(path)
     by = f" (named by {named_by})" if named_by else ""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read engine configuration {path}{by}: {exc.strerror}") from None
+    data = read_bytes(path, ConfigError, "engine configuration", by)
     ext = os.path.splitext(path)[1].lower()
     text = decode_utf8(data, path, ConfigError)
     try:

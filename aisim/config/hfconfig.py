@@ -432,14 +432,10 @@ def load_hf_config(path: str | os.PathLike) -> ModelSpec:
     ConfigError
         The file cannot be read, is not JSON, or :func:`parse_hf_config` refuses it.
     """
-    from aisim.textin import decode_utf8, loads_json
+    from aisim.textin import decode_utf8, loads_json, read_bytes
 
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read model configuration {path}: {exc.strerror}") from None
+    data = read_bytes(path, ConfigError, "model configuration")
     try:
         raw = loads_json(decode_utf8(data, path, ConfigError), path, ConfigError)
     except json.JSONDecodeError as exc:

@@ -61,7 +61,7 @@ import re
 from dataclasses import dataclass, field
 
 from aisim.errors import ConfigError, SpecError
-from aisim.textin import decode_utf8
+from aisim.textin import decode_utf8, read_bytes
 from aisim.traces.load import LOAD_KEYS
 
 
@@ -284,11 +284,7 @@ def read_toml(path: str, what: str, error=None) -> dict:
     import tomllib
 
     error = error or SpecError
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror}") from None
+    data = read_bytes(path, error, what)
     try:
         return tomllib.loads(decode_utf8(data, path, error))
     except tomllib.TOMLDecodeError as exc:

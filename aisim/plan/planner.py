@@ -46,7 +46,7 @@ from aisim.config.toml_out import dumps
 from aisim.config.versions import is_supported, release, supported_text
 from aisim.errors import ConfigError
 from aisim.perf.moe_kernel import expert_kernel
-from aisim.textin import decode_utf8, loads_json
+from aisim.textin import decode_utf8, loads_json, read_bytes
 
 PROBE_KEYS = {
     "schema", "vllm_version", "model", "enable_prefix_caching", "hash_block_size_tokens", "mamba_cache_mode",
@@ -62,11 +62,7 @@ SCHEDULER_KEYS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_
 def load_probe(path) -> dict:
     """Read and check a probe file (unknown keys are errors naming the key and file)."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"cannot read probe {path}: {exc.strerror}") from None
+    data = read_bytes(path, ConfigError, "probe")
     try:
         probe = loads_json(decode_utf8(data, path, ConfigError), path, ConfigError)
     except json.JSONDecodeError as exc:

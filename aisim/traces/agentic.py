@@ -55,7 +55,7 @@ import os
 from aisim.errors import TraceError
 from aisim.traces.common import (BadRows, drop_prefix, file_stem, finish, hash_id_list, id_field, int_field,
                                  new_rows, number_field, unit_segments)
-from aisim.textin import DuplicateKey, decode_utf8, duplicate_message
+from aisim.textin import DuplicateKey, decode_utf8, duplicate_message, read_bytes
 from aisim.traces.jsonpos import Located, load_with_lines
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
@@ -138,11 +138,7 @@ class _Reader:
 
     def conversation(self, f: str, start: float) -> None:
         """Read one file; a file-level error propagates (one bad row), request errors are recorded."""
-        try:
-            with open(f, "rb") as fh:
-                data = fh.read()
-        except OSError as exc:
-            raise TraceError(f"cannot read trace {f}: {exc.strerror}") from None
+        data = read_bytes(f, TraceError, "trace")
         text = decode_utf8(data, f, TraceError)
         try:
             doc = load_with_lines(text)
