@@ -50,6 +50,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from aisim.throughput import Span, per_second
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "published_vllm.csv")
 
@@ -216,8 +218,10 @@ def predict(point: dict, efficiencies: dict) -> dict:
                for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
         out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
         out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
-        span = float(col["finish_s"].max() - col["arrival_s"].min())
-        out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
+        span = Span()
+        span.add(col["arrival_s"], col["finish_s"])
+        done = ~np.isnan(col["finish_s"])
+        out["throughput"] += per_second(float(col["output_tokens"][done].sum()), span.duration(int(done.sum()))) / len(runs)
     return out
 
 
