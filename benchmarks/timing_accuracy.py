@@ -161,7 +161,7 @@ def trace_for(point: dict, cached: int = 0, cached_prompts: int | None = None) -
             "prefix_len": [min(cached, point["input_len"])] * warm + [0] * (n - warm)}
     if point["workload"] in ("burst", "concurrency"):
         send = np.full(n, t0)
-    elif point["workload"] == "rate" and point["client_vocab_size"]:
+    elif point["workload"] == "rate" and point.get("client_vocab_size"):
         # The client's own sends, redrawn from its seed (benchmark_serving.py before vLLM 0.10).
         send = t0 + legacy_send_times(n, point["rate_rps"], 1.0, point["seed"] or 0, point["client_vocab_size"],
                                       (point["input_len"],) * 2, (point["requested_output_len"],) * 2)
@@ -226,7 +226,8 @@ def predict(point: dict, efficiencies: dict) -> dict:
         span = Span()
         span.add(col["arrival_s"], col["finish_s"])
         done = ~np.isnan(col["finish_s"])
-        out["throughput"] += per_second(float(col["output_tokens"][done].sum()), span.duration(int(done.sum()))) / len(runs)
+        tokens = float(col["output_tokens"][done].sum())
+        out["throughput"] += per_second(tokens, span.duration(int(done.sum()))) / len(runs)
     return out
 
 
