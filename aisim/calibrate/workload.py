@@ -11,9 +11,10 @@ Send times follow ``vllm/benchmarks/serve.py`` ``get_request``: gap ``i`` (the f
 ``gamma(shape=burstiness, scale=1 / (request_rate * burstiness))`` (1: Poisson; infinite
 burstiness: every gap ``1 / request_rate``), the sends are their running sums, rescaled so the
 last is ``num_prompts / request_rate``; at rate ``inf`` every request is sent at 0.  vLLM draws
-the gaps from the process's global NumPy state, which the file does not record; aisim draws its
-own from a generator seeded by ``seed``.  A run with ``max_concurrency`` has its sends held by
-the cap (``replay(..., max_concurrency=C)``).
+the gaps one by one from NumPy's global state, which ``main_async`` seeds with
+``np.random.seed(--seed)`` (0 unless given; the random dataset draws from a generator of its own,
+``RandomDataset._rng``), so ``seed`` being the run's ``--seed`` redraws its sends exactly.  A run
+with ``max_concurrency`` has its sends held by the cap (``replay(..., max_concurrency=C)``).
 
 The client before vLLM 0.10 (``benchmarks/benchmark_serving.py``, until pull request 21108 made
 the gaps precomputed and rescaled) sent differently, and its sends can be redrawn exactly from its
@@ -66,7 +67,8 @@ def send_times(n: int, rate: float, burstiness: float, seed: int = 0) -> np.ndar
     if math.isinf(burstiness):
         gaps = np.full(n, 1.0 / rate)
     else:
-        gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+        state = np.random.RandomState(seed)
+        gaps = np.array([state.gamma(shape=burstiness, scale=1.0 / (rate * burstiness)) for _ in range(n)])
     sends = np.cumsum(gaps)
     if sends[-1] > 0:
         sends = sends * (n / rate / sends[-1])   # serve.py: the last send at num_prompts / request_rate
