@@ -98,8 +98,8 @@ def test_send_times_as_vllm_bench_serve():
     assert s[-1] == pytest.approx(10.0, rel=1e-12) and np.all(np.diff(s) >= 0) and s[0] > 0
     # serve.py main_async: np.random.seed(--seed), then one np.random.gamma a request (the random dataset
     # draws from its own generator): with --seed 3 the first of 50 sends is that first gap, rescaled.
-    np.random.seed(3)
-    gaps = [np.random.gamma(shape=0.5, scale=1.0 / (5.0 * 0.5)) for _ in range(50)]
+    state = np.random.RandomState(3)   # the stream np.random.seed(3) gives the global functions
+    gaps = [state.gamma(shape=0.5, scale=1.0 / (5.0 * 0.5)) for _ in range(50)]
     assert s[0] == pytest.approx(gaps[0] * 10.0 / sum(gaps), rel=1e-12)
 
 
