@@ -304,10 +304,6 @@ def _print_summary(result, trace_path, record, metrics):
         lb = s["load_balance"]
         t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
         t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
-    if "itl" in metrics["percentile_metrics"]:
-        from aisim.bench_metrics import ITL_NOTE
-
-        t.caption = ITL_NOTE
     console().print(t)
     if "replicas" in s:
         r = new_table("replica", ("requests", {"justify": "right"}), ("hit rate", {"justify": "right"}),
