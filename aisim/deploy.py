@@ -21,8 +21,7 @@ from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
-from aisim.replay import result_of, run_deployment
-from aisim.replay_result import merged_gaps
+from aisim.replay import merged_gaps, result_of, run_deployment
 from aisim.summary import Totals
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),

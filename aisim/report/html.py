@@ -114,6 +114,7 @@ SUMMARY_COLUMNS = [
     ("ttft_p99_s", "TTFT p99", _ms, "time to first token, 99th percentile"),
     ("tpot_p50_s", "TPOT p50", _ms, "time per output token, median"),
     ("tpot_p99_s", "TPOT p99", _ms, "time per output token, 99th percentile"),
+    ("itl_p99_s", "ITL p99", _ms, "inter-token latency (every gap between two streamed outputs), 99th percentile"),
     ("e2e_p50_s", "E2E p50", _ms, "end-to-end latency, median"),
     ("e2e_p99_s", "E2E p99", _ms, "end-to-end latency, 99th percentile"),
     ("prefix_hit_rate", "prefix hits", fmt_pct, "prefix-cache hit tokens / lookup tokens (vLLM)"),
