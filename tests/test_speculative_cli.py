@@ -42,7 +42,8 @@ def test_replay_writes_the_speculative_columns_and_log(tmp_path):
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert lines[0]["speculative"]["num_hash_lookahead_tokens"] == 1
     assert lines[0]["speculative"]["drafter_cost"] == 0.1
-    assert sum(m for line in lines[1:-1] for m, _ in line["spec"].values()) == drafts
+    # (the asynchronous engine's drain lines schedule nothing: no "spec")
+    assert sum(m for line in lines[1:-1] for m, _ in line.get("spec", {}).values()) == drafts
     assert lines[-1]["spec"]["draft_tokens"] == drafts
 
 
