@@ -70,9 +70,10 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = r["status"]
-    summary = summarize(out["steps"], rq, engine, timed, out["spec"], out["gaps"])
+    gaps = merged_gaps([out["gaps"]])  # sorted once: the summary's statistics then sort a sorted array
+    summary = summarize(out["steps"], rq, engine, timed, out["spec"], gaps)
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
-                        scheduler_view(engine), merged_gaps([out["gaps"]]))
+                        scheduler_view(engine), gaps)
 
 
 def merged_gaps(parts) -> dict:
