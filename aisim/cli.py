@@ -64,8 +64,8 @@ def main():
 @progress_option()
 def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate,
            seed, max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path,
-           no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles, goodput,
-           sets, fmt, progress):
+           no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles,
+           goodput, sets, fmt, progress):
     """Replay TRACE on an engine (--engine FILE, or --model and --gpu) and summarise what vLLM would do.
 
     \b

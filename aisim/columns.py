@@ -486,7 +486,8 @@ def main(argv=None) -> int:
 
 
 __all__ = ["ARROW_TYPES", "CAPACITY_POINTS", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES",
-           "LATENCIES", "LATENCY_STATS", "SUMMARY_LATENCIES", "REPLICAS", "REQUESTS", "RUNS", "RUN_EXTRA_TABLES", "SHARDS", "STEPS", "SUMMARIES", "TABLES",
+           "LATENCIES", "LATENCY_STATS", "SUMMARY_LATENCIES", "REPLICAS", "REQUESTS", "RUNS", "RUN_EXTRA_TABLES",
+           "SHARDS", "STEPS", "SUMMARIES", "TABLES",
            "Column", "Table", "render_schema", "render_table", "schema_header"]
 
 if __name__ == "__main__":

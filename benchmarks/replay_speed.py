@@ -43,8 +43,8 @@ they covered; a stretch ends with every admission and every finish, so short str
 what macro-steps can save.  Its last columns replay the same requests with one output token each
 (``decode-free``): every prompt is still prefilled, cached, admitted and finished, but nothing
 decodes, so no way of replaying decodes faster gets below that time, and best off over it
-(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed (here, or in the interpreter
-given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
+(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed
+(here, or in the interpreter given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
 and the ratio of its wall time to aisim's is printed.
 
 A third table splits the best ``replay`` call into the compiled core

@@ -122,7 +122,8 @@ def test_an_asynchronous_engine_by_hand():
     # step schedules one token while the previous one is in flight; at step 10 the request's last
     # token is in flight (the async guard skips it) and its output finishes it.  Steps 2..9 are
     # one stretch.
-    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01}, async_scheduling=True)
+    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01},
+                  async_scheduling=True)
     trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
     res = _same_both_ways(trace, eng)
     assert res.steps.column("updated_step").to_pylist()[:4] == [-1, 0, 1, 2]

@@ -1,5 +1,5 @@
-"""``--set`` on the commands that read an engine from a file or spec: ``config show``/``validate`` and
-``sweep`` and ``pipeline run`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacity``: tests/test_capacity_flags.py)."""
+"""``--set`` on the commands that read an engine from a file or spec: ``config show``/``validate``, ``sweep``
+and ``pipeline run`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacity``: tests/test_capacity_flags.py)."""
 
 from __future__ import annotations
 
