@@ -269,19 +269,16 @@ def with_overrides(spec: PipelineSpec, sets: list) -> PipelineSpec:
     """
     from dataclasses import replace
 
-    from aisim.config.overrides import _put, apply_deployment, apply_engine, split_sets
+    from aisim.config.overrides import apply_deployment, apply_engine, changed_raw
     from aisim.errors import ConfigError
 
     if not sets:
         return spec
-    engine_sets = split_sets(sets)[0]
     deployments = []
     for d in spec.deployments:
         engines = []
         for e in d.engines:
-            config = copy.deepcopy(e.config)
-            for key, value in engine_sets:
-                _put(config, key, value)
+            config = changed_raw(e.config, sets)
             try:
                 engine = apply_engine(e.engine, sets)
                 deployment = apply_deployment(e.deployment, sets, e.deployment_source or None)
