@@ -107,8 +107,7 @@ FLAGS = (
     ("--result-filename", None, "redirect `--format json` output to a file"),
     ("--ignore-eos", None, "always so: each request generates the trace's output length"),
     ("--self-timed", None, "the default: the trace's arrivals, unless `--request-rate` re-times them"),
-    ("--percentile-metrics", "--percentile-metrics", "ttft, tpot, itl, e2el (client queue times are not modelled; ITL "
-                                                     "as above)"),
+    ("--percentile-metrics", "--percentile-metrics", "ttft, tpot, itl, e2el (client queue times are not modelled)"),
     ("--metric-percentiles", "--metric-percentiles", "same default, 99"),
     ("--goodput", "--goodput", "same keys (ttft, tpot, e2el) and milliseconds; `request_goodput` in the JSON"),
     ("--request-id-prefix", None, "request ids are the trace's"),
@@ -154,9 +153,9 @@ def render_table() -> str:
         "",
         "- `duration` runs from the first request's arrival to the last response (vLLM's client also counts",
         "  the gap before its first request).",
-        "- ITL: the replay keeps each request's first-token and finish times, not every chunk's, so a",
-        "  request's chunk gaps are taken as equal: `mean_itl_ms` is exact, the median and tails are those",
-        "  of each request's mean gap weighted by its gaps, lower than per-chunk gaps would give.",
+        "- ITL is every gap between two streamed outputs of a request, pooled, as vLLM's client takes it:",
+        "  an output is one engine step's (1 + the accepted drafts with speculative decoding), streamed",
+        "  at the end of that step. The replay keeps the gaps as (gap, count) pairs, not per request.",
         "- `max_output_tokens_per_s` needs every chunk's time and is left out; the per-request lists",
         "  (`ttfts`, `itls`, `latencies`, ...) are the columns of `requests.parquet` (`--out DIR`).",
         "- `--request-rate` draws its gaps from aisim's own generator (seeded by `--seed`), not numpy's",
@@ -199,7 +198,7 @@ def bench_record(result, trace_path: str, load: dict, model: str | None, percent
         "burstiness": load.get("burstiness"),
         "max_concurrency": load.get("max_concurrency"),
     }
-    record.update(bench_metrics(result.requests, percentile_metrics,
+    record.update(bench_metrics(result.requests, result.gaps, percentile_metrics,
                                 metric_percentiles, goodput or None))
     record["goodput"] = dict(goodput) if goodput else None
     record["aisim_version"] = __version__

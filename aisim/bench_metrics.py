@@ -1,7 +1,7 @@
 """A replay's results as ``vllm bench serve`` reports them: its key names, its units (ms), its statistics.
 
 vLLM computes them in ``calculate_metrics`` and ``benchmark`` (``vllm/benchmarks/serve.py``); this
-module computes the same keys from a replay's requests table:
+module computes the same keys from a replay's requests table and its gaps between streamed outputs:
 
 - ``completed``: finished requests; ``failed``: the rest (rejected prompts, unfinished requests).
 - ``duration``: from the first request's arrival to the last response's finish (vLLM: the client's
@@ -21,16 +21,13 @@ module computes the same keys from a replay's requests table:
   deviation and linear percentiles, as vLLM takes them; a metric no request has gives 0, as vLLM's
   ``np.mean(values or 0)`` does.
 
-ITL, how it is derived.  vLLM's ITL list holds, per request, the gap between each streamed chunk and
-the one before; a chunk is one engine step's output for the request (one token, or 1 + the accepted
-drafts with speculative decoding).  The replay records each request's first-token and finish times
-but not the time of every chunk, so each request contributes ``output_tokens - 1 - spec_accepted``
-gaps (its chunks after the first) of equal length, ``(e2e - ttft) / gaps``.  ``mean_itl_ms`` is
-therefore exact (the sum of a request's gaps is its time from first token to finish); the median,
-standard deviation and percentiles are those of each request's mean gap weighted by its gaps: they
-do not see a single long gap inside a request (a step that also ran a long prefill chunk, a
-preemption), so ITL tails are lower than a per-chunk record would give.  :data:`ITL_NOTE` says so
-wherever the numbers are shown.
+ITL, as vLLM takes it.  vLLM's client appends, for every streamed chunk of a request after the
+first, the time since the chunk before, and pools the lists of the completed requests.  A chunk is
+one engine step's output for the request (one token, or 1 + the accepted drafts with speculative
+decoding), streamed at the end of the step that produced it.  The replay records exactly these gaps
+(``ReplayResult.gaps``: each distinct gap once, with how many chunks had it): a step that also ran a
+long prefill chunk, a preemption and its recomputation, the batch queue of an asynchronous engine
+are all in them.  Every request that streamed a chunk finishes in a replay, so the pool is vLLM's.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ import numpy as np
 
 from aisim.errors import ConfigError
 from aisim.throughput import Span, per_second
+from aisim.stats import weighted_stats
 
 # --percentile-metrics names vLLM accepts for a generative model, and the ones aisim computes.
 VLLM_PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
@@ -50,8 +48,6 @@ DEFAULT_PERCENTILE_METRICS = ("ttft", "tpot", "itl")
 DEFAULT_METRIC_PERCENTILES = (99.0,)
 # --goodput metric names (vLLM's check_goodput_args VALID_NAMES).
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
-ITL_NOTE = ("ITL from each request's mean gap between chunks (the replay keeps first-token and finish times): "
-            "the mean is exact, the tails are understated")
 
 
 def parse_percentile_metrics(text: str | None) -> tuple:
@@ -124,32 +120,6 @@ def percentile_key(metric: str, q: float) -> str:
     return f"p{word}_{metric}_ms"
 
 
-def _weighted_stats(values: np.ndarray, weights: np.ndarray, qs) -> tuple:
-    """Mean, median, population std and ``qs`` percentiles of ``values`` each repeated ``weights`` times,
-    equal to numpy's on the repeated array (without making it)."""
-    order = np.argsort(values, kind="stable")
-    x, w = values[order], weights[order]
-    cum = np.cumsum(w)
-    n = int(cum[-1])
-
-    def at(j: int) -> float:  # the j-th (0-based) value of the repeated, sorted array
-        return float(x[np.searchsorted(cum, j, side="right")])
-
-    total = float((values * weights).sum())
-    mean = total / n
-    std = math.sqrt(float((weights * (values - mean) ** 2).sum()) / n)
-    mid = n // 2
-    median = at(mid) if n % 2 else (at(mid - 1) + at(mid)) / 2
-    out = []
-    for q in qs:
-        h = (n - 1) * (q / 100)
-        lo = math.floor(h)
-        a, b, g = at(lo), at(min(lo + 1, n - 1)), h - lo
-        d = b - a
-        out.append(b - d * (1 - g) if g >= 0.5 else a + d * g)  # numpy's _lerp, as aisim.stats
-    return mean, median, std, out
-
-
 def _stats(values: np.ndarray, qs) -> tuple:
     """numpy's mean, median, std and percentiles of ``values``, as vLLM takes them (0 for none)."""
     from aisim.stats import percentiles
@@ -187,7 +157,7 @@ def _max_concurrent(start: np.ndarray, end: np.ndarray) -> int:
     return int(np.cumsum(diff).max())
 
 
-def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
+def bench_metrics(requests, gaps: dict, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
                   metric_percentiles=DEFAULT_METRIC_PERCENTILES, goodput: dict | None = None) -> dict:
     """``vllm bench serve``'s result keys of a replay (see the module docstring).
 
@@ -195,7 +165,10 @@ def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
     ----------
     requests : pyarrow.Table
         The replay's requests table (``ttft_s``, ``tpot_s``, ``e2e_s``, ``prompt_tokens``,
-        ``output_tokens``, ``spec_accepted``, ``status``).
+        ``output_tokens``, ``status``).
+    gaps : dict
+        The gaps between the requests' streamed outputs (``ReplayResult.gaps``: ``gap_s``,
+        ``count``).
     percentile_metrics : sequence of str
     metric_percentiles : sequence of float
     goodput : dict, optional
@@ -212,7 +185,6 @@ def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
     done = _finished(requests.column("status"))
     ttft, e2e, tpot = col("ttft_s")[done], col("e2e_s")[done], col("tpot_s")[done]
     out_tok = col("output_tokens", np.int64)[done]
-    accepted = col("spec_accepted", np.int64)[done]
     prompt = col("prompt_tokens", np.int64)[done]
     completed = int(done.sum())
     total_in, total_out = int(prompt.sum()), int(out_tok.sum())
@@ -244,13 +216,13 @@ def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
         "max_concurrent_requests": _max_concurrent(arrival[done], finish[done]),
     }
     multi = out_tok > 1
-    gaps = np.maximum(out_tok - 1 - accepted, 1)[multi]
-    itl = ((e2e - ttft)[multi] / gaps)
-    series = {"ttft": (ttft, None), "tpot": (tpot[multi], None), "itl": (itl, gaps), "e2el": (e2e, None)}
+    series = {"ttft": (ttft, None), "tpot": (tpot[multi], None),
+              "itl": (np.asarray(gaps["gap_s"], np.float64), np.asarray(gaps["count"], np.int64)),
+              "e2el": (e2e, None)}
     for name in percentile_metrics:
-        values, weights = series[name]
-        if weights is not None and values.size:
-            mean, median, std, ps = _weighted_stats(values, weights, metric_percentiles)
+        values, counts = series[name]
+        if counts is not None and values.size:
+            mean, median, std, ps = weighted_stats(values, counts, metric_percentiles)
         else:
             mean, median, std, ps = _stats(values, metric_percentiles)
         result[f"mean_{name}_ms"] = mean * 1000

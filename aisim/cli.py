@@ -64,8 +64,8 @@ def main():
 @progress_option()
 def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate,
            seed, max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path,
-           no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles, goodput,
-           sets, fmt, progress):
+           no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles,
+           goodput, sets, fmt, progress):
     """Replay TRACE on an engine (--engine FILE, or --model and --gpu) and summarise what vLLM would do.
 
     \b
@@ -303,10 +303,6 @@ def _print_summary(result, trace_path, record, metrics):
         lb = s["load_balance"]
         t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
         t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
-    if "itl" in metrics["percentile_metrics"]:
-        from aisim.bench_metrics import ITL_NOTE
-
-        t.caption = ITL_NOTE
     console().print(t)
     if "replicas" in s:
         r = new_table("replica", ("requests", {"justify": "right"}), ("hit rate", {"justify": "right"}),

@@ -43,8 +43,11 @@ ARROW_TYPES = {
 # Small label columns (request status, step kind) travel dictionary-encoded; DuckDB lands them as VARCHAR.
 LABEL = pa.dictionary(pa.int8(), pa.string())
 
-# Latency statistics of the replay summary, flattened as ``{latency}_{stat}_s`` columns.
+# Latency statistics of the replay summary, flattened as ``{latency}_{stat}_s`` columns: the requests'
+# own latencies (columns of ``requests``), then the inter-token latency, whose values are the gaps
+# between every request's streamed outputs (vLLM's ITL; ``Engine.take_gaps``).
 LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+SUMMARY_LATENCIES = LATENCIES + ("itl_s",)
 LATENCY_STATS = ("mean", "p50", "p90", "p99")
 
 
@@ -190,10 +193,11 @@ SHARDS = Table("shards", (
 
 def _latency_columns() -> tuple:
     what = {"ttft_s": "time to first token", "tpot_s": "time per output token after the first",
-            "e2e_s": "end-to-end latency"}
+            "e2e_s": "end-to-end latency",
+            "itl_s": "inter-token latency (every gap between two streamed outputs of a request, pooled)"}
     said = {"mean": None, "p50": "median", "p90": "90th percentile", "p99": "99th percentile"}
     cols = []
-    for lat in LATENCIES:
+    for lat in SUMMARY_LATENCIES:
         for st in LATENCY_STATS:
             meaning = said[st] or f"{what[lat]}: mean"
             cols.append(C(f"{lat[:-2]}_{st}_s", "DOUBLE", "s", meaning, summary=(lat, st)))
@@ -484,8 +488,9 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["ARROW_TYPES", "CAPACITY_POINTS", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES", "LATENCIES",
-           "LATENCY_STATS", "REPLICAS", "REQUESTS", "RUNS", "RUN_EXTRA_TABLES", "SHARDS", "STEPS", "SUMMARIES", "TABLES",
+__all__ = ["ARROW_TYPES", "CAPACITY_POINTS", "DEPLOYMENT_REQUESTS", "DEPLOYMENT_STEPS", "LABEL", "LARGE_TABLES",
+           "LATENCIES", "LATENCY_STATS", "SUMMARY_LATENCIES", "REPLICAS", "REQUESTS", "RUNS", "RUN_EXTRA_TABLES",
+           "SHARDS", "STEPS", "SUMMARIES", "TABLES",
            "Column", "Table", "render_schema", "render_table", "schema_header"]
 
 if __name__ == "__main__":

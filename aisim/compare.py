@@ -29,6 +29,8 @@ METRICS = (
     ("tpot_mean_s", "TPOT mean", "seconds"),
     ("tpot_p50_s", "TPOT p50", "seconds"),
     ("tpot_p99_s", "TPOT p99", "seconds"),
+    ("itl_mean_s", "ITL mean", "seconds"),
+    ("itl_p99_s", "ITL p99", "seconds"),
     ("e2e_mean_s", "E2E mean", "seconds"),
     ("e2e_p50_s", "E2E p50", "seconds"),
     ("e2e_p99_s", "E2E p99", "seconds"),

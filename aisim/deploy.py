@@ -21,7 +21,7 @@ from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
-from aisim.replay import result_of, run_deployment
+from aisim.replay import merged_gaps, result_of, run_deployment
 from aisim.summary import SUMMARY_COLUMNS, Totals
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
@@ -53,6 +53,10 @@ class DeploymentResult:
         With ``record_routing``: ``replica`` (the choice) and one array per
         :data:`ROUTING_FIELDS` name, shaped (requests, replicas): the router's inputs at
         each decision (``overlap_blocks_true`` read off the replicas' own caches).
+    gaps : dict of numpy arrays
+        The gaps between every request's streamed outputs, over all replicas
+        (:attr:`aisim.replay.ReplayResult.gaps`; disaggregated, a request's first gap runs from
+        its prefill replica's first token to its decode replica's first output).
     """
 
     requests: pa.Table
@@ -62,6 +66,7 @@ class DeploymentResult:
     deployment: DeploymentConfig
     replicas: list = field(default_factory=list, repr=False)
     routing: dict | None = field(default=None, repr=False)
+    gaps: dict = field(default_factory=dict, repr=False)
 
 
 def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | None = None, *,
@@ -137,7 +142,8 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         for k, name_ in enumerate(ROUTING_FIELDS):
             routing[name_] = out["routing"][:, :, k]
     summary = _summary(parts, out["replicas"], engine, deployment, requests, status, n_p)
-    return DeploymentResult(requests, steps, summary, engine, deployment, parts, routing)
+    return DeploymentResult(requests, steps, summary, engine, deployment, parts, routing,
+                            merged_gaps([rep["gaps"] for rep in out["replicas"]]))
 
 
 def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
@@ -246,6 +252,7 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     cols = SUMMARY_COLUMNS
     for p, rep in zip(parts, reps):
         totals.add_steps(rep["steps"])
+        totals.add_gaps(rep["gaps"])
         if status is None:
             rq = {c: p.requests.column(c).to_numpy(zero_copy_only=False) for c in cols}
             rq["status"] = rep["requests"]["status"]

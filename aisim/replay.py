@@ -21,7 +21,7 @@ from aisim.replay_deployment import run_deployment  # noqa: F401
 from aisim.replay_input import (  # noqa: F401
     _check_concurrency, _check_think, _closed_loop, _is_trace_table, _whole_arrays, _with_private,
 )
-from aisim.replay_result import ReplayResult, _rejected_mask, result_of  # noqa: F401
+from aisim.replay_result import ReplayResult, _rejected_mask, merged_gaps, result_of  # noqa: F401
 from aisim.replay_stream import STREAM_COLUMNS, replay_stream, stream_private  # noqa: F401
 from aisim.trace_checks import _validate, check_trace  # noqa: F401  (check_trace: part of aisim.replay's face)
 from aisim.traces.frame import from_frame

@@ -40,6 +40,11 @@ class ReplayResult:
     speculative : dict or None
         What vLLM's scheduler derives from the speculative-decoding
         configuration (:func:`aisim.config.speculative.scheduler_view`); None without it.
+    gaps : dict of numpy arrays
+        The gaps between every request's streamed outputs (one output per engine step that
+        sampled for it: a token, or 1 + the accepted drafts), pooled: ``gap_s`` (distinct
+        gaps, ascending) and ``count`` (how many outputs came that long after their
+        request's previous one).  vLLM's ITL list, as (value, count) pairs.
     """
 
     requests: pa.Table
@@ -49,6 +54,7 @@ class ReplayResult:
     events: dict = field(default_factory=dict, repr=False)
     timed: bool = False
     speculative: dict | None = None
+    gaps: dict = field(default_factory=dict, repr=False)
 
 
 def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, events: bool,
@@ -63,9 +69,21 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     steps = steps_table(out["steps"], engine)
     rq = {c: requests.column(c).to_numpy(zero_copy_only=False) for c in SUMMARY_COLUMNS}
     rq["status"] = r["status"]
-    summary = summarize(out["steps"], rq, engine, timed, out["spec"])
+    gaps = merged_gaps([out["gaps"]])  # sorted once: the summary's statistics then sort a sorted array
+    summary = summarize(out["steps"], rq, engine, timed, out["spec"], gaps)
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
-                        scheduler_view(engine))
+                        scheduler_view(engine), gaps)
+
+
+def merged_gaps(parts) -> dict:
+    """Gap records (``Engine.take_gaps``'s dicts) merged: each distinct gap once, ascending, with its count."""
+    from aisim.stats import Tally
+
+    tally = Tally()
+    for g in parts:
+        tally.add(g["gap_s"], g["count"])
+    values, counts = tally.pairs()
+    return {"gap_s": values, "count": counts}
 
 
 def _rejected_mask(trace: pa.Table, engine: EngineConfig, reject_too_long: bool):

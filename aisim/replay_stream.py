@@ -143,6 +143,7 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             feed()
             continue
         st = core.take_steps()
+        totals.add_gaps(core.take_gaps())
         if len(st["step"]):
             totals.add_steps(st)
             yield "steps", steps_table(st, engine)

@@ -3,6 +3,9 @@
 ``np.percentile`` pulls in ``numpy.ma`` (tens of milliseconds) on its first call, a visible part of a
 short ``aisim replay``.  :func:`percentiles` gives the same numbers, bit for bit (a test compares them):
 numpy's ``linear`` method, the virtual index ``(n - 1) * q / 100`` and its two-sided interpolation.
+:func:`weighted_stats` gives numpy's statistics of values each repeated a count of times, without
+making the repeated array; :class:`Tally` keeps such (value, count) pairs merged as they arrive
+(the gaps between a replay's streamed outputs, ``Engine.take_gaps``).
 """
 
 from __future__ import annotations
@@ -32,8 +35,97 @@ def percentiles(values: np.ndarray, qs=(50, 90, 99)) -> list:
     for q in qs:
         h = last * (q / 100)
         lo = math.floor(h)
-        a, b, g = float(x[lo]), float(x[min(lo + 1, last)]), h - lo
-        d = b - a
-        # numpy's _lerp: from the nearer end, so an interpolation at g = 1 lands exactly on b.
-        out.append(b - d * (1 - g) if g >= 0.5 else a + d * g)
+        out.append(_lerp(float(x[lo]), float(x[min(lo + 1, last)]), h - lo))
     return out
+
+
+def _lerp(a: float, b: float, g: float) -> float:
+    d = b - a
+    # numpy's _lerp: from the nearer end, so an interpolation at g = 1 lands exactly on b.
+    return b - d * (1 - g) if g >= 0.5 else a + d * g
+
+
+def weighted_stats(values: np.ndarray, counts: np.ndarray, qs=(50, 90, 99)) -> tuple:
+    """Mean, median, population standard deviation and ``qs`` percentiles of ``values`` each repeated
+    ``counts`` times, as numpy gives them on the repeated array (without making it).
+
+    Parameters
+    ----------
+    values : numpy.ndarray
+        One-dimensional numbers (no NaN), any order, repeats allowed.
+    counts : numpy.ndarray
+        Positive integers, one per value; they sum to at least 1.
+    qs : sequence of float
+        Percentiles in [0, 100].
+
+    Returns
+    -------
+    tuple
+        ``(mean, median, std, [percentile of each q])``, floats.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    x, w = values[order], counts[order]
+    cum = np.cumsum(w)
+    n = int(cum[-1])
+
+    def at(j: int) -> float:  # the j-th (0-based) value of the repeated, sorted array
+        return float(x[np.searchsorted(cum, j, side="right")])
+
+    mean = float((x * w).sum()) / n
+    std = math.sqrt(float((w * (x - mean) ** 2).sum()) / n)
+    mid = n // 2
+    median = at(mid) if n % 2 else (at(mid - 1) + at(mid)) / 2
+    out = []
+    for q in qs:
+        h = (n - 1) * (q / 100)
+        lo = math.floor(h)
+        out.append(_lerp(at(lo), at(min(lo + 1, n - 1)), h - lo))
+    return mean, median, std, out
+
+
+class Tally:
+    """(value, count) pairs given in pieces, kept merged: each distinct value once, with its count.
+
+    Memory follows the distinct values, not the pairs given: pieces are merged (sorted, equal
+    values' counts added) whenever the pieces waiting outgrow what is merged.  The counts add up
+    exactly (int64).
+    """
+
+    def __init__(self):
+        self._values = np.zeros(0, dtype=np.float64)
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._parts = []
+        self._waiting = 0
+
+    def add(self, values, counts) -> None:
+        """Count ``counts[i]`` more of each ``values[i]``."""
+        values = np.asarray(values, dtype=np.float64)
+        if values.size == 0:
+            return
+        self._parts.append((values, np.asarray(counts, dtype=np.int64)))
+        self._waiting += values.size
+        if self._waiting > max(65536, 2 * self._values.size):
+            self._merge()
+
+    def _merge(self) -> None:
+        if not self._parts:
+            return
+        v = np.concatenate([self._values] + [p[0] for p in self._parts])
+        c = np.concatenate([self._counts] + [p[1] for p in self._parts])
+        order = np.argsort(v, kind="stable")
+        v, c = v[order], c[order]
+        starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1]))) if v.size else np.zeros(0, np.int64)
+        self._values, self._counts = v[starts], np.add.reduceat(c, starts) if v.size else c
+        self._parts, self._waiting = [], 0
+
+    def pairs(self) -> tuple:
+        """``(values, counts)``: every distinct value, ascending, and its count."""
+        self._merge()
+        return self._values, self._counts
+
+    @property
+    def n(self) -> int:
+        """The values counted (the counts' sum)."""
+        return int(self._counts.sum()) + sum(int(p[1].sum()) for p in self._parts)

@@ -6,9 +6,9 @@ import numpy as np
 
 from aisim._core.constants import REQUEST_STATUS
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
-from aisim.columns import LATENCIES, LATENCY_STATS
+from aisim.columns import LATENCIES, LATENCY_STATS, SUMMARY_LATENCIES
 from aisim.config.engine import EngineConfig
-from aisim.stats import percentiles
+from aisim.stats import Tally, percentiles, weighted_stats
 from aisim.throughput import Span, per_second
 
 # A request vLLM's server refuses before it reaches the engine (``reject_too_long``): the core
@@ -33,15 +33,19 @@ def time_model_label(engine: EngineConfig) -> str:
     return tm.kind
 
 
-def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
+def summarize(st: dict, rq: dict, engine: EngineConfig, timed: bool, spec_counts: dict | None = None,
+              gaps: dict | None = None) -> dict:
     """Totals, prefix-cache statistics and latency percentiles of one replay.
 
     ``st`` and ``rq`` are the step and request columns as numpy arrays;
-    ``spec_counts`` the core's speculative-decoding counters.
+    ``spec_counts`` the core's speculative-decoding counters; ``gaps`` the gaps between the
+    requests' streamed outputs (``Engine.take_gaps``: ``gap_s``, ``count``).
     """
     totals = Totals()
     totals.add_steps(st)
     totals.add_requests(rq)
+    if gaps is not None:
+        totals.add_gaps(gaps)
     return totals.summary(engine, timed, spec_counts)
 
 
@@ -50,7 +54,9 @@ class Totals:
 
     Counts and sums add up exactly; the latency statistics keep each
     latency's values (8 bytes a request each), so that their mean and
-    percentiles are those of the whole replay to the last bit.
+    percentiles are those of the whole replay to the last bit.  The
+    inter-token latencies are kept as (gap, count) pairs, merged
+    (:class:`aisim.stats.Tally`): their memory follows the distinct gaps.
     """
 
     _STEP_SUMS = ("num_preempted", "prefill_tokens", "decode_tokens", "num_reqs", "num_new", "prefix_queries",
@@ -66,6 +72,7 @@ class Totals:
         self.done_output_tokens = 0
         self.span = Span()
         self.latencies = {name: [] for name in LATENCIES}
+        self.gaps = Tally()
 
     def add_steps(self, st: dict) -> None:
         n = len(st["step"])
@@ -97,6 +104,10 @@ class Totals:
         for name in LATENCIES:
             v = rq[name]
             self.latencies[name].append(v[~np.isnan(v)])
+
+    def add_gaps(self, gaps: dict) -> None:
+        """Gaps between streamed outputs, as ``Engine.take_gaps`` hands them over."""
+        self.gaps.add(gaps["gap_s"], gaps["count"])
 
     def summary(self, engine: EngineConfig, timed: bool, spec_counts: dict | None = None) -> dict:
         """The replay summary (see :func:`summarize`); with speculative decoding, its totals too."""
@@ -146,6 +157,12 @@ class Totals:
                 summary[name] = {"mean": mean, "p50": p50, "p90": p90, "p99": p99}
             else:
                 summary[name] = dict.fromkeys(LATENCY_STATS)
+        values, counts = self.gaps.pairs()
+        if values.size:
+            mean, _, _, (p50, p90, p99) = weighted_stats(values, counts)
+            summary["itl_s"] = {"mean": mean, "p50": p50, "p90": p90, "p99": p99}
+        else:
+            summary["itl_s"] = dict.fromkeys(LATENCY_STATS)
         q = summary["prefix_cache_stats"]
         summary["prefix_hit_rate"] = q["hits"] / q["queries"] if q["queries"] else 0.0
         if engine.speculative is not None:
@@ -163,7 +180,7 @@ def _refuse_non_finite(summary: dict, engine: EngineConfig) -> None:
     from aisim.errors import ReplayError
 
     times = [("clock_end_s", summary["clock_end_s"])] + [
-        (f"{name} {stat}", summary[name][stat]) for name in LATENCIES for stat in LATENCY_STATS]
+        (f"{name} {stat}", summary[name][stat]) for name in SUMMARY_LATENCIES for stat in LATENCY_STATS]
     for what, v in times:
         if v is not None and not math.isfinite(v):
             raise ReplayError(f"the replay's {what} is {v}: the step times of the {time_model_label(engine)} "

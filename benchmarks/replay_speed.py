@@ -29,7 +29,7 @@ garbage collector is paused during each timed call, as :mod:`timeit` does.
    at least 60,000 requests/s.
 
 3. ``mooncake`` -- the Mooncake sample trace in ``tests/data/traces/mooncake`` (3,993 requests,
-   long prompts, 512-token hash blocks), 128 sequences, an 8,192-token budget, 8,192 blocks,
+   long prompts, 512-token hash blocks), 128 sequences, an 8,192-token budget, 8,192 usable blocks,
    prompts of ``max_model_len`` (131,072) or more rejected; and ``decode_heavy`` -- 2,000
    requests of 512 prompt and 1,024 output tokens, eight arriving per step, 256 sequences.
 
@@ -43,8 +43,8 @@ they covered; a stretch ends with every admission and every finish, so short str
 what macro-steps can save.  Its last columns replay the same requests with one output token each
 (``decode-free``): every prompt is still prefilled, cached, admitted and finished, but nothing
 decodes, so no way of replaying decodes faster gets below that time, and best off over it
-(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed (here, or in the interpreter
-given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
+(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed
+(here, or in the interpreter given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
 and the ratio of its wall time to aisim's is printed.
 
 A third table splits the best ``replay`` call into the compiled core
@@ -182,7 +182,7 @@ def sliding_window_workload():
 def mooncake_workload():
     """The Mooncake sample trace on a 128-sequence engine: (engine config, trace table, read seconds)."""
     eng = engine_config_from_dict(
-        {"num_gpu_blocks": 8192, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 8192,
+        {"num_gpu_blocks": 8193, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 8192,
          "max_model_len": 131072, "enable_prefix_caching": True, "kv_cache_groups": [{"type": "full"}]},
         source="mooncake")
     t0 = time.perf_counter()

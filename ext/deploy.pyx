@@ -684,7 +684,7 @@ cdef class Deployment:
             idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
                 np.zeros(0, np.int64)
             out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
-                        "spec": e.spec_counts, "index": idx})
+                        "spec": e.spec_counts, "gaps": e.take_gaps(), "index": idx})
         result = {"route": _arr_i32(self.route, n), "replicas": out,
                   "sent": np.array(<sec_t[:n]>self.sent, copy=True) if n else np.zeros(0)}
         if self.pd:
@@ -761,6 +761,7 @@ cdef class Deployment:
         _tag(&self.rd, r, g)
         # It carries the prefill replica's first token: the prompt's KV arrives, the rest is local.
         r.num_output = 1
+        r.last_token_s = pe.reqs[self.p_slot[g]].first_token_s  # the client's first chunk came from there
         r.remote = 1
         r.remote_s = t + self.xfer_s[g]
         heap_push(&self.ev, 0, r.remote_s, 2 * g + 1, <req_t>g)

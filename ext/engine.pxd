@@ -8,7 +8,7 @@ from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, SchedConfC
 from aisim._core.steptime cimport TimeModelC
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport GapsC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
 # What Engine.advance stopped for.
 cdef enum Advance:
@@ -192,6 +192,7 @@ cdef class Engine:
     cdef int64_t steps_taken       # step rows taken so far
     cdef ReqColsC rcols            # the request columns of retired requests (rows not yet taken)
     cdef EventsC events            # the decision-log events
+    cdef GapsC gaps                # gaps between each request's outputs (pairs not yet taken)
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef object _spec_keep         # acceptance arrays the C side points into
     cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)

@@ -21,6 +21,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from aisim._core.gaps cimport gaps_add, gaps_release
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
@@ -214,6 +215,7 @@ cdef class Engine:
         self.kv.eagle = conf.eagle_drop and config.enable_prefix_caching
         self.kv.hash_lookahead = conf.hash_lookahead
         sched_init(&self.sched, conf, &self.kv, self.reqs, cap)
+        self.sched.gaps = &self.gaps
         _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
@@ -269,6 +271,7 @@ cdef class Engine:
         _cols_release(&self.cols)
         _rcols_release(&self.rcols)
         _events_release(&self.events)
+        gaps_release(&self.gaps)
         heap_release(&self.rel)
         _macro_release(&self.macro)
         mem_free(self.reqs)
@@ -545,7 +548,7 @@ cdef class Engine:
                         f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
                         f"{self.sched.n_waiting} waiting requests cannot be scheduled")
             self._retire(False)
-            if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows:
+            if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows or self.gaps.n >= self.out_rows:
                 return ADV_OUTPUT
             if _add_arrivals(self) == ADV_INPUT:
                 return ADV_INPUT
@@ -651,7 +654,7 @@ cdef class Engine:
         with nogil:
             self._run()
         return {"steps": self.take_steps(), "requests": self.take_requests(), "events": self._events(),
-                "spec": self.spec_counts}
+                "spec": self.spec_counts, "gaps": self.take_gaps()}
 
     # -------------------------------------------------------------- results
 
@@ -675,6 +678,25 @@ cdef class Engine:
         cdef Py_ssize_t n = self.rcols.n
         out = _columns_handover(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n, &self.rcols.cap)
         self.rcols.n = 0
+        return out
+
+    def take_gaps(self):
+        """The gaps between outputs recorded since the last call, handed over.
+
+        Returns
+        -------
+        dict
+            ``gap_s``: seconds between two consecutive outputs (streamed chunks) of one request;
+            ``count``: how many outputs came that long after their request's previous one.  A gap
+            may appear in more than one pair; the pairs are in the order they were recorded.
+        """
+        cdef void* cols[2]
+        cols[0] = self.gaps.gap
+        cols[1] = self.gaps.count
+        out = _columns_handover(cols, GAP_ITEM, GAP_COLUMNS, self.gaps.n, &self.gaps.cap)
+        self.gaps.gap = <double*>cols[0]
+        self.gaps.count = <int64_t*>cols[1]
+        self.gaps.n = 0
         return out
 
     @property

@@ -146,6 +146,22 @@ cdef void _fill_decodes(const SchedC* s, BatchC* b, int32_t n) noexcept nogil:
         b.decode[i] = 1
 
 
+cdef int _stretch_outputs(Engine e, sec_t end_s, sec_t prev_s, int64_t k, int32_t n) except -1 nogil:
+    """Step ``k`` of a stretch streams one output of each of its ``n`` running requests at
+    ``end_s`` (sched_update's record of gaps, scheduler.pyx _update): at the first step each
+    request's gap is its own; after it, every request's previous output ended step ``k - 1``
+    (``prev_s``), so the step adds ``n`` gaps of one length.  The requests' ``last_token_s``
+    catch up when the stretch ends."""
+    cdef int32_t i
+    cdef const ReqC* r
+    if k > 0:
+        return gaps_add(&e.gaps, end_s - prev_s, n)
+    for i in range(n):
+        r = &e.sched.reqs[e.sched.running[i]]
+        gaps_add(&e.gaps, end_s - r.last_token_s, 1)
+    return 0
+
+
 cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     """Replay a quiet stretch from here, every iteration starting before ``until``; returns the
     steps it covered (0: step normally).  A replica's arrivals come from its deployment, between
@@ -160,6 +176,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
     cdef int64_t k = 0, length
     cdef bint closed = False
     cdef ReqC* r
+    cdef sec_t out_s = 0       # end of the last step whose outputs the stretch streamed
     length = _quiet_length(e)
     if length == 0:
         return 0
@@ -221,6 +238,8 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             # output processed by update_from_output), and the stretch with it.
             for i in range(n):
                 _at_step(m, &s.reqs[s.running[i]], i, k)
+                if k > 0:
+                    s.reqs[s.running[i]].last_token_s = out_s
             sched_end_schedule(s, b)
             e._price(b)
             if asy:
@@ -246,6 +265,8 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             e.upd_batch = ob
         else:
             ob = b
+        _stretch_outputs(e, ob.end_s, out_s, k, n)
+        out_s = ob.end_s
         e._log_line(e.step, LINE_STEP, e.clock, b, ob, e.kv.pool.num_free)
         e.clock = b.end_s
         e.step += 1
@@ -255,6 +276,8 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         # asynchronous, one more is still in flight (its placeholder), as before the stretch.
         for i in range(n):
             _at_step(m, &s.reqs[s.running[i]], i, k)
+            if k > 0:
+                s.reqs[s.running[i]].last_token_s = out_s
     if k > 0:
         e.stalled = 0
         m.stretches += 1

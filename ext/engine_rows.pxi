@@ -48,6 +48,15 @@ REQUEST_COLUMNS = (
     ("spec_accepted", "int64"),
 )
 
+# The gap record's columns (Engine.take_gaps; types.pxd GapsC), and their bytes per item.
+GAP_COLUMNS = (
+    ("gap_s", "float64"),
+    ("count", "int64"),
+)
+cdef size_t GAP_ITEM[2]
+GAP_ITEM[0] = sizeof(double)
+GAP_ITEM[1] = sizeof(int64_t)
+
 if len(STEP_COLUMNS) != N_STEP_COLS or len(REQUEST_COLUMNS) != N_REQ_COLS:
     raise ImportError("aisim._core.engine: column tables and enums disagree")
 

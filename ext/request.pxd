@@ -46,6 +46,7 @@ cdef struct ReqC:
     sec_t first_sched_s        # clock of the first step that scheduled it (-1: never)
     sec_t first_token_s        # end of the step that produced its first output (-1: none)
     sec_t finish_s             # end of the step that produced its last output (-1: unfinished)
+    sec_t last_token_s         # end of the step that produced its latest output (read once it has one)
     # --- speculative decoding (untouched without it; last, so the hot fields keep their places)
     tok_t num_spec             # len(spec_token_ids): drafts (async: placeholders) for the next step
     int32_t acc_off            # first entry of its trace `accept` list in the engine's array

@@ -5,7 +5,7 @@
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.request cimport ReqC
-from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport GapsC, RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
 # How the fake model decides how many drafts it accepts (aisim.config.speculative).
 cdef enum AcceptKind:
@@ -98,6 +98,7 @@ cdef struct SchedC:
     req_t* finished                  # [n_reqs] requests finished by the last update
     int32_t n_finished
     int32_t cap                      # capacity of the per-step arrays of a BatchC
+    GapsC* gaps                      # the engine's record of gaps between outputs (NULL: none kept)
     # speculative-decoding totals
     int64_t verifications            # entries that verified real drafts
     int64_t padded_requests          # entries admitted with the -1 padding

@@ -30,6 +30,7 @@ from aisim._core.kvcache cimport (
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
+from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, splitmix64, tmin
@@ -686,6 +687,12 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
         if not b.sampled[i]:
             continue
         was_running = r.status == ST_RUNNING
+        # One streamed output (all of its tokens: 1 + the accepted drafts) at the end of the step:
+        # the client's inter-token latency is the gap to the request's previous one
+        # (vllm/benchmarks/lib/endpoint_request_func.py: one itl entry per chunk after the first).
+        if r.num_output > 0 and s.gaps != NULL:
+            gaps_add(s.gaps, b.end_s - r.last_token_s, 1)
+        r.last_token_s = b.end_s
         if spec:
             stopped = _spec_output(s, r, b.spec_m[i], b.spec_a[i], stale, was_running, b.end_s)
         else:

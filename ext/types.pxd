@@ -58,3 +58,16 @@ ctypedef struct RulesC:
     bint spec_output_caches_final_blocks        # Scheduler.update_from_output with drafts
     bint long_prefill_cap_needs_chunked_prefill  # Scheduler.schedule: the threshold needs chunked prefill
     bint mamba_sync_output_caches_final_blocks  # Scheduler.update_from_output: sync engine, Mamba, caching
+
+
+# The gaps between a request's streamed outputs, pooled over every request of a replay (vLLM's
+# inter-token latencies: vllm/benchmarks/lib/endpoint_request_func.py appends the time since the
+# previous chunk for every chunk after the first; serve.py calculate_metrics pools them).  A chunk
+# is one engine step's output for a request, so the requests decoding in one step mostly share
+# one gap: the record is (gap, count) pairs, a repeat of a recent gap adding to its count
+# (ext/gaps.pxd).  Handed over with the step rows (Engine.take_gaps).
+ctypedef struct GapsC:
+    int64_t n                  # pairs written
+    int64_t cap                # pairs allocated
+    double* gap                # [cap] seconds between two consecutive chunks of one request
+    int64_t* count             # [cap] chunks that came that long after their request's previous one

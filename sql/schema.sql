@@ -98,6 +98,10 @@ CREATE TABLE IF NOT EXISTS summaries (
     e2e_p50_s                       DOUBLE,            -- median
     e2e_p90_s                       DOUBLE,            -- 90th percentile
     e2e_p99_s                       DOUBLE,            -- 99th percentile
+    itl_mean_s                      DOUBLE,            -- inter-token latency (every gap between two streamed outputs of a request, pooled): mean
+    itl_p50_s                       DOUBLE,            -- median
+    itl_p90_s                       DOUBLE,            -- 90th percentile
+    itl_p99_s                       DOUBLE,            -- 99th percentile
     kv_usage_mean                   DOUBLE,            -- vLLM's kv_usage (active / usable blocks), mean over steps
     kv_usage_max                    DOUBLE,            -- its peak
     kv_physical_usage_max           DOUBLE,            -- peak of active + cached blocks over usable blocks

@@ -144,7 +144,7 @@ def test_the_pipeline_lands_a_run_whole_or_leaves_the_database_as_it_was(tmp_pat
     first = _spec_file(base, "first", ENGINE)
     assert _run("pipeline", "run", first, "--scheduler", "sync").exit_code == 0
     before = dump(base / "db.duckdb")
-    second = _spec_file(base, "second", os.path.join(EXAMPLES, "engine-seqs64.json"))
+    second = _spec_file(base, "second", os.path.join(EXAMPLES, "engine-nocache.json"))
     states = {}
 
     def attempt(k):

@@ -126,9 +126,9 @@ def test_spec_numbers_must_be_finite_and_think_time_needs_closed_loop(tmp_path, 
 
 def test_a_window_that_selects_nothing_lands_nothing(tmp_path):
     db = tmp_path / "d.duckdb"
-    spec = demo_spec(db, window={"start_step": 10**9})
-    with pytest.raises(PipelineError, match=r"the window \(start_step = 1000000000\) selects none of the 2300 "
-                                            "rows read; nothing is landed"):
+    spec = demo_spec(db, window={"start_step": 10**9, "start_s": 1e9})
+    with pytest.raises(PipelineError, match=r"the window \(start_s = 1000000000.0, start_step = 1000000000\) selects "
+                                            "none of the 2300 rows read; nothing is landed"):
         run_pipeline(spec, scheduler="sync")
     assert not db.exists()
 

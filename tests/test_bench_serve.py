@@ -76,27 +76,34 @@ def test_metrics_by_hand(tiny):
     assert d["request_goodput"] == pytest.approx(1 / 0.081)
     assert d["mean_ttft_ms"] == pytest.approx(58) and d["std_ttft_ms"] == pytest.approx(0, abs=1e-9)
     assert d["mean_tpot_ms"] == pytest.approx(11.75) and d["p99_tpot_ms"] == pytest.approx(11.5 + 0.5 * 0.99)
-    # ITL: a's 2 gaps taken as 11.5 ms each, b's one gap 12 ms -> [11.5, 11.5, 12]; the mean is the true
-    # one, (12 + 11 + 12) / 3; the median 11.5; p99 at index 1.98: 11.5 + 0.98 * 0.5.
+    # ITL: every chunk after a request's first, the gap to its previous chunk: a at 70 ms (12 ms after
+    # 58) and at 81 ms (11 ms), b at 70 ms (12 ms) -> [11, 12, 12]; the median 12, p99 at index 1.98: 12.
     assert d["mean_itl_ms"] == pytest.approx(35 / 3)
-    assert d["median_itl_ms"] == pytest.approx(11.5) and d["p50_itl_ms"] == pytest.approx(11.5)
-    assert d["p99_itl_ms"] == pytest.approx(11.5 + 0.98 * 0.5)
-    assert d["std_itl_ms"] == pytest.approx(float(np.std([11.5, 11.5, 12.0])))
+    assert d["median_itl_ms"] == pytest.approx(12) and d["p50_itl_ms"] == pytest.approx(12)
+    assert d["p99_itl_ms"] == pytest.approx(12)
+    assert d["std_itl_ms"] == pytest.approx(float(np.std([11.0, 12.0, 12.0])))
     assert d["mean_e2el_ms"] == pytest.approx((81 + 70) / 2) and d["p50_e2el_ms"] == pytest.approx(75.5)
     table = _run("replay", "--engine", engine, "--trace", trace, "--goodput", "ttft:60", "tpot:11.8").stdout
     assert "ITL mean / median / P99" in table and "within ttft 60 ms, tpot 11.8 ms" in table
 
 
 def test_weighted_itl_statistics_equal_numpy_on_the_repeated_gaps():
-    from aisim.bench_metrics import _weighted_stats
+    from aisim.stats import Tally, weighted_stats
 
     rng = np.random.default_rng(7)
     v, w = rng.random(200), rng.integers(1, 9, 200)
     rep = np.repeat(v, w)
     qs = [0, 25, 50, 90, 99, 99.9, 100]
-    mean, median, std, ps = _weighted_stats(v, w, qs)
+    mean, median, std, ps = weighted_stats(v, w, qs)
     assert median == np.median(rep) and ps == [float(x) for x in np.percentile(rep, qs)]
     assert mean == pytest.approx(np.mean(rep), rel=1e-14) and std == pytest.approx(np.std(rep), rel=1e-12)
+    # The same pairs given in pieces, values repeated across pieces, merge to each value once.
+    tally = Tally()
+    for k in range(0, 200, 30):
+        tally.add(np.concatenate([v[k:k + 30], v[:5]]), np.concatenate([w[k:k + 30], np.ones(5, np.int64)]))
+    values, counts = tally.pairs()
+    assert list(values) == sorted(v) and tally.n == int(w.sum()) + 35
+    assert counts[np.searchsorted(values, v[0])] == w[0] + 7
 
 
 @pytest.mark.parametrize("args, message", [

@@ -144,12 +144,14 @@ def test_no_summary_is_given_with_a_time_that_is_not_a_number():
 
     engine = engine_config_from_dict(ENGINE)
     ok = {"clock_end_s": 1.0, **{n: {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": None}
-                                 for n in ("ttft_s", "tpot_s", "e2e_s")}}
+                                 for n in ("ttft_s", "tpot_s", "e2e_s", "itl_s")}}
     _refuse_non_finite(ok, engine)
     with pytest.raises(ReplayError) as err:
         _refuse_non_finite({**ok, "e2e_s": {**ok["e2e_s"], "mean": math.inf}}, engine)
     assert str(err.value) == ("the replay's e2e_s mean is inf: the step times of the linear-default time model "
                               "overflow; no result is given")
+    with pytest.raises(ReplayError, match="the replay's itl_s p99 is nan"):
+        _refuse_non_finite({**ok, "itl_s": {**ok["itl_s"], "p99": math.nan}}, engine)
 
 
 # ------------------------------------------------------------- one validator behind every command

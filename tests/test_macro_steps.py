@@ -45,6 +45,7 @@ def _same_both_ways(trace, eng, **kw):
     assert ipc_bytes(on.requests) == ipc_bytes(off.requests)
     assert json.dumps(on.summary) == json.dumps(off.summary)
     assert _log(on) == _log(off)
+    assert all(on.gaps[k].tobytes() == off.gaps[k].tobytes() for k in ("gap_s", "count"))
     return on
 
 
@@ -121,7 +122,8 @@ def test_an_asynchronous_engine_by_hand():
     # step schedules one token while the previous one is in flight; at step 10 the request's last
     # token is in flight (the async guard skips it) and its output finishes it.  Steps 2..9 are
     # one stretch.
-    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01}, async_scheduling=True)
+    eng = _engine(num_gpu_blocks=20, max_model_len=76, time_model={"kind": "linear", "base_s": 0.01},
+                  async_scheduling=True)
     trace = make_trace([dict(id="a", prompt=4, max_tokens=10, at=0)])
     res = _same_both_ways(trace, eng)
     assert res.steps.column("updated_step").to_pylist()[:4] == [-1, 0, 1, 2]
@@ -230,9 +232,11 @@ def test_streamed_replay_identical_both_ways():
     t = trace.append_column("id_rank", pa.array(ranks, pa.int32()))
     # out_rows 37: the engine hands rows over in the middle of stretches.
     pieces = [t.slice(i, 50) for i in range(0, t.num_rows, 50)]
-    steps = [item[1] for item in replay_stream(iter(pieces), eng, timed=False, expected=t.num_rows, out_rows=37)
-             if item[0] == "steps"]
+    items = list(replay_stream(iter(pieces), eng, timed=False, expected=t.num_rows, out_rows=37))
+    steps = [item[1] for item in items if item[0] == "steps"]
     assert ipc_bytes(pa.concat_tables(steps).combine_chunks()) == ipc_bytes(whole.steps.combine_chunks())
+    # The gaps between outputs, handed over in pieces too: the same inter-token latencies.
+    assert items[-1][1]["itl_s"] == whole.summary["itl_s"] and whole.summary["itl_s"]["p99"] > 0
 
 
 # ------------------------------------------------------------------ deployments
@@ -257,6 +261,8 @@ def _deploy_both_ways(trace, eng, deployment, monkeypatch, **kw):
     assert ipc_bytes(on.requests) == ipc_bytes(off.requests)
     assert ipc_bytes(on.steps) == ipc_bytes(off.steps)
     assert [_log(r) for r in on.replicas] == [_log(r) for r in off.replicas]
+    assert all(on.gaps[k].tobytes() == off.gaps[k].tobytes() for k in ("gap_s", "count"))
+    assert json.dumps(on.summary) == json.dumps(off.summary)
     assert taken[1] == 0
     return taken[0]
 

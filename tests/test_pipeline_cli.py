@@ -41,7 +41,7 @@ def test_run_lands_and_summarises(spec, tmp_path):
     assert os.path.exists(tmp_path / "demo.duckdb")
     out = r.stdout
     assert "run demo (" in out and "#1 in" in out
-    for frag in ("llama-3.1-8b / base", "llama-3.1-8b / seqs64", "qwen3-next-80b / align", "2,000", "54.4%",
+    for frag in ("llama-3.1-8b / base", "llama-3.1-8b / nocache", "qwen3-next-80b / align", "2,000", "59.3%",
                  "landed", "4,300 requests", "rows/s", "read 2,300 trace rows", "sync, 1 worker",
                  "next: aisim query shards --db"):
         assert frag in out, frag
@@ -102,7 +102,7 @@ def test_check_and_run_formats(spec, db):
     doc = json.loads(r.stdout)
     assert doc["name"] == "demo" and doc["landed"] is True
     assert [(s["shard_id"], s["model"], s["engine"]) for s in doc["shards"]] == [
-        (0, "llama-3.1-8b", "base"), (1, "llama-3.1-8b", "seqs64"), (2, "qwen3-next-80b", "align")]
+        (0, "llama-3.1-8b", "base"), (1, "llama-3.1-8b", "nocache"), (2, "qwen3-next-80b", "align")]
     r = _run("pipeline", "check", spec, "--format", "csv")
     assert r.exit_code == 0
     assert r.stdout.splitlines()[0] == "shard_id,model,engine,engine_path,input_files,replicas,router"
@@ -120,7 +120,7 @@ def test_query_formats(db):
     r = _run("query", "latency", "--db", db, "--format", "csv")
     assert r.exit_code == 0, r.output
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert [(x["model"], x["engine"]) for x in rows] == [("llama-3.1-8b", "base"), ("llama-3.1-8b", "seqs64"),
+    assert [(x["model"], x["engine"]) for x in rows] == [("llama-3.1-8b", "base"), ("llama-3.1-8b", "nocache"),
                                                          ("qwen3-next-80b", "align")]
     assert float(rows[0]["ttft_p50_s"]) > 0
     r = _run("query", "slo", "--db", db, "--param", "ttft_s=1e9", "--param", "tpot_s=1e9", "--format", "json")

@@ -35,7 +35,7 @@ def demo_dict(database, **extra):
         ],
         "deployments": [
             {"model": "llama-3.1-8b", "engines": {"base": os.path.join(EXAMPLES, "engine.json"),
-                                                  "seqs64": os.path.join(EXAMPLES, "engine-seqs64.json")}},
+                                                  "nocache": os.path.join(EXAMPLES, "engine-nocache.json")}},
             {"model": "qwen3-next-80b", "engines": {"align": os.path.join(EXAMPLES, "qwen3-next-80b.json")}},
         ],
     }

@@ -263,13 +263,17 @@ def test_kv_cache_timeline_names_the_replica(fleet):
 
 def test_a_stepped_trace_cannot_feed_a_deployment(tmp_path):
     raw = demo_dict(tmp_path / "db.duckdb")
-    raw["deployments"][0]["engines"] = {"fleet": {"engine": ENGINE, "deployment": {"replicas": 2}}}
+    raw["sources"] = raw["sources"][1:]  # the Qwen sample: arrivals by engine step
+    raw["deployments"] = raw["deployments"][1:]
+    raw["deployments"][0]["engines"] = {"fleet": {"engine": os.path.join(EXAMPLES, "qwen3-next-80b.json"),
+                                                  "deployment": {"replicas": 2}}}
     spec = spec_from_dict(raw, source="spec.toml", base_dir=PIPELINES)
     with pytest.raises(ShardFailed) as err:
         run_pipeline(spec, scheduler="sync")
     msg = str(err.value)
-    assert "shard 0 (model 'llama-3.1-8b', engine 'fleet') failed" in msg
-    assert "trace.jsonl: arrivals are engine steps (arrival_step); a deployment needs arrivals in seconds" in msg
+    assert "shard 0 (model 'qwen3-next-80b', engine 'fleet') failed" in msg
+    assert "qwen3-next-trace.jsonl: arrivals are engine steps (arrival_step); a deployment needs arrivals in " \
+           "seconds" in msg
     assert not os.path.exists(tmp_path / "db.duckdb")
 
 

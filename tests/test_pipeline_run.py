@@ -45,7 +45,7 @@ def test_demo_lands_every_table(demo_db):
                             "FROM runs")
         assert run[0] == report.run_id and run[1:] == ("demo", 3, 4300, report.rows["steps"], 2300, 0, "sync")
         shards = _rows(con, "SELECT shard_id, model, engine, requests, clock FROM shards ORDER BY shard_id")
-        assert shards == [(0, "llama-3.1-8b", "base", 2000, "step"), (1, "llama-3.1-8b", "seqs64", 2000, "step"),
+        assert shards == [(0, "llama-3.1-8b", "base", 2000, "time"), (1, "llama-3.1-8b", "nocache", 2000, "time"),
                           (2, "qwen3-next-80b", "align", 300, "step")]
         per_shard = _rows(con, "SELECT shard_id, count(*), min(request_index), max(request_index) FROM requests "
                                "GROUP BY shard_id ORDER BY shard_id")
@@ -120,7 +120,7 @@ def _strip_bookkeeping(d):
 
 def test_second_run_of_other_inputs_lands_beside_the_first(demo_db, tmp_path):
     db, first = demo_db
-    other = run_pipeline(demo_spec(db, window={"end_step": 2000}), scheduler="sync")
+    other = run_pipeline(demo_spec(db, window={"end_step": 2000, "end_s": 150.0}), scheduler="sync")
     assert other.landed and other.run_seq == 2 and other.run_id != first.run_id
     con = duckdb.connect(str(db), read_only=True)
     try:

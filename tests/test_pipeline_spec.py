@@ -25,7 +25,7 @@ def test_demo_spec_loads_with_shards_in_order():
     assert spec.name == "demo"
     assert spec.database == os.path.join(PIPELINES, "demo.duckdb")
     assert [(m, e.name) for m, e in spec.shards()] == [
-        ("llama-3.1-8b", "base"), ("llama-3.1-8b", "seqs64"), ("qwen3-next-80b", "align")]
+        ("llama-3.1-8b", "base"), ("llama-3.1-8b", "nocache"), ("qwen3-next-80b", "align")]
     inputs = resolve_inputs(spec)
     assert [f.display for f in inputs] == ["../examples/trace.jsonl", "../examples/qwen3-next-trace.jsonl"]
     assert all(len(f.sha256) == 64 and f.size > 0 for f in inputs)
@@ -106,9 +106,9 @@ def test_inline_engine_and_engine_list(tmp_path):
     (eng,) = spec.deployments[0].engines
     assert eng.name == "small" and eng.path is None and eng.config["max_num_seqs"] == 8
     listed = BASE.replace(f'engines = {{ base = "{EXAMPLES}/engine.json" }}',
-                          f'engines = ["{EXAMPLES}/engine.json", "{EXAMPLES}/engine-seqs64.json"]')
+                          f'engines = ["{EXAMPLES}/engine.json", "{EXAMPLES}/engine-nocache.json"]')
     spec = load_spec(_write(tmp_path, listed))
-    assert [e.name for e in spec.deployments[0].engines] == ["engine", "engine-seqs64"]
+    assert [e.name for e in spec.deployments[0].engines] == ["engine", "engine-nocache"]
     bad = inline.replace("max_num_seqs = 8", "max_num_seqs = 0")
     with pytest.raises(ConfigError, match=r"'max_num_seqs'.*deployments\[0\]\.engines\.small"):
         load_spec(_write(tmp_path, bad))

@@ -141,7 +141,8 @@ def test_keep_parquet_lands_views_over_the_files(tmp_path, reference):
     finally:
         con.close()
     # A second run lands beside it; the views cover both.
-    other = run_pipeline(demo_spec(db, landing={"keep_parquet": True}, window={"end_step": 2000}), scheduler="sync")
+    other = run_pipeline(demo_spec(db, landing={"keep_parquet": True}, window={"end_step": 2000, "end_s": 150.0}),
+                         scheduler="sync")
     con = duckdb.connect(str(db), read_only=True)
     try:
         assert con.execute("SELECT count(DISTINCT run_id) FROM requests").fetchone()[0] == 2
@@ -150,11 +151,12 @@ def test_keep_parquet_lands_views_over_the_files(tmp_path, reference):
         con.close()
     # A database keeps its rows one way.
     with pytest.raises(PipelineError, match="keeps requests and steps as Parquet files"):
-        run_pipeline(demo_spec(db, window={"end_step": 1000}), scheduler="sync")
+        run_pipeline(demo_spec(db, window={"end_step": 1000, "end_s": 75.0}), scheduler="sync")
     tables = tmp_path / "t.duckdb"
     run_pipeline(demo_spec(tables), scheduler="sync")
     with pytest.raises(PipelineError, match="keeps requests and steps in tables"):
-        run_pipeline(demo_spec(tables, landing={"keep_parquet": True}, window={"end_step": 1000}), scheduler="sync")
+        run_pipeline(demo_spec(tables, landing={"keep_parquet": True}, window={"end_step": 1000, "end_s": 75.0}),
+                     scheduler="sync")
 
 
 def test_landing_options_are_checked(tmp_path):

@@ -177,12 +177,18 @@ def test_summary_numbers_match_sql(demo, demo_db):
         for key in ("requests", "finished", "steps", "preemptions", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s",
                     "tpot_p99_s", "e2e_p50_s", "e2e_p99_s", "prefix_hit_rate", "kv_usage_max",
                     "kv_physical_usage_max", "throughput_tok_s", "throughput_req_s", "duration_s"):
+            if t[key] is None:  # no prefix lookup (caching off): the summary's rate is 0
+                assert (key, row[key]) == ("prefix_hit_rate", 0.0), t["shard_id"]
+                continue
             assert row[key] == pytest.approx(float(t[key]), rel=1e-9, abs=1e-12), (t["shard_id"], key)
         for key in ("finished", "steps", "preemptions", "ttft_p50_s", "tpot_p50_s", "e2e_p50_s", "prefix_hit_rate",
                     "kv_usage_max", "running_max", "throughput_tok_s"):
+            if t[key] is None:  # ... and its card has none
+                assert cards[key] is None, (t["shard_id"], key)
+                continue
             assert cards[key] == pytest.approx(float(t[key]), rel=1e-9, abs=1e-12), (t["shard_id"], key)
-    # The shard with preemptions and the one without are both there (the demo has both kinds).
-    assert {t["preemptions"] > 0 for t in truth} == {True, False}
+    # Engines planned for their GPUs: no preemption at the demo's load (the synthetic run below has them).
+    assert all(t["preemptions"] == 0 for t in truth)
 
 
 def _truth(db, run_id):
@@ -221,8 +227,8 @@ def test_every_chart_present_and_drawn(demo):
     for sd in rd.shards:
         sid = sd.shard_id
         expected = [f"{k}-{sid}" for k in CHARTS]
-        # bytes only for engines whose KV-cache groups give page sizes (the hybrid Qwen3-Next model)
-        assert (f"kv-bytes-{sid}" in by_id) == (sd.shard["model"] == "qwen3-next-80b")
+        # bytes for engines whose KV-cache groups give page sizes: every engine of the demo (planned)
+        assert f"kv-bytes-{sid}" in by_id
         for cid in expected + ([f"kv-bytes-{sid}"] if sd.has_bytes else []):
             chart = by_id.get(cid)
             assert chart is not None, f"chart {cid} missing"

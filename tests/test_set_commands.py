@@ -1,5 +1,5 @@
-"""``--set`` on the commands that read an engine from a file or spec: ``config show``/``validate`` and
-``sweep`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacity``: tests/test_capacity_flags.py)."""
+"""``--set`` on the commands that read an engine from a file or spec: ``config show``/``validate``, ``sweep``
+and ``pipeline run`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacity``: tests/test_capacity_flags.py)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,46 @@ def test_sweep_applies_set_to_its_base_engine(tmp_path):
     assert r.exit_code == 2 and "the sweep's grid varies 'num_gpu_blocks'" in r.output, r.output
     r = _run("sweep", spec, "--scheduler", "sync", "--set", "max_num_seqs=0")
     assert r.exit_code == 2 and "'max_num_seqs'" in r.output, r.output
+
+
+def test_pipeline_run_applies_set_and_keys_the_run_by_it(tmp_path):
+    # The sweep test's eight requests (10 ms steps): one sequence at a time with max_num_seqs=1.
+    trace = [{"request_id": f"r{i}", "prompt_len": 100, "max_tokens": 10, "arrival_step": 0} for i in range(8)]
+    (tmp_path / "trace.jsonl").write_text("\n".join(json.dumps(t) for t in trace) + "\n")
+    (tmp_path / "e.json").write_text(json.dumps({"num_gpu_blocks": 400, "max_model_len": 1024,
+                                                 "max_num_batched_tokens": 2048, "max_num_seqs": 8}))
+    spec = tmp_path / "p.toml"
+    spec.write_text('name = "p"\ndatabase = "p.duckdb"\n[[sources]]\nname = "s"\npaths = ["trace.jsonl"]\n'
+                    'format = "oracle"\nmodel = "m"\n[[deployments]]\nmodel = "m"\nengines = { base = "e.json" }\n')
+
+    def run(*sets):
+        r = _run("pipeline", "run", spec, "--scheduler", "sync", "--progress", "none", "--format", "json",
+                 *[a for s in sets for a in ("--set", s)])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)
+
+    def key(*sets):
+        r = _run("pipeline", "check", spec, "--format", "json", *[a for s in sets for a in ("--set", s)])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["run_key"]
+
+    base = run()
+    one = run("max_num_seqs=1")
+    # Another run (not the cached one), keyed by the change; the same change again is that run.
+    assert one["run_id"] != base["run_id"] and one["landed"] and key("max_num_seqs=1") == one["run_id"]
+    assert key() == base["run_id"] and key("max_num_seqs=2") not in (base["run_id"], one["run_id"])
+    again = run("max_num_seqs=1")
+    assert again["run_id"] == one["run_id"] and not again["landed"]
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "p.duckdb"), read_only=True) as con:
+        cur = con.execute("SELECT r.spec, s.engine_config, m.ttft_p99_s FROM runs r JOIN shards s USING (run_id) "
+                          "JOIN summaries m USING (run_id, shard_id) ORDER BY r.run_seq")
+        rows = [dict(zip([d[0] for d in cur.description], row)) for row in cur.fetchall()]
+    assert [json.loads(x["engine_config"])["max_num_seqs"] for x in rows] == [8, 1]
+    assert "overrides" not in json.loads(rows[0]["spec"])
+    assert json.loads(rows[1]["spec"])["overrides"] == [["max_num_seqs", 1]]
+    # Eight 10-step requests one after another: the last first token after seven of them.
+    assert rows[1]["ttft_p99_s"] > 5 * rows[0]["ttft_p99_s"]
+    r = _run("pipeline", "run", spec, "--scheduler", "sync", "--set", "max_num_seqs=0")
+    assert r.exit_code == 2 and "model 'm', engine 'base'" in r.output and "'max_num_seqs'" in r.output, r.output

@@ -35,14 +35,16 @@ def test_replay_writes_the_speculative_columns_and_log(tmp_path):
     requests = pq.read_table(out / "requests.parquet")
     steps = pq.read_table(out / "steps.parquet")
     summary = json.loads((out / "summary.json").read_text())
-    drafts, accepted = sum(requests.column("spec_drafts").to_pylist()), sum(requests.column("spec_accepted").to_pylist())
+    drafts = sum(requests.column("spec_drafts").to_pylist())
+    accepted = sum(requests.column("spec_accepted").to_pylist())
     assert drafts == sum(steps.column("spec_tokens").to_pylist()) == summary["spec"]["draft_tokens"]
     assert accepted == sum(steps.column("spec_accepted").to_pylist()) == summary["spec"]["accepted_tokens"]
     assert summary["spec"]["acceptance_rate"] == pytest.approx(1.472 / 3, abs=0.01)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     assert lines[0]["speculative"]["num_hash_lookahead_tokens"] == 1
     assert lines[0]["speculative"]["drafter_cost"] == 0.1
-    assert sum(m for line in lines[1:-1] for m, _ in line["spec"].values()) == drafts
+    # (the asynchronous engine's drain lines schedule nothing: no "spec")
+    assert sum(m for line in lines[1:-1] for m, _ in line.get("spec", {}).values()) == drafts
     assert lines[-1]["spec"]["draft_tokens"] == drafts
 
 

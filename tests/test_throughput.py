@@ -36,7 +36,7 @@ def _run():
 
 def test_summary_and_bench_record_agree_by_hand():
     res = _run()
-    s, rec = res.summary, bench_metrics(res.requests)
+    s, rec = res.summary, bench_metrics(res.requests, res.gaps)
     fin = dict(zip(res.requests.column("request_id").to_pylist(), res.requests.column("finish_s").to_pylist()))
     assert fin["a"] == pytest.approx(1.03) and fin["b"] == pytest.approx(1.53)
     # From the first send (1.0 s) to the last response (1.53 s); two completed, six output tokens.

@@ -3,8 +3,9 @@
 ``vllm/benchmarks/serve.py`` ``calculate_metrics``: TTFT and E2E latency of each request count
 from the moment its request function starts, the client's send (under ``--max-concurrency``, when
 the cap lets it go); TPOT is ``(latency - ttft) / (output_len - 1)`` over the requests of more than
-one output token; ITL pools every gap between two tokens of every request, so its mean is the
-requests' summed ``latency - ttft`` over their summed ``output_len - 1``; output throughput is the
+one output token; ITL pools every gap between two streamed chunks of every request, so its mean is
+the requests' summed ``latency - ttft`` over their gaps (``output_len - 1`` each, fewer with
+speculative decoding, whose chunks carry the accepted drafts: the replay's ``gaps``); output throughput is the
 run's output tokens over the benchmark's duration, from its start (before the first send) to the
 last response.
 """
@@ -25,7 +26,8 @@ def replay_metrics(trace, kw: dict, sends: np.ndarray, engine) -> dict:
     """
     from aisim.replay import replay
 
-    rq = replay(trace, engine, **kw).requests
+    result = replay(trace, engine, **kw)
+    rq = result.requests
     col = {c: rq.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
            for c in ("arrival_s", "first_token_s", "finish_s", "output_tokens")}
     # Rows come in trace order (request ids r0, r1, ...).  Under a cap a request is sent when the
@@ -37,7 +39,7 @@ def replay_metrics(trace, kw: dict, sends: np.ndarray, engine) -> dict:
     many = out > 1
     after, gaps = e2el[many] - ttft[many], out[many] - 1
     return {"ttft": 1e3 * float(ttft.mean()), "tpot": 1e3 * float((after / gaps).mean()) if many.any() else 0.0,
-            "itl": 1e3 * float(after.sum() / gaps.sum()) if many.any() else 0.0,
+            "itl": 1e3 * float(after.sum() / result.gaps["count"].sum()) if many.any() else 0.0,
             "e2el": 1e3 * float(e2el.mean()), "throughput": _throughput(out, col["finish_s"])}
 
 

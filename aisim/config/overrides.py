@@ -147,6 +147,15 @@ def _put(tree: dict, dotted: str, value) -> None:
         node[last] = value
 
 
+def changed_raw(raw: dict, sets: list) -> dict:
+    """A copy of an engine's raw keys (as its file writes them) with the engine keys of ``sets`` changed;
+    not validated (:func:`apply_engine` validates)."""
+    raw = copy.deepcopy(raw)
+    for key, value in split_sets(sets)[0]:
+        _put(raw, key, value)
+    return raw
+
+
 def apply_engine(engine, sets: list):
     """``engine`` (an :class:`~aisim.config.engine.EngineConfig`) with the engine keys of ``sets`` changed,
     validated again (relative paths stay relative to its file)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, console, echo_csv, echo_json, fail, fmt_num, format_option
+from aisim.config.overrides import set_option
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
@@ -40,14 +41,16 @@ def pipeline():
                    "landing.lock_timeout_s, 60 s).")
 @click.option("--progress", type=click.Choice(["auto", "bars", "lines", "none"]), default="auto",
               show_default=True, help="Progress on stderr: bars on a terminal, lines otherwise.")
+@set_option()
 @format_option()
-def run_cmd(spec, scheduler, workers, force, database, staging, lock_timeout, progress, fmt):
+def run_cmd(spec, scheduler, workers, force, database, staging, lock_timeout, progress, sets, fmt):
     """Run the pipeline SPEC (TOML) and land its results in one transaction.
 
-    The run key hashes the spec and every input and engine file: running the same spec over the
-    same files again lands nothing (use --force to replace the run).  Workers write the results
-    as Parquet to the staging location and the run lands from there; if landing fails, they stay
-    staged and `aisim pipeline land RUN` lands them later.
+    The run key hashes the spec, every input and engine file and the --set changes (made to every
+    engine of the spec): running the same spec over the same files with the same changes again
+    lands nothing (use --force to replace the run).  Workers write the results as Parquet to the
+    staging location and the run lands from there; if landing fails, they stay staged and
+    `aisim pipeline land RUN` lands them later.
     """
     from aisim.pipeline.progress import LineProgress, Quiet, RichProgress
     from aisim.pipeline.run import run_pipeline
@@ -55,9 +58,16 @@ def run_cmd(spec, scheduler, workers, force, database, staging, lock_timeout, pr
     err = console(stderr=True)
     mode = progress if progress != "auto" else ("bars" if err.is_terminal else "lines")
     reporter = {"bars": RichProgress, "lines": LineProgress}.get(mode, lambda c: Quiet())(err)
-    report = _guarded(lambda: run_pipeline(spec, scheduler=scheduler, workers=workers, force=force,
-                                           database=database, progress=reporter, staging=staging,
-                                           wait_s=lock_timeout))
+
+    def run():
+        from aisim.config.overrides import parse_sets
+        from aisim.pipeline.spec import load_spec, with_overrides
+
+        s = with_overrides(load_spec(spec), parse_sets(sets)) if sets else spec
+        return run_pipeline(s, scheduler=scheduler, workers=workers, force=force, database=database,
+                            progress=reporter, staging=staging, wait_s=lock_timeout)
+
+    report = _guarded(run)
     _print_report(report, fmt)
 
 
@@ -117,9 +127,11 @@ def land_cmd(run_id, database, staging, spec, force, lock_timeout, fmt):
 @pipeline.command("check")
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--db", "database", type=click.Path(dir_okay=False), help="Look for the run in this database.")
+@set_option()
 @format_option()
-def check_cmd(spec, database, fmt):
-    """Validate SPEC and show its shards, input files and run key, without replaying anything."""
+def check_cmd(spec, database, sets, fmt):
+    """Validate SPEC (with --set's changes) and show its shards, input files and run key, without replaying
+    anything."""
     from aisim.errors import AisimError
     from aisim.pipeline.landing import run_landed
     from aisim.pipeline.run import build_plan
@@ -129,6 +141,11 @@ def check_cmd(spec, database, fmt):
     out = console()
     try:
         s = load_spec(spec)
+        if sets:
+            from aisim.config.overrides import parse_sets
+            from aisim.pipeline.spec import with_overrides
+
+            s = with_overrides(s, parse_sets(sets))
         inputs = resolve_inputs(s)
         key = run_key(s, inputs)
         plan = build_plan(s, inputs, key)

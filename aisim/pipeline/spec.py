@@ -209,6 +209,9 @@ class PipelineSpec:
     sections : dict
         Key -> validated section, for the sections other rooms plug in
         (:mod:`aisim.pipeline.sections`; ``capacity``).
+    overrides : tuple
+        The ``--set`` changes every engine (and deployment) carries (:func:`with_overrides`), in
+        order; part of the run's identity.
     """
 
     name: str
@@ -222,6 +225,7 @@ class PipelineSpec:
     replay: dict = field(default_factory=lambda: {"closed_loop": False, "think_time_s": None})
     landing: Landing = field(default_factory=lambda: Landing())
     sections: dict = field(default_factory=dict)
+    overrides: tuple = ()  # ``--set`` (key, value) pairs applied to every engine (with_overrides)
 
     @property
     def models(self) -> tuple:
@@ -248,7 +252,41 @@ class PipelineSpec:
         }
         if self.sections:  # a spec without them keeps the run key it had before sections existed
             out["sections"] = {k: self.sections[k].to_dict() for k in sorted(self.sections)}
+        if self.overrides:  # likewise a run without --set
+            out["overrides"] = [[k, v] for k, v in self.overrides]
         return out
+
+
+def with_overrides(spec: PipelineSpec, sets: list) -> PipelineSpec:
+    """``spec`` with ``--set``'s changes (:func:`aisim.config.overrides.parse_sets`' pairs) made to every
+    engine and deployment, each validated again; the changes join the canonical spec, so the run key
+    of a run with them differs from the run without.
+
+    Raises
+    ------
+    ConfigError
+        A value an engine or a deployment refuses (named with the shard's engine).
+    """
+    from dataclasses import replace
+
+    from aisim.config.overrides import apply_deployment, apply_engine, changed_raw
+    from aisim.errors import ConfigError
+
+    if not sets:
+        return spec
+    deployments = []
+    for d in spec.deployments:
+        engines = []
+        for e in d.engines:
+            config = changed_raw(e.config, sets)
+            try:
+                engine = apply_engine(e.engine, sets)
+                deployment = apply_deployment(e.deployment, sets, e.deployment_source or None)
+            except ConfigError as exc:
+                raise ConfigError(f"--set on model '{d.model}', engine '{e.name}': {exc}") from None
+            engines.append(replace(e, config=config, engine=engine, deployment=deployment))
+        deployments.append(replace(d, engines=tuple(engines)))
+    return replace(spec, deployments=tuple(deployments), overrides=spec.overrides + tuple(sets))
 
 
 # ---------------------------------------------------------------------------- loading

@@ -114,6 +114,7 @@ SUMMARY_COLUMNS = [
     ("ttft_p99_s", "TTFT p99", _ms, "time to first token, 99th percentile"),
     ("tpot_p50_s", "TPOT p50", _ms, "time per output token, median"),
     ("tpot_p99_s", "TPOT p99", _ms, "time per output token, 99th percentile"),
+    ("itl_p99_s", "ITL p99", _ms, "inter-token latency (every gap between two streamed outputs), 99th percentile"),
     ("e2e_p50_s", "E2E p50", _ms, "end-to-end latency, median"),
     ("e2e_p99_s", "E2E p99", _ms, "end-to-end latency, 99th percentile"),
     ("prefix_hit_rate", "prefix hits", fmt_pct, "prefix-cache hit tokens / lookup tokens (vLLM)"),
@@ -141,8 +142,8 @@ def _summary_table(rd: RunData) -> str:
             v = s.get(key)
             cells.append(_cell(key, v, f(v) if v is not None else "-"))
         rows.append(f'<tr data-shard="{sd.shard_id}">{"".join(cells)}</tr>')
-    return (f'<div class="scroll"><table class="summary sortable" id="summary"><thead><tr><th>#</th><th>model / engine</th>'
-            f'{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+    return ('<div class="scroll"><table class="summary sortable" id="summary"><thead><tr><th>#</th>'
+            f'<th>model / engine</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
 
 
 def _comparison(rd: RunData) -> str:
@@ -313,7 +314,8 @@ def cdf_chart(curves: list, name: str, title: str, chart_id: str, slo: dict, mp:
               for label, x, p, color in drawn]
     xrefs = [XRef(slo[name], f"SLO {fmt_duration(slo[name])}")] if slo.get(name) else []
     return line_chart(series, title=title, chart_id=chart_id, xfmt="duration", yfmt="pct", ylim=(0.0, 1.0),
-                      xlog=xlog, refs=[Ref(0.5, "p50", "lightgrey"), Ref(0.9, "p90", "grey"), Ref(0.99, "p99", "darkgrey")],
+                      xlog=xlog,
+                      refs=[Ref(0.5, "p50", "lightgrey"), Ref(0.9, "p90", "grey"), Ref(0.99, "p99", "darkgrey")],
                       xrefs=xrefs, xlabel=LATENCY_TITLES[name] + (" (log scale)" if xlog else ""), ylabel="requests",
                       note="" if any(len(v) for _, v, _ in curves) else "no values", **size)
 

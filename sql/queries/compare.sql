@@ -17,7 +17,7 @@ WITH pick AS (
     WHERE o.run_id = resolve_run($other)
 ), per AS (
     SELECT rs.run_id, rs.model, rs.engine, sm.requests, sm.ttft_p50_s, sm.ttft_p99_s, sm.tpot_p50_s,
-           sm.e2e_p50_s, sm.throughput_tok_s, sm.prefix_hit_rate, sm.preemptions
+           sm.itl_p99_s, sm.e2e_p50_s, sm.throughput_tok_s, sm.prefix_hit_rate, sm.preemptions
     FROM run_shards AS rs
     JOIN summaries AS sm USING (run_id, shard_id)
 ), b AS (
@@ -37,6 +37,7 @@ SELECT
     round(o.ttft_p50_s - b.ttft_p50_s, 4) AS ttft_p50_delta_s,    -- difference
     round(o.ttft_p99_s - b.ttft_p99_s, 4) AS ttft_p99_delta_s,    -- TTFT p99 difference
     round(o.tpot_p50_s - b.tpot_p50_s, 5) AS tpot_p50_delta_s,    -- TPOT median difference
+    round(o.itl_p99_s - b.itl_p99_s, 5) AS itl_p99_delta_s,       -- ITL p99 difference
     round(o.e2e_p50_s - b.e2e_p50_s, 4) AS e2e_p50_delta_s,       -- E2E median difference
     round(o.throughput_tok_s - b.throughput_tok_s, 1) AS throughput_tok_delta_s,  -- output tok/s difference
     round(o.prefix_hit_rate - b.prefix_hit_rate, 4) AS prefix_hit_rate_delta,     -- hit-rate difference

@@ -1,8 +1,8 @@
 -- query: sim_vs_real
 -- purpose: how far off the simulator is on measured hardware: every measured vllm bench serve run
 --          beside every simulated shard of the same model, GPU, tensor parallelism, request rate and
---          concurrency cap, with the relative errors (simulated / measured - 1) of mean TTFT, TPOT and
---          E2E latency and of output throughput.  A measured run no shard matches shows NULLs.  The
+--          concurrency cap, with the relative errors (simulated / measured - 1) of mean TTFT, TPOT,
+--          ITL and E2E latency and of output throughput.  A measured run no shard matches shows NULLs.  The
 --          shard's rate and cap are its run's replay.poisson_rate and replay.max_concurrency; a measured
 --          run at rate inf (NULL) matches no shard.
 -- grain:   one row per (measured run, matching shard); a measured run without a match once.
@@ -16,7 +16,7 @@ WITH sim AS (
            CAST(json_extract(sh.engine_config, '$.time_model.tp') AS INTEGER) AS tp,
            CAST(json_extract(r.spec, '$.replay.poisson_rate') AS DOUBLE) AS request_rate,
            CAST(json_extract(r.spec, '$.replay.max_concurrency') AS INTEGER) AS max_concurrency,
-           sm.ttft_mean_s, sm.tpot_mean_s, sm.e2e_mean_s, sm.throughput_tok_s
+           sm.ttft_mean_s, sm.tpot_mean_s, sm.itl_mean_s, sm.e2e_mean_s, sm.throughput_tok_s
     FROM run_shards AS rs
     JOIN runs AS r USING (run_id)
     JOIN shards AS sh USING (run_id, shard_id)
@@ -40,6 +40,9 @@ SELECT
     round(1e3 * m.tpot_mean_s, 3) AS measured_tpot_ms,                          -- mean TPOT, measured
     round(1e3 * s.tpot_mean_s, 3) AS sim_tpot_ms,                               -- simulated
     round(s.tpot_mean_s / m.tpot_mean_s - 1, 4) AS tpot_error,                  -- simulated / measured - 1
+    round(1e3 * m.itl_mean_s, 3) AS measured_itl_ms,                            -- mean ITL, measured
+    round(1e3 * s.itl_mean_s, 3) AS sim_itl_ms,                                 -- simulated
+    round(s.itl_mean_s / m.itl_mean_s - 1, 4) AS itl_error,                     -- simulated / measured - 1
     round(1e3 * m.e2e_mean_s, 2) AS measured_e2e_ms,                            -- mean E2E latency, measured
     round(1e3 * s.e2e_mean_s, 2) AS sim_e2e_ms,                                 -- simulated
     round(s.e2e_mean_s / m.e2e_mean_s - 1, 4) AS e2e_error,                     -- simulated / measured - 1

@@ -8,6 +8,8 @@
 -- grain:   one row per (run_id, shard_id), i.e. per (run_id, model, engine).
 -- sources: requests, summaries, run_shards (runs, shards).
 -- usage:   SELECT * FROM slo_attainment(0.5, 0.05);  SELECT * FROM slo_attainment(0.5, 0.05, e2e_slo_s := 30);
+-- The thresholds are an SLO's ttft_s, tpot_s and e2e_s (an [slo] table, aisim query slo's parameters);
+-- here they are *_slo_s: a macro's parameter may not share a name with a column it reads.
 CREATE OR REPLACE MACRO slo_attainment(ttft_slo_s, tpot_slo_s, e2e_slo_s := NULL) AS TABLE
 WITH judged AS (
     SELECT
