@@ -211,6 +211,11 @@ class CoreTrace:
         1 where the request shares no KV block with any other request of the
         whole trace (:func:`private_requests`): the core may cache its blocks
         without computing their keys.  None: no request is taken as private.
+    shared_tokens : numpy.ndarray of int64 or None
+        Leading tokens of each request that another request of the whole trace
+        shares (:func:`aisim._core.hashing.shared_prefix_tokens`): the core
+        caches the blocks past them without computing their keys (no other
+        request can look them up).  None: only ``private`` requests are.
     frontend_s : numpy.ndarray of float64 or None
         The API server's seconds for each request before the engine sees it
         (:func:`aisim.perf.frontend.request_costs`); None: engine only.
@@ -237,6 +242,7 @@ class CoreTrace:
     next_think: np.ndarray | None = None
     follows: np.ndarray | None = None
     private: np.ndarray | None = None
+    shared_tokens: np.ndarray | None = None
     frontend_s: np.ndarray | None = None
 
 

@@ -27,7 +27,7 @@ from aisim._core.kvcache cimport (
     kv_lazy_ok, kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
-from aisim._core.util cimport num_tokens
+from aisim._core.util cimport num_tokens, tmin
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
@@ -337,6 +337,11 @@ cdef class Engine:
         # Requests sharing no block with any other are keyed lazily where the cache allows it.
         cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
+        # ... past the leading tokens another request shares (the rest of every request is its own).
+        shared = getattr(trace, "shared_tokens", None) if lazy_ok else None
+        cdef bint has_shared = shared is not None
+        cdef const tok_t[::1] shr = _c_array(shared if has_shared else np.zeros(n), np.int64)
+        cdef tok_t hbs = self.kv.hash_block_size
         # The API server in front (aisim/perf/frontend.py): every chunk of a replay says so alike.
         front = getattr(trace, "frontend_s", None)
         if front is not None:
@@ -377,6 +382,9 @@ cdef class Engine:
                 r.acc_cnt = acc_c[i]
                 r.out_stream = o_str[i]
                 r.lazy_keys = priv[i] if lazy_ok else 0
+                if has_shared:
+                    r.lazy_keys = 1
+                    r.key_blocks = <int32_t>tmin(shr[i] // hbs, <tok_t>0x7fffffff)
                 self.slot_front[s] = fr[i]
             self.segs.n += n_seg
             self.accs.n += n_acc

@@ -16,6 +16,7 @@ import numpy as np
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
+from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.types cimport hash_t, int32_t, int64_t, slot_t, tok_t
 
 
@@ -225,3 +226,147 @@ def first_block_keys(trace, tok_t size):
             off = 0
             keys[i] = hash_finish(_hash_block(&t, <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off))
     return out
+
+
+# ---------------------------------------------------------------- shared prefixes of a whole trace
+
+cdef struct ShareEntC:
+    # One key of shared_prefix_tokens' tables: a segment's start (the tokens before it, its stream
+    # and first offset), or a whole segment with everything before it.
+    hash_t key                 # 0 = empty slot
+    int32_t count              # requests holding the key
+    int32_t top_n              # of those, how many have the longest segment (start keys)
+    tok_t top                  # the longest segment's length (start keys)
+    tok_t second               # the longest length shorter than top (0: none)
+
+
+cdef inline ShareEntC* _share_slot(ShareEntC* table, hash_t mask, hash_t key) noexcept nogil:
+    # The slot of ``key`` (open addressing, linear probing; the caller sized the table).
+    cdef hash_t s = key & mask
+    while table[s].key != 0 and table[s].key != key:
+        s = (s + 1) & mask
+    return &table[s]
+
+
+cdef inline int32_t _share_run(const TokensC* t, int32_t m, hash_t* stream, tok_t* first) noexcept nogil:
+    # Run m of a request's tokens: its prompt segments, then its output stream (m == n_seg).
+    return <int32_t>_run_at(t, m, stream, first)
+
+
+cdef inline hash_t _start_key(hash_t before, hash_t stream, tok_t first) noexcept nogil:
+    return hash_finish(hash_combine(hash_combine(before, stream), <hash_t>first + <hash_t>RUN_FIRST))
+
+
+cdef inline hash_t _whole_key(hash_t start, tok_t length) noexcept nogil:
+    return hash_finish(hash_combine(start, <hash_t>length + <hash_t>RUN_LENGTH))
+
+
+def shared_prefix_tokens(trace):
+    """How many leading tokens of every request (prompt, then its whole output stream) some other
+    request of ``trace`` (a CoreTrace of a whole trace) has as its own leading tokens, run for run.
+
+    Two requests share a block key only if they share every token of the block and of every block
+    before it, in the same runs (hashing.pxd): a request's block ``i`` of ``B`` tokens can be
+    another request's only if ``(i + 1) * B`` is at most this count, so no other request can ever
+    look up the keys of its later blocks.  Whole segments are compared at once: two requests
+    that agree on every run before one and start it alike share ``min`` of their lengths of it,
+    and go on only if those lengths are equal.
+    """
+    cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
+    cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
+    cdef const int32_t[::1] s_cnt = np.ascontiguousarray(trace.seg_cnt, dtype=np.int32)
+    cdef const hash_t[::1] o_str = np.ascontiguousarray(trace.out_stream, dtype=np.uint64)
+    cdef const hash_t[::1] g_str = np.ascontiguousarray(trace.seg_stream, dtype=np.uint64)
+    cdef const tok_t[::1] g_first = np.ascontiguousarray(trace.seg_first, dtype=np.int64)
+    cdef const tok_t[::1] g_len = np.ascontiguousarray(trace.seg_len, dtype=np.int64)
+    cdef Py_ssize_t i, n = m_tok.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    cdef tok_t[::1] shared = out
+    cdef int64_t runs = g_str.shape[0] + n
+    cdef hash_t cap = 16, mask
+    while cap < <hash_t>(2 * runs):
+        cap <<= 1
+    mask = cap - 1
+    cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
+    cdef ShareEntC* wholes
+    try:
+        wholes = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
+    except MemoryError:
+        mem_free(starts)
+        raise
+    try:
+        with nogil:
+            for i in range(n):
+                _share_count(starts, wholes, mask, _trace_tokens(&g_str[0] if g_str.shape[0] else NULL,
+                             &g_first[0] if g_str.shape[0] else NULL, &g_len[0] if g_str.shape[0] else NULL,
+                             s_off[i], s_cnt[i], o_str[i], m_tok[i]))
+            for i in range(n):
+                shared[i] = _share_of(starts, wholes, mask, _trace_tokens(
+                    &g_str[0] if g_str.shape[0] else NULL, &g_first[0] if g_str.shape[0] else NULL,
+                    &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]))
+    finally:
+        mem_free(starts)
+        mem_free(wholes)
+    return out
+
+
+cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t off,
+                                  int32_t cnt, hash_t out_stream, tok_t n_out) noexcept nogil:
+    cdef TokensC t
+    t.stream = stream + off if cnt else NULL
+    t.first = first + off if cnt else NULL
+    t.length = length + off if cnt else NULL
+    t.n_seg = cnt
+    t.out_stream = out_stream
+    t.n_out = n_out
+    return t
+
+
+cdef void _share_count(ShareEntC* starts, ShareEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
+    # Count one request's runs in both tables.
+    cdef int32_t m
+    cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
+    cdef tok_t first, length
+    cdef ShareEntC* e
+    for m in range(t.n_seg + 1):
+        length = _share_run(&t, m, &stream, &first)
+        if length <= 0 and m == t.n_seg:
+            break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
+        start = _start_key(before, stream, first)
+        e = _share_slot(starts, mask, start)
+        e.key = start
+        e.count += 1
+        if length > e.top:
+            e.second = e.top
+            e.top = length
+            e.top_n = 1
+        elif length == e.top:
+            e.top_n += 1
+        elif length > e.second:
+            e.second = length
+        before = _whole_key(start, length)
+        e = _share_slot(wholes, mask, before)
+        e.key = before
+        e.count += 1
+
+
+cdef tok_t _share_of(const ShareEntC* starts, const ShareEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
+    # The leading tokens of one request that another request has too.
+    cdef int32_t m
+    cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
+    cdef tok_t first, length, done = 0, other
+    cdef const ShareEntC* e
+    for m in range(t.n_seg + 1):
+        length = _share_run(&t, m, &stream, &first)
+        if length <= 0 and m == t.n_seg:
+            break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
+        start = _start_key(before, stream, first)
+        e = _share_slot(<ShareEntC*>starts, mask, start)
+        if e.count < 2:
+            return done
+        other = e.second if (length == e.top and e.top_n == 1) else e.top
+        before = _whole_key(start, length)
+        if _share_slot(<ShareEntC*>wholes, mask, before).count < 2:
+            return done + (other if other < length else length)
+        done += length
+    return done

@@ -461,7 +461,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
-    cdef int32_t c, f, i, idx, before, after
+    cdef int32_t c, f, i, idx, before, after, keyed
     cdef bint masked
     cdef block_id_t blk
     cdef hash_t key
@@ -480,17 +480,18 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
         f = <int32_t>(n // bs)
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
+        keyed = f
         if r.lazy_keys:
-            # Cached without keys (kv_lazy_ok: attention groups at the hash block, no partial entries).
+            # Blocks past those another request may share are cached without keys (kv_lazy_ok:
+            # attention groups at the hash block, no partial entries); the shared ones below.
+            keyed = <int32_t>tmin(tmax(c, r.key_blocks), f)
             if not masked:
-                bp_cache_lazily(&kv.pool, &table[c], f - c, c * bs, bs)
+                bp_cache_lazily(&kv.pool, &table[keyed], f - keyed, keyed * bs, bs)
             else:
-                for i in range(c, f):
+                for i in range(keyed, f):
                     if kv.mask[i - c]:
                         bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
-            g.num_cached[s] = f
-            return 0
-        for i in range(c, f):
+        for i in range(c, keyed):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
@@ -563,7 +564,10 @@ cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) e
         # so that block may be cached too
         # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
         extra = spec and kv.eagle and n > 0
-    if n > 0 and not r.lazy_keys:
+    if n > 0 and r.lazy_keys:
+        # Only the blocks another request may share get their keys now (_cache_group).
+        hash_extend(kv, r, <int32_t>tmin(n // kv.hash_block_size, r.key_blocks))
+    elif n > 0:
         hash_extend(kv, r, _hash_blocks(kv, r, full if extra else n) if spec else <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
         ng = n
