@@ -4,6 +4,7 @@
 # (BlockPool, BlockHashToBlockMap) and kv_cache_utils.py
 # (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
+from aisim._core.util cimport __builtin_prefetch
 
 cdef struct BlockC:
     # One block's state in one place (one memory access where separate arrays took several).
@@ -83,3 +84,7 @@ cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:
     # vllm/v1/core/block_pool.py BlockPool.get_usage: the null block is not usable.
     return 1.0 - (<double>bp.num_free) / (<double>(bp.num_blocks - 1))
 
+
+cdef inline void bp_prefetch_key(const BlockPoolC* bp, hash_t key) noexcept nogil:
+    # Fetch the map slot where a probe of ``key`` starts (a hint: no effect on results).
+    __builtin_prefetch(&bp.map[key & bp.map_mask])

@@ -462,7 +462,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef block_id_t head = _head(bp)
     cdef block_id_t b = bp.blk[head].next_free
     cdef BlockC* k
-    # One walk from the head; the queue is relinked once, behind the last block taken.
+    # One walk from the head unlinks the run (the queue is relinked once, behind the last block
+    # taken), fetching the map slot of every key it will evict; a second pass takes the blocks in
+    # the same order, evicting their keys from slots already in cache.
     for i in range(n):
         k = &bp.blk[b]
         out[i] = b
@@ -471,6 +473,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
         k.next_free = -1
         if k.key != 0:
             bp.cached_free -= 1
+            if k.tag != TAG_LAZY:
+                bp_prefetch_key(bp, k.key)
+    for i in range(n):
         _take(bp, out[i])
     bp.blk[head].next_free = b
     bp.blk[b].prev_free = head

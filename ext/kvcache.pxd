@@ -101,6 +101,7 @@ cdef struct KVCacheC:
     const int32_t* tag_ids     # the router's id of every prompt block key (ReqC.tag_off indexes it)
     const hash_t* pre_hashes   # the router's chain hash of every prompt hash block, or NULL (as tag_ids;
                                # set when its blocks are hash blocks): a request's prompt is not hashed again
+    hash_t* tmp_keys           # [max table_row] scratch: the keys of the blocks one call caches
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,

@@ -37,7 +37,7 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
+    TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_free_one, bp_prefetch_key, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
     bp_cache_lazily, bp_key_lazy, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch,
 )
 from aisim._core.hashing cimport group_key, hash_extend
@@ -131,6 +131,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     mem_grow(<void**>&kv.tmp_verified, 0, n_groups, sizeof(flag_t))
     mem_grow(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
     mem_grow(<void**>&kv.mask, 0, widest, sizeof(flag_t))
+    mem_grow(<void**>&kv.tmp_keys, 0, widest, sizeof(hash_t))
     k = 0
     for j in range(n_groups):
         kv.spec_first[j] = k
@@ -174,6 +175,7 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     mem_free(kv.tmp_verified)
     mem_free(kv.tmp_blocks)
     mem_free(kv.mask)
+    mem_free(kv.tmp_keys)
     mem_free(kv.hashes)
     mem_free(kv.num_hashed)
     mem_free(kv.cur_seg)
@@ -462,6 +464,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
     cdef int32_t c, f, i, idx, before, after, keyed
+    cdef hash_t* keys
     cdef bint masked
     cdef block_id_t blk
     cdef hash_t key
@@ -491,11 +494,17 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
                 for i in range(keyed, f):
                     if kv.mask[i - c]:
                         bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
+        # The run's keys in one pass, each one's map slot fetched ahead of its insertion: the
+        # inserts below then find their slots in cache rather than one memory round trip each.
+        keys = kv.tmp_keys
+        for i in range(c, keyed):
+            keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
+            bp_prefetch_key(&kv.pool, keys[i - c])
         for i in range(c, keyed):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
-            key = group_key(kv_view(kv, r, g.ratio, i), gi)
+            key = keys[i - c]
             if kv.pool.blk[blk].key != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
