@@ -589,10 +589,11 @@ cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) e
 # ------------------------------------------------------------------ lazy keys
 
 cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil:
-    """Whether a request that shares no block with any other may be keyed lazily here.
+    """Whether the blocks of a request that no other request shares may be keyed lazily here.
 
-    Such a request's keys can only ever be found by its own lookup after a preemption, so its
-    blocks are cached without them (bp_cache_lazily: the free queue, the counts and evictions see
+    The keys of a request's blocks past the tokens it has in common with any other request
+    (ReqC.key_blocks; all of a private request's) can only ever be found by its own lookup after
+    a preemption, so those blocks are cached without them (bp_cache_lazily: the free queue, the counts and evictions see
     a cached block) and keyed when it is preempted (kv_key_lazy), or when a window or a local
     chunk frees one of them before that (_remove_skipped).  On only where nothing else reads a
     key: attention groups (full, sliding window, chunked local; ring buffers cache nothing) with
