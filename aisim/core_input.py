@@ -216,6 +216,12 @@ class CoreTrace:
         shares (:func:`aisim._core.hashing.shared_prefix_tokens`): the core
         caches the blocks past them without computing their keys (no other
         request can look them up).  None: only ``private`` requests are.
+    run_node : numpy.ndarray of int32 or None
+        With ``shared_tokens``: the node of every run of every request (its
+        prompt segments, then its output; request ``i``'s from ``seg_off[i] + i``
+        on), -1 where no other request holds the run: a block of a run that no
+        other request in the engine holds is cached outside the map until one
+        arrives.
     frontend_s : numpy.ndarray of float64 or None
         The API server's seconds for each request before the engine sees it
         (:func:`aisim.perf.frontend.request_costs`); None: engine only.
@@ -243,6 +249,7 @@ class CoreTrace:
     follows: np.ndarray | None = None
     private: np.ndarray | None = None
     shared_tokens: np.ndarray | None = None
+    run_node: np.ndarray | None = None
     frontend_s: np.ndarray | None = None
 
 

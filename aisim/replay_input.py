@@ -146,16 +146,19 @@ def _with_private(core_trace: CoreTrace, *configs, shared: bool = False) -> Core
     """``core_trace`` with its private requests marked (:func:`aisim.core_input.private_requests`)
     when an engine of ``configs`` caches prefixes; at the smallest hash block of them, as a request
     private there is private at every larger one (its first block holds the smaller one's).
-    ``shared``: also how many leading tokens of each request another request shares
-    (``CoreTrace.shared_tokens``)."""
+    ``shared``: also how many leading tokens of each request another request shares, and the
+    nodes of its runs (``CoreTrace.shared_tokens``, ``CoreTrace.run_node``)."""
     caching = [c.hash_block_size for c in configs if c.enable_prefix_caching]
     if not caching or len(core_trace.prompt_len) == 0:
         return core_trace
     if shared:
         from aisim._core.hashing import shared_prefix_tokens
 
-        tokens = shared_prefix_tokens(core_trace)
-        return replace(core_trace, private=(tokens < min(caching)).astype(np.int8), shared_tokens=tokens)
+        tokens, nodes = shared_prefix_tokens(core_trace, nodes=True)
+        counts = np.asarray(core_trace.seg_cnt, dtype=np.int64)
+        in_order = np.array_equal(np.asarray(core_trace.seg_off, dtype=np.int64), np.cumsum(counts) - counts)
+        return replace(core_trace, private=(tokens < min(caching)).astype(np.int8), shared_tokens=tokens,
+                       run_node=nodes if in_order else None)
     return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 

@@ -52,12 +52,23 @@ cdef struct BlockPoolC:
     flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
     int64_t ev_n               # events recorded
     int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
+    # Deferred keys (bp_defer): a block whose key no request in the engine but its own could look
+    # up yet waits outside the map, on the list of its run of shared tokens (a node), until a
+    # request sharing that run arrives (bp_materialize).  n_nodes = 0: none.
+    int32_t n_nodes            # runs of tokens shared by several requests of the trace
+    int32_t* node_present      # [n_nodes] requests in the engine (arrived, unfinished) holding the run
+    block_id_t* node_head      # [n_nodes] first deferred block of the run (-1: none), in caching order
+    block_id_t* node_tail      # [n_nodes] last one
+    int32_t* def_node          # [num_blocks] the node whose list holds the block (-1: none)
+    block_id_t* def_prev       # [num_blocks] links of that list
+    block_id_t* def_next
 
 # BlockC.tag values that are not a router's key id.
 cdef enum:
     TAG_NONE = -1              # no router reads this key
     TAG_LOOKUP = -2            # a router may read it: look it up by the key
     TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily)
+    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer)
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -78,6 +89,10 @@ cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, t
 cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
+cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil
+cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil
+cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil
+cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil
 cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil
 
 cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:

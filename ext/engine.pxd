@@ -194,6 +194,7 @@ cdef class Engine:
     cdef EventsC events            # the decision-log events
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef object _spec_keep         # acceptance arrays the C side points into
+    cdef object _node_keep         # the runs' nodes KVCacheC.run_node points into
     cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)
     cdef int64_t max_conc          # the client's cap on requests in flight (0: none)
     cdef int64_t in_flight         # requests sent and not finished

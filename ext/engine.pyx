@@ -21,6 +21,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from aisim._core.blockpool cimport bp_nodes
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
@@ -342,6 +343,14 @@ cdef class Engine:
         cdef bint has_shared = shared is not None
         cdef const tok_t[::1] shr = _c_array(shared if has_shared else np.zeros(n), np.int64)
         cdef tok_t hbs = self.kv.hash_block_size
+        # ... and, fed whole, the runs each request shares: a block of one that no other request in
+        # the engine holds is cached outside the map until one arrives (kvcache _cache_group).
+        nodes = getattr(trace, "run_node", None) if has_shared and self.loaded == 0 else None
+        cdef bint has_nodes = nodes is not None and len(nodes) > 0 and self.kv.pool.n_nodes == 0
+        if has_nodes:
+            self._node_keep = np.ascontiguousarray(nodes, dtype=np.int32)
+        cdef const int32_t[::1] run_node = self._node_keep if has_nodes else np.zeros(1, np.int32)
+        cdef int32_t n_nodes = int(self._node_keep.max()) + 1 if has_nodes else 0
         # The API server in front (aisim/perf/frontend.py): every chunk of a replay says so alike.
         front = getattr(trace, "frontend_s", None)
         if front is not None:
@@ -355,6 +364,9 @@ cdef class Engine:
         cdef const int32_t[::1] acc_c = _c_array(trace.accept_cnt if has_acc else np.zeros(n), np.int32)
         cdef int64_t n_acc = len(trace.accept_values) if has_acc else 0
         with nogil:
+            if has_nodes and n_nodes > 0:
+                bp_nodes(&self.kv.pool, n_nodes)
+                self.kv.run_node = &run_node[0]
             if self.n_free < n:
                 _grow_pool(self, <req_t>(self.pool_cap - self.n_free + n))
             _grow_window(self, self.loaded + n - self.retired)
@@ -385,6 +397,10 @@ cdef class Engine:
                 if has_shared:
                     r.lazy_keys = 1
                     r.key_blocks = <int32_t>tmin(shr[i] // hbs, <tok_t>0x7fffffff)
+                if has_nodes:
+                    r.node_off = s_off[i] + <int32_t>i
+                    while r.node_n <= s_cnt[i] and run_node[r.node_off + r.node_n] >= 0:
+                        r.node_n += 1
                 self.slot_front[s] = fr[i]
             self.segs.n += n_seg
             self.accs.n += n_acc

@@ -238,6 +238,7 @@ cdef struct ShareEntC:
     int32_t top_n              # of those, how many have the longest segment (start keys)
     tok_t top                  # the longest segment's length (start keys)
     tok_t second               # the longest length shorter than top (0: none)
+    int32_t node               # start keys held by several requests: 1 + its node id (0: not numbered yet)
 
 
 cdef inline ShareEntC* _share_slot(ShareEntC* table, hash_t mask, hash_t key) noexcept nogil:
@@ -261,7 +262,7 @@ cdef inline hash_t _whole_key(hash_t start, tok_t length) noexcept nogil:
     return hash_finish(hash_combine(start, <hash_t>length + <hash_t>RUN_LENGTH))
 
 
-def shared_prefix_tokens(trace):
+def shared_prefix_tokens(trace, bint nodes=False):
     """How many leading tokens of every request (prompt, then its whole output stream) some other
     request of ``trace`` (a CoreTrace of a whole trace) has as its own leading tokens, run for run.
 
@@ -271,6 +272,12 @@ def shared_prefix_tokens(trace):
     look up the keys of its later blocks.  Whole segments are compared at once: two requests
     that agree on every run before one and start it alike share ``min`` of their lengths of it,
     and go on only if those lengths are equal.
+
+    With ``nodes``: also the node of every run of every request (its prompt segments, then its
+    output stream: request ``i``'s runs from ``seg_off[i] + i`` on, a whole trace's segments in
+    request order), a dense id for the start of a run that several requests hold (the tokens
+    before it, its stream and first offset), -1 for one only that request holds.  Returns
+    (shared tokens, nodes).
     """
     cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
     cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
@@ -289,6 +296,9 @@ def shared_prefix_tokens(trace):
     mask = cap - 1
     cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
     cdef ShareEntC* wholes
+    node_arr = np.full(runs if nodes else 1, -1, dtype=np.int32)
+    cdef int32_t[::1] node_of = node_arr
+    cdef int32_t n_nodes = 0
     try:
         wholes = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
     except MemoryError:
@@ -303,11 +313,12 @@ def shared_prefix_tokens(trace):
             for i in range(n):
                 shared[i] = _share_of(starts, wholes, mask, _trace_tokens(
                     &g_str[0] if g_str.shape[0] else NULL, &g_first[0] if g_str.shape[0] else NULL,
-                    &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]))
+                    &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]),
+                    &node_of[s_off[i] + i] if nodes else NULL, &n_nodes)
     finally:
         mem_free(starts)
         mem_free(wholes)
-    return out
+    return (out, node_arr) if nodes else out
 
 
 cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t off,
@@ -350,20 +361,27 @@ cdef void _share_count(ShareEntC* starts, ShareEntC* wholes, hash_t mask, Tokens
         e.count += 1
 
 
-cdef tok_t _share_of(const ShareEntC* starts, const ShareEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
-    # The leading tokens of one request that another request has too.
+cdef tok_t _share_of(ShareEntC* starts, const ShareEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
+                     int32_t* n_nodes) noexcept nogil:
+    # The leading tokens of one request that another request has too; with ``node_of``, the node
+    # of each of its runs that several requests hold (numbered as first met).
     cdef int32_t m
     cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
     cdef tok_t first, length, done = 0, other
-    cdef const ShareEntC* e
+    cdef ShareEntC* e
     for m in range(t.n_seg + 1):
         length = _share_run(&t, m, &stream, &first)
         if length <= 0 and m == t.n_seg:
             break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
         start = _start_key(before, stream, first)
-        e = _share_slot(<ShareEntC*>starts, mask, start)
+        e = _share_slot(starts, mask, start)
         if e.count < 2:
             return done
+        if node_of != NULL:
+            if e.node == 0:  # first met: number it
+                n_nodes[0] += 1
+                e.node = n_nodes[0]
+            node_of[m] = e.node - 1
         other = e.second if (length == e.top and e.top_n == 1) else e.top
         before = _whole_key(start, length)
         if _share_slot(<ShareEntC*>wholes, mask, before).count < 2:

@@ -102,6 +102,7 @@ cdef struct KVCacheC:
     const hash_t* pre_hashes   # the router's chain hash of every prompt hash block, or NULL (as tag_ids;
                                # set when its blocks are hash blocks): a request's prompt is not hashed again
     hash_t* tmp_keys           # [max table_row] scratch: the keys of the blocks one call caches
+    const int32_t* run_node    # the node (BlockPoolC.n_nodes) of every run of every request (ReqC.node_off)
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
@@ -120,6 +121,8 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogi
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil
 cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil
+cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil
+cdef void kv_depart(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
 cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil
 cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexcept nogil

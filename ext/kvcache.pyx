@@ -37,7 +37,8 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_free_one, bp_prefetch_key, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
+    TAG_DEFER, TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_defer, bp_free_one, bp_key_deferred, bp_materialize,
+    bp_prefetch_key, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
     bp_cache_lazily, bp_key_lazy, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch,
 )
 from aisim._core.hashing cimport group_key, hash_extend
@@ -463,8 +464,10 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
-    cdef int32_t c, f, i, idx, before, after, keyed
+    cdef int32_t c, f, i, idx, before, after, keyed, m
     cdef hash_t* keys
+    cdef tok_t end
+    cdef bint defer
     cdef bint masked
     cdef block_id_t blk
     cdef hash_t key
@@ -500,11 +503,27 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
         for i in range(c, keyed):
             keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
             bp_prefetch_key(&kv.pool, keys[i - c])
+        # A lazily keyed request's shared blocks: those of a run no other request in the engine
+        # holds wait outside the map until one arrives (kv_arrive); the run cursor (m, end) follows
+        # each block's last token.
+        defer = r.lazy_keys and kv.pool.n_nodes > 0
+        m = 0
+        end = _run_length(kv, r, 0)
         for i in range(c, keyed):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
             key = keys[i - c]
+            if defer:
+                while end <= (i + 1) * bs - 1:
+                    m += 1
+                    end += _run_length(kv, r, m)
+                if m >= r.node_n:
+                    bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)  # a run no other request holds
+                    continue
+                if kv.pool.node_present[kv.run_node[r.node_off + m]] <= 1:
+                    bp_defer(&kv.pool, blk, key, (i + 1) * bs, kv.run_node[r.node_off + m])
+                    continue
             if kv.pool.blk[blk].key != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
@@ -537,6 +556,13 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     if g.spec.kind != GK_MAMBA:
         return 0
     return state_cache_tail(kv, gi, r, n, before, mode)
+
+
+cdef inline tok_t _run_length(const KVCacheC* kv, const ReqC* r, int32_t m) noexcept nogil:
+    # Tokens of run m of a request: its prompt segments, then its output stream.
+    if m < r.seg_cnt:
+        return kv.seg_len[r.seg_off + m]
+    return r.max_tokens
 
 
 cdef inline int32_t _hash_blocks(const KVCacheC* kv, const ReqC* r, tok_t n) noexcept nogil:
@@ -617,6 +643,8 @@ cdef inline int _key_lazy_block(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, bl
     # Block i of group gi of a lazily keyed request gets its key (its hash computed by the caller).
     if blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_LAZY:
         bp_key_lazy(&kv.pool, blk, group_key(kv_hashes(kv, r.slot)[i], gi))
+    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_DEFER:
+        bp_key_deferred(&kv.pool, blk)
     return 0
 
 
@@ -642,6 +670,30 @@ cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil:
         for i in range(kv.groups[gi].num_cached[s]):
             _key_lazy_block(kv, gi, r, i, table[i])
     return 0
+
+
+cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil:
+    """``r`` enters the engine (Scheduler.add_request): from now on its lookups may probe the keys
+    of the runs it shares, so the blocks deferred there get their keys, and while it is in the
+    engine no block of those runs is deferred (_cache_group)."""
+    cdef int32_t m, node
+    if kv.pool.n_nodes == 0:
+        return 0
+    for m in range(r.node_n):
+        node = kv.run_node[r.node_off + m]
+        kv.pool.node_present[node] += 1
+        if kv.pool.node_head[node] != -1:
+            bp_materialize(&kv.pool, node)
+    return 0
+
+
+cdef void kv_depart(KVCacheC* kv, ReqC* r) noexcept nogil:
+    """``r`` finished: it never looks anything up again."""
+    cdef int32_t m
+    if kv.pool.n_nodes == 0:
+        return
+    for m in range(r.node_n):
+        kv.pool.node_present[kv.run_node[r.node_off + m]] -= 1
 
 
 # ------------------------------------------------------------------ frees
