@@ -25,6 +25,12 @@ cdef struct MapEntC:
     block_id_t first           # the earliest-inserted block still cached under the key
     int32_t rest               # chain entry of the next one (-1: none)
 
+cdef struct DeferC:
+    # A block's place on the list of deferred blocks of a node (BlockPoolC.node_head).
+    int32_t node               # the node whose list holds the block (-1: none)
+    block_id_t prev            # links of that list (-1: none)
+    block_id_t next
+
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
     bint caching               # prefix caching on
@@ -59,9 +65,7 @@ cdef struct BlockPoolC:
     int32_t* node_present      # [n_nodes] requests in the engine (arrived, unfinished) holding the run
     block_id_t* node_head      # [n_nodes] first deferred block of the run (-1: none), in caching order
     block_id_t* node_tail      # [n_nodes] last one
-    int32_t* def_node          # [num_blocks] the node whose list holds the block (-1: none)
-    block_id_t* def_prev       # [num_blocks] links of that list
-    block_id_t* def_next
+    DeferC* defer              # [num_blocks] each block's place on a node's list
 
 # BlockC.tag values that are not a router's key id.
 cdef enum:

@@ -131,9 +131,7 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.node_present)
     mem_free(bp.node_head)
     mem_free(bp.node_tail)
-    mem_free(bp.def_node)
-    mem_free(bp.def_prev)
-    mem_free(bp.def_next)
+    mem_free(bp.defer)
     memset(bp, 0, sizeof(BlockPoolC))
 
 
@@ -418,14 +416,12 @@ cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil:
     mem_grow(<void**>&bp.node_present, 0, n_nodes, sizeof(int32_t))
     mem_grow(<void**>&bp.node_head, 0, n_nodes, sizeof(block_id_t))
     mem_grow(<void**>&bp.node_tail, 0, n_nodes, sizeof(block_id_t))
-    mem_grow(<void**>&bp.def_node, 0, bp.num_blocks, sizeof(int32_t))
-    mem_grow(<void**>&bp.def_prev, 0, bp.num_blocks, sizeof(block_id_t))
-    mem_grow(<void**>&bp.def_next, 0, bp.num_blocks, sizeof(block_id_t))
+    mem_grow(<void**>&bp.defer, 0, bp.num_blocks, sizeof(DeferC))
     for i in range(n_nodes):
         bp.node_head[i] = -1
         bp.node_tail[i] = -1
     for i in range(bp.num_blocks):
-        bp.def_node[i] = -1
+        bp.defer[i].node = -1
     bp.n_nodes = n_nodes
     return 0
 
@@ -439,29 +435,28 @@ cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, i
     bp.blk[b].key = key
     bp.blk[b].key_tokens = <int32_t>num_tokens
     bp.blk[b].tag = TAG_DEFER
-    bp.def_node[b] = node
-    bp.def_prev[b] = t
-    bp.def_next[b] = -1
+    bp.defer[b].node = node
+    bp.defer[b].prev = t
+    bp.defer[b].next = -1
     if t == -1:
         bp.node_head[node] = b
     else:
-        bp.def_next[t] = b
+        bp.defer[t].next = b
     bp.node_tail[node] = b
 
 
 cdef inline void _undefer(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # Take ``b`` off its node's list (its key stays in the block).
-    cdef int32_t node = bp.def_node[b]
-    cdef block_id_t p = bp.def_prev[b], n = bp.def_next[b]
-    if p == -1:
-        bp.node_head[node] = n
+    cdef DeferC* d = &bp.defer[b]
+    if d.prev == -1:
+        bp.node_head[d.node] = d.next
     else:
-        bp.def_next[p] = n
-    if n == -1:
-        bp.node_tail[node] = p
+        bp.defer[d.prev].next = d.next
+    if d.next == -1:
+        bp.node_tail[d.node] = d.prev
     else:
-        bp.def_prev[n] = p
-    bp.def_node[b] = -1
+        bp.defer[d.next].prev = d.prev
+    d.node = -1
 
 
 cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil:
@@ -477,9 +472,9 @@ cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil:
     cdef block_id_t b = bp.node_head[node], nxt
     cdef hash_t key
     while b != -1:
-        nxt = bp.def_next[b]
+        nxt = bp.defer[b].next
         key = bp.blk[b].key
-        bp.def_node[b] = -1
+        bp.defer[b].node = -1
         bp.blk[b].tag = TAG_NONE
         _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
         b = nxt

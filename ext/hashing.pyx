@@ -231,18 +231,31 @@ def first_block_keys(trace, tok_t size):
 # ---------------------------------------------------------------- shared prefixes of a whole trace
 
 cdef struct ShareEntC:
-    # One key of shared_prefix_tokens' tables: a segment's start (the tokens before it, its stream
-    # and first offset), or a whole segment with everything before it.
+    # One key of shared_prefix_tokens' start table: a run's start (the tokens before it, its
+    # stream and first offset).  Run lengths fit 32 bits (a request is at most max_model_len).
     hash_t key                 # 0 = empty slot
     int32_t count              # requests holding the key
-    int32_t top_n              # of those, how many have the longest segment (start keys)
-    tok_t top                  # the longest segment's length (start keys)
-    tok_t second               # the longest length shorter than top (0: none)
-    int32_t node               # start keys held by several requests: 1 + its node id (0: not numbered yet)
+    int32_t top_n              # of those, how many have the longest run
+    int32_t top                # the longest run's length
+    int32_t second             # the longest length shorter than top (0: none)
+    int32_t node               # held by several requests: 1 + its node id (0: not numbered yet)
+
+
+cdef struct WholeEntC:
+    # One key of its whole-run table: a whole run with everything before it.
+    hash_t key                 # 0 = empty slot
+    int32_t count              # requests holding the key
 
 
 cdef inline ShareEntC* _share_slot(ShareEntC* table, hash_t mask, hash_t key) noexcept nogil:
     # The slot of ``key`` (open addressing, linear probing; the caller sized the table).
+    cdef hash_t s = key & mask
+    while table[s].key != 0 and table[s].key != key:
+        s = (s + 1) & mask
+    return &table[s]
+
+
+cdef inline WholeEntC* _whole_slot(WholeEntC* table, hash_t mask, hash_t key) noexcept nogil:
     cdef hash_t s = key & mask
     while table[s].key != 0 and table[s].key != key:
         s = (s + 1) & mask
@@ -295,12 +308,12 @@ def shared_prefix_tokens(trace, bint nodes=False):
         cap <<= 1
     mask = cap - 1
     cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
-    cdef ShareEntC* wholes
+    cdef WholeEntC* wholes
     node_arr = np.full(runs if nodes else 1, -1, dtype=np.int32)
     cdef int32_t[::1] node_of = node_arr
     cdef int32_t n_nodes = 0
     try:
-        wholes = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
+        wholes = <WholeEntC*>mem_calloc(cap, sizeof(WholeEntC))
     except MemoryError:
         mem_free(starts)
         raise
@@ -333,12 +346,13 @@ cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, cons
     return t
 
 
-cdef void _share_count(ShareEntC* starts, ShareEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
+cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
     # Count one request's runs in both tables.
     cdef int32_t m
     cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
     cdef tok_t first, length
     cdef ShareEntC* e
+    cdef WholeEntC* w
     for m in range(t.n_seg + 1):
         length = _share_run(&t, m, &stream, &first)
         if length <= 0 and m == t.n_seg:
@@ -349,19 +363,19 @@ cdef void _share_count(ShareEntC* starts, ShareEntC* wholes, hash_t mask, Tokens
         e.count += 1
         if length > e.top:
             e.second = e.top
-            e.top = length
+            e.top = <int32_t>length
             e.top_n = 1
         elif length == e.top:
             e.top_n += 1
         elif length > e.second:
-            e.second = length
+            e.second = <int32_t>length
         before = _whole_key(start, length)
-        e = _share_slot(wholes, mask, before)
-        e.key = before
-        e.count += 1
+        w = _whole_slot(wholes, mask, before)
+        w.key = before
+        w.count += 1
 
 
-cdef tok_t _share_of(ShareEntC* starts, const ShareEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
+cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
                      int32_t* n_nodes) noexcept nogil:
     # The leading tokens of one request that another request has too; with ``node_of``, the node
     # of each of its runs that several requests hold (numbered as first met).
@@ -384,7 +398,7 @@ cdef tok_t _share_of(ShareEntC* starts, const ShareEntC* wholes, hash_t mask, To
             node_of[m] = e.node - 1
         other = e.second if (length == e.top and e.top_n == 1) else e.top
         before = _whole_key(start, length)
-        if _share_slot(<ShareEntC*>wholes, mask, before).count < 2:
+        if _whole_slot(wholes, mask, before).count < 2:
             return done + (other if other < length else length)
         done += length
     return done

@@ -499,14 +499,15 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
                         bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
         # The run's keys in one pass, each one's map slot fetched ahead of its insertion: the
         # inserts below then find their slots in cache rather than one memory round trip each.
+        # A lazily keyed request's shared blocks: those of a run no other request in the engine
+        # holds wait outside the map until one arrives (kv_arrive), so most never reach it (no
+        # slot is fetched for them); the run cursor (m, end) follows each block's last token.
+        defer = r.lazy_keys and kv.pool.n_nodes > 0
         keys = kv.tmp_keys
         for i in range(c, keyed):
             keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
-            bp_prefetch_key(&kv.pool, keys[i - c])
-        # A lazily keyed request's shared blocks: those of a run no other request in the engine
-        # holds wait outside the map until one arrives (kv_arrive); the run cursor (m, end) follows
-        # each block's last token.
-        defer = r.lazy_keys and kv.pool.n_nodes > 0
+            if not defer:
+                bp_prefetch_key(&kv.pool, keys[i - c])
         m = 0
         end = _run_length(kv, r, 0)
         for i in range(c, keyed):
