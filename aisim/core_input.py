@@ -222,6 +222,9 @@ class CoreTrace:
         on), -1 where no other request holds the run: a block of a run that no
         other request in the engine holds is cached outside the map until one
         arrives.
+    node_longest : numpy.ndarray of int32 or None
+        With ``run_node``: the longest run of each node (room for the hashes of
+        its blocks, computed once for every request holding it).
     frontend_s : numpy.ndarray of float64 or None
         The API server's seconds for each request before the engine sees it
         (:func:`aisim.perf.frontend.request_costs`); None: engine only.
@@ -250,6 +253,7 @@ class CoreTrace:
     private: np.ndarray | None = None
     shared_tokens: np.ndarray | None = None
     run_node: np.ndarray | None = None
+    node_longest: np.ndarray | None = None
     frontend_s: np.ndarray | None = None
 
 

@@ -154,11 +154,11 @@ def _with_private(core_trace: CoreTrace, *configs, shared: bool = False) -> Core
     if shared:
         from aisim._core.hashing import shared_prefix_tokens
 
-        tokens, nodes = shared_prefix_tokens(core_trace, nodes=True)
+        tokens, nodes, longest = shared_prefix_tokens(core_trace, nodes=True)
         counts = np.asarray(core_trace.seg_cnt, dtype=np.int64)
         in_order = np.array_equal(np.asarray(core_trace.seg_off, dtype=np.int64), np.cumsum(counts) - counts)
         return replace(core_trace, private=(tokens < min(caching)).astype(np.int8), shared_tokens=tokens,
-                       run_node=nodes if in_order else None)
+                       run_node=nodes if in_order else None, node_longest=longest)
     return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 

@@ -25,7 +25,7 @@ from aisim._core.blockpool cimport bp_nodes
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
-    kv_lazy_ok, kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
+    kv_lazy_ok, kv_new_step_starts, kv_node_hashes, kv_decode_settled, kv_release, specs_from_dicts,
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.util cimport num_tokens, tmin
@@ -351,6 +351,7 @@ cdef class Engine:
             self._node_keep = np.ascontiguousarray(nodes, dtype=np.int32)
         cdef const int32_t[::1] run_node = self._node_keep if has_nodes else np.zeros(1, np.int32)
         cdef int32_t n_nodes = int(self._node_keep.max()) + 1 if has_nodes else 0
+        cdef const int32_t[::1] longest = _c_array(trace.node_longest if has_nodes else np.zeros(1), np.int32)
         # The API server in front (aisim/perf/frontend.py): every chunk of a replay says so alike.
         front = getattr(trace, "frontend_s", None)
         if front is not None:
@@ -366,6 +367,7 @@ cdef class Engine:
         with nogil:
             if has_nodes and n_nodes > 0:
                 bp_nodes(&self.kv.pool, n_nodes)
+                kv_node_hashes(&self.kv, n_nodes, &longest[0])
                 self.kv.run_node = &run_node[0]
             if self.n_free < n:
                 _grow_pool(self, <req_t>(self.pool_cap - self.n_free + n))

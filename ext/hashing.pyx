@@ -152,6 +152,8 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
         memcpy(&hashes[j], &kv.pre_hashes[r.tag_off + j], skip * sizeof(hash_t))
         j += <int32_t>skip
         _advance(&t, &seg, &off, skip * size)
+    if kv.node_hash != NULL and r.node_n > 0 and not lookahead:
+        j = _extend_shared(kv, r, &t, hashes, j, n_hashes, &seg, &off)
     while j < n_hashes:
         h = _hash_block(&t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off)
         if lookahead:
@@ -161,6 +163,56 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     kv.num_hashed[s] = j
     kv.cur_seg[s] = seg
     kv.cur_off[s] = off
+
+
+cdef inline void _skip(const TokensC* t, int32_t* seg, tok_t* off, tok_t tokens) noexcept nogil:
+    # Move the cursor past ``tokens`` tokens as _digest_tokens does, without hashing them.
+    cdef hash_t stream
+    cdef tok_t first, length, take
+    while tokens > 0:
+        length = _run_at(t, seg[0], &stream, &first)
+        take = tokens if tokens < length - off[0] else length - off[0]
+        off[0] += take
+        tokens -= take
+        if off[0] == length and seg[0] < t.n_seg:
+            seg[0] += 1
+            off[0] = 0
+
+
+cdef int32_t _extend_shared(KVCacheC* kv, ReqC* r, const TokensC* t, hash_t* hashes, int32_t j, int32_t n_hashes,
+                            int32_t* seg, tok_t* off) noexcept nogil:
+    # The hashes of the blocks ending in the runs ``r`` shares with other requests (its leading
+    # ReqC.node_n runs): every request holding a run has the same tokens before it and, up to
+    # its own length, in it, so a block ending there has the same hash for all of them; the
+    # first one to hash it leaves it with the run's node (KVCacheC.node_hash) for the others.
+    # Returns the next block to hash.
+    cdef tok_t size = kv.hash_block_size
+    cdef hash_t mixed_size = length_mix(size)
+    cdef hash_t stream
+    cdef tok_t first, run_start = 0, run_end = _run_at(t, 0, &stream, &first)
+    cdef int32_t m = 0, node, k
+    cdef int64_t base
+    while j < n_hashes:
+        while run_end <= (j + 1) * size - 1:
+            m += 1
+            if m >= r.node_n:
+                return j
+            run_start = run_end
+            run_end += _run_at(t, m, &stream, &first)
+        node = kv.run_node[r.node_off + m]
+        k = <int32_t>(j - run_start // size)
+        base = kv.node_hash_base[node]
+        if k < kv.node_hash_n[node]:
+            hashes[j] = kv.node_hash[base + k]
+            _skip(t, seg, off, size)
+        else:
+            hashes[j] = hash_finish(_hash_block(t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size,
+                                                mixed_size, seg, off))
+            if k == kv.node_hash_n[node] and k < kv.node_hash_base[node + 1] - base:
+                kv.node_hash[base + k] = hashes[j]
+                kv.node_hash_n[node] += 1
+        j += 1
+    return j
 
 
 cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t n_seg,
@@ -289,8 +341,8 @@ def shared_prefix_tokens(trace, bint nodes=False):
     With ``nodes``: also the node of every run of every request (its prompt segments, then its
     output stream: request ``i``'s runs from ``seg_off[i] + i`` on, a whole trace's segments in
     request order), a dense id for the start of a run that several requests hold (the tokens
-    before it, its stream and first offset), -1 for one only that request holds.  Returns
-    (shared tokens, nodes).
+    before it, its stream and first offset), -1 for one only that request holds; and the longest
+    run of each node.  Returns (shared tokens, nodes, longest runs).
     """
     cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
     cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
@@ -310,7 +362,9 @@ def shared_prefix_tokens(trace, bint nodes=False):
     cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
     cdef WholeEntC* wholes
     node_arr = np.full(runs if nodes else 1, -1, dtype=np.int32)
+    top_arr = np.zeros(runs if nodes else 1, dtype=np.int32)
     cdef int32_t[::1] node_of = node_arr
+    cdef int32_t[::1] node_top = top_arr
     cdef int32_t n_nodes = 0
     try:
         wholes = <WholeEntC*>mem_calloc(cap, sizeof(WholeEntC))
@@ -327,11 +381,11 @@ def shared_prefix_tokens(trace, bint nodes=False):
                 shared[i] = _share_of(starts, wholes, mask, _trace_tokens(
                     &g_str[0] if g_str.shape[0] else NULL, &g_first[0] if g_str.shape[0] else NULL,
                     &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]),
-                    &node_of[s_off[i] + i] if nodes else NULL, &n_nodes)
+                    &node_of[s_off[i] + i] if nodes else NULL, &node_top[0], &n_nodes)
     finally:
         mem_free(starts)
         mem_free(wholes)
-    return (out, node_arr) if nodes else out
+    return (out, node_arr, top_arr[:n_nodes]) if nodes else out
 
 
 cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t off,
@@ -376,7 +430,7 @@ cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, Tokens
 
 
 cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
-                     int32_t* n_nodes) noexcept nogil:
+                     int32_t* node_top, int32_t* n_nodes) noexcept nogil:
     # The leading tokens of one request that another request has too; with ``node_of``, the node
     # of each of its runs that several requests hold (numbered as first met).
     cdef int32_t m
@@ -392,7 +446,8 @@ cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC 
         if e.count < 2:
             return done
         if node_of != NULL:
-            if e.node == 0:  # first met: number it
+            if e.node == 0:  # first met: number it (and say how long its longest run is)
+                node_top[n_nodes[0]] = e.top
                 n_nodes[0] += 1
                 e.node = n_nodes[0]
             node_of[m] = e.node - 1

@@ -103,6 +103,9 @@ cdef struct KVCacheC:
                                # set when its blocks are hash blocks): a request's prompt is not hashed again
     hash_t* tmp_keys           # [max table_row] scratch: the keys of the blocks one call caches
     const int32_t* run_node    # the node (BlockPoolC.n_nodes) of every run of every request (ReqC.node_off)
+    hash_t* node_hash          # the hashes of the blocks ending in each node's run, as first computed
+    int64_t* node_hash_base    # [n_nodes + 1] each node's first entry in node_hash (the last: its size)
+    int32_t* node_hash_n       # [n_nodes] entries computed so far
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
@@ -122,6 +125,7 @@ cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil
 cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil
 cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil
+cdef int kv_node_hashes(KVCacheC* kv, int32_t n_nodes, const int32_t* longest) except -1 nogil
 cdef void kv_depart(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
 cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil

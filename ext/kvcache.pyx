@@ -177,6 +177,9 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     mem_free(kv.tmp_blocks)
     mem_free(kv.mask)
     mem_free(kv.tmp_keys)
+    mem_free(kv.node_hash)
+    mem_free(kv.node_hash_base)
+    mem_free(kv.node_hash_n)
     mem_free(kv.hashes)
     mem_free(kv.num_hashed)
     mem_free(kv.cur_seg)
@@ -685,6 +688,18 @@ cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil:
         kv.pool.node_present[node] += 1
         if kv.pool.node_head[node] != -1:
             bp_materialize(&kv.pool, node)
+    return 0
+
+
+cdef int kv_node_hashes(KVCacheC* kv, int32_t n_nodes, const int32_t* longest) except -1 nogil:
+    """Room for the hashes of the blocks ending in each node's run (hashing's _extend_shared):
+    at most longest // hash_block_size + 2 of them."""
+    cdef int32_t i
+    mem_grow(<void**>&kv.node_hash_base, 0, n_nodes + 1, sizeof(int64_t))
+    mem_grow(<void**>&kv.node_hash_n, 0, n_nodes, sizeof(int32_t))
+    for i in range(n_nodes):
+        kv.node_hash_base[i + 1] = kv.node_hash_base[i] + longest[i] // kv.hash_block_size + 2
+    mem_grow(<void**>&kv.node_hash, 0, kv.node_hash_base[n_nodes], sizeof(hash_t))
     return 0
 
 
