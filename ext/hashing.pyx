@@ -190,18 +190,20 @@ cdef int32_t _extend_shared(KVCacheC* kv, ReqC* r, const TokensC* t, hash_t* has
     cdef hash_t mixed_size = length_mix(size)
     cdef hash_t stream
     cdef tok_t first, run_start = 0, run_end = _run_at(t, 0, &stream, &first)
-    cdef int32_t m = 0, node, k
-    cdef int64_t base
+    cdef int32_t m = 0, node = kv.run_node[r.node_off], k
+    cdef int64_t base = kv.node_hash_base[node], first_block = 0
     while j < n_hashes:
-        while run_end <= (j + 1) * size - 1:
-            m += 1
-            if m >= r.node_n:
-                return j
-            run_start = run_end
-            run_end += _run_at(t, m, &stream, &first)
-        node = kv.run_node[r.node_off + m]
-        k = <int32_t>(j - run_start // size)
-        base = kv.node_hash_base[node]
+        if run_end <= (j + 1) * size - 1:
+            while run_end <= (j + 1) * size - 1:
+                m += 1
+                if m >= r.node_n:
+                    return j
+                run_start = run_end
+                run_end += _run_at(t, m, &stream, &first)
+            node = kv.run_node[r.node_off + m]
+            base = kv.node_hash_base[node]
+            first_block = run_start // size  # the block holding the run's first token
+        k = <int32_t>(j - first_block)
         if k < kv.node_hash_n[node]:
             hashes[j] = kv.node_hash[base + k]
             _skip(t, seg, off, size)
