@@ -9,7 +9,7 @@ reads both objects once in its constructor and never looks back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -279,6 +279,32 @@ def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:
     from aisim._core.hashing import first_block_keys
 
     return private_of_keys(first_block_keys(trace, hash_block_size))
+
+
+def shared_runs(trace: CoreTrace, hash_block_size: int) -> CoreTrace:
+    """``trace`` (a whole trace) with its private requests, the tokens each request shares with
+    another and the nodes of its runs (``shared_tokens``, ``run_node``, ``node_longest``;
+    :func:`aisim._core.hashing.shared_prefix_tokens`).
+
+    Parameters
+    ----------
+    trace : CoreTrace
+        Every request the engine will see.
+    hash_block_size : int
+        Tokens per block hash (:attr:`CoreConfig.hash_block_size`).
+
+    Returns
+    -------
+    CoreTrace
+    """
+    from aisim._core.hashing import shared_prefix_tokens
+
+    tokens, nodes, longest = shared_prefix_tokens(trace, nodes=True)
+    counts = np.asarray(trace.seg_cnt, dtype=np.int64)
+    # The nodes are laid out by request: request i's runs from seg_off[i] + i on.
+    in_order = np.array_equal(np.asarray(trace.seg_off, dtype=np.int64), np.cumsum(counts) - counts)
+    return replace(trace, private=(tokens < hash_block_size).astype(np.int8), shared_tokens=tokens,
+                   run_node=nodes if in_order else None, node_longest=longest if in_order else None)
 
 
 def private_of_keys(keys: np.ndarray) -> np.ndarray:

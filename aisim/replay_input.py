@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
-from aisim.core_input import CoreTrace, private_requests
+from aisim.core_input import CoreTrace, private_requests, shared_runs
 from aisim.errors import ConfigError, TraceError
 from aisim.perf.frontend import request_costs
 from aisim.trace_checks import _segments_arrays
@@ -152,13 +152,7 @@ def _with_private(core_trace: CoreTrace, *configs, shared: bool = False) -> Core
     if not caching or len(core_trace.prompt_len) == 0:
         return core_trace
     if shared:
-        from aisim._core.hashing import shared_prefix_tokens
-
-        tokens, nodes, longest = shared_prefix_tokens(core_trace, nodes=True)
-        counts = np.asarray(core_trace.seg_cnt, dtype=np.int64)
-        in_order = np.array_equal(np.asarray(core_trace.seg_off, dtype=np.int64), np.cumsum(counts) - counts)
-        return replace(core_trace, private=(tokens < min(caching)).astype(np.int8), shared_tokens=tokens,
-                       run_node=nodes if in_order else None, node_longest=longest)
+        return shared_runs(core_trace, min(caching))
     return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 

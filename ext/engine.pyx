@@ -304,6 +304,9 @@ cdef class Engine:
         cdef ReqC* r
         if self.ended:
             raise RuntimeError("Engine.feed after end_input")
+        if self.kv.pool.n_nodes > 0:
+            # Every request's runs must be counted where they are shared (kvcache kv_arrive).
+            raise RuntimeError("Engine.feed after a trace fed whole with its run nodes")
         n = len(trace.prompt_len)
         if n == 0:
             return
