@@ -9,7 +9,7 @@ reads both objects once in its constructor and never looks back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -211,6 +211,20 @@ class CoreTrace:
         1 where the request shares no KV block with any other request of the
         whole trace (:func:`private_requests`): the core may cache its blocks
         without computing their keys.  None: no request is taken as private.
+    shared_tokens : numpy.ndarray of int64 or None
+        Leading tokens of each request that another request of the whole trace
+        shares (:func:`aisim._core.hashing.shared_prefix_tokens`): the core
+        caches the blocks past them without computing their keys (no other
+        request can look them up).  None: only ``private`` requests are.
+    run_node : numpy.ndarray of int32 or None
+        With ``shared_tokens``: the node of every run of every request (its
+        prompt segments, then its output; request ``i``'s from ``seg_off[i] + i``
+        on), -1 where no other request holds the run: a block of a run that no
+        other request in the engine holds is cached outside the map until one
+        arrives.
+    node_longest : numpy.ndarray of int32 or None
+        With ``run_node``: the longest run of each node (room for the hashes of
+        its blocks, computed once for every request holding it).
     frontend_s : numpy.ndarray of float64 or None
         The API server's seconds for each request before the engine sees it
         (:func:`aisim.perf.frontend.request_costs`); None: engine only.
@@ -237,6 +251,9 @@ class CoreTrace:
     next_think: np.ndarray | None = None
     follows: np.ndarray | None = None
     private: np.ndarray | None = None
+    shared_tokens: np.ndarray | None = None
+    run_node: np.ndarray | None = None
+    node_longest: np.ndarray | None = None
     frontend_s: np.ndarray | None = None
 
 
@@ -262,6 +279,32 @@ def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:
     from aisim._core.hashing import first_block_keys
 
     return private_of_keys(first_block_keys(trace, hash_block_size))
+
+
+def shared_runs(trace: CoreTrace, hash_block_size: int) -> CoreTrace:
+    """``trace`` (a whole trace) with its private requests, the tokens each request shares with
+    another and the nodes of its runs (``shared_tokens``, ``run_node``, ``node_longest``;
+    :func:`aisim._core.hashing.shared_prefix_tokens`).
+
+    Parameters
+    ----------
+    trace : CoreTrace
+        Every request the engine will see.
+    hash_block_size : int
+        Tokens per block hash (:attr:`CoreConfig.hash_block_size`).
+
+    Returns
+    -------
+    CoreTrace
+    """
+    from aisim._core.hashing import shared_prefix_tokens
+
+    tokens, nodes, longest = shared_prefix_tokens(trace, nodes=True)
+    counts = np.asarray(trace.seg_cnt, dtype=np.int64)
+    # The nodes are laid out by request: request i's runs from seg_off[i] + i on.
+    in_order = np.array_equal(np.asarray(trace.seg_off, dtype=np.int64), np.cumsum(counts) - counts)
+    return replace(trace, private=(tokens < hash_block_size).astype(np.int8), shared_tokens=tokens,
+                   run_node=nodes if in_order else None, node_longest=longest if in_order else None)
 
 
 def private_of_keys(keys: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from aisim.traces.frame import from_frame
 def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
            closed_loop: bool = False, think_time_s: float | None = None,
            reject_too_long: bool = False, max_concurrency: int | None = None,
-           macro_steps: bool = True) -> ReplayResult:
+           macro_steps: bool = True, lazy_keys: bool = True) -> ReplayResult:
     """Replay ``trace`` through the vLLM scheduler model configured by ``engine``.
 
     Parameters
@@ -66,6 +66,13 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
         token a step, nothing arrives that could be admitted, nothing finishes)
         in one move.  The results are byte-identical either way; off, every
         engine step is replayed one at a time.
+    lazy_keys : bool
+        Cache the blocks that no other request of the trace can share (those
+        past the leading tokens it has in common with any other request)
+        without computing their keys: only the request itself could look them
+        up, after a preemption, and they get their keys then.  The results are
+        byte-identical either way; off, every block gets its key when it is
+        cached, block by block, as vLLM does.
 
     Returns
     -------
@@ -93,7 +100,9 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config = core_config(engine)
-    core_trace = _with_private(CoreTrace(**arrays), config)
+    core_trace = CoreTrace(**arrays)
+    if lazy_keys:
+        core_trace = _with_private(core_trace, config, shared=True)
     try:
         out = Engine(config, core_trace, record_events=record_decisions, max_concurrency=max_concurrency,
                      macro_steps=macro_steps).run()

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
-from aisim.core_input import CoreTrace, private_requests
+from aisim.core_input import CoreTrace, private_requests, shared_runs
 from aisim.errors import ConfigError, TraceError
 from aisim.perf.frontend import request_costs
 from aisim.trace_checks import _segments_arrays
@@ -142,13 +142,17 @@ def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None,
     return arrays
 
 
-def _with_private(core_trace: CoreTrace, *configs) -> CoreTrace:
+def _with_private(core_trace: CoreTrace, *configs, shared: bool = False) -> CoreTrace:
     """``core_trace`` with its private requests marked (:func:`aisim.core_input.private_requests`)
     when an engine of ``configs`` caches prefixes; at the smallest hash block of them, as a request
-    private there is private at every larger one (its first block holds the smaller one's)."""
+    private there is private at every larger one (its first block holds the smaller one's).
+    ``shared``: also how many leading tokens of each request another request shares, and the
+    nodes of its runs (``CoreTrace.shared_tokens``, ``CoreTrace.run_node``)."""
     caching = [c.hash_block_size for c in configs if c.enable_prefix_caching]
     if not caching or len(core_trace.prompt_len) == 0:
         return core_trace
+    if shared:
+        return shared_runs(core_trace, min(caching))
     return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 

@@ -4,6 +4,7 @@
 # (BlockPool, BlockHashToBlockMap) and kv_cache_utils.py
 # (FreeKVCacheBlockQueue, KVCacheBlock) of vLLM 0.31/0.32.
 from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
+from aisim._core.util cimport __builtin_prefetch
 
 cdef struct BlockC:
     # One block's state in one place (one memory access where separate arrays took several).
@@ -23,6 +24,12 @@ cdef struct MapEntC:
     hash_t key                 # 0 = empty slot
     block_id_t first           # the earliest-inserted block still cached under the key
     int32_t rest               # chain entry of the next one (-1: none)
+
+cdef struct DeferC:
+    # A block's place on the list of deferred blocks of a node (BlockPoolC.node_head).
+    int32_t node               # the node whose list holds the block (-1: none)
+    block_id_t prev            # links of that list (-1: none)
+    block_id_t next
 
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
@@ -51,12 +58,21 @@ cdef struct BlockPoolC:
     flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
     int64_t ev_n               # events recorded
     int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
+    # Deferred keys (bp_defer): a block whose key no request in the engine but its own could look
+    # up yet waits outside the map, on the list of its run of shared tokens (a node), until a
+    # request sharing that run arrives (bp_materialize).  n_nodes = 0: none.
+    int32_t n_nodes            # runs of tokens shared by several requests of the trace
+    int32_t* node_present      # [n_nodes] requests in the engine (arrived, unfinished) holding the run
+    block_id_t* node_head      # [n_nodes] first deferred block of the run (-1: none), in caching order
+    block_id_t* node_tail      # [n_nodes] last one
+    DeferC* defer              # [num_blocks] each block's place on a node's list
 
 # BlockC.tag values that are not a router's key id.
 cdef enum:
     TAG_NONE = -1              # no router reads this key
     TAG_LOOKUP = -2            # a router may read it: look it up by the key
     TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily)
+    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer)
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -77,9 +93,17 @@ cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, t
 cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
+cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil
+cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil
+cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil
+cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil
 cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil
 
 cdef inline double bp_usage(const BlockPoolC* bp) noexcept nogil:
     # vllm/v1/core/block_pool.py BlockPool.get_usage: the null block is not usable.
     return 1.0 - (<double>bp.num_free) / (<double>(bp.num_blocks - 1))
 
+
+cdef inline void bp_prefetch_key(const BlockPoolC* bp, hash_t key) noexcept nogil:
+    # Fetch the map slot where a probe of ``key`` starts (a hint: no effect on results).
+    __builtin_prefetch(&bp.map[key & bp.map_mask])

@@ -128,6 +128,10 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.ev_key)
     mem_free(bp.ev_tag)
     mem_free(bp.ev_add)
+    mem_free(bp.node_present)
+    mem_free(bp.node_head)
+    mem_free(bp.node_tail)
+    mem_free(bp.defer)
     memset(bp, 0, sizeof(BlockPoolC))
 
 
@@ -360,8 +364,11 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     if bp.blk[b].key != 0 and bp.blk[b].ref_cnt == 0 and b != 0:
         bp.cached_free -= 1
     if bp.blk[b].key != 0:
-        if bp.blk[b].tag == TAG_LAZY:
-            removed += 1  # a key the map never held (bp_cache_lazily): evicted all the same
+        if bp.blk[b].tag == TAG_LAZY or bp.blk[b].tag == TAG_DEFER:
+            # A key the map never held (bp_cache_lazily, bp_defer): evicted all the same.
+            if bp.blk[b].tag == TAG_DEFER:
+                _undefer(bp, b)
+            removed += 1
         else:
             removed += _map_pop(bp, bp.blk[b].key, b, bp.blk[b].tag)
     e = bp.blk[b].sec_head
@@ -399,6 +406,81 @@ cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
     bp.blk[b].key = key
     bp.blk[b].tag = TAG_NONE
     return _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
+
+
+# ---------------------------------------------------------------- deferred keys
+
+cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil:
+    """Room for ``n_nodes`` runs of shared tokens, each with no request and no deferred block."""
+    cdef int32_t i
+    mem_grow(<void**>&bp.node_present, 0, n_nodes, sizeof(int32_t))
+    mem_grow(<void**>&bp.node_head, 0, n_nodes, sizeof(block_id_t))
+    mem_grow(<void**>&bp.node_tail, 0, n_nodes, sizeof(block_id_t))
+    mem_grow(<void**>&bp.defer, 0, bp.num_blocks, sizeof(DeferC))
+    for i in range(n_nodes):
+        bp.node_head[i] = -1
+        bp.node_tail[i] = -1
+    for i in range(bp.num_blocks):
+        bp.defer[i].node = -1
+    bp.n_nodes = n_nodes
+    return 0
+
+
+cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil:
+    """Cache the held, uncached block ``b`` under ``key`` outside the map: last on ``node``'s list.
+
+    It is cached in every way the free queue and the counts see, as a lazily cached block is;
+    bp_materialize or bp_key_deferred puts its key in the map, in caching order."""
+    cdef block_id_t t = bp.node_tail[node]
+    bp.blk[b].key = key
+    bp.blk[b].key_tokens = <int32_t>num_tokens
+    bp.blk[b].tag = TAG_DEFER
+    bp.defer[b].node = node
+    bp.defer[b].prev = t
+    bp.defer[b].next = -1
+    if t == -1:
+        bp.node_head[node] = b
+    else:
+        bp.defer[t].next = b
+    bp.node_tail[node] = b
+
+
+cdef inline void _undefer(BlockPoolC* bp, block_id_t b) noexcept nogil:
+    # Take ``b`` off its node's list (its key stays in the block).
+    cdef DeferC* d = &bp.defer[b]
+    if d.prev == -1:
+        bp.node_head[d.node] = d.next
+    else:
+        bp.defer[d.prev].next = d.next
+    if d.next == -1:
+        bp.node_tail[d.node] = d.prev
+    else:
+        bp.defer[d.next].prev = d.prev
+    d.node = -1
+
+
+cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil:
+    """The deferred block ``b``'s key goes into the map now."""
+    cdef hash_t key = bp.blk[b].key
+    _undefer(bp, b)
+    bp.blk[b].tag = TAG_NONE
+    return _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
+
+
+cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil:
+    """Every deferred block of ``node`` gets its key in the map, in the order they were cached."""
+    cdef block_id_t b = bp.node_head[node], nxt
+    cdef hash_t key
+    while b != -1:
+        nxt = bp.defer[b].next
+        key = bp.blk[b].key
+        bp.defer[b].node = -1
+        bp.blk[b].tag = TAG_NONE
+        _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
+        b = nxt
+    bp.node_head[node] = -1
+    bp.node_tail[node] = -1
+    return 0
 
 
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil:
@@ -445,8 +527,10 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # its keys evicted now (vLLM's lazy eviction, BlockPool._maybe_evict_cached_block).
     cdef BlockC* k = &bp.blk[b]
     k.ref_cnt = 1
-    if k.key != 0 and k.tag == TAG_LAZY:
-        # Cached lazily (bp_cache_lazily): evicted with no map entry to drop.
+    if k.key != 0 and (k.tag == TAG_LAZY or k.tag == TAG_DEFER):
+        # Cached lazily (bp_cache_lazily, bp_defer): evicted with no map entry to drop.
+        if k.tag == TAG_DEFER:
+            _undefer(bp, b)
         k.key = 0
         k.key_tokens = 0
         bp.evictions += 1
@@ -462,7 +546,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef block_id_t head = _head(bp)
     cdef block_id_t b = bp.blk[head].next_free
     cdef BlockC* k
-    # One walk from the head; the queue is relinked once, behind the last block taken.
+    # One walk from the head unlinks the run (the queue is relinked once, behind the last block
+    # taken), fetching the map slot of every key it will evict; a second pass takes the blocks in
+    # the same order, evicting their keys from slots already in cache.
     for i in range(n):
         k = &bp.blk[b]
         out[i] = b
@@ -471,6 +557,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
         k.next_free = -1
         if k.key != 0:
             bp.cached_free -= 1
+            if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
+                bp_prefetch_key(bp, k.key)
+    for i in range(n):
         _take(bp, out[i])
     bp.blk[head].next_free = b
     bp.blk[b].prev_free = head

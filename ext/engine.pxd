@@ -195,6 +195,7 @@ cdef class Engine:
     cdef GapsC gaps                # gaps between each request's outputs (pairs not yet taken)
     cdef object _tm_keep           # step-time model arrays the C side points into
     cdef object _spec_keep         # acceptance arrays the C side points into
+    cdef object _node_keep         # the runs' nodes KVCacheC.run_node points into
     cdef HeapC rel                 # closed-loop releases, by (0, time, trace index)
     cdef int64_t max_conc          # the client's cap on requests in flight (0: none)
     cdef int64_t in_flight         # requests sent and not finished

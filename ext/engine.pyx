@@ -21,14 +21,15 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from aisim._core.blockpool cimport bp_nodes
 from aisim._core.gaps cimport gaps_add, gaps_release
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release
 from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
-    kv_lazy_ok, kv_new_step_starts, kv_decode_settled, kv_release, specs_from_dicts,
+    kv_lazy_ok, kv_new_step_starts, kv_node_hashes, kv_decode_settled, kv_release, specs_from_dicts,
 )
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
-from aisim._core.util cimport num_tokens
+from aisim._core.util cimport num_tokens, tmin
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.scheduler cimport (
@@ -306,6 +307,9 @@ cdef class Engine:
         cdef ReqC* r
         if self.ended:
             raise RuntimeError("Engine.feed after end_input")
+        if self.kv.pool.n_nodes > 0:
+            # Every request's runs must be counted where they are shared (kvcache kv_arrive).
+            raise RuntimeError("Engine.feed after a trace fed whole with its run nodes")
         n = len(trace.prompt_len)
         if n == 0:
             return
@@ -340,6 +344,20 @@ cdef class Engine:
         # Requests sharing no block with any other are keyed lazily where the cache allows it.
         cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
+        # ... past the leading tokens another request shares (the rest of every request is its own).
+        shared = getattr(trace, "shared_tokens", None) if lazy_ok else None
+        cdef bint has_shared = shared is not None
+        cdef const tok_t[::1] shr = _c_array(shared if has_shared else np.zeros(n), np.int64)
+        cdef tok_t hbs = self.kv.hash_block_size
+        # ... and, fed whole, the runs each request shares: a block of one that no other request in
+        # the engine holds is cached outside the map until one arrives (kvcache _cache_group).
+        nodes = getattr(trace, "run_node", None) if has_shared and self.loaded == 0 else None
+        cdef bint has_nodes = nodes is not None and len(nodes) > 0 and self.kv.pool.n_nodes == 0
+        if has_nodes:
+            self._node_keep = np.ascontiguousarray(nodes, dtype=np.int32)
+        cdef const int32_t[::1] run_node = self._node_keep if has_nodes else np.zeros(1, np.int32)
+        cdef int32_t n_nodes = int(self._node_keep.max()) + 1 if has_nodes else 0
+        cdef const int32_t[::1] longest = _c_array(trace.node_longest if has_nodes else np.zeros(1), np.int32)
         # The API server in front (aisim/perf/frontend.py): every chunk of a replay says so alike.
         front = getattr(trace, "frontend_s", None)
         if front is not None:
@@ -353,6 +371,10 @@ cdef class Engine:
         cdef const int32_t[::1] acc_c = _c_array(trace.accept_cnt if has_acc else np.zeros(n), np.int32)
         cdef int64_t n_acc = len(trace.accept_values) if has_acc else 0
         with nogil:
+            if has_nodes and n_nodes > 0:
+                bp_nodes(&self.kv.pool, n_nodes)
+                kv_node_hashes(&self.kv, n_nodes, &longest[0])
+                self.kv.run_node = &run_node[0]
             if self.n_free < n:
                 _grow_pool(self, <req_t>(self.pool_cap - self.n_free + n))
             _grow_window(self, self.loaded + n - self.retired)
@@ -380,6 +402,13 @@ cdef class Engine:
                 r.acc_cnt = acc_c[i]
                 r.out_stream = o_str[i]
                 r.lazy_keys = priv[i] if lazy_ok else 0
+                if has_shared:
+                    r.lazy_keys = 1
+                    r.key_blocks = <int32_t>tmin(shr[i] // hbs, <tok_t>0x7fffffff)
+                if has_nodes:
+                    r.node_off = s_off[i] + <int32_t>i
+                    while r.node_n <= s_cnt[i] and run_node[r.node_off + r.node_n] >= 0:
+                        r.node_n += 1
                 self.slot_front[s] = fr[i]
             self.segs.n += n_seg
             self.accs.n += n_acc

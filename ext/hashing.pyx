@@ -16,6 +16,7 @@ import numpy as np
 from aisim._core.kvcache cimport KVCacheC
 from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
+from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.types cimport hash_t, int32_t, int64_t, slot_t, tok_t
 
 
@@ -151,6 +152,8 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
         memcpy(&hashes[j], &kv.pre_hashes[r.tag_off + j], skip * sizeof(hash_t))
         j += <int32_t>skip
         _advance(&t, &seg, &off, skip * size)
+    if kv.node_hash != NULL and r.node_n > 0 and not lookahead:
+        j = _extend_shared(kv, r, &t, hashes, j, n_hashes, &seg, &off)
     while j < n_hashes:
         h = _hash_block(&t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off)
         if lookahead:
@@ -160,6 +163,58 @@ cdef inline void _extend(KVCacheC* kv, ReqC* r, int32_t n_hashes, bint lookahead
     kv.num_hashed[s] = j
     kv.cur_seg[s] = seg
     kv.cur_off[s] = off
+
+
+cdef inline void _skip(const TokensC* t, int32_t* seg, tok_t* off, tok_t tokens) noexcept nogil:
+    # Move the cursor past ``tokens`` tokens as _digest_tokens does, without hashing them.
+    cdef hash_t stream
+    cdef tok_t first, length, take
+    while tokens > 0:
+        length = _run_at(t, seg[0], &stream, &first)
+        take = tokens if tokens < length - off[0] else length - off[0]
+        off[0] += take
+        tokens -= take
+        if off[0] == length and seg[0] < t.n_seg:
+            seg[0] += 1
+            off[0] = 0
+
+
+cdef int32_t _extend_shared(KVCacheC* kv, ReqC* r, const TokensC* t, hash_t* hashes, int32_t j, int32_t n_hashes,
+                            int32_t* seg, tok_t* off) noexcept nogil:
+    # The hashes of the blocks ending in the runs ``r`` shares with other requests (its leading
+    # ReqC.node_n runs): every request holding a run has the same tokens before it and, up to
+    # its own length, in it, so a block ending there has the same hash for all of them; the
+    # first one to hash it leaves it with the run's node (KVCacheC.node_hash) for the others.
+    # Returns the next block to hash.
+    cdef tok_t size = kv.hash_block_size
+    cdef hash_t mixed_size = length_mix(size)
+    cdef hash_t stream
+    cdef tok_t first, run_start = 0, run_end = _run_at(t, 0, &stream, &first)
+    cdef int32_t m = 0, node = kv.run_node[r.node_off], k
+    cdef int64_t base = kv.node_hash_base[node], first_block = 0
+    while j < n_hashes:
+        if run_end <= (j + 1) * size - 1:
+            while run_end <= (j + 1) * size - 1:
+                m += 1
+                if m >= r.node_n:
+                    return j
+                run_start = run_end
+                run_end += _run_at(t, m, &stream, &first)
+            node = kv.run_node[r.node_off + m]
+            base = kv.node_hash_base[node]
+            first_block = run_start // size  # the block holding the run's first token
+        k = <int32_t>(j - first_block)
+        if k < kv.node_hash_n[node]:
+            hashes[j] = kv.node_hash[base + k]
+            _skip(t, seg, off, size)
+        else:
+            hashes[j] = hash_finish(_hash_block(t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size,
+                                                mixed_size, seg, off))
+            if k == kv.node_hash_n[node] and k < kv.node_hash_base[node + 1] - base:
+                kv.node_hash[base + k] = hashes[j]
+                kv.node_hash_n[node] += 1
+        j += 1
+    return j
 
 
 cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t n_seg,
@@ -225,3 +280,182 @@ def first_block_keys(trace, tok_t size):
             off = 0
             keys[i] = hash_finish(_hash_block(&t, <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off))
     return out
+
+
+# ---------------------------------------------------------------- shared prefixes of a whole trace
+
+cdef struct ShareEntC:
+    # One key of shared_prefix_tokens' start table: a run's start (the tokens before it, its
+    # stream and first offset).  Run lengths fit 32 bits (a request is at most max_model_len).
+    hash_t key                 # 0 = empty slot
+    int32_t count              # requests holding the key
+    int32_t top_n              # of those, how many have the longest run
+    int32_t top                # the longest run's length
+    int32_t second             # the longest length shorter than top (0: none)
+    int32_t node               # held by several requests: 1 + its node id (0: not numbered yet)
+
+
+cdef struct WholeEntC:
+    # One key of its whole-run table: a whole run with everything before it.
+    hash_t key                 # 0 = empty slot
+    int32_t count              # requests holding the key
+
+
+cdef inline ShareEntC* _share_slot(ShareEntC* table, hash_t mask, hash_t key) noexcept nogil:
+    # The slot of ``key`` (open addressing, linear probing; the caller sized the table).
+    cdef hash_t s = key & mask
+    while table[s].key != 0 and table[s].key != key:
+        s = (s + 1) & mask
+    return &table[s]
+
+
+cdef inline WholeEntC* _whole_slot(WholeEntC* table, hash_t mask, hash_t key) noexcept nogil:
+    cdef hash_t s = key & mask
+    while table[s].key != 0 and table[s].key != key:
+        s = (s + 1) & mask
+    return &table[s]
+
+
+cdef inline int32_t _share_run(const TokensC* t, int32_t m, hash_t* stream, tok_t* first) noexcept nogil:
+    # Run m of a request's tokens: its prompt segments, then its output stream (m == n_seg).
+    return <int32_t>_run_at(t, m, stream, first)
+
+
+cdef inline hash_t _start_key(hash_t before, hash_t stream, tok_t first) noexcept nogil:
+    return hash_finish(hash_combine(hash_combine(before, stream), <hash_t>first + <hash_t>RUN_FIRST))
+
+
+cdef inline hash_t _whole_key(hash_t start, tok_t length) noexcept nogil:
+    return hash_finish(hash_combine(start, <hash_t>length + <hash_t>RUN_LENGTH))
+
+
+def shared_prefix_tokens(trace, bint nodes=False):
+    """How many leading tokens of every request (prompt, then its whole output stream) some other
+    request of ``trace`` (a CoreTrace of a whole trace) has as its own leading tokens, run for run.
+
+    Two requests share a block key only if they share every token of the block and of every block
+    before it, in the same runs (hashing.pxd): a request's block ``i`` of ``B`` tokens can be
+    another request's only if ``(i + 1) * B`` is at most this count, so no other request can ever
+    look up the keys of its later blocks.  Whole segments are compared at once: two requests
+    that agree on every run before one and start it alike share ``min`` of their lengths of it,
+    and go on only if those lengths are equal.
+
+    With ``nodes``: also the node of every run of every request (its prompt segments, then its
+    output stream: request ``i``'s runs from ``seg_off[i] + i`` on, a whole trace's segments in
+    request order), a dense id for the start of a run that several requests hold (the tokens
+    before it, its stream and first offset), -1 for one only that request holds; and the longest
+    run of each node.  Returns (shared tokens, nodes, longest runs).
+    """
+    cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
+    cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
+    cdef const int32_t[::1] s_cnt = np.ascontiguousarray(trace.seg_cnt, dtype=np.int32)
+    cdef const hash_t[::1] o_str = np.ascontiguousarray(trace.out_stream, dtype=np.uint64)
+    cdef const hash_t[::1] g_str = np.ascontiguousarray(trace.seg_stream, dtype=np.uint64)
+    cdef const tok_t[::1] g_first = np.ascontiguousarray(trace.seg_first, dtype=np.int64)
+    cdef const tok_t[::1] g_len = np.ascontiguousarray(trace.seg_len, dtype=np.int64)
+    cdef Py_ssize_t i, n = m_tok.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    cdef tok_t[::1] shared = out
+    cdef int64_t runs = g_str.shape[0] + n
+    cdef hash_t cap = 16, mask
+    while cap < <hash_t>(2 * runs):
+        cap <<= 1
+    mask = cap - 1
+    cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
+    cdef WholeEntC* wholes
+    node_arr = np.full(runs if nodes else 1, -1, dtype=np.int32)
+    top_arr = np.zeros(runs if nodes else 1, dtype=np.int32)
+    cdef int32_t[::1] node_of = node_arr
+    cdef int32_t[::1] node_top = top_arr
+    cdef int32_t n_nodes = 0
+    try:
+        wholes = <WholeEntC*>mem_calloc(cap, sizeof(WholeEntC))
+    except MemoryError:
+        mem_free(starts)
+        raise
+    try:
+        with nogil:
+            for i in range(n):
+                _share_count(starts, wholes, mask, _trace_tokens(&g_str[0] if g_str.shape[0] else NULL,
+                             &g_first[0] if g_str.shape[0] else NULL, &g_len[0] if g_str.shape[0] else NULL,
+                             s_off[i], s_cnt[i], o_str[i], m_tok[i]))
+            for i in range(n):
+                shared[i] = _share_of(starts, wholes, mask, _trace_tokens(
+                    &g_str[0] if g_str.shape[0] else NULL, &g_first[0] if g_str.shape[0] else NULL,
+                    &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]),
+                    &node_of[s_off[i] + i] if nodes else NULL, &node_top[0], &n_nodes)
+    finally:
+        mem_free(starts)
+        mem_free(wholes)
+    return (out, node_arr, top_arr[:n_nodes]) if nodes else out
+
+
+cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t off,
+                                  int32_t cnt, hash_t out_stream, tok_t n_out) noexcept nogil:
+    cdef TokensC t
+    t.stream = stream + off if cnt else NULL
+    t.first = first + off if cnt else NULL
+    t.length = length + off if cnt else NULL
+    t.n_seg = cnt
+    t.out_stream = out_stream
+    t.n_out = n_out
+    return t
+
+
+cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
+    # Count one request's runs in both tables.
+    cdef int32_t m
+    cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
+    cdef tok_t first, length
+    cdef ShareEntC* e
+    cdef WholeEntC* w
+    for m in range(t.n_seg + 1):
+        length = _share_run(&t, m, &stream, &first)
+        if length <= 0 and m == t.n_seg:
+            break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
+        start = _start_key(before, stream, first)
+        e = _share_slot(starts, mask, start)
+        e.key = start
+        e.count += 1
+        if length > e.top:
+            e.second = e.top
+            e.top = <int32_t>length
+            e.top_n = 1
+        elif length == e.top:
+            e.top_n += 1
+        elif length > e.second:
+            e.second = <int32_t>length
+        before = _whole_key(start, length)
+        w = _whole_slot(wholes, mask, before)
+        w.key = before
+        w.count += 1
+
+
+cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
+                     int32_t* node_top, int32_t* n_nodes) noexcept nogil:
+    # The leading tokens of one request that another request has too; with ``node_of``, the node
+    # of each of its runs that several requests hold (numbered as first met).
+    cdef int32_t m
+    cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
+    cdef tok_t first, length, done = 0, other
+    cdef ShareEntC* e
+    for m in range(t.n_seg + 1):
+        length = _share_run(&t, m, &stream, &first)
+        if length <= 0 and m == t.n_seg:
+            break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
+        start = _start_key(before, stream, first)
+        e = _share_slot(starts, mask, start)
+        if e.count < 2:
+            return done
+        if node_of != NULL:
+            if e.node == 0:  # first met: number it (and say how long its longest run is)
+                node_top[n_nodes[0]] = e.top
+                n_nodes[0] += 1
+                e.node = n_nodes[0]
+            node_of[m] = e.node - 1
+        other = e.second if (length == e.top and e.top_n == 1) else e.top
+        before = _whole_key(start, length)
+        if _whole_slot(wholes, mask, before).count < 2:
+            return done + (other if other < length else length)
+        done += length
+    return done

@@ -101,6 +101,11 @@ cdef struct KVCacheC:
     const int32_t* tag_ids     # the router's id of every prompt block key (ReqC.tag_off indexes it)
     const hash_t* pre_hashes   # the router's chain hash of every prompt hash block, or NULL (as tag_ids;
                                # set when its blocks are hash blocks): a request's prompt is not hashed again
+    hash_t* tmp_keys           # [max table_row] scratch: the keys of the blocks one call caches
+    const int32_t* run_node    # the node (BlockPoolC.n_nodes) of every run of every request (ReqC.node_off)
+    hash_t* node_hash          # the hashes of the blocks ending in each node's run, as first computed
+    int64_t* node_hash_base    # [n_nodes + 1] each node's first entry in node_hash (the last: its size)
+    int32_t* node_hash_n       # [n_nodes] entries computed so far
 
 cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const GroupSpecC* specs,
                  tok_t hash_block_size, tok_t sched_block_size, bint fine, bint caching,
@@ -119,6 +124,9 @@ cdef int kv_cache_blocks(KVCacheC* kv, ReqC* r, tok_t num_tokens) except -1 nogi
 cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil
 cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil
+cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil
+cdef int kv_node_hashes(KVCacheC* kv, int32_t n_nodes, const int32_t* longest) except -1 nogil
+cdef void kv_depart(KVCacheC* kv, ReqC* r) noexcept nogil
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil
 cdef block_id_t kv_active_blocks(const KVCacheC* kv) noexcept nogil
 cdef tok_t kv_decode_period(const KVCacheC* kv, flag_t* works, tok_t cap) noexcept nogil

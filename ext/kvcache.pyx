@@ -37,7 +37,8 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_free_one, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
+    TAG_DEFER, TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_defer, bp_free_one, bp_key_deferred, bp_materialize,
+    bp_prefetch_key, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
     bp_cache_lazily, bp_key_lazy, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch,
 )
 from aisim._core.hashing cimport group_key, hash_extend
@@ -131,6 +132,7 @@ cdef int kv_init(KVCacheC* kv, block_id_t num_blocks, int32_t n_groups, const Gr
     mem_grow(<void**>&kv.tmp_verified, 0, n_groups, sizeof(flag_t))
     mem_grow(<void**>&kv.tmp_blocks, 0, n_groups, sizeof(block_id_t))
     mem_grow(<void**>&kv.mask, 0, widest, sizeof(flag_t))
+    mem_grow(<void**>&kv.tmp_keys, 0, widest, sizeof(hash_t))
     k = 0
     for j in range(n_groups):
         kv.spec_first[j] = k
@@ -174,6 +176,10 @@ cdef void kv_release(KVCacheC* kv) noexcept nogil:
     mem_free(kv.tmp_verified)
     mem_free(kv.tmp_blocks)
     mem_free(kv.mask)
+    mem_free(kv.tmp_keys)
+    mem_free(kv.node_hash)
+    mem_free(kv.node_hash_base)
+    mem_free(kv.node_hash_n)
     mem_free(kv.hashes)
     mem_free(kv.num_hashed)
     mem_free(kv.cur_seg)
@@ -461,7 +467,10 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
-    cdef int32_t c, f, i, idx, before, after
+    cdef int32_t c, f, i, idx, before, after, keyed, m
+    cdef hash_t* keys
+    cdef tok_t end
+    cdef bint defer
     cdef bint masked
     cdef block_id_t blk
     cdef hash_t key
@@ -480,21 +489,45 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
         f = <int32_t>(n // bs)
     if c < f:
         masked = retention_mask(kv, g, r, c, f, True)
+        keyed = f
         if r.lazy_keys:
-            # Cached without keys (kv_lazy_ok: attention groups at the hash block, no partial entries).
+            # Blocks past those another request may share are cached without keys (kv_lazy_ok:
+            # attention groups at the hash block, no partial entries); the shared ones below.
+            keyed = <int32_t>tmin(tmax(c, r.key_blocks), f)
             if not masked:
-                bp_cache_lazily(&kv.pool, &table[c], f - c, c * bs, bs)
+                bp_cache_lazily(&kv.pool, &table[keyed], f - keyed, keyed * bs, bs)
             else:
-                for i in range(c, f):
+                for i in range(keyed, f):
                     if kv.mask[i - c]:
                         bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
-            g.num_cached[s] = f
-            return 0
-        for i in range(c, f):
+        # The run's keys in one pass, each one's map slot fetched ahead of its insertion: the
+        # inserts below then find their slots in cache rather than one memory round trip each.
+        # A lazily keyed request's shared blocks: those of a run no other request in the engine
+        # holds wait outside the map until one arrives (kv_arrive), so most never reach it (no
+        # slot is fetched for them); the run cursor (m, end) follows each block's last token.
+        defer = r.lazy_keys and kv.pool.n_nodes > 0
+        keys = kv.tmp_keys
+        for i in range(c, keyed):
+            keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
+            if not defer:
+                bp_prefetch_key(&kv.pool, keys[i - c])
+        m = 0
+        end = _run_length(kv, r, 0)
+        for i in range(c, keyed):
             blk = table[i]
             if blk == 0 or (masked and not kv.mask[i - c]):
                 continue
-            key = group_key(kv_view(kv, r, g.ratio, i), gi)
+            key = keys[i - c]
+            if defer:
+                while end <= (i + 1) * bs - 1:
+                    m += 1
+                    end += _run_length(kv, r, m)
+                if m >= r.node_n:
+                    bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)  # a run no other request holds
+                    continue
+                if kv.pool.node_present[kv.run_node[r.node_off + m]] <= 1:
+                    bp_defer(&kv.pool, blk, key, (i + 1) * bs, kv.run_node[r.node_off + m])
+                    continue
             if kv.pool.blk[blk].key != 0:
                 # A partial entry is promoted to a full one.
                 bp_remove_hashes(&kv.pool, blk)
@@ -527,6 +560,13 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     if g.spec.kind != GK_MAMBA:
         return 0
     return state_cache_tail(kv, gi, r, n, before, mode)
+
+
+cdef inline tok_t _run_length(const KVCacheC* kv, const ReqC* r, int32_t m) noexcept nogil:
+    # Tokens of run m of a request: its prompt segments, then its output stream.
+    if m < r.seg_cnt:
+        return kv.seg_len[r.seg_off + m]
+    return r.max_tokens
 
 
 cdef inline int32_t _hash_blocks(const KVCacheC* kv, const ReqC* r, tok_t n) noexcept nogil:
@@ -563,7 +603,10 @@ cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) e
         # so that block may be cached too
         # (HybridKVCacheCoordinator.get_num_cacheable_tokens, 0.31 cache_blocks).
         extra = spec and kv.eagle and n > 0
-    if n > 0 and not r.lazy_keys:
+    if n > 0 and r.lazy_keys:
+        # Only the blocks another request may share get their keys now (_cache_group).
+        hash_extend(kv, r, <int32_t>tmin(n // kv.hash_block_size, r.key_blocks))
+    elif n > 0:
         hash_extend(kv, r, _hash_blocks(kv, r, full if extra else n) if spec else <int32_t>(n // kv.hash_block_size))
     for gi in range(kv.n_groups):
         ng = n
@@ -576,10 +619,11 @@ cdef int _cache_blocks(KVCacheC* kv, ReqC* r, tok_t n_tokens, spec_mode* mode) e
 # ------------------------------------------------------------------ lazy keys
 
 cdef bint kv_lazy_ok(const KVCacheC* kv) noexcept nogil:
-    """Whether a request that shares no block with any other may be keyed lazily here.
+    """Whether the blocks of a request that no other request shares may be keyed lazily here.
 
-    Such a request's keys can only ever be found by its own lookup after a preemption, so its
-    blocks are cached without them (bp_cache_lazily: the free queue, the counts and evictions see
+    The keys of a request's blocks past the tokens it has in common with any other request
+    (ReqC.key_blocks; all of a private request's) can only ever be found by its own lookup after
+    a preemption, so those blocks are cached without them (bp_cache_lazily: the free queue, the counts and evictions see
     a cached block) and keyed when it is preempted (kv_key_lazy), or when a window or a local
     chunk frees one of them before that (_remove_skipped).  On only where nothing else reads a
     key: attention groups (full, sliding window, chunked local; ring buffers cache nothing) with
@@ -603,6 +647,8 @@ cdef inline int _key_lazy_block(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, bl
     # Block i of group gi of a lazily keyed request gets its key (its hash computed by the caller).
     if blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_LAZY:
         bp_key_lazy(&kv.pool, blk, group_key(kv_hashes(kv, r.slot)[i], gi))
+    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_DEFER:
+        bp_key_deferred(&kv.pool, blk)
     return 0
 
 
@@ -628,6 +674,42 @@ cdef int kv_key_lazy(KVCacheC* kv, ReqC* r) except -1 nogil:
         for i in range(kv.groups[gi].num_cached[s]):
             _key_lazy_block(kv, gi, r, i, table[i])
     return 0
+
+
+cdef int kv_arrive(KVCacheC* kv, ReqC* r) except -1 nogil:
+    """``r`` enters the engine (Scheduler.add_request): from now on its lookups may probe the keys
+    of the runs it shares, so the blocks deferred there get their keys, and while it is in the
+    engine no block of those runs is deferred (_cache_group)."""
+    cdef int32_t m, node
+    if kv.pool.n_nodes == 0:
+        return 0
+    for m in range(r.node_n):
+        node = kv.run_node[r.node_off + m]
+        kv.pool.node_present[node] += 1
+        if kv.pool.node_head[node] != -1:
+            bp_materialize(&kv.pool, node)
+    return 0
+
+
+cdef int kv_node_hashes(KVCacheC* kv, int32_t n_nodes, const int32_t* longest) except -1 nogil:
+    """Room for the hashes of the blocks ending in each node's run (hashing's _extend_shared):
+    at most longest // hash_block_size + 2 of them."""
+    cdef int32_t i
+    mem_grow(<void**>&kv.node_hash_base, 0, n_nodes + 1, sizeof(int64_t))
+    mem_grow(<void**>&kv.node_hash_n, 0, n_nodes, sizeof(int32_t))
+    for i in range(n_nodes):
+        kv.node_hash_base[i + 1] = kv.node_hash_base[i] + longest[i] // kv.hash_block_size + 2
+    mem_grow(<void**>&kv.node_hash, 0, kv.node_hash_base[n_nodes], sizeof(hash_t))
+    return 0
+
+
+cdef void kv_depart(KVCacheC* kv, ReqC* r) noexcept nogil:
+    """``r`` finished: it never looks anything up again."""
+    cdef int32_t m
+    if kv.pool.n_nodes == 0:
+        return
+    for m in range(r.node_n):
+        kv.pool.node_present[kv.run_node[r.node_off + m]] -= 1
 
 
 # ------------------------------------------------------------------ frees

@@ -4,12 +4,23 @@
 # they read the same inline row and probe helpers (kvrows.pxd).
 
 
+cdef inline int32_t _probe_hashes(const KVCacheC* kv, const ReqC* r) noexcept nogil:
+    # Hash blocks a lookup may find: every one, or for a request keyed lazily its leading blocks
+    # another request shares (ReqC.key_blocks).  Its later keys are no other request's and it
+    # holds no block of its own while keyed lazily (kv_key_lazy ends that at a preemption), so a
+    # probe of one of them misses: a lookup stopping before them ends where it would have.
+    cdef int32_t n = kv_n_hashes(kv, r)
+    if r.lazy_keys and r.key_blocks < n:
+        return r.key_blocks
+    return n
+
+
 cdef tok_t _lookup_full(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_t align,
                        bint drop) noexcept nogil:
     # FullAttentionManager.find_longest_cache_hit
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
-    cdef int32_t n_raw = kv_n_hashes(kv, r)
+    cdef int32_t n_raw = _probe_hashes(kv, r)
     cdef int32_t view_len = n_raw // g.ratio
     cdef int32_t n = 0, i, scale, first, max_partial, fi
     cdef tok_t hit
@@ -51,7 +62,7 @@ cdef tok_t _lookup_swa(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, tok_
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
     cdef int32_t need = <int32_t>cdiv(g.spec.window - 1, bs) + <int32_t>drop
-    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, kv_n_hashes(kv, r) // g.ratio)
+    cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, _probe_hashes(kv, r) // g.ratio)
     cdef int32_t i, c = 0, n = 0
     cdef bint found = False
     kv_fill_null(kv, sg, 0, max_blocks)
@@ -87,13 +98,14 @@ cdef tok_t _lookup_chunked(KVCacheC* kv, ReqC* r, int32_t sg, tok_t max_length, 
     cdef GroupC* g = &kv.groups[kv.spec_members[kv.spec_first[sg]]]
     cdef tok_t bs = g.spec.block_size
     cdef int32_t max_blocks = <int32_t>tmin(max_length // bs, kv_n_hashes(kv, r) // g.ratio)
+    cdef int32_t probed = <int32_t>tmin(max_blocks, _probe_hashes(kv, r) // g.ratio)
     cdef int32_t start = <int32_t>((max_length // g.spec.window) * g.spec.window // bs)
     cdef int32_t i, n
     if start > max_blocks:
         start = max_blocks
     kv_fill_null(kv, sg, 0, start)
     n = start
-    for i in range(start, max_blocks):
+    for i in range(start, probed):
         if not kv_probe(kv, sg, kv_view(kv, r, g.ratio, i)):
             break
         kv_put_hit(kv, sg, i)
@@ -133,13 +145,13 @@ cdef tok_t kv_get_computed_blocks(KVCacheC* kv, ReqC* r) noexcept nogil:
     r.shared_prefix_boundary = 0
     if not kv.caching or kv.n_spec == 0:
         return 0
-    if r.lazy_keys:
+    if r.lazy_keys and r.key_blocks == 0:
         # No other request shares its first hash block, so no key of its chain is in the map
         # (its own blocks get theirs if it is preempted: kv_key_lazy): the lookup finds nothing.
         return 0
     # The last token is always recomputed for its logits.
     max_len = num_tokens(r) - 1
-    hash_extend(kv, r, kv_n_hashes(kv, r))
+    hash_extend(kv, r, _probe_hashes(kv, r))
     if not kv.hybrid:
         return _lookup(kv, r, 0, max_len, kv.groups[0].spec.block_size, kv.eagle)
     # HybridKVCacheCoordinator.find_longest_cache_hit: the fixed point.

@@ -26,8 +26,12 @@ cdef struct ReqC:
     # --- scheduler state
     flag_t status              # ReqStatus
     flag_t is_prefill_chunk    # set after scheduling (Scheduler._update_after_schedule)
-    flag_t lazy_keys           # its blocks are cached without keys until it is preempted: no other
-                               # request of the trace shares its first hash block (kvcache kv_lazy_ok)
+    flag_t lazy_keys           # its blocks past key_blocks are cached without keys until it is preempted:
+                               # no other request of the trace shares them (kvcache kv_lazy_ok)
+    int32_t key_blocks         # while lazy_keys: its leading blocks that get their keys when cached
+                               # (another request of the trace may share them; 0 for a private request)
+    int32_t node_off           # its first run of tokens (prompt segments, then output) in KVCacheC.run_node
+    int32_t node_n             # its leading runs that other requests of the trace hold too (their nodes)
     tok_t num_output           # output tokens appended so far
     tok_t num_computed         # num_computed_tokens, advanced at schedule time
     tok_t num_placeholders     # num_output_placeholders (async scheduling)

@@ -119,7 +119,7 @@ cdef int batch_init(BatchC* b, int32_t cap) except -1 nogil
 cdef int batch_grow(BatchC* b, int32_t old, int32_t cap) except -1 nogil
 cdef void batch_release(BatchC* b) noexcept nogil
 cdef int32_t sched_cap(const SchedConfC* conf, int64_t n_reqs) noexcept nogil
-cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil
+cdef int sched_add_request(SchedC* s, req_t r) except -1 nogil
 cdef bint sched_has_requests(const SchedC* s) noexcept nogil
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil
 cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil

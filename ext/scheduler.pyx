@@ -25,7 +25,7 @@ from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release, heap
 
 from aisim._core.kvcache cimport (
     KVCacheC, kv_acquire_slot, kv_allocate_slots, kv_cache_blocks, kv_end_schedule, kv_free,
-    kv_get_computed_blocks, kv_key_lazy, kv_new_step_starts, kv_release_slot,
+    kv_arrive, kv_depart, kv_get_computed_blocks, kv_key_lazy, kv_new_step_starts, kv_release_slot,
 )
 from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
@@ -264,7 +264,8 @@ cdef void _wq_remove(SchedC* s, req_t r) noexcept nogil:
 
 # ------------------------------------------------------------------ public state
 
-cdef void sched_add_request(SchedC* s, req_t r) noexcept nogil:
+cdef int sched_add_request(SchedC* s, req_t r) except -1 nogil:
+    kv_arrive(s.kv, &s.reqs[r])  # its lookups may find the keys of the runs it shares from now on
     s.reqs[r].status = ST_WAITING
     if s.reqs[r].remote != 0:
         s.n_remote += 1
@@ -719,6 +720,7 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
             # _connector_finished).
             r.status = ST_FINISHED
             r.finish_s = b.end_s
+            kv_depart(s.kv, r)
             if not r.held:
                 kv_free(s.kv, r)
                 kv_release_slot(s.kv, r)

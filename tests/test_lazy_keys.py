@@ -1,11 +1,15 @@
-"""Private requests: their blocks are cached without keys, and nothing a replay reports changes.
+"""Lazy keys: blocks no other request can share are cached without keys, and nothing a replay
+reports changes.
 
-A request whose first hash block no other request of the trace has shares no block with any
-other (block keys are a chain), so only its own lookup after a preemption could find its keys:
-the core caches its blocks lazily (ext/blockpool.pyx ``bp_cache_lazily``) and keys them when it
-is preempted (ext/kvcache.pyx ``kv_key_lazy``).  Every comparison here replays a trace with the
-private requests found (the default) and with none (``aisim.replay_input.private_requests`` replaced by
-all zeros) and asserts byte-identical step and request tables, summaries and decision logs.
+Block keys are a chain, so a request's block can be another request's only within the leading
+tokens the two have in common (``aisim._core.hashing.shared_prefix_tokens``); a request whose first
+hash block no other request of the trace has (a private one) shares no block at all.  Only the
+request's own lookup after a preemption could find the keys of its later blocks: the core caches
+them lazily (ext/blockpool.pyx ``bp_cache_lazily``) and keys them when it is preempted
+(ext/kvcache.pyx ``kv_key_lazy``).  Every comparison here replays a trace with lazy keys (the
+default) and with every block keyed as it is cached (``replay(..., lazy_keys=False)``; deployments:
+``aisim.replay_input.private_requests`` replaced by all zeros) and asserts byte-identical step and
+request tables, summaries and decision logs.
 """
 
 import json
@@ -25,7 +29,8 @@ from aisim.decisionlog import decision_lines, log_line_json
 from aisim.deploy import deploy
 from aisim.replay import _whole_arrays, replay, replay_stream, stream_private
 from aisim.traces import read_oracle_trace, read_trace
-from aisim.traces.schema import output_stream, stream_id, trace_table
+from aisim._core.hashing import shared_prefix_tokens
+from aisim.traces.schema import canonical_segments, output_stream, stream_id, trace_table
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE
@@ -41,9 +46,7 @@ def _private(trace, eng):
 
 def _same_with_and_without(trace, eng, monkeypatch, **kw):
     lazy = replay(trace, eng, record_decisions=True, **kw)
-    with monkeypatch.context() as m:
-        m.setattr(replay_module, "private_requests", lambda ct, size: np.zeros(len(ct.prompt_len), dtype=np.int8))
-        keyed = replay(trace, eng, record_decisions=True, **kw)
+    keyed = replay(trace, eng, record_decisions=True, lazy_keys=False, **kw)
     assert ipc_bytes(lazy.steps) == ipc_bytes(keyed.steps)
     assert ipc_bytes(lazy.requests) == ipc_bytes(keyed.requests)
     assert json.dumps(lazy.summary) == json.dumps(keyed.summary)
@@ -82,6 +85,33 @@ def test_private_requests_by_hand():
                                       for row in segs]}, "step")
     eng = _engine(num_gpu_blocks=40)
     assert _private(whole, eng) == [0, 0, 0, 1, 1, 0, 1]
+
+
+def _shared(trace, eng):
+    timed = (trace.schema.metadata or {}).get(b"clock") == b"time"
+    return shared_prefix_tokens(CoreTrace(**_whole_arrays(trace, eng, timed))).tolist()
+
+
+def test_shared_prefix_tokens_by_hand():
+    # a and b open with the same 8 "sys" tokens, h with its first 6, i with them and 2 of a's next
+    # 4 tokens.  a shares 8 + 2 with i, b only the 8 (its next run is its own), h 6 (with every
+    # one of them), i 10 (with a).  c's prompt is resent whole by f, whose next run is its own:
+    # 10 each.  d shares nothing.  A session: t2 resends t1's prompt and its 3 outputs, t1 shares
+    # all of its tokens (prompt and answer), t2 those.
+    def row(rid, segs, out):
+        return rid, canonical_segments([(s if isinstance(s, int) else stream_id("t", s), f, n) for s, f, n in segs]), out
+    rows = [row("a", [("sys", 0, 8), ("a", 0, 4)], 2), row("b", [("sys", 0, 8), ("b", 0, 2)], 2),
+            row("h", [("sys", 0, 6), ("h", 0, 5)], 1), row("i", [("sys", 0, 8), ("a", 0, 2), ("i", 0, 3)], 1),
+            row("c", [("c", 0, 10)], 2), row("f", [("c", 0, 10), ("f", 0, 3)], 2), row("d", [("d", 0, 2)], 1),
+            row("t1", [("s", 0, 5)], 3), row("t2", [("s", 0, 5), (output_stream("t1"), 0, 3), ("n", 0, 4)], 2)]
+    trace = trace_table({"request_id": [r[0] for r in rows], "arrival_step": [0] * len(rows),
+                         "arrival_s": [None] * len(rows), "prompt_tokens": [sum(n for _, _, n in r[1]) for r in rows],
+                         "output_tokens": [r[2] for r in rows], "priority": [0] * len(rows),
+                         "segments": [r[1] for r in rows]}, "step")
+    eng = _engine(num_gpu_blocks=40)
+    assert _shared(trace, eng) == [10, 8, 6, 10, 10, 10, 0, 8, 8]
+    # Private (shares no whole first block of 4) where a request shares fewer than 4 tokens.
+    assert _private(trace, eng) == [0, 0, 0, 0, 0, 0, 1, 0, 0]
 
 
 # ------------------------------------------------------------------ by hand
@@ -262,6 +292,79 @@ def test_random_traces_identical(reqs, block, spare, seqs, budget, chunked, vers
         rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"], at=r["at"],
                          segments=[s for s in segs if s[2] > 0], priority=i % 3))
     trace = make_trace(rows)
+    try:
+        replay(trace, eng)
+    except Exception:
+        return  # refused (a request that can never fit): nothing to compare
+    _same_with_and_without(trace, eng, monkeypatch, macro_steps=macro)
+
+
+# Requests that resend part of an earlier request's prompt, or all of it and part of its answer
+# (a session's next turn), then tokens of their own: every depth of shared prefix, blocks cut
+# anywhere inside one.
+family = st.lists(
+    st.fixed_dictionaries({
+        "parent": st.integers(-1, 15),    # the earlier request it resends (-1 or later: none)
+        "cut": st.integers(0, 40),        # how much of the parent's prompt it resends
+        "answer": st.integers(0, 20),     # how much of the parent's answer (after all of its prompt)
+        "own": st.integers(0, 20),
+        "max_tokens": st.integers(1, 40),
+        "at": st.integers(0, 12),
+    }),
+    min_size=2, max_size=16,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(reqs=family, block=st.sampled_from([2, 4, 8]), spare=st.integers(0, 10), seqs=st.integers(2, 6),
+       budget=st.sampled_from([3, 8, 16, 64]), chunked=st.booleans(), version=st.sampled_from(["0.31.0", "0.32.0",
+                                                                                              "0.33.0"]),
+       macro=st.booleans(), second=st.sampled_from([None, {"type": "sliding_window", "sliding_window": 8},
+                                                    {"type": "chunked_local", "attention_chunk_size": 8},
+                                                    {"type": "ring"}]),
+       mml=st.sampled_from([32, 64, 96]))
+def test_random_families_identical(reqs, block, spare, seqs, budget, chunked, version, macro, second, mml,
+                                   monkeypatch):
+    # A pool that churns: evictions, preemptions and resumed requests finding their own blocks.
+    groups = [{"type": "full", "page_size_bytes": 1, "prefix_cacheable": True}]
+    if second:
+        groups.append(dict(second, page_size_bytes=1, prefix_cacheable=second["type"] != "ring"))
+    kw = dict(num_gpu_blocks=len(groups) * -(-mml // block) + 2 + spare, block_size=block,
+              max_num_batched_tokens=max(budget, 1 if chunked else mml), max_num_seqs=seqs, max_model_len=mml,
+              kv_cache_groups=groups, enable_chunked_prefill=chunked, vllm_version=version,
+              time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 0.001})
+    if second:
+        kw["cache_extra"] = {"prefix_match_unit": block}
+    try:
+        eng = engine_config_from_dict(kw)
+    except Exception:
+        return  # a combination the configuration refuses
+    ids, prompts, outs, segs = [], [], [], []
+    for i, r in enumerate(reqs):
+        rid = f"r{i:02d}"
+        own = [(stream_id("t", rid), 0, r["own"] + 1)]
+        if 0 <= r["parent"] < i:
+            p = r["parent"]
+            take, quoted = [], 0
+            for s, f, n in segs[p]:
+                if quoted < r["cut"]:
+                    take.append((s, f, min(n, r["cut"] - quoted)))
+                    quoted += take[-1][2]
+            if quoted == prompts[p] and r["answer"]:
+                take.append((output_stream(ids[p]), 0, min(r["answer"], outs[p])))
+            own = take + own
+        seg = canonical_segments(own)
+        total = sum(n for _, _, n in seg)
+        if total >= mml:
+            return
+        ids.append(rid)
+        prompts.append(total)
+        outs.append(r["max_tokens"])
+        segs.append(seg)
+    trace = trace_table({"request_id": ids, "arrival_step": [r["at"] for r in reqs[:len(ids)]],
+                         "arrival_s": [None] * len(ids), "prompt_tokens": prompts, "output_tokens": outs,
+                         "priority": [0] * len(ids), "segments": segs}, "step")
     try:
         replay(trace, eng)
     except Exception:
