@@ -349,6 +349,39 @@ STEPS = Table("steps", (
     C("spec_accepted", "BIGINT", "tokens", "of those, accepted", core="int64"),
 ))
 
+# Columns a replay with ``kv_offload`` appends to its ``steps`` and ``requests`` tables (the CPU tier of
+# vLLM's OffloadingConnector, ext/offload.pxi); absent without it, so such replays keep their bytes.
+OFFLOAD_STEPS = Table("offload_steps", (
+    C("offload_lookups", "INTEGER", "count", "connector lookups (get_num_new_matched_tokens) this step",
+      core="int32"),
+    C("offload_lookup_hits", "INTEGER", "count", "of those, offering CPU-tier tokens", core="int32"),
+    C("offload_lookups_deferred", "INTEGER", "count", "of those, answered 'ask again' (None)", core="int32"),
+    C("offload_loads", "INTEGER", "count", "load jobs issued (CPU tier to GPU)", core="int32"),
+    C("offload_load_tokens", "BIGINT", "tokens", "tokens those loads bring", core="int64"),
+    C("offload_load_chunks", "BIGINT", "blocks", "CPU-tier blocks they read", core="int64"),
+    C("offload_load_bytes", "BIGINT", "bytes", "bytes they read", core="int64"),
+    C("offload_stores", "INTEGER", "count", "store jobs issued (GPU to CPU tier)", core="int32"),
+    C("offload_store_chunks", "BIGINT", "blocks", "CPU-tier blocks they write", core="int64"),
+    C("offload_store_bytes", "BIGINT", "bytes", "bytes they write", core="int64"),
+    C("offload_flushed", "INTEGER", "count", "jobs flushed (jobs_to_flush)", core="int32"),
+    C("offload_cpu_evicted", "BIGINT", "blocks", "CPU-tier blocks evicted by this step's stores", core="int64"),
+    C("offload_completed", "INTEGER", "count", "jobs the worker reported finished", core="int32"),
+    C("offload_recving", "INTEGER", "requests", "loads reported finished (finished_recving)", core="int32"),
+    C("offload_remote_wait", "INTEGER", "requests", "requests in WAITING_FOR_REMOTE_KVS after schedule()",
+      core="int32"),
+    C("offload_cpu_used", "BIGINT", "blocks", "CPU-tier blocks holding data after the step", core="int64"),
+    C("offload_cpu_evictable", "BIGINT", "blocks", "of those, evictable (stored, not being read)", core="int64"),
+))
+OFFLOAD_REQUESTS = Table("offload_requests", (
+    C("offload_hit_tokens", "INTEGER", "tokens", "tokens loaded from the CPU tier at its first admission",
+      core="int64"),
+    C("offload_loaded_tokens", "INTEGER", "tokens", "tokens loaded from the CPU tier over every admission",
+      core="int64"),
+    C("offload_loads", "INTEGER", "count", "its load jobs", core="int32"),
+    C("offload_store_chunks", "BIGINT", "blocks", "CPU-tier blocks its stores wrote", core="int64"),
+))
+
+
 def deployment_schema(extra: Table, table: Table) -> pa.Schema:
     """A deployment's table: the columns of ``extra``, then ``table``'s replay columns."""
     return pa.schema([(c.name, c.arrow_type) for c in extra.columns]

@@ -65,8 +65,39 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
           for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
     rq["status"] = r["status"]
     summary = summarize(out["steps"], rq, engine, timed, out["spec"])
+    if engine.kv_offload is not None:
+        steps, requests = _with_offload(steps, requests, out, r)
+        summary["kv_offload"] = offload_summary(out["offload"], r)
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine))
+
+
+def _with_offload(steps: pa.Table, requests: pa.Table, out: dict, r: dict):
+    """The step and request tables with the KV offload columns appended (aisim.columns.OFFLOAD_STEPS,
+    OFFLOAD_REQUESTS)."""
+    from aisim.columns import OFFLOAD_REQUESTS, OFFLOAD_STEPS
+
+    for c in OFFLOAD_STEPS.columns:
+        steps = steps.append_column(pa.field(c.name, c.arrow_type), pa.array(out["steps"][c.name], c.arrow_type))
+    for c in OFFLOAD_REQUESTS.columns:
+        requests = requests.append_column(pa.field(c.name, c.arrow_type), pa.array(r[c.name], c.arrow_type))
+    return steps, requests
+
+
+def offload_summary(counts: dict, r: dict) -> dict:
+    """The replay summary's ``kv_offload``: the connector's totals (the oracle's names and order), the
+    requests that loaded, vLLM's ``connector_prefix_cache_stats`` and the tier's size."""
+    keys = ("lookups", "lookups_with_hit", "lookups_deferred", "loads", "load_tokens", "load_chunks")
+    out = {k: int(counts[k]) for k in keys}
+    out["loaded_requests"] = int(np.count_nonzero(np.asarray(r["offload_loads"]) > 0))
+    for k in ("stores", "store_chunks", "flushed_jobs", "cpu_evicted_chunks", "completed_jobs", "finished_recving",
+              "max_remote_wait"):
+        out[k] = int(counts[k])
+    out["load_bytes"] = int(counts["load_chunks"] * counts["chunk_bytes"])
+    out["store_bytes"] = int(counts["store_chunks"] * counts["chunk_bytes"])
+    out["cpu_chunks"] = int(counts["cpu_chunks"])
+    out["connector_prefix_cache_stats"] = {k: int(v) for k, v in counts["connector_prefix_cache_stats"].items()}
+    return out
 
 
 def _rejected_mask(trace: pa.Table, engine: EngineConfig, reject_too_long: bool):
