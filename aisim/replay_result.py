@@ -68,6 +68,8 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     if engine.kv_offload is not None:
         steps, requests = _with_offload(steps, requests, out, r)
         summary["kv_offload"] = offload_summary(out["offload"], r)
+        # vLLM's num_cached_tokens at admission counts the tokens loaded from the tier too.
+        summary["prefix_hit_tokens_at_admission"] += int(np.asarray(r["offload_hit_tokens"]).sum())
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine))
 

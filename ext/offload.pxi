@@ -622,8 +622,9 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
             # Clamped to the GPU prefix cache's commit point: the last sampled token has no KV.
             _off_store(s, r, s.finished[i], tmin(r.num_computed, tmax(r.prompt_len, num_tokens(r) - 1)),
                        r.off_nblocks)
+        _off_finish_order(s)
         for i in range(s.n_finished):
-            _off_finished(s, &s.reqs[s.finished[i]])
+            _off_finished(s, &s.reqs[s.skipped[i]])
     k = 0
     for i in range(o.n_parked):
         if s.reqs[o.parked[i]].off_park == 1 or s.reqs[o.parked[i]].off_park == 2:
@@ -631,6 +632,21 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     if k > o.max_wait:
         o.max_wait = k
     return 0
+
+
+cdef void _off_finish_order(SchedC* s) noexcept nogil:
+    """The finished requests in the order the manager is told of them, into ``s.skipped``: vLLM
+    iterates ``scheduler_output.finished_req_ids``, a set of request ids; aisim takes them in
+    request-id order (the recorded logs agree)."""
+    cdef int32_t i, j
+    cdef req_t x
+    for i in range(s.n_finished):
+        x = s.finished[i]
+        j = i - 1
+        while j >= 0 and s.reqs[s.skipped[j]].id_rank > s.reqs[x].id_rank:
+            s.skipped[j + 1] = s.skipped[j]
+            j -= 1
+        s.skipped[j + 1] = x
 
 
 cdef int _off_flush_if(OffloadC* o, int32_t k, req_t ri, step_t step) except -1 nogil:
