@@ -154,9 +154,9 @@ def decision_lines(result: ReplayResult):
         "unfinished": s["unfinished"],
     }
     if offload:
-        ko = dict(s["kv_offload"])
-        summary["connector_prefix_cache_stats"] = ko.pop("connector_prefix_cache_stats")
-        summary["kv_offload"] = ko
+        ko = s["kv_offload"]
+        summary["connector_prefix_cache_stats"] = dict(ko["connector_prefix_cache_stats"])
+        summary["kv_offload"] = {k: ko[k] for k in _OFF_TOTALS}
     if speculative:
         sp = s["spec"]
         summary["spec"] = {k: sp[k] for k in ("draft_tokens", "accepted_tokens", "verifications",
@@ -168,6 +168,10 @@ def decision_lines(result: ReplayResult):
 
 
 _OFF_KINDS = frozenset(_OFF.values())
+# The summary's `kv_offload` totals, in the recorded logs' order.
+_OFF_TOTALS = ("lookups", "lookups_with_hit", "lookups_deferred", "loads", "load_tokens", "load_chunks",
+               "loaded_requests", "stores", "store_chunks", "flushed_jobs", "cpu_evicted_chunks", "completed_jobs",
+               "finished_recving", "max_remote_wait")
 
 
 def _offload_object() -> dict:
