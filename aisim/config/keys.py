@@ -240,7 +240,7 @@ OFFLOAD_KEYS = (
     ConfigKey("size_gib", None, "the `--kv-offloading-size` in GiB: `int(size_gib * 2**30) // bytes_per_chunk` "
               "chunks, a chunk's bytes rounded up to 4096", shown="—"),
     ConfigKey("kv_bytes_per_block", None, "bytes of one GPU block's KV (all layers), for `size_gib` and the byte "
-              "counters", low=1, shown="the groups' `page_size_bytes`, else 0 (no bytes)", high=INT64_MAX),
+              "counters", low=1, shown="— (no byte counts)", high=INT64_MAX),
     ConfigKey("block_size", None, "offloaded block in tokens, a multiple of the engine's `block_size`; or "
               "`blocks_per_chunk`", low=1, shown="one GPU block", high=INT32_MAX),
     ConfigKey("blocks_per_chunk", None, "offloaded block in GPU blocks", low=1, shown="1", high=INT32_MAX),

@@ -129,8 +129,8 @@ def parse_offload(raw, source: str | None = None) -> OffloadConfig:
         if isinstance(gib, bool) or not isinstance(gib, (int, float)) or not math.isfinite(gib) or gib <= 0:
             raise ConfigError(f"'kv_offload.size_gib'{at} must be a positive number, got {gib!r}")
         if kw["kv_bytes_per_block"] is None:
-            raise ConfigError(f"'kv_offload.size_gib'{at} needs 'kv_offload.kv_bytes_per_block' (or "
-                              "'page_size_bytes' on the KV-cache groups) to count chunks; or set 'cpu_blocks'")
+            raise ConfigError(f"'kv_offload.size_gib'{at} needs 'kv_offload.kv_bytes_per_block' to count chunks; "
+                              "or set 'cpu_blocks'")
         kw["size_gib"] = float(gib)
     if kw["block_size"] is not None and kw["blocks_per_chunk"] is not None:
         raise ConfigError(f"'kv_offload'{at}: give 'block_size' or 'blocks_per_chunk', not both")
