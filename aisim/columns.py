@@ -382,10 +382,13 @@ OFFLOAD_REQUESTS = Table("offload_requests", (
 ))
 
 
-def deployment_schema(extra: Table, table: Table) -> pa.Schema:
-    """A deployment's table: the columns of ``extra``, then ``table``'s replay columns."""
+def deployment_schema(extra: Table, table: Table, offload: Table | None = None) -> pa.Schema:
+    """A deployment's table: the columns of ``extra``, then ``table``'s replay columns, then those of
+    ``offload`` (:data:`OFFLOAD_STEPS` or :data:`OFFLOAD_REQUESTS`, when the replicas have a KV offload
+    tier)."""
     return pa.schema([(c.name, c.arrow_type) for c in extra.columns]
-                     + [(c.name, c.arrow_type) for c in table.columns if c.replay])
+                     + [(c.name, c.arrow_type) for c in table.columns if c.replay]
+                     + [(c.name, c.arrow_type) for c in (offload.columns if offload is not None else ())])
 
 
 # Every point a capacity search evaluated (aisim.capacity): one replay of the trace at a load on a

@@ -90,7 +90,12 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
 
 
 def _pd_supported(engine: EngineConfig) -> None:
-    """Refuse what disaggregated pools do not model: drafts and Mamba state groups."""
+    """Refuse what disaggregated pools do not model: drafts, Mamba state groups and a KV offload tier."""
+    if engine.kv_offload is not None:
+        # A prefill/decode pair already runs vLLM's connector path (NixlConnector); an offload tier beside
+        # it takes a MultiConnector, which aisim does not replay.
+        raise ConfigError("a disaggregated deployment does not model a KV offload tier; remove the engine's "
+                          "'kv_offload' section or deploy aggregated replicas")
     if engine.speculative is not None:
         raise ConfigError("a disaggregated deployment does not model speculative decoding yet; "
                           "remove the engine's 'speculative' section")
