@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aisim.arrowwrap import arrow_array
 from aisim.columns import (DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS,
@@ -276,6 +277,9 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     mean = counts.mean() if len(counts) else 0.0
     if engine.kv_offload is not None:
         summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in parts])
+        # As each replica's (aisim.replay_result.result_of): vLLM's num_cached_tokens counts the tier's tokens.
+        summary["prefix_hit_tokens_at_admission"] += sum(
+            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in parts)
     summary["deployment"] = deployment.to_dict()
     summary["load_balance"] = {
         "requests_min": int(counts.min()) if len(counts) else 0,

@@ -174,6 +174,7 @@ def test_each_replica_has_its_own_tier():
     off = d.summary["kv_offload"]
     assert (off["cpu_chunks"], off["loads"], off["load_tokens"], off["store_chunks"]) == (40, 1, 64, 28)
     assert off["connector_prefix_cache_stats"]["hits"] == 64
+    assert d.summary["prefix_hit_tokens_at_admission"] == 64  # vLLM's num_cached_tokens: the tier's too
     assert d.steps.column("offload_load_chunks").to_pylist().count(4) == 1
     # Replica 0 is the single engine replaying its share: the same rows, offload columns too.
     alone = replay(make_trace([TRACE[0], TRACE[2], TRACE[4]], "time"), cfg)
@@ -189,3 +190,41 @@ def test_a_disaggregated_deployment_refuses_a_tier():
     with pytest.raises(ConfigError, match="does not model a KV offload tier"):
         deploy(make_trace(TRACE, "time"), cfg, {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
                                                 "link": {"bandwidth_gb_s": 100.0}})
+
+
+# ---------------------------------------------------------------- sweep and capacity knobs
+
+def test_the_tier_size_is_a_knob():
+    from aisim.sweep.knobs import resolve
+
+    base = _engine(load_delay_steps=2, cpu_blocks=8)
+    # 2 layers x 1024-byte pages: 2048 bytes a block, 4096 with the page rounding; 1/256 GiB = 1024 chunks.
+    point = resolve(base, None, {"kv_offloading_size": 1 / 256}, "candidate c001")
+    assert point.config["kv_offload"] == {"load_delay_steps": 2, "size_gib": 1 / 256, "kv_bytes_per_block": 2048}
+    assert point.engine.kv_offload.num_chunks(16) == 1024
+    assert resolve(base, None, {"kv_offloading_size": "unset"}, "c002").engine.kv_offload is None
+    with pytest.raises(ConfigError, match="knob 'kv_offloading_size': the tier size is a positive number"):
+        resolve(base, None, {"kv_offloading_size": -1}, "c003")
+
+
+# ---------------------------------------------------------------- streamed replays (the pipeline's)
+
+def test_a_streamed_replay_carries_the_tier():
+    import os
+
+    from test_replay_stream import _streamed
+
+    from conftest import DATA
+    from helpers import oracle_engine_dict, oracle_hash_id_trace
+
+    d = os.path.join(DATA, "oracle", "offload", "offload_multiturn")
+    eng = engine_config_from_dict(oracle_engine_dict(d, "0.34.0"))
+    trace = oracle_hash_id_trace(os.path.join(d, "trace.jsonl"))
+    whole = replay(trace, eng)
+    requests, steps, summary = _streamed(trace, eng, chunk=50, out_rows=97)
+    assert ipc_bytes(requests.combine_chunks()) == ipc_bytes(whole.requests.combine_chunks())
+    assert ipc_bytes(steps.combine_chunks()) == ipc_bytes(whole.steps.combine_chunks())
+    assert summary == whole.summary
+    # The recorded run's totals (docs/kv-offload.md): 239 loads of 9,973 chunks, 491 stores of 12,583.
+    off = summary["kv_offload"]
+    assert (off["loads"], off["load_chunks"], off["stores"], off["store_chunks"]) == (239, 9973, 491, 12583)
