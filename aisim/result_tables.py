@@ -9,7 +9,7 @@ import pyarrow as pa
 from aisim._core.constants import REQUEST_STATUS, names_by_code
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.arrowwrap import arrow_array
-from aisim.columns import REQUESTS, STEPS
+from aisim.columns import OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
@@ -94,6 +94,16 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     cols["kv_cache_active_bytes"] = active * bpb
     cols["kv_cache_cached_bytes"] = s["cached_blocks"].astype(np.int64) * bpb
     return _table(cols, _schema(STEPS))
+
+
+def with_offload_columns(steps: pa.Table, requests: pa.Table, s: dict, r: dict):
+    """The step and request tables with the KV offload columns appended from the core's step columns
+    ``s`` and request columns ``r`` (:data:`aisim.columns.OFFLOAD_STEPS`, ``OFFLOAD_REQUESTS``)."""
+    for c in OFFLOAD_STEPS.columns:
+        steps = steps.append_column(pa.field(c.name, c.arrow_type), pa.array(s[c.name], c.arrow_type))
+    for c in OFFLOAD_REQUESTS.columns:
+        requests = requests.append_column(pa.field(c.name, c.arrow_type), pa.array(r[c.name], c.arrow_type))
+    return steps, requests
 
 
 # The replay schemas with each field's numpy dtype (None: not a plain number), built once.
