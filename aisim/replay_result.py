@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
 from aisim.config.speculative import scheduler_view
-from aisim.result_tables import requests_table, steps_table
+from aisim.result_tables import requests_table, steps_table, with_offload_columns
 from aisim.summary import REJECTED, summarize
 from aisim.trace_checks import too_long
 
@@ -66,24 +66,12 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     rq["status"] = r["status"]
     summary = summarize(out["steps"], rq, engine, timed, out["spec"])
     if engine.kv_offload is not None:
-        steps, requests = _with_offload(steps, requests, out, r)
+        steps, requests = with_offload_columns(steps, requests, out["steps"], r)
         summary["kv_offload"] = offload_summary(out["offload"], r)
         # vLLM's num_cached_tokens at admission counts the tokens loaded from the tier too.
         summary["prefix_hit_tokens_at_admission"] += int(np.asarray(r["offload_hit_tokens"]).sum())
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine))
-
-
-def _with_offload(steps: pa.Table, requests: pa.Table, out: dict, r: dict):
-    """The step and request tables with the KV offload columns appended (aisim.columns.OFFLOAD_STEPS,
-    OFFLOAD_REQUESTS)."""
-    from aisim.columns import OFFLOAD_REQUESTS, OFFLOAD_STEPS
-
-    for c in OFFLOAD_STEPS.columns:
-        steps = steps.append_column(pa.field(c.name, c.arrow_type), pa.array(out["steps"][c.name], c.arrow_type))
-    for c in OFFLOAD_REQUESTS.columns:
-        requests = requests.append_column(pa.field(c.name, c.arrow_type), pa.array(r[c.name], c.arrow_type))
-    return steps, requests
 
 
 def offload_summary(counts: dict, r: dict) -> dict:

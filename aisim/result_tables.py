@@ -96,6 +96,16 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     return _table(cols, _schema(STEPS))
 
 
+def with_offload_columns(steps: pa.Table, requests: pa.Table, s: dict, r: dict):
+    """The step and request tables with the KV offload columns appended from the core's step columns
+    ``s`` and request columns ``r`` (:data:`aisim.columns.OFFLOAD_STEPS`, ``OFFLOAD_REQUESTS``)."""
+    for c in OFFLOAD_STEPS.columns:
+        steps = steps.append_column(pa.field(c.name, c.arrow_type), pa.array(s[c.name], c.arrow_type))
+    for c in OFFLOAD_REQUESTS.columns:
+        requests = requests.append_column(pa.field(c.name, c.arrow_type), pa.array(r[c.name], c.arrow_type))
+    return steps, requests
+
+
 # The replay schemas with each field's numpy dtype (None: not a plain number), built once.
 _SCHEMAS = {}
 
