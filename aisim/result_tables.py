@@ -99,11 +99,7 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
 def with_offload_columns(steps: pa.Table, requests: pa.Table, s: dict, r: dict):
     """The step and request tables with the KV offload columns appended from the core's step columns
     ``s`` and request columns ``r`` (:data:`aisim.columns.OFFLOAD_STEPS`, ``OFFLOAD_REQUESTS``)."""
-    for c in OFFLOAD_STEPS.columns:
-        steps = steps.append_column(pa.field(c.name, c.arrow_type), pa.array(s[c.name], c.arrow_type))
-    for c in OFFLOAD_REQUESTS.columns:
-        requests = requests.append_column(pa.field(c.name, c.arrow_type), pa.array(r[c.name], c.arrow_type))
-    return steps, requests
+    return offload_columns(steps, s, "steps"), offload_columns(requests, r, "requests")
 
 
 # The replay schemas with each field's numpy dtype (None: not a plain number), built once.
@@ -136,9 +132,10 @@ def _table(cols: dict, schema_dtypes) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def with_offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
-    """``table`` (a replay's ``steps`` or ``requests``, ``kind``) with the KV offload columns of the
-    core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS`` declare them."""
+def offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
+    """``table`` (a replay's ``steps`` or ``requests``, ``kind``; a streamed piece too) with the KV offload
+    columns of the core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS``
+    declare them."""
     for c in (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns:
         table = table.append_column(pa.field(c.name, c.arrow_type), arrow_array(cols[c.name], c.arrow_type))
     return table
