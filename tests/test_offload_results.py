@@ -110,3 +110,27 @@ def test_summary_columns_read_the_tiers_summary(direct):
             for key in col.summary:
                 assert key in v, col.name
                 v = v[key]
+
+
+def test_the_report_has_a_tier_section(landed, direct, tmp_path):
+    from aisim.report.data import load_run
+    from aisim.report.html import render
+    from aisim.report.offload import has_tier, offload_panel, tier_rates
+
+    con, key = landed
+    db = tmp_path / "tiers.duckdb"
+    con.execute(f"ATTACH '{db}' AS f")
+    con.execute("COPY FROM DATABASE memory TO f")
+    con.execute("DETACH f")
+    rd = load_run(str(db), key)
+    tier = next(sd for sd in rd.shards if sd.shard["engine"] == "tier")
+    small = next(sd for sd in rd.shards if sd.shard["engine"] == "small")
+    assert has_tier(tier) and not has_tier(small) and offload_panel(small, 100) == ""
+    rates = tier_rates(tier)
+    rq = direct.requests
+    prompt = sum(rq.column("prompt_tokens").to_pylist())
+    assert rates["cpu_hit_rate"] == sum(rq.column("offload_hit_tokens").to_pylist()) / prompt
+    assert rates["gpu_hit_rate"] == sum(rq.column("cached_tokens").to_pylist()) / prompt
+    html = render(rd)
+    assert html.count("<h3>KV offload</h3>") == 1 and 'id="cmp-offload-ttft"' in html
+    assert 'data-key="offload_cpu_hit_rate"' in html and 'id="off-used-' in html
