@@ -94,6 +94,8 @@ def test_a_probe_whose_engine_the_offload_replay_does_not_model_says_why():
     assert notes[-1].startswith("no KV offload tier:") and notes[-1].endswith("this engine has async_scheduling")
     cfg, notes = plan_from_probe(_probe(kv_transfer_config={"kv_connector": "NixlConnector", "kv_role": "kv_both"}))
     assert cfg.kv_offload is None and "'NixlConnector', which aisim does not replay" in notes[-1]
+    cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, kv_offloading_backend="lmcache"))
+    assert cfg.kv_offload is None and "'LMCacheMPConnector', which aisim does not replay" in notes[-1]
 
 
 @pytest.mark.parametrize("ktc, message", [

@@ -22,7 +22,8 @@ from aisim.errors import ConfigError
 
 # ``--kv-offloading-backend``'s choices (vllm/config/cache.py, KVOffloadingBackend).
 BACKENDS = ("native", "lmcache")
-# The connectors vLLM's offloading flags build; aisim replays the first.
+_EXTRA = "kv_transfer_config.kv_connector_extra_config"
+# The connector vLLM's native offloading flag builds, the one aisim replays.
 OFFLOADING_CONNECTOR = "OffloadingConnector"
 # kv_connector_extra_config keys of the OffloadingConnector and the kv_offload key each sets ("" for
 # keys that change no scheduling decision: metrics, events, the tracker's memory).
@@ -96,8 +97,10 @@ def offload_section(size_gib, backend: str = "native", bytes_per_block: int = 0,
     return out
 
 
-def from_transfer_config(ktc, bytes_per_block: int, where: str = "kv_transfer_config"):
+def from_transfer_config(ktc, bytes_per_block: int, at: str = ""):
     """A ``kv_transfer_config`` (vLLM's ``KVTransferConfig`` as a mapping) as a ``kv_offload`` section.
+
+    ``at``: where it was read, for messages (`` in the probe``).
 
     Returns
     -------
@@ -113,7 +116,7 @@ def from_transfer_config(ktc, bytes_per_block: int, where: str = "kv_transfer_co
     if ktc is None:
         return None, None
     if not isinstance(ktc, dict):
-        raise ConfigError(f"'{where}' must be a mapping (vLLM's KVTransferConfig), got {ktc!r}")
+        raise ConfigError(f"'kv_transfer_config'{at} must be a mapping (vLLM's KVTransferConfig), got {ktc!r}")
     connector = ktc.get("kv_connector")
     if connector is None:
         return None, None
@@ -122,20 +125,20 @@ def from_transfer_config(ktc, bytes_per_block: int, where: str = "kv_transfer_co
                       "has no KV offload tier (vLLM's OffloadingConnector is replayed: --kv-offloading-size)")
     extra = ktc.get("kv_connector_extra_config") or {}
     if not isinstance(extra, dict):
-        raise ConfigError(f"'{where}.kv_connector_extra_config' must be a mapping, got {extra!r}")
+        raise ConfigError(f"'{_EXTRA}'{at} must be a mapping, got {extra!r}")
     for k in extra:
         if k not in EXTRA_CONFIG:
-            raise ConfigError(f"'{where}.kv_connector_extra_config.{k}' is not an OffloadingConnector setting "
+            raise ConfigError(f"'{_EXTRA}.{k}'{at} is not an OffloadingConnector setting "
                               f"aisim knows; known: {', '.join(EXTRA_CONFIG)}")
     spec = extra.get("spec_name", "CPUOffloadingSpec")
     if spec != "CPUOffloadingSpec":
-        raise ConfigError(f"'{where}.kv_connector_extra_config.spec_name' {spec!r}: aisim replays the CPU tier "
+        raise ConfigError(f"'{_EXTRA}.spec_name'{at} is {spec!r}: aisim replays the CPU tier "
                           "(CPUOffloadingSpec)")
     cpu_bytes = extra.get("cpu_bytes_to_use")
     if isinstance(cpu_bytes, bool) or not isinstance(cpu_bytes, (int, float)) or cpu_bytes <= 0:
-        raise ConfigError(f"'{where}.kv_connector_extra_config.cpu_bytes_to_use' must be a positive number of "
+        raise ConfigError(f"'{_EXTRA}.cpu_bytes_to_use'{at} must be a positive number of "
                           f"bytes (vLLM refuses the connector without it), got {cpu_bytes!r}")
-    section = offload_section(cpu_bytes / 2**30, "native", bytes_per_block, where=f"'{where}'")
+    section = offload_section(cpu_bytes / 2**30, "native", bytes_per_block, where=f"'{_EXTRA}.cpu_bytes_to_use'{at}")
     for k, target in EXTRA_CONFIG.items():
         if k == "cpu_bytes_to_use" or not target or k not in extra:
             continue

@@ -177,11 +177,14 @@ def probe_offload(probe: dict, cfg: EngineConfig):
     from aisim.config.vllm_offload import from_transfer_config, offload_section, tier_bytes_per_block
 
     per_block = tier_bytes_per_block(cfg.raw.get("kv_cache_groups"), probe.get("tensor_parallel_size") or 1)
-    section, note = from_transfer_config(probe.get("kv_transfer_config"), per_block,
-                                         "kv_transfer_config' in the probe")
-    if section is None and note is None and probe.get("kv_offloading_size") is not None:
-        section = offload_section(probe["kv_offloading_size"], probe.get("kv_offloading_backend") or "native",
-                                  per_block, where="'kv_offloading_size' in the probe")
+    section, note = from_transfer_config(probe.get("kv_transfer_config"), per_block, " in the probe")
+    backend = probe.get("kv_offloading_backend") or "native"
+    if section is None and note is None and probe.get("kv_offloading_size") is not None and backend == "lmcache":
+        # VllmConfig._post_init_kv_transfer_config: lmcache runs LMCacheMPConnector.
+        _, note = from_transfer_config({"kv_connector": "LMCacheMPConnector"}, per_block)
+    elif section is None and note is None and probe.get("kv_offloading_size") is not None:
+        section = offload_section(probe["kv_offloading_size"], backend, per_block,
+                                  where="'kv_offloading_size' in the probe")
     if section is not None and probe.get("max_num_inflight_kv_loads") is not None:
         section["max_num_inflight_kv_loads"] = probe["max_num_inflight_kv_loads"]
     return section, note
