@@ -134,3 +134,32 @@ def test_the_report_has_a_tier_section(landed, direct, tmp_path):
     html = render(rd)
     assert html.count("<h3>KV offload</h3>") == 1 and 'id="cmp-offload-ttft"' in html
     assert 'data-key="offload_cpu_hit_rate"' in html and 'id="off-used-' in html
+
+
+def test_a_deployment_shard_lands_every_replicas_tier(tmp_path):
+    from aisim.deploy import deploy
+    from aisim.pipeline import run_pipeline
+
+    from test_pipeline_deploy import FLEET_TRACE, _fleet_dict
+
+    eng = tmp_path / "tier.json"
+    eng.write_text(json.dumps(dict(BASE, num_gpu_blocks=1200, kv_offload={"cpu_blocks": 3000})))
+    raw = _fleet_dict(tmp_path / "db.duckdb", {"two": {"engine": str(eng), "deployment": {"replicas": 2}}})
+    rep = run_pipeline(spec_from_dict(raw, source="spec.toml", base_dir=str(tmp_path)), scheduler="sync")
+    assert rep.landed
+    con = duckdb.connect(str(tmp_path / "db.duckdb"), read_only=True)
+    trace = read_trace(FLEET_TRACE, "mooncake", unit_tokens=64)
+    d = deploy(trace, engine_config_from_dict(json.loads(eng.read_text())), {"replicas": 2})
+    per = con.execute("SELECT replica, offload_cpu_chunks, offload_loads, offload_load_tokens, offload_store_chunks "
+                      "FROM replicas ORDER BY replica").fetchall()
+    assert per == [(w, 3000, s["kv_offload"]["loads"], s["kv_offload"]["load_tokens"], s["kv_offload"]["store_chunks"])
+                   for w, s in enumerate(d.summary["replicas"])]
+    assert all(r[2] > 0 for r in per)  # both tiers are used
+    total = con.execute("SELECT offload_cpu_chunks, offload_loads FROM summaries").fetchone()
+    assert total == (6000, d.summary["kv_offload"]["loads"])
+    got = con.execute("SELECT replica, sum(offload_hit_tokens) FROM requests GROUP BY replica ORDER BY replica")
+    want = {}
+    for w, h in zip(d.requests.column("replica").to_pylist(), d.requests.column("offload_hit_tokens").to_pylist()):
+        want[w] = want.get(w, 0) + h
+    assert got.fetchall() == sorted(want.items())
+    con.close()
