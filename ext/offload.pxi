@@ -259,7 +259,14 @@ cdef int _off_compact(OffloadC* o) except -1 nogil:
     """LRUCachePolicy._maybe_compact_heap: once stale entries dominate, one entry per evictable
     chunk again (the order of current entries does not change)."""
     cdef int32_t c
-    if o.heap_n < (64 if 64 > 2 * o.n_evictable else 2 * o.n_evictable):
+    cdef int64_t limit = 2 * (<int64_t>o.n_evictable)
+    # vLLM compacts from max(64, 2 * evictable) entries; aisim waits for the tier's size too, so that
+    # a rebuild (a pass over every chunk) is paid for by as many pushes.  The order is the same.
+    if limit < o.conf.cpu_chunks:
+        limit = o.conf.cpu_chunks
+    if limit < 64:
+        limit = 64
+    if o.heap_n < limit:
         return 0
     o.heap_n = 0
     for c in range(o.conf.cpu_chunks):
@@ -563,7 +570,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
 
 cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
     """The connector drops a finished request's state: its KV row (keys) goes back."""
-    memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0, s.off.chunk_row * sizeof(flag_t))
+    memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0,
+           tmin(s.off.chunk_row, num_tokens(r) // s.off.conf.tokens_per_chunk + 1) * sizeof(flag_t))
     kv_release_slot(s.kv, r)
     r.off_hold = 0
     return 0
@@ -576,8 +584,9 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef OffloadC* o = s.off
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
+    cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
     cdef OffChunkC* ch
-    for i in range(o.chunk_row - 1, -1, -1):
+    for i in range(n - 1, -1, -1):
         if not seen[i]:
             continue
         c = _off_find(o, _off_key(s, r, i))
