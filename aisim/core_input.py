@@ -174,6 +174,8 @@ def core_config(engine) -> CoreConfig:
 
 def offload_args(engine) -> dict | None:
     """``kv_offload`` as the core reads it (ext/offload.pxd ``OffConfC``), or None."""
+    from aisim.perf.transfer import link_bytes_per_s
+
     off = engine.kv_offload
     if off is None:
         return None
@@ -187,6 +189,7 @@ def offload_args(engine) -> dict | None:
         "store_delay": off.store_delay_steps,
         "max_inflight_loads": off.max_num_inflight_kv_loads or 0,
         "chunk_bytes": off.chunk_bytes(engine.block_size),
+        "link_bytes_per_s": link_bytes_per_s(off),
     }
 
 

@@ -34,7 +34,8 @@ from aisim._core.offload cimport (
     OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffConfC, OffRecC, OffloadC,
 )
 from aisim._core.scheduler cimport (
-    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, off_init, off_release, sched_add_request,
+    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, off_init, off_next_landing, off_release,
+    sched_add_request,
     sched_admit_waiting, sched_cap, sched_end_schedule, sched_has_requests, sched_init, sched_release,
     sched_schedule, sched_step_lpt, sched_update,
 )
@@ -257,6 +258,7 @@ cdef class Engine:
         oc.store_delay = off["store_delay"]
         oc.max_inflight_loads = off["max_inflight_loads"]
         oc.chunk_bytes = off["chunk_bytes"]
+        oc.link_bps = off["link_bytes_per_s"]
         off_init(&self.off, oc, <int32_t>(max_model_len // oc.tokens_per_chunk + 1), self.kv.cap_slots, 64)
         self.sched.off = &self.off
         self.offload = True
@@ -518,8 +520,17 @@ cdef class Engine:
         """A synchronous iteration after its schedule(): the output of ``b`` processed
         (update_from_output), its row written, the clock at the end of its forward pass."""
         cdef block_id_t free_sched = self.kv.pool.num_free
+        cdef sec_t land
         sched_update(&self.sched, b)
         self.upd_batch = b
+        if self.offload and b.total_tokens == 0:
+            # Transfers on the clock: an engine with nothing to compute polls until the next copy
+            # lands (or the next request arrives).
+            land = off_next_landing(&self.off)
+            if self.timed and self.open_n > 0 and self.slot_time[self.open_q[self.open_head]] < land:
+                land = self.slot_time[self.open_q[self.open_head]]
+            if land > b.end_s:
+                b.end_s = land
         _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
         self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)

@@ -3,7 +3,7 @@
 # OffloadingConnectorScheduler; vllm/v1/kv_offload/cpu/manager.py, CPUOffloadingManager;
 # cpu/policies/lru.py, LRUCachePolicy) and the worker's transfers on a step-driven clock.
 # Declarations only; the functions are ext/offload.pxi, compiled into the scheduler module.
-from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, step_t, tok_t
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
 
 cdef struct OffConfC:
@@ -14,7 +14,9 @@ cdef struct OffConfC:
     step_t load_delay            # a load issued in step N is reported by step N + load_delay
     step_t store_delay           # a store issued in step N is reported by step N + store_delay
     int32_t max_inflight_loads   # max_num_inflight_kv_loads (0: no cap)
-    int64_t chunk_bytes          # bytes of one chunk (counters only)
+    int64_t chunk_bytes          # bytes of one chunk
+    double link_bps              # > 0: transfers take chunk_bytes / link_bps seconds a chunk, one at a
+                                 # time per direction (the delays in steps are then unused)
 
 
 cdef struct OffChunkC:
@@ -44,7 +46,8 @@ cdef struct OffJobC:
     flag_t store                 # 1 store, 0 load
     flag_t flushed               # listed in jobs_to_flush
     flag_t active                # in flight (else a free slot)
-    step_t due                   # the step whose output first may report it
+    step_t due                   # the step whose output first may report it (delays in steps)
+    sec_t due_s                  # when it lands (transfers on the clock; -1: at once)
     int32_t n_keys
     int32_t keys_cap
     hash_t* keys                 # [keys_cap] the chunks it reads or writes, in order
@@ -108,6 +111,8 @@ cdef struct OffloadC:
     int32_t n_parked
     int32_t parked_cap
     int64_t parked_reserved      # Scheduler._parked_reserved_blocks
+    sec_t load_free_s            # transfers on the clock: when the link is free for the next load
+    sec_t store_free_s           # ... and for the next store
     # --- the chunks each request has seen (the manager's _RequestCacheAccess.seen_keys), by KV row
     flag_t* seen                 # [seen_slots * chunk_row]
     int32_t seen_slots

@@ -259,7 +259,14 @@ cdef int _off_compact(OffloadC* o) except -1 nogil:
     """LRUCachePolicy._maybe_compact_heap: once stale entries dominate, one entry per evictable
     chunk again (the order of current entries does not change)."""
     cdef int32_t c
-    if o.heap_n < (64 if 64 > 2 * o.n_evictable else 2 * o.n_evictable):
+    cdef int64_t limit = 2 * (<int64_t>o.n_evictable)
+    # vLLM compacts from max(64, 2 * evictable) entries; aisim waits for the tier's size too, so that
+    # a rebuild (a pass over every chunk) is paid for by as many pushes.  The order is the same.
+    if limit < o.conf.cpu_chunks:
+        limit = o.conf.cpu_chunks
+    if limit < 64:
+        limit = 64
+    if o.heap_n < limit:
         return 0
     o.heap_n = 0
     for c in range(o.conf.cpu_chunks):
@@ -563,7 +570,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
 
 cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
     """The connector drops a finished request's state: its KV row (keys) goes back."""
-    memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0, s.off.chunk_row * sizeof(flag_t))
+    memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0,
+           tmin(s.off.chunk_row, num_tokens(r) // s.off.conf.tokens_per_chunk + 1) * sizeof(flag_t))
     kv_release_slot(s.kv, r)
     r.off_hold = 0
     return 0
@@ -576,8 +584,9 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef OffloadC* o = s.off
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
+    cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
     cdef OffChunkC* ch
-    for i in range(o.chunk_row - 1, -1, -1):
+    for i in range(n - 1, -1, -1):
         if not seen[i]:
             continue
         c = _off_find(o, _off_key(s, r, i))
@@ -657,6 +666,7 @@ cdef int _off_flush_if(OffloadC* o, int32_t k, req_t ri, step_t step) except -1 
         return 0
     jb.flushed = 1
     jb.due = step
+    jb.due_s = -1
     o.flushed += 1
     _off_rec(o, OR_FLUSH, ri, jb.id, 0, 0)
     return 0
@@ -706,16 +716,36 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     return 0
 
 
-cdef int off_worker_output(SchedC* s, step_t step) except -1 nogil:
-    """What the worker reports in the output of ``step`` (offloading/worker.py, the rule of the
-    recorded scenarios): stores deferred from the last step and this step's flushed stores are
-    submitted, then this step's loads; the rest of its stores wait for the next step.  Stores, then
-    loads, are polled in submission order up to the first unfinished one."""
+cdef inline sec_t _off_submit(OffloadC* o, OffJobC* jb, sec_t at, sec_t* free_s) noexcept nogil:
+    # Transfers on the clock: the copy starts when the link is free, lasts its bytes over the rate.
+    cdef sec_t t0 = at if at > free_s[0] else free_s[0]
+    free_s[0] = t0 + jb.n_keys * o.conf.chunk_bytes / o.conf.link_bps
+    return free_s[0]
+
+
+cdef inline bint _off_landed(const OffloadC* o, const OffJobC* jb, step_t step, sec_t end_s) noexcept nogil:
+    if o.conf.link_bps > 0:
+        return jb.due_s <= end_s
+    return jb.due <= step
+
+
+cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) except -1 nogil:
+    """What the worker reports in the output of ``step`` (``start_s`` .. ``end_s``) (offloading/worker.py,
+    handle_preemptions, start_kv_transfers, get_finished; the timing of the recorded scenarios): stores
+    deferred from the last step and this step's flushed stores are submitted before the forward pass,
+    this step's loads after it; the rest of its stores wait for the next step.  Stores, then loads,
+    are polled in submission order up to the first unfinished one.  A job lands ``load_delay`` /
+    ``store_delay`` steps after it was issued, a flushed one at once; or, with a link rate, when its
+    bytes have crossed the link (one copy at a time per direction)."""
     cdef OffloadC* o = s.off
+    cdef bint timed = o.conf.link_bps > 0
     cdef int32_t i, j, n_keep = 0
     cdef OffJobC* jb
     for i in range(o.n_deferred):
-        o.store_q[(o.sq_head + o.sq_n) % o.jobs_cap] = o.deferred[i]
+        j = o.deferred[i]
+        if timed and not o.jobs[j].flushed:
+            o.jobs[j].due_s = _off_submit(o, &o.jobs[j], start_s, &o.store_free_s)
+        o.store_q[(o.sq_head + o.sq_n) % o.jobs_cap] = j
         o.sq_n += 1
     o.n_deferred = 0
     for i in range(o.n_step_stores):
@@ -733,20 +763,38 @@ cdef int off_worker_output(SchedC* s, step_t step) except -1 nogil:
     for i in range(o.n_step_loads):
         j = o.step_loads[i]
         o.jobs[j].due = step + o.conf.load_delay
+        if timed:
+            o.jobs[j].due_s = _off_submit(o, &o.jobs[j], end_s, &o.load_free_s)
         o.load_q[(o.lq_head + o.lq_n) % o.jobs_cap] = j
         o.lq_n += 1
     o.n_step_loads = 0
-    while o.sq_n > 0 and o.jobs[o.store_q[o.sq_head]].due <= step:
+    while o.sq_n > 0 and _off_landed(o, &o.jobs[o.store_q[o.sq_head]], step, end_s):
         j = o.store_q[o.sq_head]
         o.sq_head = (o.sq_head + 1) % o.jobs_cap
         o.sq_n -= 1
         _off_complete(s, j)
-    while o.lq_n > 0 and o.jobs[o.load_q[o.lq_head]].due <= step:
+    while o.lq_n > 0 and _off_landed(o, &o.jobs[o.load_q[o.lq_head]], step, end_s):
         j = o.load_q[o.lq_head]
         o.lq_head = (o.lq_head + 1) % o.jobs_cap
         o.lq_n -= 1
         _off_complete(s, j)
     return 0
+
+
+cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil:
+    """Transfers on the clock: when the next submitted transfer that blocks the polling lands
+    (-1: none, or transfers counted in steps)."""
+    cdef sec_t t = -1
+    cdef sec_t d
+    if o.conf.link_bps <= 0:
+        return -1
+    if o.sq_n > 0:
+        t = o.jobs[o.store_q[o.sq_head]].due_s
+    if o.lq_n > 0:
+        d = o.jobs[o.load_q[o.lq_head]].due_s
+        if t < 0 or d < t:
+            t = d
+    return t
 
 
 # ------------------------------------------------------------------ the scheduler's side

@@ -133,3 +133,4 @@ cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
 cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil
 cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, int32_t jobs) except -1 nogil
 cdef void off_release(OffloadC* o) noexcept nogil
+cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil

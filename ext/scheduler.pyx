@@ -763,7 +763,7 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
         s.finished_pending = True
     if s.off != NULL:
         # _update_from_kv_xfer_finished: what the worker reported in this step's output.
-        off_worker_output(s, b.step)
+        off_worker_output(s, b.step, b.start_s, b.end_s)
     if spec and not c.async_scheduling and b.total_tokens > 0:
         # update_draft_token_ids: k drafts for every unfinished request of the
         # batch; a prefill chunk's are dropped.

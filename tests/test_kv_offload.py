@@ -157,3 +157,24 @@ def test_tiers_off_give_todays_bytes():
     h.update(json.dumps(res.summary, sort_keys=True, default=str).encode())
     assert h.hexdigest() == TIERS_OFF_DIGEST
     assert "offload_loads" not in res.steps.column_names and "kv_offload" not in res.summary
+
+
+def test_transfers_on_the_pcie_clock():
+    # The first case with transfers priced by the link: PCIe 4.0 x16 moves 16e9 * 128/130 / 8 * 16 =
+    # 31.5e9 bytes/s; a chunk is 100 MiB, so C's load of 4 chunks lasts 4 * 104857600 / 31.5e9 = 13.3 ms.
+    # Step 10 issues it and computes nothing: the idle engine waits until it lands (step 10 lasts
+    # 10 + 13.3 ms), step 11's poll reports it and C runs in step 12.  A's store (4 chunks), submitted
+    # when step 1 begins, makes the empty step 1 last 13.3 ms and is reported by step 2.
+    chunk = 100 * 2**20
+    steps, _, res = run_log(_engine(11, cpu_blocks=20, pcie_gen=4, kv_bytes_per_block=chunk), [
+        _req("A", 0, 64, "p", 64), _req("B", 5, 159), _req("C", 10, 80, "p", 64)])
+    rate = 16e9 * 128 / 130 / 8 * 16
+    load_s = 4 * chunk / rate
+    assert steps[1]["offload"]["done"] == [] and steps[2]["offload"]["done"] == [0]
+    assert steps[10]["offload"]["loads"] == {"2": ["C", 64, 4]}
+    assert steps[11]["offload"]["done"] == [2] and steps[11]["offload"]["recving"] == ["C"]
+    assert steps[12]["new"] == {"C": 64}
+    dur = dict(zip(res.steps.column("step").to_pylist(), res.steps.column("duration_s").to_pylist()))
+    assert dur[1] == pytest.approx(load_s) and dur[10] == pytest.approx(0.01 + load_s)
+    assert dur[11] == pytest.approx(0.01)
+    assert res.summary["kv_offload"]["load_bytes"] == 4 * chunk

@@ -248,6 +248,11 @@ OFFLOAD_KEYS = (
               high=INT32_MAX),
     ConfigKey("store_delay_steps", 1, "a store issued in step N is reported by the output of step N + this "
               "(the worker submits stores when the next step begins)", low=1, high=INT32_MAX),
+    ConfigKey("pcie_gen", None, "transfers take time instead of steps: PCIe generation (3 to 6) of the GPU's link to "
+              "host memory; a load or store lasts its bytes over the link's rate, one at a time per direction, "
+              "overlapped with compute (needs `kv_bytes_per_block`)", shown="— (step delays)"),
+    ConfigKey("pcie_lanes", 16, "lanes of that link", low=1, high=64),
+    ConfigKey("pcie_efficiency", 1.0, "share of the link's rate the copies reach, in (0, 1]"),
     ConfigKey("max_num_inflight_kv_loads", None, "most requests loading or loaded and not yet scheduled "
               "(vLLM's scheduler option); past it the waiting pass stops at the request", low=1,
               shown="no cap", high=INT32_MAX),

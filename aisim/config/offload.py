@@ -46,6 +46,8 @@ class OffloadConfig:
         The worker's transfer times in engine steps.
     max_num_inflight_kv_loads : int or None
         vLLM's cap on requests loading or loaded and not yet scheduled.
+    pcie_gen, pcie_lanes, pcie_efficiency : int or None, int, float
+        Transfers on the clock: the GPU's PCIe link to host memory (None: step delays).
     eviction_policy : str
         ``lru``.
     extra : dict
@@ -60,6 +62,9 @@ class OffloadConfig:
     load_delay_steps: int = _O["load_delay_steps"]
     store_delay_steps: int = _O["store_delay_steps"]
     max_num_inflight_kv_loads: int | None = None
+    pcie_gen: int | None = None
+    pcie_lanes: int = _O["pcie_lanes"]
+    pcie_efficiency: float = _O["pcie_efficiency"]
     eviction_policy: str = _O["eviction_policy"]
     extra: dict | None = None
 
@@ -121,7 +126,25 @@ def parse_offload(raw, source: str | None = None) -> OffloadConfig:
         raise ConfigError(f"'kv_offload'{at} must be a mapping")
     refuse_unknown(raw, [k.name for k in OFFLOAD_KEYS], "kv_offload.", at)
     kw = {n: _int(raw, n, at) for n in ("cpu_blocks", "kv_bytes_per_block", "block_size", "blocks_per_chunk",
-                                       "load_delay_steps", "store_delay_steps", "max_num_inflight_kv_loads")}
+                                       "load_delay_steps", "store_delay_steps", "max_num_inflight_kv_loads",
+                                       "pcie_lanes")}
+    if kw["pcie_lanes"] is None:
+        kw["pcie_lanes"] = _O["pcie_lanes"]
+    gen = raw.get("pcie_gen")
+    if gen is not None:
+        from aisim.config.gpus import PCIE_LANE_BYTES_PER_S
+
+        if isinstance(gen, bool) or gen not in PCIE_LANE_BYTES_PER_S:
+            raise ConfigError(f"'kv_offload.pcie_gen'{at} must be one of {', '.join(map(str, PCIE_LANE_BYTES_PER_S))}, "
+                              f"got {gen!r}")
+        if kw["kv_bytes_per_block"] is None:
+            raise ConfigError(f"'kv_offload.pcie_gen'{at} needs 'kv_offload.kv_bytes_per_block' (the bytes a "
+                              "transfer moves)")
+        kw["pcie_gen"] = int(gen)
+    eff = raw.get("pcie_efficiency", _O["pcie_efficiency"])
+    if isinstance(eff, bool) or not isinstance(eff, (int, float)) or not 0.0 < eff <= 1.0:
+        raise ConfigError(f"'kv_offload.pcie_efficiency'{at} must be a number in (0, 1], got {eff!r}")
+    kw["pcie_efficiency"] = float(eff)
     if (raw.get("cpu_blocks") is None) == (raw.get("size_gib") is None):
         raise ConfigError(f"'kv_offload'{at} needs exactly one of 'cpu_blocks' and 'size_gib'")
     gib = raw.get("size_gib")
