@@ -178,3 +178,13 @@ def test_transfers_on_the_pcie_clock():
     assert dur[1] == pytest.approx(load_s) and dur[10] == pytest.approx(0.01 + load_s)
     assert dur[11] == pytest.approx(0.01)
     assert res.summary["kv_offload"]["load_bytes"] == 4 * chunk
+
+
+def test_a_deployment_of_offloading_engines_is_refused():
+    from aisim.deploy import deploy
+    from helpers import make_trace
+
+    cfg = engine_config_from_dict(_engine(11, cpu_blocks=4))
+    trace = make_trace([_req("A", 0, 32)], clock="time")
+    with pytest.raises(ConfigError, match="'kv_offload' is replayed for a single engine"):
+        deploy(trace, cfg, {"replicas": 2})

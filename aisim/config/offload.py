@@ -209,3 +209,11 @@ def check_offload(cfg, source: str | None = None) -> None:
     if off.num_chunks(cfg.block_size) < 1:
         raise ConfigError(f"'kv_offload.size_gib' ({off.size_gib}){at} holds no chunk of "
                           f"{off.chunk_bytes(cfg.block_size)} bytes")
+
+
+def refuse_in_deployment(engines) -> None:
+    """Raise :class:`~aisim.errors.ConfigError` when an engine of a deployment has ``kv_offload``: the
+    CPU tier is replayed for a single engine (a deployment's replicas do not run it yet)."""
+    if any(e.kv_offload is not None for e in engines):
+        raise ConfigError("'kv_offload' is replayed for a single engine; a deployment of engines with a CPU tier "
+                          "is not supported yet")
