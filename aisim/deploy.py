@@ -21,7 +21,6 @@ from aisim.columns import (DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, OFFLOAD_REQUES
                            deployment_schema)
 from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_deployment
 from aisim.config.engine import EngineConfig
-from aisim.config.offload import refuse_in_deployment
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
 from aisim.replay import result_of, run_deployment
@@ -118,7 +117,6 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
         deployment = DeploymentConfig()
     elif isinstance(deployment, dict):
         deployment = parse_deployment(deployment)
-    refuse_in_deployment(deployment_engines(deployment, engine) if deployment.disaggregated else (engine,))
     table, out = run_deployment(trace, engine, deployment, name=name, record_events=record_decisions,
                                 record_routing=record_routing, max_concurrency=max_concurrency,
                                 closed_loop=closed_loop, think_time_s=think_time_s, macro_steps=macro_steps)

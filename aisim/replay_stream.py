@@ -144,12 +144,14 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
         if code == ADVANCE["input"]:
             feed()
             continue
-        st = core.take_steps()
+        # The KV offload columns are copied: a piece of one row can be a view of the core's row buffer,
+        # which the next piece overwrites.
+        st = {k: (v.copy() if k.startswith("offload_") else v) for k, v in core.take_steps().items()}
         if len(st["step"]):
             totals.add_steps(st)
             steps = steps_table(st, engine)
             yield "steps", steps if not offload else offload_columns(steps, st, "steps")
-        r = core.take_requests()
+        r = {k: (v.copy() if k.startswith("offload_") else v) for k, v in core.take_requests().items()}
         n = len(r["status"])
         # At the end, the rejected rows after the last request the core finished.
         if n or (code == ADVANCE["done"] and pending):

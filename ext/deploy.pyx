@@ -286,6 +286,12 @@ cdef object _arr_i32(int32_t* a, int64_t n):
     return np.array(<int32_t[:n]>a, copy=True) if n else np.zeros(0, np.int32)
 
 
+def _owned(cols):
+    """A replica's columns with its KV offload columns copied: a column of one row can be a view of the
+    replica's own row buffer, which goes when the deployment does."""
+    return {k: (np.array(v, copy=True) if k.startswith("offload_") else v) for k, v in cols.items()}
+
+
 cdef class Deployment:
     """N replicas of one engine configuration behind a router, replayed once; or, disaggregated,
     a prefill pool and a decode pool, each behind its own router, joined by a KV transfer link.
@@ -683,7 +689,7 @@ cdef class Deployment:
             replica_end(e)
             idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
                 np.zeros(0, np.int64)
-            out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
+            out.append({"steps": _owned(e.take_steps()), "requests": _owned(e.take_requests()), "events": e._events(),
                         "spec": e.spec_counts, "offload": e.offload_counts, "index": idx})
         result = {"route": _arr_i32(self.route, n), "replicas": out,
                   "sent": np.array(<sec_t[:n]>self.sent, copy=True) if n else np.zeros(0)}

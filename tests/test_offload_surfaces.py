@@ -230,3 +230,13 @@ def test_a_streamed_replay_carries_the_tier():
     # The recorded run's totals (docs/kv-offload.md): 239 loads of 9,973 chunks, 491 stores of 12,583.
     off = summary["kv_offload"]
     assert (off["loads"], off["load_chunks"], off["stores"], off["store_chunks"]) == (239, 9973, 491, 12583)
+
+
+def test_a_replica_of_one_request_keeps_its_rows():
+    # Replica 1 runs D alone (one request row): its 159 tokens fill 9 blocks, all stored.
+    cfg = engine_config_from_dict(_engine(cpu_blocks=20))
+    for _ in range(3):
+        d = deploy(make_trace(TRACE[:3], "time"), cfg, {"replicas": 2, "router": "round_robin"})
+        rq = d.requests.to_pydict()
+        assert rq["replica"] == [0, 1, 0] and rq["offload_store_chunks"] == [4, 9, 9]
+        assert rq["offload_hit_tokens"] == [0, 0, 0] and rq["offload_loads"] == [0, 0, 0]
