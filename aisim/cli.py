@@ -9,6 +9,7 @@ from aisim.bench_cli import bench_options, model_options, set_option
 from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
                             fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
+from aisim.config.vllm_offload import offload_options
 from aisim.traces.cli import trace_format_option
 
 
@@ -59,13 +60,14 @@ def main():
               help="No API server in front of the engine (time_model.frontend = false), as vLLM's offline LLM: "
                    "requests reach the engine when sent.")
 @bench_options
+@offload_options
 @set_option()
 @format_option()
 @progress_option()
 def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, think_time, rate_scale, poisson_rate,
            seed, max_concurrency, reject_too_long, out_dir, decision_log, vllm_version, deployment_path,
            no_macro_steps, engine_only, request_rate, burstiness, num_prompts, percentile_metrics, metric_percentiles,
-           goodput, sets, fmt, progress):
+           goodput, kv_offloading_size, kv_offloading_backend, sets, fmt, progress):
     """Replay TRACE on an engine (--engine FILE, or --model and --gpu) and summarise what vLLM would do.
 
     \b
@@ -137,6 +139,15 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
                 show_plan(model, gpu, tp, notes)
             else:
                 engine = load_engine_config(engine_path)
+            if kv_offloading_size is not None:
+                from aisim.plan import offload_flags
+
+                # vllm serve's flags: the tier first, then --set (one validation of both).
+                overrides = [("kv_offload", offload_flags(engine, kv_offloading_size, kv_offloading_backend)),
+                             *overrides]
+            elif kv_offloading_backend is not None:
+                raise ConfigError("--kv-offloading-backend goes with --kv-offloading-size (vLLM offloads only "
+                                  "when a size is given)")
             engine = apply_engine(engine, overrides)
             if vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
@@ -284,6 +295,14 @@ def _print_summary(result, trace_path, record, metrics):
     pc = s["prefix_cache_stats"]
     t.add_row("prefix cache hit rate",
               f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")
+    if "kv_offload" in s:
+        # vLLM's connector_prefix_cache_stats: tokens the tier offered over tokens asked.
+        o = s["kv_offload"]
+        cs = o["connector_prefix_cache_stats"]
+        t.add_row("CPU tier hit rate", f"{fmt_pct(cs['hits'] / cs['queries'] if cs['queries'] else 0.0)} "
+                  f"({fmt_num(cs['hits'])} of {fmt_num(cs['queries'])} tokens; {fmt_num(o['loads'])} loads)")
+        t.add_row("CPU tier stores / evictions", f"{fmt_num(o['store_chunks'])} / {fmt_num(o['cpu_evicted_chunks'])} "
+                  f"blocks of {fmt_num(o['cpu_chunks'])}")
     t.add_row("preemptions", fmt_num(s["preemptions"]))
     if "spec" in s:
         sp = s["spec"]

@@ -204,6 +204,27 @@ def _latency_columns() -> tuple:
     return tuple(cols)
 
 
+def _offload_summary_columns() -> tuple:
+    """The summary's ``kv_offload`` totals (0 without a tier; a deployment's: its replicas' added up)."""
+    def off(name, sql, unit, meaning, *path):
+        return C(name, sql, unit, f"KV offload: {meaning} (0 without a tier)", summary=("kv_offload", *path))
+
+    return (
+        off("offload_cpu_chunks", "BIGINT", "blocks", "the CPU tier's size in offloaded blocks", "cpu_chunks"),
+        off("offload_queries", "BIGINT", "tokens", "tokens the connector was asked for (vLLM's "
+            "connector_prefix_cache_stats.queries)", "connector_prefix_cache_stats", "queries"),
+        off("offload_hits", "BIGINT", "tokens", "of those, tokens the CPU tier offered", "connector_prefix_cache_stats",
+            "hits"),
+        off("offload_loads", "BIGINT", "count", "load jobs (CPU tier to GPU)", "loads"),
+        off("offload_load_tokens", "BIGINT", "tokens", "tokens they loaded", "load_tokens"),
+        off("offload_load_bytes", "BIGINT", "bytes", "bytes they read", "load_bytes"),
+        off("offload_stores", "BIGINT", "count", "store jobs (GPU to CPU tier)", "stores"),
+        off("offload_store_chunks", "BIGINT", "blocks", "offloaded blocks they wrote", "store_chunks"),
+        off("offload_store_bytes", "BIGINT", "bytes", "bytes they wrote", "store_bytes"),
+        off("offload_cpu_evicted", "BIGINT", "blocks", "offloaded blocks the CPU tier evicted", "cpu_evicted_chunks"),
+    )
+
+
 SUMMARIES = Table("summaries", (
     _run_key(),
     _shard_key(),
@@ -239,6 +260,7 @@ SUMMARIES = Table("summaries", (
     C("kv_usage_mean", "DOUBLE", "fraction", "vLLM's kv_usage (active / usable blocks), mean over steps"),
     C("kv_usage_max", "DOUBLE", "fraction", "its peak"),
     C("kv_physical_usage_max", "DOUBLE", "fraction", "peak of active + cached blocks over usable blocks"),
+    *_offload_summary_columns(),
     C("summary_json", "VARCHAR", "", "the replay summary as JSON, every field"),
 ), primary_key=("run_id", "shard_id"))
 
@@ -256,7 +278,9 @@ REPLICAS = Table("replicas", (
         "requests", "finished", "unfinished", "steps", "preemptions", "scheduled_tokens", "prompt_tokens",
         "output_tokens", "prefix_hit_tokens_at_admission", "prefix_hit_rate", "prefix_queries", "prefix_hits",
         "clock_end_s", "duration_s", "throughput_tok_s", "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
-        "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "kv_usage_mean", "kv_usage_max", "kv_physical_usage_max")),
+        "tpot_p50_s", "e2e_p50_s", "e2e_p99_s", "kv_usage_mean", "kv_usage_max", "kv_physical_usage_max",
+        "offload_cpu_chunks", "offload_hits", "offload_loads", "offload_load_tokens", "offload_store_chunks",
+        "offload_cpu_evicted")),
     C("busy_s", "DOUBLE", "s", "the replica's step time, summed", summary=("busy_s",)),
     C("utilisation", "DOUBLE", "fraction", "busy_s over the deployment's duration_s", summary=("utilisation",)),
 ), primary_key=("run_id", "shard_id", "replica"))
@@ -356,10 +380,58 @@ STEPS = Table("steps", (
     C("spec_accepted", "BIGINT", "tokens", "of those, accepted", core="int64"),
 ))
 
-def deployment_schema(extra: Table, table: Table) -> pa.Schema:
-    """A deployment's table: the columns of ``extra``, then ``table``'s replay columns."""
+# Columns a replay with ``kv_offload`` appends to its ``steps`` and ``requests`` tables (the CPU tier of
+# vLLM's OffloadingConnector, ext/offload.pxi); absent without it, so such replays keep their bytes.
+OFFLOAD_STEPS = Table("offload_steps", (
+    C("offload_lookups", "INTEGER", "count", "connector lookups (get_num_new_matched_tokens) this step",
+      core="int32"),
+    C("offload_lookup_hits", "INTEGER", "count", "of those, offering CPU-tier tokens", core="int32"),
+    C("offload_lookups_deferred", "INTEGER", "count", "of those, answered 'ask again' (None)", core="int32"),
+    C("offload_loads", "INTEGER", "count", "load jobs issued (CPU tier to GPU)", core="int32"),
+    C("offload_load_tokens", "BIGINT", "tokens", "tokens those loads bring", core="int64"),
+    C("offload_load_chunks", "BIGINT", "blocks", "CPU-tier blocks they read", core="int64"),
+    C("offload_load_bytes", "BIGINT", "bytes", "bytes they read", core="int64"),
+    C("offload_stores", "INTEGER", "count", "store jobs issued (GPU to CPU tier)", core="int32"),
+    C("offload_store_chunks", "BIGINT", "blocks", "CPU-tier blocks they write", core="int64"),
+    C("offload_store_bytes", "BIGINT", "bytes", "bytes they write", core="int64"),
+    C("offload_flushed", "INTEGER", "count", "jobs flushed (jobs_to_flush)", core="int32"),
+    C("offload_cpu_evicted", "BIGINT", "blocks", "CPU-tier blocks evicted by this step's stores", core="int64"),
+    C("offload_completed", "INTEGER", "count", "jobs the worker reported finished", core="int32"),
+    C("offload_recving", "INTEGER", "requests", "loads reported finished (finished_recving)", core="int32"),
+    C("offload_remote_wait", "INTEGER", "requests", "requests in WAITING_FOR_REMOTE_KVS after schedule()",
+      core="int32"),
+    C("offload_cpu_used", "BIGINT", "blocks", "CPU-tier blocks holding data after the step", core="int64"),
+    C("offload_cpu_evictable", "BIGINT", "blocks", "of those, evictable (stored, not being read)", core="int64"),
+))
+OFFLOAD_REQUESTS = Table("offload_requests", (
+    C("offload_hit_tokens", "INTEGER", "tokens", "tokens loaded from the CPU tier at its first admission",
+      core="int64"),
+    C("offload_loaded_tokens", "INTEGER", "tokens", "tokens loaded from the CPU tier over every admission",
+      core="int64"),
+    C("offload_loads", "INTEGER", "count", "its load jobs", core="int32"),
+    C("offload_store_chunks", "BIGINT", "blocks", "CPU-tier blocks its stores wrote", core="int64"),
+))
+
+
+def _offload_landed(col: Column) -> Column:
+    """A KV offload column as the pipeline lands it: NULL on the rows of an engine without a tier (the
+    replay's own tables have it only with one)."""
+    return replace(col, not_null=False, replay=False, core=None,
+                   meaning=f"{col.meaning}; NULL without a KV offload tier")
+
+
+# The pipeline lands the KV offload columns at the end of ``requests`` and ``steps``.
+REQUESTS = replace(REQUESTS, columns=REQUESTS.columns + tuple(_offload_landed(c) for c in OFFLOAD_REQUESTS.columns))
+STEPS = replace(STEPS, columns=STEPS.columns + tuple(_offload_landed(c) for c in OFFLOAD_STEPS.columns))
+
+
+def deployment_schema(extra: Table, table: Table, offload: Table | None = None) -> pa.Schema:
+    """A deployment's table: the columns of ``extra``, then ``table``'s replay columns, then those of
+    ``offload`` (:data:`OFFLOAD_STEPS` or :data:`OFFLOAD_REQUESTS`, when the replicas have a KV offload
+    tier)."""
     return pa.schema([(c.name, c.arrow_type) for c in extra.columns]
-                     + [(c.name, c.arrow_type) for c in table.columns if c.replay])
+                     + [(c.name, c.arrow_type) for c in table.columns if c.replay]
+                     + [(c.name, c.arrow_type) for c in (offload.columns if offload is not None else ())])
 
 
 # Every point a capacity search evaluated (aisim.capacity): one replay of the trace at a load on a

@@ -68,6 +68,8 @@ class CoreConfig:
         Speculative decoding as the scheduler derives it and the acceptance
         rule in the core's terms (:func:`aisim.config.speculative.core_args`);
         None without speculative decoding.
+    kv_offload : dict or None
+        The CPU tier in the core's terms (:func:`offload_args`); None without KV offload.
     """
 
     num_gpu_blocks: int
@@ -105,6 +107,7 @@ class CoreConfig:
     step_time: dict | None
     speculative: dict | None = None
     time_scale: float = 1.0
+    kv_offload: dict | None = None
 
 
 def core_config(engine) -> CoreConfig:
@@ -165,7 +168,29 @@ def core_config(engine) -> CoreConfig:
         step_time=step_time_args(tm, engine),
         time_scale=float(tm.time_scale),
         speculative=core_args(engine),
+        kv_offload=offload_args(engine),
     )
+
+
+def offload_args(engine) -> dict | None:
+    """``kv_offload`` as the core reads it (ext/offload.pxd ``OffConfC``), or None."""
+    from aisim.perf.transfer import link_bytes_per_s
+
+    off = engine.kv_offload
+    if off is None:
+        return None
+    bpc = off.chunk_blocks(engine.block_size)
+    return {
+        "cpu_chunks": off.num_chunks(engine.block_size),
+        "tokens_per_chunk": bpc * engine.block_size,
+        "blocks_per_chunk": bpc,
+        "prompt_only": off.prompt_only,
+        "load_delay": off.load_delay_steps,
+        "store_delay": off.store_delay_steps,
+        "max_inflight_loads": off.max_num_inflight_kv_loads or 0,
+        "chunk_bytes": off.chunk_bytes(engine.block_size),
+        "link_bytes_per_s": link_bytes_per_s(off),
+    }
 
 
 @dataclass(frozen=True)

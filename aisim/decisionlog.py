@@ -33,6 +33,8 @@ EV_FINISHED = EVENT_KINDS["finished"]
 EV_SPEC = EVENT_KINDS["spec"]
 EV_SPEC_ACCEPTED = EVENT_KINDS["spec_accepted"]
 EV_SPEC_PADDED = EVENT_KINDS["spec_padded"]
+# The KV offload connector's events (a step's `offload` object).
+_OFF = {k: EVENT_KINDS[k] for k in EVENT_KINDS if k.startswith("off_")}
 
 
 def decision_lines(result: ReplayResult):
@@ -55,10 +57,16 @@ def decision_lines(result: ReplayResult):
     line_of = ev["line"]
     order = np.argsort(line_of, kind="stable")
     bounds = np.searchsorted(line_of[order], np.arange(len(steps) + 1))
+    if eng.kv_offload is not None:
+        cols.update({c: steps.column(c).to_pylist() for c in
+                     ("offload_cpu_evicted", "offload_cpu_used", "offload_cpu_evictable")})
     header = {"type": "header", "simulator": "aisim", "vllm_version": eng.version}
     header.update(eng.to_dict())
     header["time_model"] = dict(header["time_model"])
     speculative = result.speculative is not None
+    offload = eng.kv_offload is not None
+    if offload:
+        header["kv_offload"] = {**eng.kv_offload.to_dict(), "cpu_num_chunks": result.summary["kv_offload"]["cpu_chunks"]}
     if speculative:
         header["speculative"] = dict(result.speculative)
         if eng.speculative.drafter_cost is not None:
@@ -68,9 +76,12 @@ def decision_lines(result: ReplayResult):
         sel = order[bounds[row]:bounds[row + 1]]
         arrived, finished, preempted, padded = [], [], [], []
         sched, new, resumed, spec = {}, {}, {}, {}
+        off = _offload_object() if offload else None
         for i in sel:
             k, rid, val = int(ev["kind"][i]), ids[int(ev["req"][i])], int(ev["value"][i])
-            if k == EV_SPEC:
+            if k in _OFF_KINDS:
+                _offload_event(off, k, rid, val)
+            elif k == EV_SPEC:
                 spec[rid] = [val, 0]
             elif k == EV_SPEC_ACCEPTED:
                 spec[rid][1] = val
@@ -114,6 +125,9 @@ def decision_lines(result: ReplayResult):
                 "type": "step",
             }
         )
+        if offload:
+            _offload_finish(off, cols, row)
+            line["offload"] = off
         if speculative:
             line["spec"] = spec  # scheduling order
             line["spec_padded"] = padded
@@ -139,6 +153,10 @@ def decision_lines(result: ReplayResult):
         "steps": s["steps"],
         "unfinished": s["unfinished"],
     }
+    if offload:
+        ko = s["kv_offload"]
+        summary["connector_prefix_cache_stats"] = dict(ko["connector_prefix_cache_stats"])
+        summary["kv_offload"] = {k: ko[k] for k in _OFF_TOTALS}
     if speculative:
         sp = s["spec"]
         summary["spec"] = {k: sp[k] for k in ("draft_tokens", "accepted_tokens", "verifications",
@@ -147,6 +165,56 @@ def decision_lines(result: ReplayResult):
     if result.timed:
         summary["clock_end"] = round(s["clock_end_s"], 6)
     yield summary
+
+
+_OFF_KINDS = frozenset(_OFF.values())
+# The summary's `kv_offload` totals, in the recorded logs' order.
+_OFF_TOTALS = ("lookups", "lookups_with_hit", "lookups_deferred", "loads", "load_tokens", "load_chunks",
+               "loaded_requests", "stores", "store_chunks", "flushed_jobs", "cpu_evicted_chunks", "completed_jobs",
+               "finished_recving", "max_remote_wait")
+
+
+def _offload_object() -> dict:
+    # vLLM's key order of the step's `offload` object (tests/data/oracle/README.md, KV offload).
+    return {"lookups": {}, "loads": {}, "stores": {}, "flush": [], "remote_wait": [], "cpu_evicted": 0,
+            "done": [], "recving": [], "cpu_used": 0, "cpu_evictable": 0}
+
+
+def _offload_event(off: dict, k: int, rid: str, val: int) -> None:
+    """One offload event into the step's object (events of one job or lookup come in a row)."""
+    if k == _OFF["off_lookup"]:
+        off["lookups"][rid] = [val, None]
+    elif k == _OFF["off_lookup_ext"]:
+        off["lookups"][rid][1] = None if val < 0 else val
+    elif k == _OFF["off_load"]:
+        off["_job"] = str(val)
+        off["loads"][off["_job"]] = [rid, 0, 0]
+    elif k == _OFF["off_load_tokens"]:
+        off["loads"][off["_job"]][1] = val
+    elif k == _OFF["off_load_chunks"]:
+        off["loads"][off["_job"]][2] = val
+    elif k == _OFF["off_store"]:
+        off["_job"] = str(val)
+        off["stores"][off["_job"]] = [rid, 0]
+    elif k == _OFF["off_store_chunks"]:
+        off["stores"][off["_job"]][1] = val
+    elif k == _OFF["off_flush"]:
+        off["flush"].append(val)
+    elif k == _OFF["off_wait"]:
+        off["remote_wait"].append(rid)
+    elif k == _OFF["off_done"]:
+        off["done"].append(val)
+    elif k == _OFF["off_recv"]:
+        off["recving"].append(rid)
+
+
+def _offload_finish(off: dict, cols: dict, row: int) -> None:
+    off.pop("_job", None)
+    off["flush"].sort()
+    off["remote_wait"].sort()
+    off["recving"].sort()
+    for k in ("cpu_evicted", "cpu_used", "cpu_evictable"):
+        off[k] = cols["offload_" + k][row]
 
 
 def log_line_json(line: dict) -> str:

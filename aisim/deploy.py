@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aisim.arrowwrap import arrow_array
-from aisim.columns import DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, REQUESTS, STEPS, deployment_schema
+from aisim.columns import (DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS,
+                           deployment_schema)
 from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_deployment
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
@@ -133,9 +135,9 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     if deployment.disaggregated:
         requests, status = _pd_requests(table, parts, out, n_p)
     else:
-        requests = _requests(table, parts, out["replicas"], route, out["sent"])
+        requests = _requests(table, parts, out["replicas"], route, out["sent"], engine.kv_offload is not None)
         status = None
-    steps = _steps(parts)
+    steps = _steps(parts, engine.kv_offload is not None)
     routing = None
     if record_routing:
         routing = {"replica": route}
@@ -155,8 +157,9 @@ def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
         parts[0].requests
 
 
-def _requests(table: pa.Table, parts: list, reps: list, route, sent) -> pa.Table:
-    """Every replica's request rows put back in trace order, the placement (``route``, at ``sent``) in front."""
+def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload: bool = False) -> pa.Table:
+    """Every replica's request rows put back in trace order, the placement (``route``, at ``sent``) in front;
+    with ``offload``, each replica's KV offload columns at the end (its own tier's)."""
     n = table.num_rows
     merged = _in_trace_order(n, parts, reps)
     cols = {
@@ -165,7 +168,7 @@ def _requests(table: pa.Table, parts: list, reps: list, route, sent) -> pa.Table
         "decode_replica": route.astype(np.int32),
         "routed_s": sent,  # its arrival, or later when the client's cap held it
     }
-    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS, OFFLOAD_REQUESTS if offload else None)
     arrays = [arrow_array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) if f.name == "transfer_s"
               else merged.column(f.name) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -235,8 +238,10 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
     return pa.Table.from_arrays(arrays, schema=schema), status
 
 
-def _steps(parts: list) -> pa.Table:
-    schema = deployment_schema(DEPLOYMENT_STEPS, STEPS)
+def _steps(parts: list, offload: bool = False) -> pa.Table:
+    """Every replica's step rows, replica 0's first, ``replica`` in front (with ``offload``, each replica's
+    KV offload columns at the end)."""
+    schema = deployment_schema(DEPLOYMENT_STEPS, STEPS, OFFLOAD_STEPS if offload else None)
     tables = []
     for w, p in enumerate(parts):
         rep = arrow_array(np.full(p.steps.num_rows, w, dtype=np.int32), pa.int32())
@@ -277,6 +282,11 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
         per.append(s)
     counts = np.array([s["requests"] for s in per], dtype=np.float64)
     mean = counts.mean() if len(counts) else 0.0
+    if engine.kv_offload is not None:
+        summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in parts])
+        # As each replica's (aisim.replay_result.result_of): vLLM's num_cached_tokens counts the tier's tokens.
+        summary["prefix_hit_tokens_at_admission"] += sum(
+            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in parts)
     summary["deployment"] = deployment.to_dict()
     summary["load_balance"] = {
         "requests_min": int(counts.min()) if len(counts) else 0,
@@ -288,6 +298,20 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     }
     summary["replicas"] = per
     return summary
+
+
+def offload_totals(per: list) -> dict:
+    """The deployment's ``kv_offload`` summary: every replica's tier added up (``cpu_chunks``: the tiers'
+    chunks together; ``max_remote_wait``: the largest of the replicas')."""
+    out = {}
+    for k, v in per[0].items():
+        if isinstance(v, dict):
+            out[k] = {kk: sum(s[k][kk] for s in per) for kk in v}
+        elif k == "max_remote_wait":
+            out[k] = max(s[k] for s in per)
+        else:
+            out[k] = sum(s[k] for s in per)
+    return out
 
 
 def replica_log_path(path: str, replica: int) -> str:

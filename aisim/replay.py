@@ -96,7 +96,8 @@ def replay(trace, engine: EngineConfig, *, record_decisions: bool = False,
     if rejected is not None:
         trace = trace.filter(pa.array(~rejected))  # the core never sees them
         segs = None
-    arrays = _whole_arrays(trace, engine, timed, segs, rank=engine.policy == "priority")
+    # Ids are ranked for the priority heap, and for the order the KV offload manager is told of finishes.
+    arrays = _whole_arrays(trace, engine, timed, segs, rank=engine.policy == "priority" or engine.kv_offload is not None)
     if closed_loop:
         arrays["next_turn"], arrays["think_s"] = _closed_loop(trace, think_time_s)
     config = core_config(engine)

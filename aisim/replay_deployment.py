@@ -74,6 +74,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
                                                              config, p_eng, sessions)
     else:
         _validate(trace, engine)
+        _offload_supported(engine)
         config = core_config(engine)
         n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
     arrays = _whole_arrays(trace, engine, True)
@@ -90,13 +91,30 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
 
 
 def _pd_supported(engine: EngineConfig) -> None:
-    """Refuse what disaggregated pools do not model: drafts and Mamba state groups."""
+    """Refuse what disaggregated pools do not model: drafts, Mamba state groups and a KV offload tier."""
+    if engine.kv_offload is not None:
+        # A prefill/decode pair already runs vLLM's connector path (NixlConnector); an offload tier beside
+        # it takes a MultiConnector, which aisim does not replay.
+        raise ConfigError("a disaggregated deployment does not model a KV offload tier; remove the engine's "
+                          "'kv_offload' section or deploy aggregated replicas")
     if engine.speculative is not None:
         raise ConfigError("a disaggregated deployment does not model speculative decoding yet; "
                           "remove the engine's 'speculative' section")
     if any(g["kind"] == GROUP_KINDS["state"] for g in core_config(engine).groups):
         raise ConfigError("a disaggregated deployment does not model Mamba state groups yet (vLLM's connectors "
                           "back off one token for them)")
+
+
+def _offload_supported(engine: EngineConfig) -> None:
+    """Refuse a KV offload tier whose transfers run on the PCIe clock: a replica waiting on a copy with
+    nothing to schedule waits for the copy, not for the deployment's next arrival (the single engine's
+    replay cuts that wait at the arrival).  Step-clocked transfers replay in every replica exactly as in
+    a single engine."""
+    off = engine.kv_offload
+    if off is not None and getattr(off, "pcie_gen", None) is not None:
+        raise ConfigError("a deployment replays KV offload transfers on the step clock ('kv_offload.load_delay_steps', "
+                          "'store_delay_steps'); 'kv_offload.pcie_gen' times them on the link, which a deployment's "
+                          "replicas do not model yet")
 
 
 def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:

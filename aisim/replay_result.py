@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
 from aisim.config.speculative import scheduler_view
-from aisim.result_tables import requests_table, steps_table
+from aisim.result_tables import requests_table, steps_table, with_offload_columns
 from aisim.summary import REJECTED, SUMMARY_COLUMNS, summarize
 from aisim.trace_checks import too_long
 
@@ -71,6 +71,11 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     rq["status"] = r["status"]
     gaps = merged_gaps([out["gaps"]])  # sorted once: the summary's statistics then sort a sorted array
     summary = summarize(out["steps"], rq, engine, timed, out["spec"], gaps)
+    if engine.kv_offload is not None:
+        steps, requests = with_offload_columns(steps, requests, out["steps"], r)
+        summary["kv_offload"] = offload_summary(out["offload"], r)
+        # vLLM's num_cached_tokens at admission counts the tokens loaded from the tier too.
+        summary["prefix_hit_tokens_at_admission"] += int(np.asarray(r["offload_hit_tokens"]).sum())
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,
                         scheduler_view(engine), gaps)
 
@@ -84,6 +89,22 @@ def merged_gaps(parts) -> dict:
         tally.add(g["gap_s"], g["count"])
     values, counts = tally.pairs()
     return {"gap_s": values, "count": counts}
+
+
+def offload_summary(counts: dict, r: dict) -> dict:
+    """The replay summary's ``kv_offload``: the connector's totals (the oracle's names and order), the
+    requests that loaded, vLLM's ``connector_prefix_cache_stats`` and the tier's size."""
+    keys = ("lookups", "lookups_with_hit", "lookups_deferred", "loads", "load_tokens", "load_chunks")
+    out = {k: int(counts[k]) for k in keys}
+    out["loaded_requests"] = int(np.count_nonzero(np.asarray(r["offload_loads"]) > 0))
+    for k in ("stores", "store_chunks", "flushed_jobs", "cpu_evicted_chunks", "completed_jobs", "finished_recving",
+              "max_remote_wait"):
+        out[k] = int(counts[k])
+    out["load_bytes"] = int(counts["load_chunks"] * counts["chunk_bytes"])
+    out["store_bytes"] = int(counts["store_chunks"] * counts["chunk_bytes"])
+    out["cpu_chunks"] = int(counts["cpu_chunks"])
+    out["connector_prefix_cache_stats"] = {k: int(v) for k, v in counts["connector_prefix_cache_stats"].items()}
+    return out
 
 
 def _rejected_mask(trace: pa.Table, engine: EngineConfig, reject_too_long: bool):

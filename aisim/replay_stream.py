@@ -10,8 +10,8 @@ from aisim.config.engine import EngineConfig
 from aisim.core_input import core_config, private_of_keys
 from aisim.errors import ReplayError, TraceError
 from aisim.replay_input import _check_concurrency, _core_chunk
-from aisim.replay_result import _rejected_mask, _with_rejected
-from aisim.result_tables import requests_table, steps_table
+from aisim.replay_result import _rejected_mask, _with_rejected, offload_summary
+from aisim.result_tables import offload_columns, requests_table, steps_table
 from aisim.summary import SUMMARY_COLUMNS, Totals
 from aisim.trace_checks import _faults_and_segments, _row_faults
 
@@ -95,6 +95,8 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
     source = iter(batches)
     fed = 0
     row = 0  # trace rows read, rejected ones included
+    offload = engine.kv_offload is not None
+    loaded = hit_tokens = 0  # requests that loaded from the KV offload tier, tokens at first admission
 
     def feed() -> None:
         nonlocal fed, row
@@ -146,7 +148,8 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
         totals.add_gaps(core.take_gaps())
         if len(st["step"]):
             totals.add_steps(st)
-            yield "steps", steps_table(st, engine)
+            steps = steps_table(st, engine)
+            yield "steps", steps if not offload else offload_columns(steps, st, "steps")
         r = core.take_requests()
         n = len(r["status"])
         # At the end, the rejected rows after the last request the core finished.
@@ -157,13 +160,24 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             rows = rows.select(_ROW_COLUMNS)
             requests = requests_table(rows, r)
             totals.add_requests(_summary_columns(requests, r))
+            if offload:
+                requests = offload_columns(requests, r, "requests")
+                loaded += int(np.count_nonzero(r["offload_loads"]))
+                hit_tokens += int(r["offload_hit_tokens"].sum())
             yield "requests", requests, rows
         if code == ADVANCE["done"]:
             break
     check_rest()
     if stats is not None:
         stats["slots"] = core.slots
-    yield "summary", totals.summary(engine, timed, core.spec_counts)
+    summary = totals.summary(engine, timed, core.spec_counts)
+    if offload:
+        # The requests that loaded were counted piece by piece (replay_result.offload_summary counts a
+        # whole table's).
+        summary["kv_offload"] = offload_summary(core.offload_counts, {"offload_loads": np.zeros(0)})
+        summary["kv_offload"]["loaded_requests"] = loaded
+        summary["prefix_hit_tokens_at_admission"] += hit_tokens  # as result_of: the tier's tokens too
+    yield "summary", summary
 
 
 # The trace columns a streamed replay hands back with each request row.

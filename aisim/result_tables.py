@@ -9,7 +9,7 @@ import pyarrow as pa
 from aisim._core.constants import REQUEST_STATUS, names_by_code
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.arrowwrap import arrow_array
-from aisim.columns import REQUESTS, STEPS
+from aisim.columns import OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
@@ -96,6 +96,12 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     return _table(cols, _schema(STEPS))
 
 
+def with_offload_columns(steps: pa.Table, requests: pa.Table, s: dict, r: dict):
+    """The step and request tables with the KV offload columns appended from the core's step columns
+    ``s`` and request columns ``r`` (:data:`aisim.columns.OFFLOAD_STEPS`, ``OFFLOAD_REQUESTS``)."""
+    return offload_columns(steps, s, "steps"), offload_columns(requests, r, "requests")
+
+
 # The replay schemas with each field's numpy dtype (None: not a plain number), built once.
 _SCHEMAS = {}
 
@@ -124,3 +130,12 @@ def _table(cols: dict, schema_dtypes) -> pa.Table:
         else:
             arrays.append(arrow_array(v, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
+    """``table`` (a replay's ``steps`` or ``requests``, ``kind``; a streamed piece too) with the KV offload
+    columns of the core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS``
+    declare them."""
+    for c in (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns:
+        table = table.append_column(pa.field(c.name, c.arrow_type), arrow_array(cols[c.name], c.arrow_type))
+    return table

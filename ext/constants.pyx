@@ -11,7 +11,9 @@ name table covers exactly these codes.
 
 from aisim._core.engine cimport (
     EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
-    EV_SPEC_PADDED, LINE_DRAIN, LINE_STEP,
+    EV_OFF_DONE, EV_OFF_FLUSH, EV_OFF_LOAD, EV_OFF_LOAD_CHUNKS, EV_OFF_LOAD_TOKENS, EV_OFF_LOOKUP,
+    EV_OFF_LOOKUP_EXT, EV_OFF_RECV, EV_OFF_STORE, EV_OFF_STORE_CHUNKS, EV_OFF_WAIT, EV_SPEC_PADDED, LINE_DRAIN,
+    LINE_STEP,
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.deploy cimport RT_KV_AWARE, RT_LEAST_LOADED, RT_RANDOM, RT_ROUND_ROBIN, RT_SESSION
@@ -60,6 +62,17 @@ EVENT_KINDS = {
     "spec": EV_SPEC,
     "spec_accepted": EV_SPEC_ACCEPTED,
     "spec_padded": EV_SPEC_PADDED,
+    "off_lookup": EV_OFF_LOOKUP,
+    "off_lookup_ext": EV_OFF_LOOKUP_EXT,
+    "off_load": EV_OFF_LOAD,
+    "off_load_tokens": EV_OFF_LOAD_TOKENS,
+    "off_load_chunks": EV_OFF_LOAD_CHUNKS,
+    "off_store": EV_OFF_STORE,
+    "off_store_chunks": EV_OFF_STORE_CHUNKS,
+    "off_flush": EV_OFF_FLUSH,
+    "off_wait": EV_OFF_WAIT,
+    "off_done": EV_OFF_DONE,
+    "off_recv": EV_OFF_RECV,
 }
 
 # How the fake model decides how many drafts it accepts (AcceptKind).

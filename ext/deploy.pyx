@@ -684,7 +684,8 @@ cdef class Deployment:
             idx = np.array(<int64_t[:self.rep_n[w]]>self.rep_glob[w], copy=True) if self.rep_n[w] else \
                 np.zeros(0, np.int64)
             out.append({"steps": e.take_steps(), "requests": e.take_requests(), "events": e._events(),
-                        "spec": e.spec_counts, "gaps": e.take_gaps(), "index": idx})
+                        "spec": e.spec_counts, "offload": e.offload_counts,
+                        "gaps": e.take_gaps(), "index": idx})
         result = {"route": _arr_i32(self.route, n), "replicas": out,
                   "sent": np.array(<sec_t[:n]>self.sent, copy=True) if n else np.zeros(0)}
         if self.pd:

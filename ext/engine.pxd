@@ -5,6 +5,7 @@
 # result rows (Engine.take_steps, Engine.take_requests).
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
+from aisim._core.offload cimport OffloadC
 from aisim._core.request cimport ReqC
 from aisim._core.scheduler cimport BatchC, SchedC, SchedConfC
 from aisim._core.steptime cimport TimeModelC
@@ -31,6 +32,18 @@ cdef enum EventKind:
     EV_SPEC = 6                # drafts verified with the scheduled tokens (or padding), value = drafts
     EV_SPEC_ACCEPTED = 7       # follows EV_SPEC: value = drafts accepted
     EV_SPEC_PADDED = 8         # follows EV_SPEC: the drafts are vLLM's -1 padding of an admission
+    # KV offload (the step's `offload` object of the decision log); value as said
+    EV_OFF_LOOKUP = 9          # a connector lookup, value = the local hit it was given
+    EV_OFF_LOOKUP_EXT = 10     # follows EV_OFF_LOOKUP: tokens offered (-1: None)
+    EV_OFF_LOAD = 11           # a load job, value = its id
+    EV_OFF_LOAD_TOKENS = 12    # follows EV_OFF_LOAD: num_external_tokens
+    EV_OFF_LOAD_CHUNKS = 13    # follows EV_OFF_LOAD: chunks read
+    EV_OFF_STORE = 14          # a store job, value = its id
+    EV_OFF_STORE_CHUNKS = 15   # follows EV_OFF_STORE: chunks written
+    EV_OFF_FLUSH = 16          # a job flushed, value = its id
+    EV_OFF_WAIT = 17           # in WAITING_FOR_REMOTE_KVS after schedule()
+    EV_OFF_DONE = 18           # a job the worker reported, value = its id
+    EV_OFF_RECV = 19           # finished_recving
 
 # Step columns: one row per logged engine iteration.  The names and dtypes are
 # engine.pyx STEP_COLUMNS, in this order (a test checks the two agree).
@@ -75,6 +88,12 @@ cdef enum ReqCol:
     RC_SPEC_DRAFTS             # draft tokens scheduled for verification
     RC_SPEC_ACCEPTED           # ... of those, accepted
     N_REQ_COLS                 # number of request columns
+
+# KV offload columns of a step (engine_rows.pxi OFF_STEP_COLUMNS) and of a request (OFF_REQ_COLUMNS),
+# kept only with KV offload: int64 rows of N_OFF_STEP (N_OFF_REQ) values.
+cdef enum:
+    N_OFF_STEP = 17
+    N_OFF_REQ = 4
 
 cdef struct StepColsC:
     # One row per logged engine iteration; every column grown geometrically.
@@ -217,6 +236,13 @@ cdef class Engine:
     cdef MacroC macro              # macro-steps: quiet stretches of decoding in one move
     cdef bint replica              # a deployment's replica (fed and stepped by aisim._core.deploy)
     cdef sec_t last_start          # clock at the start of the last iteration
+    # KV offload behind the GPU cache (ext/offload.pxi): the CPU tier and its rows
+    cdef bint offload              # on
+    cdef OffloadC off              # the connector's state (sched.off points here)
+    cdef int64_t* off_steps        # [off_steps_cap * N_OFF_STEP] the step rows' offload columns
+    cdef int64_t off_steps_cap
+    cdef int64_t* off_reqs         # [off_reqs_cap * N_OFF_REQ] the request rows' offload columns
+    cdef int64_t off_reqs_cap
     cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
                        const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
@@ -230,6 +256,7 @@ cdef class Engine:
     cdef int _run(self) except -1 nogil
     cdef int _iterate(self) except -1 nogil
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1
+    cdef int _set_offload(self, dict off, tok_t hash_block, tok_t max_model_len) except -1
 
 
 # A deployment's replica (engine_replica.pxi): deploy.pyx feeds it one request at a time, steps it

@@ -32,8 +32,12 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.util cimport num_tokens, tmin
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
+from aisim._core.offload cimport (
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffConfC, OffRecC, OffloadC,
+)
 from aisim._core.scheduler cimport (
-    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, sched_add_request,
+    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, off_init, off_next_landing, off_release,
+    sched_add_request,
     sched_admit_waiting, sched_cap, sched_end_schedule, sched_has_requests, sched_init, sched_release,
     sched_schedule, sched_step_lpt, sched_update,
 )
@@ -43,6 +47,7 @@ from aisim._core.types cimport (
 
 
 include "engine_rows.pxi"
+include "engine_offload.pxi"
 
 
 # Iterations in a row without a scheduled token or a finish before a replay is
@@ -217,6 +222,9 @@ cdef class Engine:
         self.kv.hash_lookahead = conf.hash_lookahead
         sched_init(&self.sched, conf, &self.kv, self.reqs, cap)
         self.sched.gaps = &self.gaps
+        if config.kv_offload is not None:
+            self._set_offload(config.kv_offload, config.hash_block_size, max_model_len)
+            macro_steps = False  # every step of the connector is its own
         _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
@@ -240,6 +248,24 @@ cdef class Engine:
                                        MAX_FIRST_STEP_ROWS))
             self.feed(trace)
             self.end_input()
+
+    cdef int _set_offload(self, dict off, tok_t hash_block, tok_t max_model_len) except -1:
+        """KV offload behind the GPU cache (aisim.core_input.offload_args)."""
+        cdef OffConfC oc
+        memset(&oc, 0, sizeof(OffConfC))
+        oc.cpu_chunks = off["cpu_chunks"]
+        oc.tokens_per_chunk = off["tokens_per_chunk"]
+        oc.hashes_per_chunk = <int32_t>(off["tokens_per_chunk"] // hash_block)
+        oc.prompt_only = off["prompt_only"]
+        oc.load_delay = off["load_delay"]
+        oc.store_delay = off["store_delay"]
+        oc.max_inflight_loads = off["max_inflight_loads"]
+        oc.chunk_bytes = off["chunk_bytes"]
+        oc.link_bps = off["link_bytes_per_s"]
+        off_init(&self.off, oc, <int32_t>(max_model_len // oc.tokens_per_chunk + 1), self.kv.cap_slots, 64)
+        self.sched.off = &self.off
+        self.offload = True
+        return 0
 
     cdef int _set_speculative(self, dict spec, SchedConfC* conf) except -1:
         """Speculative-decoding settings (aisim.core_input); the trace's ``accept`` lists come with ``feed``."""
@@ -289,6 +315,10 @@ cdef class Engine:
         mem_free(self.open_q)
         _arena_release(&self.segs)
         _arena_release(&self.accs)
+        if self.offload:
+            off_release(&self.off)
+        mem_free(self.off_steps)
+        mem_free(self.off_reqs)
 
     # -------------------------------------------------------------- input
 
@@ -342,7 +372,8 @@ cdef class Engine:
         cdef const flag_t[::1] fol = _c_array(follows, np.int8)
         cdef const sec_t[::1] nth = _c_array(next_think, np.float64)
         # Requests sharing no block with any other are keyed lazily where the cache allows it.
-        cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
+        cdef bint lazy_ok = (kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
+                             and not self.offload)  # the connector reads every request's keys
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
         # ... past the leading tokens another request shares (the rest of every request is its own).
         shared = getattr(trace, "shared_tokens", None) if lazy_ok else None
@@ -437,7 +468,7 @@ cdef class Engine:
         _put_i32(c, SC_FREE_BLOCKS, row, self.kv.pool.num_free)
         _put_i32(c, SC_CACHED_BLOCKS, row, self.kv.pool.cached_free)
         _put_i32(c, SC_RUNNING, row, self.sched.n_running)
-        _put_i32(c, SC_WAITING, row, self.sched.n_waiting)
+        _put_i32(c, SC_WAITING, row, self.sched.n_waiting + (self.off.n_parked if self.offload else 0))
         _put_i32(c, SC_NUM_FINISHED, row, self.sched.n_finished if upd_b != NULL else 0)
         # A drain line scheduled nothing: its batch columns stay zero (zero-filled growth).
         if sched_b != NULL:
@@ -475,6 +506,8 @@ cdef class Engine:
         if upd_b != NULL and self.record_events:
             for i in range(self.sched.n_finished):
                 _event(&self.events, self.steps_taken + row, EV_FINISHED, <req_t>self.slot_global[self.sched.finished[i]], 0)
+        if self.offload:
+            _off_row(self, row)
         c.n += 1
         return 0
 
@@ -519,8 +552,17 @@ cdef class Engine:
         """A synchronous iteration after its schedule(): the output of ``b`` processed
         (update_from_output), its row written, the clock at the end of its forward pass."""
         cdef block_id_t free_sched = self.kv.pool.num_free
+        cdef sec_t land
         sched_update(&self.sched, b)
         self.upd_batch = b
+        if self.offload and b.total_tokens == 0:
+            # Transfers on the clock: an engine with nothing to compute polls until the next copy
+            # lands (or the next request arrives).
+            land = off_next_landing(&self.off)
+            if self.timed and self.open_n > 0 and self.slot_time[self.open_q[self.open_head]] < land:
+                land = self.slot_time[self.open_q[self.open_head]]
+            if land > b.end_s:
+                b.end_s = land
         _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
         self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
@@ -551,9 +593,12 @@ cdef class Engine:
                 self.slot_pin[b.req[i]] = 1
         while self.retired < self.loaded:
             s = self.win[self.retired & mask]
-            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s] or self.reqs[s].held):
+            if not all_of_them and (self.reqs[s].status != ST_FINISHED or self.slot_pin[s] or self.reqs[s].held
+                                    or self.reqs[s].off_hold):
                 break
             _rcols_reserve(&self.rcols)
+            if self.offload:
+                _off_req_row(self, &self.reqs[s])
             _rcols_put(&self.rcols, &self.reqs[s])
             self.free_slots[self.n_free] = s
             self.n_free += 1
@@ -683,14 +728,18 @@ cdef class Engine:
         with nogil:
             self._run()
         return {"steps": self.take_steps(), "requests": self.take_requests(), "events": self._events(),
-                "spec": self.spec_counts, "gaps": self.take_gaps()}
+                "spec": self.spec_counts, "offload": self.offload_counts,
+                "gaps": self.take_gaps()}
 
     # -------------------------------------------------------------- results
 
     def take_steps(self):
-        """The step rows written since the last call (one array per step column), handed over."""
+        """The step rows written since the last call (one array per step column), handed over;
+        with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
+        off = _off_take(self.off_steps, n, N_OFF_STEP, OFF_STEP_COLUMNS) if self.offload else {}
         out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)
+        out.update(off)
         self.steps_taken += n
         self.cols.n = 0
         return out
@@ -705,7 +754,9 @@ cdef class Engine:
             first row.
         """
         cdef Py_ssize_t n = self.rcols.n
+        off = _off_take(self.off_reqs, n, N_OFF_REQ, OFF_REQ_COLUMNS) if self.offload else {}
         out = _columns_handover(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n, &self.rcols.cap)
+        out.update(off)
         self.rcols.n = 0
         return out
 
@@ -745,6 +796,25 @@ cdef class Engine:
             "num_drafts": s.stat_drafts,
             "num_draft_tokens": s.stat_draft_tokens,
             "num_accepted_tokens": s.stat_accepted,
+        }
+
+    @property
+    def offload_counts(self):
+        """KV offload totals so far (None without it): the connector's counters and the tier's state."""
+        cdef OffloadC* o = &self.off
+        if not self.offload:
+            return None
+        return {
+            "lookups": o.lookups, "lookups_with_hit": o.lookups_hit, "lookups_deferred": o.lookups_deferred,
+            "loads": o.loads, "load_tokens": o.load_tokens, "load_chunks": o.load_chunks,
+            "stores": o.stores, "store_chunks": o.store_chunks, "flushed_jobs": o.flushed,
+            "cpu_evicted_chunks": o.evicted, "completed_jobs": o.completed, "finished_recving": o.recving,
+            "max_remote_wait": o.max_wait, "cpu_chunks": o.conf.cpu_chunks, "chunk_bytes": o.conf.chunk_bytes,
+            "connector_prefix_cache_stats": {
+                "requests": o.conn_requests, "queries": o.conn_queries, "hits": o.conn_hits,
+                "preempted_requests": o.conn_p_requests, "preempted_queries": o.conn_p_queries,
+                "preempted_hits": o.conn_p_hits,
+            },
         }
 
     @property

@@ -99,6 +99,8 @@ cdef struct KVCacheC:
     # a deployment's router (ext/deploy.pyx): its ids of the keys this group caches (set after kv_init)
     int32_t tag_group          # the group whose full blocks carry the router's ids (-1: none)
     const int32_t* tag_ids     # the router's id of every prompt block key (ReqC.tag_off indexes it)
+    block_id_t reserved        # free blocks an admission must leave alone (allocate_slots' reserved_blocks:
+                               # a KV connector's asynchronous load; 0 otherwise)
     const hash_t* pre_hashes   # the router's chain hash of every prompt hash block, or NULL (as tag_ids;
                                # set when its blocks are hash blocks): a request's prompt is not hashed again
     hash_t* tmp_keys           # [max table_row] scratch: the keys of the blocks one call caches

@@ -433,7 +433,7 @@ cdef int kv_allocate_slots(KVCacheC* kv, ReqC* r, tok_t num_new_tokens, tok_t nu
     need = 0
     for gi in range(kv.n_groups):
         need += _blocks_needed(kv, gi, r, need_slot, use_hits, local, local, main_tokens, False, prefill_end)
-    if need + wm > kv.pool.num_free:
+    if need + wm > kv.pool.num_free - kv.reserved:
         return 0
     if use_hits:
         # allocate_new_computed_blocks: every group's hits are touched before

@@ -68,3 +68,18 @@ cdef struct ReqC:
     int64_t tag_off            # its first prompt block's entry in KVCacheC.tag_ids
     int32_t tag_n              # its full prompt blocks with an id there
     flag_t tag_look            # its other full blocks: 1 = a router may read their keys (TAG_LOOKUP)
+    # --- KV offload (ext/offload.pxi; untouched without it)
+    int32_t off_next           # RequestGroupState.next_stored_chunk_idx
+    int32_t off_jobs           # RequestOffloadState.transfer_jobs in flight
+    tok_t off_local            # num_locally_computed_tokens of its last lookup
+    int64_t off_rank           # the LRU policy's rank of the request (0: none yet)
+    flag_t off_park            # 1 WAITING_FOR_REMOTE_KVS, 2 its load reported (finished_recving),
+                               # 3 promoted but not scheduled yet; 0 otherwise
+    flag_t off_inflight        # in Scheduler._inflight_prefills
+    flag_t off_hold            # finished; the connector still holds its state (keys, jobs)
+    int32_t off_reserved       # Scheduler._parked_reservations entry (blocks; 0 none)
+    int32_t off_nblocks        # GPU blocks it held when it finished
+    tok_t off_hit_first        # tokens loaded from the CPU tier at its first admission
+    tok_t off_loaded           # tokens loaded from the CPU tier over every admission
+    int32_t off_n_loads        # its load jobs
+    int64_t off_store_chunks   # chunks its store jobs wrote

@@ -4,6 +4,7 @@
 # async_scheduler.py and request_queue.py, drafts included; a release's rules are ``conf.rules``.
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
+from aisim._core.offload cimport OffConfC, OffloadC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport GapsC, RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
@@ -112,6 +113,8 @@ cdef struct SchedC:
     tok_t* aware_cached              # [aware_window] scratch: cached tokens of the window's plain requests
     req_t* aware_reqs                # [aware_window] scratch: those requests
     int32_t* aware_pos               # [aware_window] scratch: their places in the waiting queue
+    # KV offload behind the GPU cache (ext/offload.pxi; NULL without it; owned by the engine)
+    OffloadC* off
 
 cdef int sched_init(SchedC* s, SchedConfC conf, KVCacheC* kv, ReqC* reqs, req_t n_reqs) except -1 nogil
 cdef void sched_release(SchedC* s) noexcept nogil
@@ -129,3 +132,6 @@ cdef int sched_end_schedule(SchedC* s, BatchC* b) except -1 nogil
 cdef tok_t sched_step_lpt(const SchedC* s) noexcept nogil
 cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
 cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil
+cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, int32_t jobs) except -1 nogil
+cdef void off_release(OffloadC* o) noexcept nogil
+cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil

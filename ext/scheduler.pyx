@@ -32,8 +32,15 @@ from aisim._core.request cimport (
 )
 from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
-from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, tok_t
-from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, num_tokens, splitmix64, tmin
+from aisim._core.hashing cimport hash_extend
+from aisim._core.offload cimport (
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffChunkC, OffConfC, OffHeapE, OffJobC,
+    OffloadC, OffRecC,
+)
+from aisim._core.types cimport (
+    block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t,
+)
+from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, mix64, num_tokens, splitmix64, tmax, tmin
 
 
 cdef tok_t _mamba_block_aligned_split(const SchedC* s, const ReqC* r, tok_t n, tok_t local_hit) noexcept nogil:
@@ -273,13 +280,15 @@ cdef int sched_add_request(SchedC* s, req_t r) except -1 nogil:
 
 
 cdef bint sched_has_unfinished(const SchedC* s) noexcept nogil:
-    return s.n_running + s.n_waiting > 0
+    return s.n_running + s.n_waiting > 0 or (s.off != NULL and s.off.n_parked > 0)
 
 
 cdef bint sched_has_requests(const SchedC* s) noexcept nogil:
     # Scheduler.has_requests: unfinished requests, or finished ones whose ids
     # the next schedule() still has to report.
-    return s.n_running + s.n_waiting > 0 or s.finished_pending
+    # With a KV connector, also while a transfer is in flight (has_pending_push_work).
+    return s.n_running + s.n_waiting > 0 or s.finished_pending or (
+        s.off != NULL and (s.off.n_parked > 0 or s.off.n_jobs > 0))
 
 
 # ------------------------------------------------------------------ schedule()
@@ -289,6 +298,7 @@ cdef int _preempt(SchedC* s, BatchC* b, req_t v) except -1 nogil:
     cdef ReqC* r = &s.reqs[v]
     kv_key_lazy(s.kv, r)  # its re-admission looks up its own blocks: they need their keys
     kv_free(s.kv, r)
+    r.off_inflight = 0
     r.status = ST_PREEMPTED
     r.num_computed = 0
     r.num_spec = 0  # spec_token_ids cleared
@@ -393,6 +403,10 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 
 # The waiting pass: compiled into this module.
 include "waiting_pass.pxi"
+# KV offload behind the GPU cache, and its waiting pass: compiled into this module.
+include "offload.pxi"
+include "offload_worker.pxi"
+include "offload_pass.pxi"
 
 
 cdef int _end_schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
@@ -407,6 +421,9 @@ cdef int _end_schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     # Copy-on-write retentions are released once the step's copies are
     # issued (Scheduler.schedule -> _free_cow_retained_blocks).
     kv_end_schedule(s.kv)
+    if s.off != NULL:
+        # The KV connector's metadata is built before _update_after_schedule.
+        off_build_meta(s, b)
 
     # ---- _update_after_schedule (+ AsyncScheduler placeholders)
     b.decode_tokens = 0
@@ -416,6 +433,8 @@ cdef int _end_schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
         r.num_computed += b.tokens[i]
         r.num_in_flight += b.tokens[i]
         r.is_prefill_chunk = r.num_computed < num_tokens(r) + r.num_placeholders
+        if not r.is_prefill_chunk:
+            r.off_inflight = 0  # out of Scheduler._inflight_prefills
         b.sampled[i] = not r.is_prefill_chunk
         b.decode[i] = computed_before + 1 >= num_tokens(r) + r.num_placeholders
         if b.decode[i]:
@@ -587,7 +606,12 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     n_running_sched = b.n
 
     # ---- pass 2: waiting requests, only if nothing was preempted
-    if b.n_preempted == 0:
+    if s.off != NULL:
+        s.off.n_recs = 0
+        s.off.step_evicted = 0
+        if b.n_preempted == 0:
+            _waiting_pass_off(s, b, token_budget, input_budget, lpt)
+    elif b.n_preempted == 0:
         _waiting_pass(s, b, token_budget, input_budget, lpt, prefill_scheduled, n_running_sched, mode)
     _end_schedule(s, b, mode)
     return 0
@@ -721,7 +745,15 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
             r.status = ST_FINISHED
             r.finish_s = b.end_s
             kv_depart(s.kv, r)
-            if not r.held:
+            if s.off != NULL:
+                # The connector keeps the request's keys until the next schedule() signals its
+                # finish (request_finished, then build_connector_meta).
+                r.off_nblocks = _off_table_len(s.kv, 0, r)
+                r.off_inflight = 0
+                r.off_hold = 1
+                _off_unreserve_parked(s, r)
+                kv_free(s.kv, r)
+            elif not r.held:
                 kv_free(s.kv, r)
                 kv_release_slot(s.kv, r)
             s.finished[s.n_finished] = ri
@@ -739,6 +771,9 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
         s.n_running = j
     if s.n_finished > 0:
         s.finished_pending = True
+    if s.off != NULL:
+        # _update_from_kv_xfer_finished: what the worker reported in this step's output.
+        off_worker_output(s, b.step, b.start_s, b.end_s)
     if spec and not c.async_scheduling and b.total_tokens > 0:
         # update_draft_token_ids: k drafts for every unfinished request of the
         # batch; a prefill chunk's are dropped.

@@ -105,6 +105,16 @@ CREATE TABLE IF NOT EXISTS summaries (
     kv_usage_mean                   DOUBLE,            -- vLLM's kv_usage (active / usable blocks), mean over steps
     kv_usage_max                    DOUBLE,            -- its peak
     kv_physical_usage_max           DOUBLE,            -- peak of active + cached blocks over usable blocks
+    offload_cpu_chunks              BIGINT,            -- KV offload: the CPU tier's size in offloaded blocks (0 without a tier)
+    offload_queries                 BIGINT,            -- KV offload: tokens the connector was asked for (vLLM's connector_prefix_cache_stats.queries) (0 without a tier)
+    offload_hits                    BIGINT,            -- KV offload: of those, tokens the CPU tier offered (0 without a tier)
+    offload_loads                   BIGINT,            -- KV offload: load jobs (CPU tier to GPU) (0 without a tier)
+    offload_load_tokens             BIGINT,            -- KV offload: tokens they loaded (0 without a tier)
+    offload_load_bytes              BIGINT,            -- KV offload: bytes they read (0 without a tier)
+    offload_stores                  BIGINT,            -- KV offload: store jobs (GPU to CPU tier) (0 without a tier)
+    offload_store_chunks            BIGINT,            -- KV offload: offloaded blocks they wrote (0 without a tier)
+    offload_store_bytes             BIGINT,            -- KV offload: bytes they wrote (0 without a tier)
+    offload_cpu_evicted             BIGINT,            -- KV offload: offloaded blocks the CPU tier evicted (0 without a tier)
     summary_json                    VARCHAR,           -- the replay summary as JSON, every field
     PRIMARY KEY (run_id, shard_id)
 );
@@ -138,6 +148,12 @@ CREATE TABLE IF NOT EXISTS replicas (
     kv_usage_mean                   DOUBLE,            -- vLLM's kv_usage (active / usable blocks), mean over steps
     kv_usage_max                    DOUBLE,            -- its peak
     kv_physical_usage_max           DOUBLE,            -- peak of active + cached blocks over usable blocks
+    offload_cpu_chunks              BIGINT,            -- KV offload: the CPU tier's size in offloaded blocks (0 without a tier)
+    offload_hits                    BIGINT,            -- KV offload: of those, tokens the CPU tier offered (0 without a tier)
+    offload_loads                   BIGINT,            -- KV offload: load jobs (CPU tier to GPU) (0 without a tier)
+    offload_load_tokens             BIGINT,            -- KV offload: tokens they loaded (0 without a tier)
+    offload_store_chunks            BIGINT,            -- KV offload: offloaded blocks they wrote (0 without a tier)
+    offload_cpu_evicted             BIGINT,            -- KV offload: offloaded blocks the CPU tier evicted (0 without a tier)
     busy_s                          DOUBLE,            -- the replica's step time, summed
     utilisation                     DOUBLE,            -- busy_s over the deployment's duration_s
     PRIMARY KEY (run_id, shard_id, replica)
@@ -171,7 +187,11 @@ CREATE TABLE IF NOT EXISTS requests (
     preemptions                   INTEGER,           -- times preempted
     status                        VARCHAR,           -- finished, running, waiting, preempted, pending or rejected at the end
     spec_drafts                   INTEGER,           -- speculative decoding: draft tokens scheduled for verification (vLLM's -1 padding included; 0 without it)
-    spec_accepted                 INTEGER            -- of those, accepted by the target model (acceptance rate: spec_accepted / spec_drafts)
+    spec_accepted                 INTEGER,           -- of those, accepted by the target model (acceptance rate: spec_accepted / spec_drafts)
+    offload_hit_tokens            INTEGER,           -- tokens loaded from the CPU tier at its first admission; NULL without a KV offload tier
+    offload_loaded_tokens         INTEGER,           -- tokens loaded from the CPU tier over every admission; NULL without a KV offload tier
+    offload_loads                 INTEGER,           -- its load jobs; NULL without a KV offload tier
+    offload_store_chunks          BIGINT             -- CPU-tier blocks its stores wrote; NULL without a KV offload tier
 );
 
 CREATE TABLE IF NOT EXISTS steps (
@@ -206,5 +226,22 @@ CREATE TABLE IF NOT EXISTS steps (
     kv_cache_active_bytes     BIGINT,            -- bytes of active blocks
     kv_cache_cached_bytes     BIGINT,            -- bytes of cached blocks
     spec_tokens               BIGINT,            -- speculative decoding: draft tokens verified in this step (counted in decode_tokens)
-    spec_accepted             BIGINT             -- of those, accepted
+    spec_accepted             BIGINT,            -- of those, accepted
+    offload_lookups           INTEGER,           -- connector lookups (get_num_new_matched_tokens) this step; NULL without a KV offload tier
+    offload_lookup_hits       INTEGER,           -- of those, offering CPU-tier tokens; NULL without a KV offload tier
+    offload_lookups_deferred  INTEGER,           -- of those, answered 'ask again' (None); NULL without a KV offload tier
+    offload_loads             INTEGER,           -- load jobs issued (CPU tier to GPU); NULL without a KV offload tier
+    offload_load_tokens       BIGINT,            -- tokens those loads bring; NULL without a KV offload tier
+    offload_load_chunks       BIGINT,            -- CPU-tier blocks they read; NULL without a KV offload tier
+    offload_load_bytes        BIGINT,            -- bytes they read; NULL without a KV offload tier
+    offload_stores            INTEGER,           -- store jobs issued (GPU to CPU tier); NULL without a KV offload tier
+    offload_store_chunks      BIGINT,            -- CPU-tier blocks they write; NULL without a KV offload tier
+    offload_store_bytes       BIGINT,            -- bytes they write; NULL without a KV offload tier
+    offload_flushed           INTEGER,           -- jobs flushed (jobs_to_flush); NULL without a KV offload tier
+    offload_cpu_evicted       BIGINT,            -- CPU-tier blocks evicted by this step's stores; NULL without a KV offload tier
+    offload_completed         INTEGER,           -- jobs the worker reported finished; NULL without a KV offload tier
+    offload_recving           INTEGER,           -- loads reported finished (finished_recving); NULL without a KV offload tier
+    offload_remote_wait       INTEGER,           -- requests in WAITING_FOR_REMOTE_KVS after schedule(); NULL without a KV offload tier
+    offload_cpu_used          BIGINT,            -- CPU-tier blocks holding data after the step; NULL without a KV offload tier
+    offload_cpu_evictable     BIGINT             -- of those, evictable (stored, not being read); NULL without a KV offload tier
 );

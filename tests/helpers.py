@@ -91,3 +91,27 @@ def copy_oracle_config(scenario_dir, dest):
     raw["startup_check"] = False  # the recorder built the scheduler without vLLM's engine start-up
     with open(dest, "w") as fh:
         json.dump(raw, fh, indent=1)
+
+
+def oracle_hash_id_trace(path):
+    """An offload scenario's trace.jsonl (prompts as ``hash_ids`` of ``hash_block`` tokens): every id is a
+    token stream, the id at list position i covers prompt positions i*hash_block onwards with the
+    first tokens of its stream; positions past the ids are the request's own."""
+    import json
+
+    requests = []
+    with open(path) as fh:
+        for line in fh:
+            o = json.loads(line)
+            unit, n = o["hash_block"], o["prompt_len"]
+            segs = []
+            for i, h in enumerate(o["hash_ids"]):
+                if i * unit >= n:
+                    break
+                segs.append((f"id-{h}", 0, min(unit, n - i * unit)))
+            covered = sum(s[2] for s in segs)
+            if covered < n:
+                segs.append(("private-" + o["request_id"], covered, n - covered))
+            requests.append({"id": o["request_id"], "prompt": n, "max_tokens": o["max_tokens"],
+                             "at": o["arrival_step"], "segments": segs})
+    return make_trace(requests)

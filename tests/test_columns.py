@@ -83,7 +83,7 @@ def test_landed_tables_have_the_catalogue_names_types_and_order(demo):
 def test_summary_columns_read_existing_summary_fields(replayed):
     s = replayed.summary
     for col in SUMMARIES.columns:
-        if col.summary is not None:
+        if col.summary is not None and col.summary[0] != "kv_offload":  # with a tier only (test_offload_results)
             v = s
             for key in col.summary:
                 assert key in v, col.name

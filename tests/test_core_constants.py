@@ -22,7 +22,10 @@ ENUMS = enum_codes()
         (constants.EVENT_KINDS, "EV_",
          {"arrived": "ARRIVED", "sched": "SCHED", "new": "NEW", "resumed": "RESUMED",
           "preempted": "PREEMPTED", "finished": "FINISHED", "spec": "SPEC", "spec_accepted": "SPEC_ACCEPTED",
-          "spec_padded": "SPEC_PADDED"}),
+          "spec_padded": "SPEC_PADDED", "off_lookup": "OFF_LOOKUP", "off_lookup_ext": "OFF_LOOKUP_EXT",
+          "off_load": "OFF_LOAD", "off_load_tokens": "OFF_LOAD_TOKENS", "off_load_chunks": "OFF_LOAD_CHUNKS",
+          "off_store": "OFF_STORE", "off_store_chunks": "OFF_STORE_CHUNKS", "off_flush": "OFF_FLUSH",
+          "off_wait": "OFF_WAIT", "off_done": "OFF_DONE", "off_recv": "OFF_RECV"}),
         (constants.ACCEPT_KINDS, "ACC_", {"permille": "PERMILLE", "counts": "COUNTS", "histogram": "HISTOGRAM"}),
         (constants.TIME_MODEL_KINDS, "TM_", {"linear": "LINEAR", "roofline": "ROOFLINE", "table": "TABLE"}),
         (constants.TABLE_AXES, "AX_", {"batch_size": "BATCH", "prefill_tokens": "PREFILL", "kv_tokens": "KV"}),
@@ -58,7 +61,7 @@ def test_python_name_tables_cover_exactly_the_core_codes():
               decisionlog.EV_PREEMPTED, decisionlog.EV_FINISHED, decisionlog.EV_SPEC,
               decisionlog.EV_SPEC_ACCEPTED, decisionlog.EV_SPEC_PADDED]
     assert events == [0, 1, 2, 3, 4, 5, 6, 7, 8]
-    assert sorted(events) == sorted(constants.EVENT_KINDS.values())
+    assert sorted(events + sorted(decisionlog._OFF.values())) == sorted(constants.EVENT_KINDS.values())
 
 
 def test_time_model_kind_codes_reach_the_core():

@@ -35,6 +35,7 @@ VALUES = {
     "cache_extra": {"prefix_cache_retention_interval": 2},
     "vllm_version": next(v for v in SUPPORTED_VLLM_VERSIONS if v != DEFAULT_VLLM_VERSION),
     "time_model": {"kind": "linear", "base_s": 0.02}, "speculative": {"num_speculative_tokens": 2},
+    "kv_offload": {"cpu_blocks": 4096}, "kv_offloading_size": 0.5,
     "model": "other", "kv_cache_bytes": 4096 * 4096, "startup_check": False,
     "replicas": 2, "router": "kv_aware", "prefill_replicas": 2, "decode_replicas": 2,
     "prefill_router": "kv_aware", "decode_router": {"kind": "least_loaded", "by": "tokens"},

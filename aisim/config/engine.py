@@ -135,6 +135,8 @@ class EngineConfig:
         The vLLM release whose rules are followed (:mod:`aisim.config.versions`).
     time_model : TimeModel
         Step time in seconds.
+    kv_offload : aisim.config.offload.OffloadConfig or None
+        KV offload behind the GPU cache (vLLM's CPU ``OffloadingConnector``).
     speculative : aisim.config.speculative.SpeculativeConfig or None
         Speculative decoding (``num_speculative_tokens``, ``method``,
         ``acceptance``, ``drafter_cost``); None: off.
@@ -182,6 +184,7 @@ class EngineConfig:
     vllm_version: str | None = _D["vllm_version"]
     time_model: TimeModel = field(default_factory=TimeModel)
     speculative: object = _D["speculative"]
+    kv_offload: object = _D["kv_offload"]
     model: str | None = _D["model"]
     kv_cache_bytes: int | None = _D["kv_cache_bytes"]
     startup_check: bool = _D["startup_check"]
@@ -358,6 +361,10 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
         from aisim.config.speculative import parse_speculative
 
         kw["speculative"] = parse_speculative(kw["speculative"], source)
+    if kw.get("kv_offload") is not None:
+        from aisim.config.offload import parse_offload
+
+        kw["kv_offload"] = parse_offload(kw["kv_offload"], source)
     if kw.get("kv_cache_groups") is not None:
         kw["kv_cache_groups"] = _groups(kw["kv_cache_groups"], kw, source)
     notes = kw.get("plan_notes", ())
@@ -396,6 +403,10 @@ def engine_config_from_dict(raw: dict, source: str | None = None) -> EngineConfi
     from aisim.config.rule import check_engine
 
     check_engine(cfg, source)
+    if cfg.kv_offload is not None:
+        from aisim.config.offload import check_offload
+
+        check_offload(cfg, source)
     return cfg
 
 

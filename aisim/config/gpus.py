@@ -33,6 +33,12 @@ from dataclasses import dataclass
 
 from aisim.errors import ConfigError
 
+# PCIe between a GPU and host memory (KV offload's CPU tier): bytes per second per lane and direction,
+# the transfer rate after line coding (PCI-SIG base specifications: 3.0 8 GT/s and 4.0 16 GT/s and
+# 5.0 32 GT/s with 128b/130b; 6.0 64 GT/s in 256-byte FLITs of 242 payload bytes).
+PCIE_LANE_BYTES_PER_S = {3: 8e9 * 128 / 130 / 8, 4: 16e9 * 128 / 130 / 8, 5: 32e9 * 128 / 130 / 8,
+                         6: 64e9 * 242 / 256 / 8}
+
 # One all-reduce of a decode step: ~8 us over NVLink/NVSwitch or Infinity Fabric (vLLM's custom
 # all-reduce), ~25 us over PCIe (NCCL).  Assumptions, not datasheet numbers.
 _SWITCHED_LATENCY_S = 8e-6

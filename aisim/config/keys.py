@@ -151,6 +151,8 @@ ENGINE_KEYS = (
     ConfigKey("time_model", None, "step time in seconds (keys below)",
               shown="the roofline once `gpu` is named, else `linear` (10 ms a step)"),
     ConfigKey("speculative", None, "speculative decoding (keys below)", shown="off"),
+    ConfigKey("kv_offload", None, "KV offload behind the GPU cache: vLLM's CPU `OffloadingConnector` "
+              "(`--kv-offloading-size`; keys below)", shown="off"),
     ConfigKey("model", None, "model name (catalog entries have model-specific rules, e.g. GLM-5.3-Flash); the "
               "roofline's model unless `time_model.model` is set"),
     ConfigKey("kv_cache_bytes", None, "KV-cache memory; with `page_size_bytes` on the groups it gives "
@@ -228,6 +230,36 @@ SPECULATIVE_KEYS = (
     ConfigKey("drafter_cost", None, "the drafter's time per step: a number is a fraction of the target "
               "step's time; a mapping `{base_s, per_token_s}` is a linear model over the step's scheduled "
               "tokens", shown="0"),
+)
+
+# Keys of ``kv_offload``: vLLM's CPU OffloadingConnector (``--kv-offloading-size``,
+# ``--kv-offloading-backend native``, ``kv_connector_extra_config``) and the step clock of its transfers.
+OFFLOAD_KEYS = (
+    ConfigKey("cpu_blocks", None, "CPU tier size in offloaded blocks (chunks); or `size_gib`", low=1,
+              shown="required unless `size_gib`", high=INT32_MAX),
+    ConfigKey("size_gib", None, "the `--kv-offloading-size` in GiB: `int(size_gib * 2**30) // bytes_per_chunk` "
+              "chunks, a chunk's bytes rounded up to 4096", shown="—"),
+    ConfigKey("kv_bytes_per_block", None, "bytes of one GPU block's KV (all layers), for `size_gib` and the byte "
+              "counters", low=1, shown="— (no byte counts)", high=INT64_MAX),
+    ConfigKey("block_size", None, "offloaded block in tokens, a multiple of the engine's `block_size`; or "
+              "`blocks_per_chunk`", low=1, shown="one GPU block", high=INT32_MAX),
+    ConfigKey("blocks_per_chunk", None, "offloaded block in GPU blocks", low=1, shown="1", high=INT32_MAX),
+    ConfigKey("load_delay_steps", 1, "a load issued in step N is reported by the output of step N + this", low=0,
+              high=INT32_MAX),
+    ConfigKey("store_delay_steps", 1, "a store issued in step N is reported by the output of step N + this "
+              "(the worker submits stores when the next step begins)", low=1, high=INT32_MAX),
+    ConfigKey("pcie_gen", None, "transfers take time instead of steps: PCIe generation (3 to 6) of the GPU's link to "
+              "host memory; a load or store lasts its bytes over the link's rate, one at a time per direction, "
+              "overlapped with compute (needs `kv_bytes_per_block`)", shown="— (step delays)"),
+    ConfigKey("pcie_lanes", 16, "lanes of that link", low=1, high=64),
+    ConfigKey("pcie_efficiency", 1.0, "share of the link's rate the copies reach, in (0, 1]"),
+    ConfigKey("max_num_inflight_kv_loads", None, "most requests loading or loaded and not yet scheduled "
+              "(vLLM's scheduler option); past it the waiting pass stops at the request", low=1,
+              shown="no cap", high=INT32_MAX),
+    ConfigKey("eviction_policy", "lru", "CPU tier policy: `lru` (vLLM's `LRUCachePolicy`)"),
+    ConfigKey("extra", None, "further `kv_connector_extra_config` entries: `offload_prompt_only` (default true: "
+              "only prompt tokens are stored), `store_threshold` (0 or 1: every new block is stored)",
+              shown="empty"),
 )
 
 # Keys of ``speculative.acceptance``.  A request's trace field ``accept`` (a list) comes first; then

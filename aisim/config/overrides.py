@@ -1,7 +1,8 @@
 """``--set key=value``: one engine or deployment key changed from the command line.
 
 A key is dotted into the configuration as a file writes it: ``max_num_seqs=128``,
-``enable_prefix_caching=false``, ``time_model.tp=2``, ``speculative.num_speculative_tokens=3``;
+``enable_prefix_caching=false``, ``time_model.tp=2``, ``speculative.num_speculative_tokens=3``,
+``kv_offload.cpu_blocks=20000`` (a tier sized in blocks replaces one sized in GiB, and the reverse);
 ``deployment.replicas=4``, ``deployment.router=kv_aware``, ``deployment.router.view_delay_s=0.05``,
 ``deployment.prefill.replicas=2``.  Keys and their types come from the key catalogue
 (:mod:`aisim.config.keys`): a key it does not hold is refused with the key named and the section's
@@ -18,8 +19,8 @@ from __future__ import annotations
 import copy
 import json
 
-from aisim.config.keys import (ACCEPTANCE_KEYS, DEPLOYMENT_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, LINK_KEYS, POOL_KEYS,
-                               ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
+from aisim.config.keys import (ACCEPTANCE_KEYS, DEPLOYMENT_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, LINK_KEYS,
+                               OFFLOAD_KEYS, POOL_KEYS, ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
 from aisim.errors import ConfigError
 
 # Dotted section -> its catalogue.  A key of a section is ``section.key``.
@@ -29,6 +30,7 @@ ENGINE_SECTIONS = {
     "speculative": SPECULATIVE_KEYS,
     "speculative.acceptance": ACCEPTANCE_KEYS,
     "speculative.drafter_cost": DRAFTER_COST_KEYS,
+    "kv_offload": OFFLOAD_KEYS,
 }
 DEPLOYMENT_SECTIONS = {
     "deployment": DEPLOYMENT_KEYS,
@@ -130,6 +132,10 @@ def split_sets(sets: list) -> tuple:
             [(k, v) for k, v in sets if k.startswith("deployment.")])
 
 
+# A KV offload tier is sized one way: setting one size drops the other (aisim.config.offload.parse_offload).
+_TIER_SIZES = {"kv_offload.cpu_blocks": "size_gib", "kv_offload.size_gib": "cpu_blocks"}
+
+
 def _put(tree: dict, dotted: str, value) -> None:
     *path, last = dotted.split(".")
     node = tree
@@ -141,6 +147,8 @@ def _put(tree: dict, dotted: str, value) -> None:
             nxt = {}
         node[p] = nxt = dict(nxt)
         node = nxt
+    if dotted in _TIER_SIZES:
+        node.pop(_TIER_SIZES[dotted], None)
     if last == "router" and isinstance(node.get("router"), dict) and isinstance(value, str):
         node["router"] = {**node["router"], "kind": value}  # a new kind keeps the router's other keys
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from aisim.config.catalog import MODELS
 from aisim.config.gpus import GPUS
 from aisim.config.keys import (ACCEPTANCE_KEYS, DEPLOYMENT_KEYS, DRAFTER_COST_KEYS, ENGINE_KEYS, GROUP_KEYS,
-                               LINK_KEYS, POOL_KEYS, ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
+                               LINK_KEYS, OFFLOAD_KEYS, POOL_KEYS, ROUTER_KEYS, SPECULATIVE_KEYS, TIME_MODEL_KEYS)
 from aisim.config.kvgroups import KINDS
 from aisim.config.versions import DEFAULT_VLLM_VERSION, SUPPORTED_VLLM_VERSIONS
 
@@ -36,6 +36,7 @@ def render_tables() -> str:
     lines += ["", "`speculative` keys:", ""] + _table(SPECULATIVE_KEYS)
     lines += ["", "`speculative.acceptance` keys:", ""] + _table(ACCEPTANCE_KEYS)
     lines += ["", "`speculative.drafter_cost` keys (given as a mapping):", ""] + _table(DRAFTER_COST_KEYS)
+    lines += ["", "`kv_offload` keys (the model: `docs/kv-offload.md`):", ""] + _table(OFFLOAD_KEYS)
     lines += ["", "GPUs of the roofline (vendor datasheets: dense tensor FLOP/s, interconnect both directions "
               "together; in brackets the measured achievable matmul FLOP/s the efficiencies apply to, "
               "`aisim/config/gpus.py`):", "",

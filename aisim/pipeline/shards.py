@@ -143,7 +143,9 @@ def _run_shard(desc: dict, parts: list) -> dict:
         fleet = desc.get("deployment")
         # A deployment ranks the request ids itself (aisim.replay.run_deployment).
         # A deployment links a closed loop's turns itself too (aisim.deploy.deploy(closed_loop=...)).
-        order = dict(rank=engine.policy == "priority" and fleet is None, closed_loop=closed_loop and fleet is None,
+        # The KV offload manager hears of finished requests in id order (aisim.replay).
+        order = dict(rank=(engine.policy == "priority" or engine.kv_offload is not None) and fleet is None,
+                     closed_loop=closed_loop and fleet is None,
                      think_time_s=opts.get("think_time_s"))
         batches = trace.batches(**order)
         load = {k: opts[k] for k in LOAD_KEYS if k in opts}
@@ -506,4 +508,4 @@ def flatten(table, desc: dict, summary: dict, kv) -> dict:
     usage = kv.columns()
     for name in ("kv_usage_mean", "kv_usage_max", "kv_physical_usage_max"):
         row[name] = usage[name] if usage is not None else None
-    return row
+    return {c.name: row[c.name] for c in table.columns if c.name in row}  # the table's order

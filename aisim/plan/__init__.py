@@ -4,7 +4,7 @@
 ``aisim plan`` command.
 """
 
-__all__ = ["engine_toml", "load_probe", "plan_from_model", "plan_from_probe"]
+__all__ = ["engine_toml", "load_probe", "offload_flags", "plan_from_model", "plan_from_probe"]
 
 
 def __getattr__(name):

@@ -7,6 +7,7 @@ import os
 import click
 
 from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
+from aisim.config.vllm_offload import offload_options
 from aisim.config.overrides import set_option
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 
@@ -25,10 +26,12 @@ from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 @click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
               help="The release vllm serve runs (with --model; default: the newest): its start-up defaults "
                    "(block size, gpu_memory_utilization, async scheduling, batch limits) are the plan's.")
+@offload_options
 @set_option()
 @out_option("--out", "out_path", help="Write the engine configuration (TOML; paths relative to it).")
 @format_option("toml", default="toml")
-def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, sets, out_path, fmt):
+def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, kv_offloading_size,
+         kv_offloading_backend, sets, out_path, fmt):
     """Plan an engine configuration from a probe or from a model and GPU, and explain it."""
     from aisim.errors import AisimError
     from aisim.files import check_outputs, write_text
@@ -48,14 +51,30 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
                 raise click.UsageError("--model needs --gpu (or --gpu-memory-gib)")
             cfg, notes = plan_from_model(model, gpu_memory_gib, tp, max_model_len, gpu=gpu, dtype=dtype,
                                          vllm_version=vllm_version)
-        if sets:
+        offload = []
+        if kv_offloading_size is not None:
+            from aisim.plan import offload_flags
+
+            offload = [("kv_offload", offload_flags(
+                cfg, kv_offloading_size, kv_offloading_backend,
+                tp if model else (load_probe(probe_path).get("tensor_parallel_size") or 1)))]
+        elif kv_offloading_backend is not None:
+            raise click.UsageError("--kv-offloading-backend goes with --kv-offloading-size (vLLM offloads only "
+                                   "when a size is given)")
+        if sets or offload:
             from aisim.config.overrides import apply_engine, describe_sets, parse_sets, split_sets
 
             overrides = parse_sets(sets)
             if split_sets(overrides)[1]:
                 raise click.UsageError("a plan is an engine configuration: --set takes engine keys here")
-            cfg = apply_engine(cfg, overrides)
-            notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
+            # The tier and the --set keys together, validated once (--set async_scheduling=false with a tier).
+            cfg = apply_engine(cfg, offload + overrides)
+            if offload:
+                from aisim.plan.planner import offload_note
+
+                notes = [*notes, offload_note(cfg, f"--kv-offloading-size {kv_offloading_size:g}")]
+            if overrides:
+                notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
         text = engine_toml(cfg, notes, os.path.dirname(os.path.abspath(out_path)) if out_path else None)
         if out_path:
             write_text(out_path, text, "--out", inputs=inputs)

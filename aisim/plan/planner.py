@@ -26,8 +26,19 @@ Probe schema (JSON)::
       "kv_cache_groups": [                   # one entry per KV-cache group
         {"type": "full", "block_size": 2176, "page_size_bytes": 2228224,
          "num_layers": 12, "prefix_cacheable": true}, ...
-      ]
+      ],
+      "tensor_parallel_size": 1,             # workers whose pages one block spans (optional)
+      "kv_offloading_size": 64.0,            # --kv-offloading-size, GiB (optional)
+      "kv_offloading_backend": "native",     # --kv-offloading-backend (optional)
+      "kv_transfer_config": {                # vllm_config.kv_transfer_config (optional)
+        "kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"cpu_bytes_to_use": 68719476736}},
+      "max_num_inflight_kv_loads": 8         # scheduler option (optional)
     }
+
+A probe whose engine ran vLLM's ``OffloadingConnector`` (its ``kv_transfer_config``, or the
+``--kv-offloading-*`` flags that make one) plans a ``kv_offload`` section
+(:mod:`aisim.config.vllm_offload`); the resolved ``kv_transfer_config`` wins over the flags.
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ PROBE_KEYS = {
     "schema", "vllm_version", "model", "enable_prefix_caching", "hash_block_size_tokens", "mamba_cache_mode",
     "block_size", "max_model_len", "max_num_batched_tokens", "max_num_seqs", "num_gpu_blocks",
     "kv_cache_bytes", "kv_cache_groups", "long_prefill_token_threshold", "enable_chunked_prefill",
-    "async_scheduling",
+    "async_scheduling", "tensor_parallel_size", "kv_offloading_size", "kv_offloading_backend",
+    "kv_transfer_config", "max_num_inflight_kv_loads",
 }
 _ENGINE_DEFAULTS = defaults(ENGINE_KEYS)
 SCHEDULER_KEYS = ("max_num_batched_tokens", "max_num_seqs", "long_prefill_token_threshold",
@@ -78,9 +90,9 @@ _PROBE_INTS = {"block_size": _LOW["block_size"], "max_model_len": _LOW["max_mode
                "max_num_batched_tokens": _LOW["max_num_batched_tokens"], "max_num_seqs": _LOW["max_num_seqs"],
                "num_gpu_blocks": _LOW["num_gpu_blocks"], "kv_cache_bytes": _LOW["kv_cache_bytes"],
                "long_prefill_token_threshold": _LOW["long_prefill_token_threshold"],
-               "hash_block_size_tokens": 1}
+               "hash_block_size_tokens": 1, "tensor_parallel_size": 1, "max_num_inflight_kv_loads": 1}
 _PROBE_BOOLS = ("enable_prefix_caching", "enable_chunked_prefill", "async_scheduling")
-_PROBE_STRINGS = ("vllm_version", "model", "mamba_cache_mode")
+_PROBE_STRINGS = ("vllm_version", "model", "mamba_cache_mode", "kv_offloading_backend")
 
 
 def _is_int(v) -> bool:
@@ -121,6 +133,10 @@ def check_probe(probe, where: str = "the probe") -> None:
             raise ConfigError(f"'{k}' in probe {where} must be true or false, got {v!r}")
         if k in _PROBE_STRINGS and not isinstance(v, str):
             raise ConfigError(f"'{k}' in probe {where} must be a string, got {v!r}")
+        if k == "kv_offloading_size" and (isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0):
+            raise ConfigError(f"'kv_offloading_size' in probe {where} must be a positive number of GiB, got {v!r}")
+        if k == "kv_transfer_config" and not isinstance(v, dict):
+            raise ConfigError(f"'kv_transfer_config' in probe {where} must be a mapping, got {v!r}")
     groups = probe["kv_cache_groups"]
     if not isinstance(groups, list) or not groups:
         raise ConfigError(f"'kv_cache_groups' in probe {where} must be a non-empty list of groups, got {groups!r}")
@@ -140,8 +156,80 @@ def plan_from_probe(probe: dict) -> tuple[EngineConfig, list[str]]:
     Returns
     -------
     (EngineConfig, list of str)
-        The plan and its notes; the notes name every reason prefix caching is off.
+        The plan and its notes; the notes name every reason prefix caching is off, and the KV
+        offload tier the probed engine ran (or why the plan has none).
     """
+    cfg, notes = _plan_probe_engine(probe)
+    section, note = probe_offload(probe, cfg)
+    if note is not None:
+        notes.append(note)
+    if section is None:
+        return (cfg if note is None else cfg.replace(plan_notes=notes)), notes
+    return with_offload(cfg, section, notes, "the probed engine's KV offload tier")
+
+
+def probe_offload(probe: dict, cfg: EngineConfig):
+    """The ``kv_offload`` section a probe shows (None: none), and a note on a connector not replayed.
+
+    ``kv_transfer_config`` (what vLLM resolved) is read first, else ``kv_offloading_size`` and
+    ``kv_offloading_backend``; ``max_num_inflight_kv_loads`` joins the section.
+    """
+    from aisim.config.vllm_offload import from_transfer_config, offload_section, tier_bytes_per_block
+
+    per_block = tier_bytes_per_block(cfg.raw.get("kv_cache_groups"), probe.get("tensor_parallel_size") or 1)
+    section, note = from_transfer_config(probe.get("kv_transfer_config"), per_block, " in the probe")
+    backend = probe.get("kv_offloading_backend") or "native"
+    if section is None and note is None and probe.get("kv_offloading_size") is not None and backend == "lmcache":
+        # VllmConfig._post_init_kv_transfer_config: lmcache runs LMCacheMPConnector.
+        _, note = from_transfer_config({"kv_connector": "LMCacheMPConnector"}, per_block)
+    elif section is None and note is None and probe.get("kv_offloading_size") is not None:
+        section = offload_section(probe["kv_offloading_size"], backend, per_block,
+                                  where="'kv_offloading_size' in the probe")
+    if section is not None and probe.get("max_num_inflight_kv_loads") is not None:
+        section["max_num_inflight_kv_loads"] = probe["max_num_inflight_kv_loads"]
+    return section, note
+
+
+def offload_flags(cfg: EngineConfig, size_gib: float, backend: str | None = None, tp: int | None = None) -> dict:
+    """The ``kv_offload`` section vLLM's ``--kv-offloading-size size_gib --kv-offloading-backend backend``
+    gives ``cfg``: sized so, its other keys kept.
+
+    ``tp``: the workers one block's pages span (default: the time model's ``tp``).
+
+    Raises
+    ------
+    ConfigError
+        A bad size or backend, or an engine whose groups do not give a block's bytes.
+    """
+    from aisim.config.vllm_offload import offload_section, tier_bytes_per_block
+
+    tp = cfg.time_model.tp if tp is None else tp
+    return offload_section(size_gib, backend or "native", tier_bytes_per_block(cfg.raw.get("kv_cache_groups"), tp),
+                           base=cfg.raw.get("kv_offload"))
+
+
+def offload_note(cfg: EngineConfig, what: str) -> str:
+    """One line on ``cfg``'s KV offload tier: its size and chunks."""
+    off = cfg.kv_offload
+    size = f"{off.size_gib:g} GiB, " if off.size_gib is not None else ""
+    return f"{what}: vLLM's CPU OffloadingConnector, {size}{off.num_chunks(cfg.block_size):,} chunks"
+
+
+def with_offload(cfg: EngineConfig, section: dict, notes: list, what: str) -> tuple[EngineConfig, list[str]]:
+    """``cfg`` with the ``kv_offload`` ``section`` and a note saying so; or, when the engine is one the
+    offload replay does not model (aisim.config.offload), ``cfg`` without it and a note giving the
+    reason."""
+    try:
+        planned = cfg.replace(kv_offload=section)
+    except ConfigError as exc:
+        notes = [*notes, f"no KV offload tier: {exc}"]
+        return cfg.replace(plan_notes=notes), notes
+    notes = [*notes, offload_note(planned, what)]
+    return planned.replace(plan_notes=notes), notes
+
+
+def _plan_probe_engine(probe: dict) -> tuple[EngineConfig, list[str]]:
+    """The engine of a probe without its KV offload tier, and the notes."""
     check_probe(probe)
     groups = []
     for g in probe["kv_cache_groups"]:

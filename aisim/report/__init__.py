@@ -7,6 +7,7 @@ module              what it does
 ``downsample``      reduce long series for display (M4 min/max buckets, bands, CDFs)
 ``svg``             dependency-free inline SVG charts (lines, steps, areas, bands, points, bars)
 ``html``            the document: run summary, shard comparison, one section per shard
+``offload``         the KV offload panel: hit rate per tier, the CPU tier's occupancy and traffic
 ``sweep``           a sweep's candidates: sortable table, goodput per GPU against p99 TTFT, load curves
 ``capacity``        a capacity search's page: the answer, latency against rate, Pareto, every point
 ``cli``             the ``aisim report`` command

@@ -3,7 +3,8 @@
 :func:`render` turns a :class:`~aisim.report.data.RunData` into HTML: the run's
 header, a summary table (one row per shard), comparison bars across shards,
 and one section per (model, engine) shard with its headline numbers and
-charts (with speculative decoding, the panel of :mod:`aisim.report.spec`; for a deployment, the
+charts (with speculative decoding, the panel of :mod:`aisim.report.spec`; with a KV offload tier,
+:mod:`aisim.report.offload`'s; for a deployment, the
 replicas' balance of :mod:`aisim.report.replicas`).  CSS and the small script (hover values, legend toggles) are inline;
 the page loads nothing (its Content-Security-Policy forbids every fetch).
 
@@ -23,6 +24,7 @@ import numpy as np
 from aisim.report import downsample as ds
 from aisim.report.data import RunData, ShardData
 from aisim.report.replicas import replica_panel
+from aisim.report.offload import offload_comparison, offload_panel
 from aisim.report.spec import spec_comparison, spec_panel
 from aisim.report.svg import (SERIES_CYCLE, Ref, Series, XRef, bar_chart, fmt_bytes, fmt_count, fmt_duration, fmt_pct,
                               line_chart)
@@ -167,7 +169,7 @@ def _comparison(rd: RunData) -> str:
                                           title="KV-cache peak usage by shard", chart_id="cmp-kv", fmt="pct")),
     ]
     figs = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in charts)
-    return f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>' + spec_comparison(rd)
+    return f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>' + spec_comparison(rd) + offload_comparison(rd)
 
 
 # ---------------------------------------------------------------------------- one shard
@@ -481,7 +483,7 @@ def _shard_section(sd: ShardData, mp: int, slo: dict, open_: bool) -> str:
     figs, cdfs = _charts(sd, mp, slo)
     return (head + _stats(sd) + f'<details class="charts"{" open" if open_ else ""}><summary>charts and latency '
             f'distributions</summary>' + replica_panel(sd) + f'<div class="grid">{"".join(figs)}</div>' +
-            spec_panel(sd, mp) + f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div>'
+            spec_panel(sd, mp) + offload_panel(sd, mp) + f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div>'
             '</details></section>')
 
 

@@ -8,6 +8,10 @@ one, once, with what it sets:
     A top-level engine key (:data:`aisim.config.keys.ENGINE_KEYS`, ``plan_notes`` aside): its value
     replaces the base's (a table whole); ``"unset"`` removes the key (its default applies); a
     ``kv_cache_bytes`` knob drops the base's ``num_gpu_blocks`` (it sizes the pool instead).
+``engine`` (vLLM's flag)
+    ``kv_offloading_size``: ``vllm serve --kv-offloading-size`` in GiB, the KV offload tier
+    (:func:`aisim.config.vllm_offload.offload_section`: the base's ``kv_offload`` section resized, its
+    other keys kept, or a new one); ``"unset"`` removes the tier.  The tier's size as a dimension.
 ``deployment``
     A key of the base deployment (:data:`aisim.sweep.deployments.DEPLOYMENT_KNOBS`): ``replicas``
     and ``router`` of an aggregated deployment, ``prefill_*`` and ``decode_*`` of a disaggregated
@@ -37,8 +41,12 @@ UNSET = "unset"
 # The load axes a sweep's [load] table varies, one per sweep (aisim.traces.load).
 LOAD_AXES = ("rate_scale", "poisson_rate", "max_concurrency")
 
+# Knobs named as vLLM's flags that set an engine section (engine_raw).
+FLAG_KNOBS = ("kv_offloading_size",)
+
 # Every knob and what it sets, in the order messages list them.
 KNOBS = {**{k.name: "engine" for k in ENGINE_KEYS if k.name != "plan_notes"},
+         **{k: "engine" for k in FLAG_KNOBS},
          **{k: "deployment" for k in DEPLOYMENT_KNOBS},
          **{k: "load" for k in LOAD_AXES}}
 
@@ -93,7 +101,7 @@ def engine_raw(base: dict, knobs: dict) -> dict:
     is left as it is (the other knobs are :func:`resolve`'s)."""
     cfg = dict(base)
     for k, v in knobs.items():
-        if KNOBS.get(k) != "engine":
+        if KNOBS.get(k) != "engine" or k in FLAG_KNOBS:
             continue
         if v == UNSET:
             cfg.pop(k, None)
@@ -101,6 +109,17 @@ def engine_raw(base: dict, knobs: dict) -> dict:
             cfg[k] = v
     if knobs.get("kv_cache_bytes", UNSET) != UNSET:
         cfg.pop("num_gpu_blocks", None)
+    if "kv_offloading_size" in knobs:
+        size = knobs["kv_offloading_size"]
+        if size == UNSET:
+            cfg.pop("kv_offload", None)
+        else:
+            from aisim.config.vllm_offload import offload_section, tier_bytes_per_block
+
+            tm = cfg.get("time_model")
+            tp = tm.get("tp", 1) if isinstance(tm, dict) else 1
+            cfg["kv_offload"] = offload_section(size, "native", tier_bytes_per_block(cfg.get("kv_cache_groups"), tp),
+                                                base=cfg.get("kv_offload"), where="knob 'kv_offloading_size'")
     return cfg
 
 

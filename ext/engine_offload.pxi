@@ -1,0 +1,127 @@
+# Included into engine.pyx: the KV offload columns of the step and request rows and the decision-log
+# events of a step's `offload` object (ext/offload.pxi keeps the records of each step).
+
+# The offload step columns, in the order of a row (N_OFF_STEP); aisim.columns.OFFLOAD_STEPS names them.
+OFF_STEP_COLUMNS = (
+    ("offload_lookups", "int32"), ("offload_lookup_hits", "int32"), ("offload_lookups_deferred", "int32"),
+    ("offload_loads", "int32"), ("offload_load_tokens", "int64"), ("offload_load_chunks", "int64"),
+    ("offload_load_bytes", "int64"), ("offload_stores", "int32"), ("offload_store_chunks", "int64"),
+    ("offload_store_bytes", "int64"), ("offload_flushed", "int32"), ("offload_cpu_evicted", "int64"),
+    ("offload_completed", "int32"), ("offload_recving", "int32"), ("offload_remote_wait", "int32"),
+    ("offload_cpu_used", "int64"), ("offload_cpu_evictable", "int64"),
+)
+# The offload request columns (N_OFF_REQ); aisim.columns.OFFLOAD_REQUESTS names them.
+OFF_REQ_COLUMNS = (
+    ("offload_hit_tokens", "int64"), ("offload_loaded_tokens", "int64"), ("offload_loads", "int32"),
+    ("offload_store_chunks", "int64"),
+)
+
+if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ:
+    raise ImportError("aisim._core.engine: offload column tables and enums disagree")
+
+
+cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:
+    # Rows grown geometrically to hold ``need`` rows.
+    cdef int64_t new = cap[0] if cap[0] > 0 else 1024
+    if need <= cap[0]:
+        return 0
+    while new < need:
+        new *= 2
+    mem_grow(<void**>rows, <size_t>cap[0] * width, <size_t>new * width, sizeof(int64_t))
+    cap[0] = new
+    return 0
+
+
+cdef int _off_row(Engine e, int64_t row) except -1 nogil:
+    """The offload columns of step row ``row`` and, when recorded, its events, from the records the
+    connector kept since this step's schedule()."""
+    cdef OffloadC* o = &e.off
+    cdef int64_t* v
+    cdef int64_t line = e.steps_taken + row
+    cdef int32_t i, k
+    cdef const OffRecC* rec
+    cdef req_t g
+    _off_room(&e.off_steps, &e.off_steps_cap, row + 1, N_OFF_STEP)
+    v = e.off_steps + row * N_OFF_STEP
+    memset(v, 0, N_OFF_STEP * sizeof(int64_t))
+    for i in range(o.n_recs):
+        rec = &o.recs[i]
+        g = <req_t>e.slot_global[rec.req]
+        if rec.kind == OR_LOOKUP:
+            v[0] += 1
+            if rec.b > 0:
+                v[1] += 1
+            elif rec.b < 0:
+                v[2] += 1
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_LOOKUP, g, rec.a)
+                _event(&e.events, line, EV_OFF_LOOKUP_EXT, g, rec.b)
+        elif rec.kind == OR_LOAD:
+            v[3] += 1
+            v[4] += rec.a
+            v[5] += rec.b
+            v[6] += rec.b * o.conf.chunk_bytes
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_LOAD, g, rec.id)
+                _event(&e.events, line, EV_OFF_LOAD_TOKENS, g, rec.a)
+                _event(&e.events, line, EV_OFF_LOAD_CHUNKS, g, rec.b)
+        elif rec.kind == OR_STORE:
+            v[7] += 1
+            v[8] += rec.b
+            v[9] += rec.b * o.conf.chunk_bytes
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_STORE, g, rec.id)
+                _event(&e.events, line, EV_OFF_STORE_CHUNKS, g, rec.b)
+        elif rec.kind == OR_FLUSH:
+            v[10] += 1
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_FLUSH, g, rec.id)
+        elif rec.kind == OR_DONE:
+            v[12] += 1
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_DONE, g, rec.id)
+        elif rec.kind == OR_RECV:
+            v[13] += 1
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_RECV, g, 0)
+    v[11] = o.step_evicted
+    k = 0
+    for i in range(o.n_parked):
+        if e.reqs[o.parked[i]].off_park == 1 or e.reqs[o.parked[i]].off_park == 2:
+            k += 1
+            if e.record_events:
+                _event(&e.events, line, EV_OFF_WAIT, <req_t>e.slot_global[o.parked[i]], 0)
+    v[14] = k
+    v[15] = o.n_used
+    v[16] = o.n_evictable
+    # A step that schedules nothing still reports its transfers: the records start again.
+    o.n_recs = 0
+    o.step_evicted = 0
+    return 0
+
+
+cdef int _off_req_row(Engine e, const ReqC* r) except -1 nogil:
+    """The offload columns of the request row about to be written (``e.rcols.n``)."""
+    cdef int64_t* v
+    _off_room(&e.off_reqs, &e.off_reqs_cap, e.rcols.n + 1, N_OFF_REQ)
+    v = e.off_reqs + e.rcols.n * N_OFF_REQ
+    v[0] = r.off_hit_first
+    v[1] = r.off_loaded
+    v[2] = r.off_n_loads
+    v[3] = r.off_store_chunks
+    return 0
+
+
+cdef object _off_take(const int64_t* rows, Py_ssize_t n, int32_t width, columns):
+    # The first n rows as one numpy array per column (copied; the rows are written again from 0).
+    cdef const int64_t[:, ::1] view
+    out = {}
+    if n == 0 or rows == NULL:
+        for name, dtype in columns:
+            out[name] = np.zeros(0, dtype)
+        return out
+    view = <const int64_t[:n, :width]>rows
+    arr = np.asarray(view)
+    for k, (name, dtype) in enumerate(columns):
+        out[name] = np.array(arr[:, k], dtype=dtype, copy=True)  # never a view of the rows
+    return out

@@ -1,0 +1,144 @@
+# KV offload behind the GPU cache: vLLM's OffloadingConnector with its CPU tier, as its scheduler
+# side runs it (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py,
+# OffloadingConnectorScheduler; vllm/v1/kv_offload/cpu/manager.py, CPUOffloadingManager;
+# cpu/policies/lru.py, LRUCachePolicy) and the worker's transfers on a step-driven clock.
+# Declarations only; the functions are ext/offload.pxi, compiled into the scheduler module.
+from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+
+
+cdef struct OffConfC:
+    int32_t cpu_chunks           # CPU tier size in offloaded blocks (chunks)
+    tok_t tokens_per_chunk       # block_size * blocks_per_chunk
+    int32_t hashes_per_chunk     # tokens_per_chunk // hash block size
+    bint prompt_only             # offload_prompt_only
+    step_t load_delay            # a load issued in step N is reported by step N + load_delay
+    step_t store_delay           # a store issued in step N is reported by step N + store_delay
+    int32_t max_inflight_loads   # max_num_inflight_kv_loads (0: no cap)
+    int64_t chunk_bytes          # bytes of one chunk
+    double link_bps              # > 0: transfers take chunk_bytes / link_bps seconds a chunk, one at a
+                                 # time per direction (the delays in steps are then unused)
+
+
+cdef struct OffChunkC:
+    # One chunk of the CPU tier (ChunkStatus plus the LRU policy's per-key state).
+    hash_t key                   # the offload key it holds (a block hash)
+    int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
+    flag_t used                  # holds a key (stored or being stored)
+    flag_t evictable             # LRUCachePolicy._evictable
+    flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
+    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
+    int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
+    int64_t rank_lo              #   -position or 0); the smallest is evicted first
+
+
+cdef struct OffHeapE:
+    # An entry of the lazy LRU heap: current while its chunk is evictable with this rank and key.
+    int64_t hi
+    int64_t lo
+    hash_t key
+    int32_t chunk
+
+
+cdef struct OffJobC:
+    # One transfer job (TransferJobStatus); its slot is reused once the job is reported.
+    int64_t id                   # job id (one counter shared by loads and stores)
+    req_t req                    # the request's slot in the engine
+    flag_t store                 # 1 store, 0 load
+    flag_t flushed               # listed in jobs_to_flush
+    flag_t active                # in flight (else a free slot)
+    step_t due                   # the step whose output first may report it (delays in steps)
+    sec_t due_s                  # when it lands (transfers on the clock; -1: at once)
+    int32_t n_keys
+    int32_t keys_cap
+    hash_t* keys                 # [keys_cap] the chunks it reads or writes, in order
+
+
+# What one record of a step says (OffRecC.kind).
+cdef enum OffRec:
+    OR_LOOKUP = 0                # get_num_new_matched_tokens: req, a = local hit, b = tokens offered (-1: None)
+    OR_LOAD = 1                  # a load job: id, req, a = num_external_tokens, b = chunks read
+    OR_STORE = 2                 # a store job: id, req, b = chunks written
+    OR_FLUSH = 3                 # a job in jobs_to_flush: id, req
+    OR_DONE = 4                  # a job the worker reported finished: id, req, a = 1 for a store
+    OR_RECV = 5                  # finished_recving: req
+
+
+cdef struct OffRecC:
+    int32_t kind                 # OffRec
+    req_t req
+    int64_t id
+    int64_t a
+    int64_t b
+
+
+cdef struct OffloadC:
+    OffConfC conf
+    # --- the CPU tier
+    OffChunkC* chunks            # [cpu_chunks]
+    int32_t* free_chunks         # [cpu_chunks] stack of unused chunks
+    int32_t n_free_chunks
+    int64_t map_mask             # key map: open addressing, power-of-two size - 1
+    int32_t* map                 # [map_mask + 1] chunk of each bucket (-1: empty)
+    int32_t n_used               # chunks holding data (stored or being stored)
+    int32_t n_evictable          # _num_evictable_cache_chunks
+    int64_t next_rank            # LRUCachePolicy._next_rank
+    OffHeapE* heap               # lazy min-heap of evictable chunks by rank
+    int64_t heap_n
+    int64_t heap_cap
+    OffHeapE* scratch            # [scratch_cap] entries popped by one eviction
+    int64_t scratch_cap
+    # --- jobs
+    int64_t next_job             # _job_counter
+    OffJobC* jobs                # [jobs_cap] job slots
+    int32_t jobs_cap
+    int32_t* free_jobs           # [jobs_cap] stack of unused job slots
+    int32_t n_free_jobs
+    int32_t n_jobs               # jobs in flight (_jobs)
+    int32_t* store_q             # [jobs_cap] ring of submitted stores, in submission order
+    int32_t sq_head
+    int32_t sq_n
+    int32_t* load_q              # [jobs_cap] ring of submitted loads, in submission order
+    int32_t lq_head
+    int32_t lq_n
+    int32_t* deferred            # [jobs_cap] stores of the last step, submitted when the next begins
+    int32_t n_deferred
+    int32_t* step_loads          # [jobs_cap] loads issued by this step's schedule()
+    int32_t n_step_loads
+    int32_t* step_stores         # [jobs_cap] stores issued by this step's schedule()
+    int32_t n_step_stores
+    # --- requests waiting for their load (WAITING_FOR_REMOTE_KVS), FIFO: Scheduler.kv_holding_waiting
+    req_t* parked                # [parked_cap]
+    int32_t n_parked
+    int32_t parked_cap
+    int64_t parked_reserved      # Scheduler._parked_reserved_blocks
+    sec_t load_free_s            # transfers on the clock: when the link is free for the next load
+    sec_t store_free_s           # ... and for the next store
+    # --- the chunks each request has seen (the manager's _RequestCacheAccess.seen_keys), by KV row
+    flag_t* seen                 # [seen_slots * chunk_row]
+    int32_t seen_slots
+    int32_t chunk_row            # chunks a request can have
+    # --- this step, for the decision log and the step columns (reset by each schedule())
+    OffRecC* recs                # [recs_cap] what the connector did, in order
+    int32_t n_recs
+    int32_t recs_cap
+    int32_t step_evicted         # chunks evicted by this step's stores
+    # --- totals (the summary)
+    int64_t lookups
+    int64_t lookups_hit
+    int64_t lookups_deferred
+    int64_t loads
+    int64_t load_tokens
+    int64_t load_chunks
+    int64_t stores
+    int64_t store_chunks
+    int64_t flushed
+    int64_t evicted
+    int64_t completed
+    int64_t recving
+    int32_t max_wait             # most requests in WAITING_FOR_REMOTE_KVS after a schedule()
+    int64_t conn_requests        # connector_prefix_cache_stats (first admissions)
+    int64_t conn_queries
+    int64_t conn_hits
+    int64_t conn_p_requests      # ... and re-admissions after preemption
+    int64_t conn_p_queries
+    int64_t conn_p_hits

@@ -1,0 +1,723 @@
+# Included by scheduler.pyx: KV offload behind the GPU cache (structs: ext/offload.pxd).
+#
+# The scheduler side of vLLM 0.34.0's OffloadingConnector with its CPU tier, one full-attention
+# group: lookups at admission, asynchronous loads (the request waits in WAITING_FOR_REMOTE_KVS
+# holding its blocks), stores issued at the end of every schedule(), LRU eviction in vLLM's order,
+# and the worker's transfers on the step clock (a load issued in step N is reported by the output
+# of step N + load_delay, a store by N + store_delay, a flushed job by the step that flushed it;
+# stores then loads polled in submission order, stopping at the first unfinished one).
+# Files below are relative to the vllm package.
+
+cdef int32_t OFF_EMPTY = -1
+
+
+# ------------------------------------------------------------------ set-up
+
+cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, int32_t jobs) except -1 nogil:
+    """An empty CPU tier of ``conf.cpu_chunks`` chunks; ``chunk_row`` chunks a request can have,
+    ``slots`` KV rows and ``jobs`` job slots to start with (all grown on demand)."""
+    cdef int64_t m = 1
+    cdef int32_t i
+    memset(o, 0, sizeof(OffloadC))
+    o.conf = conf
+    o.chunks = <OffChunkC*>mem_calloc(conf.cpu_chunks, sizeof(OffChunkC))
+    o.free_chunks = <int32_t*>mem_calloc(conf.cpu_chunks, sizeof(int32_t))
+    for i in range(conf.cpu_chunks):
+        o.free_chunks[i] = conf.cpu_chunks - 1 - i
+    o.n_free_chunks = conf.cpu_chunks
+    while m < 2 * (<int64_t>conf.cpu_chunks) + 2:
+        m *= 2
+    o.map_mask = m - 1
+    o.map = <int32_t*>mem_calloc(m, sizeof(int32_t))
+    for i in range(m):
+        o.map[i] = OFF_EMPTY
+    o.heap_cap = 64
+    o.heap = <OffHeapE*>mem_calloc(o.heap_cap, sizeof(OffHeapE))
+    o.scratch_cap = 64
+    o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
+    o.chunk_row = chunk_row if chunk_row > 0 else 1
+    o.seen_slots = slots if slots > 0 else 1
+    o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
+    o.parked_cap = 16
+    o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
+    o.recs_cap = 64
+    o.recs = <OffRecC*>mem_calloc(o.recs_cap, sizeof(OffRecC))
+    _off_grow_jobs(o, jobs if jobs > 4 else 4)
+    return 0
+
+
+cdef void off_release(OffloadC* o) noexcept nogil:
+    cdef int32_t i
+    if o.jobs != NULL:
+        for i in range(o.jobs_cap):
+            mem_free(o.jobs[i].keys)
+    mem_free(o.jobs)
+    mem_free(o.free_jobs)
+    mem_free(o.store_q)
+    mem_free(o.load_q)
+    mem_free(o.deferred)
+    mem_free(o.step_loads)
+    mem_free(o.step_stores)
+    mem_free(o.chunks)
+    mem_free(o.free_chunks)
+    mem_free(o.map)
+    mem_free(o.heap)
+    mem_free(o.scratch)
+    mem_free(o.seen)
+    mem_free(o.parked)
+    mem_free(o.recs)
+    memset(o, 0, sizeof(OffloadC))
+
+
+cdef int _off_grow_jobs(OffloadC* o, int32_t new) except -1 nogil:
+    """Job slots (and the rings over them) grown to ``new``; the rings are unrolled."""
+    cdef int32_t old = o.jobs_cap
+    cdef int32_t i
+    cdef int32_t* q
+    mem_grow(<void**>&o.jobs, old, new, sizeof(OffJobC))
+    mem_grow(<void**>&o.free_jobs, old, new, sizeof(int32_t))
+    for i in range(new - 1, old - 1, -1):
+        o.free_jobs[o.n_free_jobs] = i
+        o.n_free_jobs += 1
+    q = <int32_t*>mem_calloc(new, sizeof(int32_t))
+    for i in range(o.sq_n):
+        q[i] = o.store_q[(o.sq_head + i) % old]
+    mem_free(o.store_q)
+    o.store_q = q
+    o.sq_head = 0
+    q = <int32_t*>mem_calloc(new, sizeof(int32_t))
+    for i in range(o.lq_n):
+        q[i] = o.load_q[(o.lq_head + i) % old]
+    mem_free(o.load_q)
+    o.load_q = q
+    o.lq_head = 0
+    mem_grow(<void**>&o.deferred, old, new, sizeof(int32_t))
+    mem_grow(<void**>&o.step_loads, old, new, sizeof(int32_t))
+    mem_grow(<void**>&o.step_stores, old, new, sizeof(int32_t))
+    o.jobs_cap = new
+    return 0
+
+
+cdef int _off_seen_room(OffloadC* o, int32_t slots) except -1 nogil:
+    # The seen rows follow the KV rows (kvcache grows them geometrically).
+    cdef int32_t new = o.seen_slots
+    if slots <= new:
+        return 0
+    while new < slots:
+        new *= 2
+    mem_grow(<void**>&o.seen, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(flag_t))
+    o.seen_slots = new
+    return 0
+
+
+cdef int _off_rec(OffloadC* o, int32_t kind, req_t req, int64_t id, int64_t a, int64_t b) except -1 nogil:
+    if o.n_recs == o.recs_cap:
+        mem_grow(<void**>&o.recs, o.recs_cap, 2 * o.recs_cap, sizeof(OffRecC))
+        o.recs_cap *= 2
+    o.recs[o.n_recs].kind = kind
+    o.recs[o.n_recs].req = req
+    o.recs[o.n_recs].id = id
+    o.recs[o.n_recs].a = a
+    o.recs[o.n_recs].b = b
+    o.n_recs += 1
+    return 0
+
+
+# ------------------------------------------------------------------ keys of a request
+
+cdef inline int32_t _off_n_keys(SchedC* s, ReqC* r) noexcept nogil:
+    """RequestOffloadState.update_offload_keys: one key per chunk of the request's known tokens
+    (the block hash of the chunk's last hash block), every full hash block hashed first."""
+    cdef tok_t h = s.kv.hash_block_size
+    hash_extend(s.kv, r, <int32_t>(num_tokens(r) // h))
+    return <int32_t>(num_tokens(r) // h // s.off.conf.hashes_per_chunk)
+
+
+cdef inline hash_t _off_key(const SchedC* s, const ReqC* r, int32_t i) noexcept nogil:
+    # make_offload_key(block_hashes[hashes_per_chunk * (i + 1) - 1], group 0)
+    return s.kv.hashes[<int64_t>r.slot * s.kv.hash_row + (<int64_t>i + 1) * s.off.conf.hashes_per_chunk - 1]
+
+
+# ------------------------------------------------------------------ the tier's key map
+
+cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
+    return <int64_t>(mix64(key) & <hash_t>o.map_mask)
+
+
+cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
+    """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
+    cdef int64_t i = _off_bucket(o, key)
+    cdef int32_t c
+    while True:
+        c = o.map[i]
+        if c == OFF_EMPTY:
+            return -1
+        if o.chunks[c].key == key:
+            return c
+        i = (i + 1) & o.map_mask
+
+
+cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
+    cdef int64_t i = _off_bucket(o, key)
+    while o.map[i] != OFF_EMPTY:
+        i = (i + 1) & o.map_mask
+    o.map[i] = chunk
+
+
+cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
+    # Linear probing with backward-shift deletion: no tombstones.
+    cdef int64_t i = _off_bucket(o, key)
+    cdef int64_t j, home
+    cdef int32_t c
+    while o.chunks[o.map[i]].key != key:
+        i = (i + 1) & o.map_mask
+    j = i
+    while True:
+        j = (j + 1) & o.map_mask
+        c = o.map[j]
+        if c == OFF_EMPTY:
+            break
+        home = _off_bucket(o, o.chunks[c].key)
+        # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
+        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
+            o.map[i] = c
+            i = j
+    o.map[i] = OFF_EMPTY
+
+
+# ------------------------------------------------------------------ the LRU policy
+
+cdef inline bint _off_before(int64_t ahi, int64_t alo, hash_t akey, const OffHeapE* b) noexcept nogil:
+    # heapq order of (rank, key) entries.
+    if ahi != b.hi:
+        return ahi < b.hi
+    if alo != b.lo:
+        return alo < b.lo
+    return akey < b.key
+
+
+cdef int _off_push(OffloadC* o, int32_t c) except -1 nogil:
+    """LRUCachePolicy._push_evictable: an entry for chunk ``c`` at its current rank."""
+    cdef OffChunkC* ch = &o.chunks[c]
+    cdef int64_t i = o.heap_n, p
+    if o.heap_n == o.heap_cap:
+        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
+        o.heap_cap *= 2
+    while i > 0:
+        p = (i - 1) // 2
+        if not _off_before(ch.rank_hi, ch.rank_lo, ch.key, &o.heap[p]):
+            break
+        o.heap[i] = o.heap[p]
+        i = p
+    o.heap[i].hi = ch.rank_hi
+    o.heap[i].lo = ch.rank_lo
+    o.heap[i].key = ch.key
+    o.heap[i].chunk = c
+    o.heap_n += 1
+    return 0
+
+
+cdef int _off_push_entry(OffloadC* o, OffHeapE e) except -1 nogil:
+    cdef int64_t i = o.heap_n, p
+    if o.heap_n == o.heap_cap:
+        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
+        o.heap_cap *= 2
+    while i > 0:
+        p = (i - 1) // 2
+        if not _off_before(e.hi, e.lo, e.key, &o.heap[p]):
+            break
+        o.heap[i] = o.heap[p]
+        i = p
+    o.heap[i] = e
+    o.heap_n += 1
+    return 0
+
+
+cdef OffHeapE _off_pop(OffloadC* o) noexcept nogil:
+    cdef OffHeapE top = o.heap[0]
+    cdef OffHeapE last
+    cdef int64_t i = 0, c
+    o.heap_n -= 1
+    if o.heap_n == 0:
+        return top
+    last = o.heap[o.heap_n]
+    while True:
+        c = 2 * i + 1
+        if c >= o.heap_n:
+            break
+        if c + 1 < o.heap_n and _off_before(o.heap[c + 1].hi, o.heap[c + 1].lo, o.heap[c + 1].key, &o.heap[c]):
+            c += 1
+        if not _off_before(o.heap[c].hi, o.heap[c].lo, o.heap[c].key, &last):
+            break
+        o.heap[i] = o.heap[c]
+        i = c
+    o.heap[i] = last
+    return top
+
+
+cdef int _off_compact(OffloadC* o) except -1 nogil:
+    """LRUCachePolicy._maybe_compact_heap: once stale entries dominate, one entry per evictable
+    chunk again (the order of current entries does not change)."""
+    cdef int32_t c
+    cdef int64_t limit = 2 * (<int64_t>o.n_evictable)
+    # vLLM compacts from max(64, 2 * evictable) entries; aisim waits for the tier's size too, so that
+    # a rebuild (a pass over every chunk) is paid for by as many pushes.  The order is the same.
+    if limit < o.conf.cpu_chunks:
+        limit = o.conf.cpu_chunks
+    if limit < 64:
+        limit = 64
+    if o.heap_n < limit:
+        return 0
+    o.heap_n = 0
+    for c in range(o.conf.cpu_chunks):
+        if o.chunks[c].used and o.chunks[c].evictable:
+            _off_push(o, c)
+    return 0
+
+
+cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
+    # LRUCachePolicy.mark_evictable
+    o.chunks[c].evictable = 1
+    _off_push(o, c)
+    return _off_compact(o)
+
+
+cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) noexcept nogil:
+    # LRUCachePolicy._get_request_rank: one rank per request, taken at its first use.
+    if r.off_rank == 0:
+        o.next_rank += 1
+        r.off_rank = o.next_rank
+    return r.off_rank
+
+
+cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) except -1 nogil:
+    """CPUOffloadingManager._record_request_cache_access over the request's chunks ``a`` .. ``b``
+    (with ``for_store``, prepare_store's: those not in the tier and those stored, not the ones
+    another request is still storing): the ones it has not seen yet go to
+    LRUCachePolicy.on_request_access, which ranks each chunk in the tier (request rank, -position)
+    unless its rank is already higher."""
+    cdef OffloadC* o = s.off
+    cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
+    cdef int32_t i, c, n_new = 0
+    cdef int64_t rank = 0, lo
+    cdef OffChunkC* ch
+    for i in range(a, b):
+        if seen[i]:
+            continue
+        c = _off_find(o, _off_key(s, r, i))
+        if for_store and c >= 0 and o.chunks[c].ref < 0:
+            continue
+        seen[i] = 1
+        if n_new == 0:
+            rank = _off_req_rank(o, r)
+        n_new += 1
+        if c < 0:
+            continue
+        ch = &o.chunks[c]
+        lo = -(<int64_t>i + 1) * o.conf.tokens_per_chunk
+        if ch.rank_hi > rank or (ch.rank_hi == rank and ch.rank_lo >= lo):
+            continue
+        ch.rank_hi = rank
+        ch.rank_lo = lo
+        if ch.evictable:
+            _off_push(o, c)
+    if n_new > 0:
+        _off_compact(o)
+    return 0
+
+
+cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
+    """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
+    (``mark`` 1), or none when there are not enough (returns 0)."""
+    cdef int64_t n_sel = 0, n_def = 0, i
+    cdef OffHeapE e
+    cdef OffChunkC* ch
+    if o.scratch_cap < o.heap_n + 1:
+        mem_free(o.scratch)
+        o.scratch_cap = o.heap_n + 1
+        o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
+    # Selected entries fill the scratch from the front, deferred (protected) ones from the back.
+    while o.heap_n > 0 and n_sel < n:
+        e = _off_pop(o)
+        ch = &o.chunks[e.chunk]
+        if not (ch.used and ch.key == e.key and ch.evictable and ch.rank_hi == e.hi and ch.rank_lo == e.lo):
+            continue
+        if ch.mark == 2:
+            continue  # a second entry of a chunk already selected
+        if ch.mark == 1:
+            o.scratch[o.scratch_cap - 1 - n_def] = e
+            n_def += 1
+            continue
+        ch.mark = 2
+        o.scratch[n_sel] = e
+        n_sel += 1
+    for i in range(n_def):
+        _off_push_entry(o, o.scratch[o.scratch_cap - 1 - i])
+    if n_sel < n:
+        for i in range(n_sel):
+            o.chunks[o.scratch[i].chunk].mark = 0
+            _off_push_entry(o, o.scratch[i])
+        return 0
+    for i in range(n_sel):
+        ch = &o.chunks[o.scratch[i].chunk]
+        _off_map_del(o, ch.key)
+        ch.mark = 0
+        ch.used = 0
+        ch.evictable = 0
+        o.free_chunks[o.n_free_chunks] = o.scratch[i].chunk
+        o.n_free_chunks += 1
+    o.n_used -= <int32_t>n_sel
+    o.n_evictable -= <int32_t>n_sel
+    o.step_evicted += <int32_t>n_sel
+    o.evicted += n_sel
+    _off_compact(o)
+    return 1
+
+
+# ------------------------------------------------------------------ the connector's lookup
+
+cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
+    """OffloadingConnectorScheduler.get_num_new_matched_tokens (offloading/scheduler.py) with
+    _lookup_complete_chunks for one full-attention group: the tokens the CPU tier offers past the
+    local hit ``local`` (whole chunks, consecutive from the chunk where the local hit ends, up to
+    the request's keyed tokens), 0 for less than a chunk, -1 (None: ask again next step) when a
+    hit chunk is still being stored or being loaded by another request, or the request has
+    transfers of its own in flight."""
+    cdef OffloadC* o = s.off
+    cdef tok_t tpc = o.conf.tokens_per_chunk
+    cdef tok_t max_hit, new
+    cdef int32_t n_keys, start, end, i, c, hits = 0
+    cdef bint pending = False
+    o.lookups += 1
+    r.off_next = 0  # restarting at token 0: every chunk is offered again
+    if r.off_jobs > 0:
+        o.lookups_deferred += 1
+        return -1
+    r.off_local = local
+    _off_seen_room(o, s.kv.cap_slots)
+    n_keys = _off_n_keys(s, r)
+    max_hit = tmin(num_tokens(r), <tok_t>n_keys * tpc)
+    if max_hit - local < tpc:
+        return 0
+    end = <int32_t>tmin(cdiv(max_hit, tpc), n_keys)
+    start = <int32_t>(local // tpc)
+    # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
+    for i in range(start, end):
+        c = _off_find(o, _off_key(s, r, i))
+        if c < 0:
+            break
+        hits += 1
+        if o.chunks[c].ref < 0:
+            pending = True
+    if pending:
+        o.lookups_deferred += 1
+        return -1
+    if hits == 0:
+        return 0
+    max_hit = tmin(max_hit, tpc * (start + hits))
+    new = max_hit - local
+    if new < tpc:
+        return 0
+    # A hit chunk another request is loading right now delays this one.
+    for i in range(start, <int32_t>cdiv(local + new, tpc)):
+        c = _off_find(o, _off_key(s, r, i))
+        if o.chunks[c].loading:
+            o.lookups_deferred += 1
+            return -1
+    o.lookups_hit += 1
+    return new
+
+
+cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogil:
+    """A job slot for a new job of request ``ri`` (its id from the shared counter)."""
+    cdef int32_t j
+    if o.n_free_jobs == 0:
+        _off_grow_jobs(o, 2 * o.jobs_cap)
+    o.n_free_jobs -= 1
+    j = o.free_jobs[o.n_free_jobs]
+    o.jobs[j].id = o.next_job
+    o.next_job += 1
+    o.jobs[j].req = ri
+    o.jobs[j].store = store
+    o.jobs[j].flushed = 0
+    o.jobs[j].active = 1
+    o.jobs[j].n_keys = 0
+    o.n_jobs += 1
+    r.off_jobs += 1
+    return j
+
+
+cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key) except -1 nogil:
+    cdef OffJobC* jb = &o.jobs[j]
+    if jb.n_keys == jb.keys_cap:
+        mem_grow(<void**>&jb.keys, jb.keys_cap, 2 * jb.keys_cap if jb.keys_cap > 0 else 16, sizeof(hash_t))
+        jb.keys_cap = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+    jb.keys[jb.n_keys] = key
+    jb.n_keys += 1
+    return 0
+
+
+cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -1 nogil:
+    """OffloadingConnectorScheduler.update_state_after_alloc with ``ext`` external tokens: the
+    chunks from the block where the local hit ends to ``local + ext`` are pinned
+    (CPUOffloadingManager.prepare_load) and read by one load job; with the chunk-level policy the
+    request's stores restart after them."""
+    cdef OffloadC* o = s.off
+    cdef tok_t tpc = o.conf.tokens_per_chunk
+    cdef tok_t cached = r.off_local + ext
+    cdef int32_t start = <int32_t>(r.off_local // s.kv.sched_block_size * s.kv.sched_block_size // tpc)
+    cdef int32_t end = <int32_t>cdiv(cached, tpc)
+    cdef int32_t i, c, j
+    cdef OffChunkC* ch
+    j = _off_new_job(o, r, ri, False)
+    for i in range(start, end):
+        c = _off_find(o, _off_key(s, r, i))
+        ch = &o.chunks[c]
+        if ch.ref == 0:
+            ch.evictable = 0  # mark_non_evictable
+            o.n_evictable -= 1
+        ch.ref += 1
+        ch.loading = 1
+        _off_job_key(o, j, ch.key)
+    _off_access(s, r, start, end, False)
+    r.off_next = end
+    o.step_loads[o.n_step_loads] = j
+    o.n_step_loads += 1
+    o.loads += 1
+    o.load_tokens += ext
+    o.load_chunks += end - start
+    r.off_n_loads += 1
+    r.off_loaded += ext
+    _off_rec(o, OR_LOAD, ri, o.jobs[j].id, ext, end - start)
+    return 0
+
+
+# ------------------------------------------------------------------ stores (build_connector_meta)
+
+cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks) except -1 nogil:
+    """OffloadingConnectorScheduler._build_store_jobs for one request: the chunks newly covered by
+    its computed tokens ``after`` this step (its prompt only, with offload_prompt_only), from
+    next_stored_chunk_idx on, are offered to CPUOffloadingManager.prepare_store.  Chunks already in
+    the tier are not written again; new ones evict unpinned chunks when the tier is full; when not
+    enough can be evicted the store is dropped and offered again next step."""
+    cdef OffloadC* o = s.off
+    cdef tok_t tpc = o.conf.tokens_per_chunk
+    cdef tok_t offloadable = tmin(after, num_tokens(r))
+    cdef int32_t n_chunks, start, i, c, n_new = 0, n_evict, j
+    cdef int64_t rank
+    cdef OffChunkC* ch
+    if o.conf.prompt_only:
+        offloadable = tmin(offloadable, r.prompt_len)
+    n_chunks = <int32_t>(offloadable // tpc)
+    n_chunks = <int32_t>tmin(n_chunks, n_blocks * s.kv.sched_block_size // tpc)
+    n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
+    start = r.off_next
+    if n_chunks <= start:
+        return 0
+    # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
+    # request is still storing).
+    for i in range(start, n_chunks):
+        if _off_find(o, _off_key(s, r, i)) < 0:
+            n_new += 1
+    _off_access(s, r, start, n_chunks, True)
+    if n_new == 0:
+        r.off_next = n_chunks
+        return 0
+    n_evict = n_new - (o.conf.cpu_chunks - o.n_used)
+    if n_evict > 0:
+        if n_evict > o.n_evictable:
+            return 0
+        # The keys offered are protected from this eviction.
+        for i in range(start, n_chunks):
+            c = _off_find(o, _off_key(s, r, i))
+            if c >= 0:
+                o.chunks[c].mark = 1
+        c = _off_evict(o, n_evict)
+        for i in range(start, n_chunks):
+            j = _off_find(o, _off_key(s, r, i))
+            if j >= 0:
+                o.chunks[j].mark = 0
+        if c == 0:
+            return 0
+    rank = _off_req_rank(o, r)
+    j = _off_new_job(o, r, ri, True)
+    for i in range(start, n_chunks):
+        if _off_find(o, _off_key(s, r, i)) >= 0:
+            continue
+        o.n_free_chunks -= 1
+        c = o.free_chunks[o.n_free_chunks]
+        ch = &o.chunks[c]
+        ch.key = _off_key(s, r, i)
+        ch.ref = -1
+        ch.used = 1
+        ch.evictable = 0
+        ch.loading = 0
+        ch.mark = 0
+        ch.rank_hi = rank
+        ch.rank_lo = -(<int64_t>i + 1) * tpc
+        _off_map_put(o, ch.key, c)
+        _off_job_key(o, j, ch.key)
+    o.n_used += n_new
+    r.off_next = n_chunks
+    o.step_stores[o.n_step_stores] = j
+    o.n_step_stores += 1
+    o.stores += 1
+    o.store_chunks += n_new
+    r.off_store_chunks += n_new
+    _off_rec(o, OR_STORE, ri, o.jobs[j].id, 0, n_new)
+    return 0
+
+
+cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
+    """The connector drops a finished request's state: its KV row (keys) goes back."""
+    memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0,
+           tmin(s.off.chunk_row, num_tokens(r) // s.off.conf.tokens_per_chunk + 1) * sizeof(flag_t))
+    kv_release_slot(s.kv, r)
+    r.off_hold = 0
+    return 0
+
+
+cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
+    """CPUOffloadingManager.on_request_finished with LRUCachePolicy.on_request_finished: every chunk
+    the request saw that is still in the tier gets a fresh rank, tail first, so its head is the most
+    recently used; then the request's state goes once no job of it is in flight."""
+    cdef OffloadC* o = s.off
+    cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
+    cdef int32_t i, c
+    cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
+    cdef OffChunkC* ch
+    for i in range(n - 1, -1, -1):
+        if not seen[i]:
+            continue
+        c = _off_find(o, _off_key(s, r, i))
+        if c < 0:
+            continue
+        ch = &o.chunks[c]
+        o.next_rank += 1
+        ch.rank_hi = o.next_rank
+        ch.rank_lo = 0
+        if ch.evictable:
+            _off_push(o, c)
+    _off_compact(o)
+    r.off_hold = 2
+    if r.off_jobs == 0:
+        _off_forget(s, r)
+    return 0
+
+
+cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
+    """OffloadingConnectorScheduler.build_connector_meta at the end of schedule(), before
+    _update_after_schedule: jobs of requests preempted in this step are flushed; store jobs for
+    every scheduled request (scheduling order), then for the requests finished by the last update;
+    then the finished requests are signalled to the manager."""
+    cdef OffloadC* o = s.off
+    cdef int32_t i, k, j
+    cdef ReqC* r
+    cdef req_t ri
+    # Flush the in-flight jobs of preempted requests (their stores only: a running request has
+    # no load).
+    for i in range(b.n_preempted):
+        ri = b.preempted[i]
+        if s.reqs[ri].off_jobs == 0:
+            continue
+        for k in range(o.jobs_cap):
+            _off_flush_if(o, k, ri, b.step)
+    for i in range(b.n):
+        r = &s.reqs[b.req[i]]
+        _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
+    if s.finished_pending:
+        for i in range(s.n_finished):
+            r = &s.reqs[s.finished[i]]
+            # Clamped to the GPU prefix cache's commit point: the last sampled token has no KV.
+            _off_store(s, r, s.finished[i], tmin(r.num_computed, tmax(r.prompt_len, num_tokens(r) - 1)),
+                       r.off_nblocks)
+        _off_finish_order(s)
+        for i in range(s.n_finished):
+            _off_finished(s, &s.reqs[s.skipped[i]])
+    k = 0
+    for i in range(o.n_parked):
+        if s.reqs[o.parked[i]].off_park == 1 or s.reqs[o.parked[i]].off_park == 2:
+            k += 1
+    if k > o.max_wait:
+        o.max_wait = k
+    return 0
+
+
+cdef void _off_finish_order(SchedC* s) noexcept nogil:
+    """The finished requests in the order the manager is told of them, into ``s.skipped``: vLLM
+    iterates ``scheduler_output.finished_req_ids``, a set of request ids; aisim takes them in
+    request-id order (the recorded logs agree)."""
+    cdef int32_t i, j
+    cdef req_t x
+    for i in range(s.n_finished):
+        x = s.finished[i]
+        j = i - 1
+        while j >= 0 and s.reqs[s.skipped[j]].id_rank > s.reqs[x].id_rank:
+            s.skipped[j + 1] = s.skipped[j]
+            j -= 1
+        s.skipped[j + 1] = x
+
+
+cdef int _off_flush_if(OffloadC* o, int32_t k, req_t ri, step_t step) except -1 nogil:
+    """Job slot ``k``, in flight for request ``ri``, is flushed: the worker waits for it in
+    ``step``, so that step's output reports it."""
+    cdef OffJobC* jb = &o.jobs[k]
+    if not jb.active or jb.req != ri or jb.flushed:
+        return 0
+    jb.flushed = 1
+    jb.due = step
+    jb.due_s = -1
+    o.flushed += 1
+    _off_rec(o, OR_FLUSH, ri, jb.id, 0, 0)
+    return 0
+
+
+# ------------------------------------------------------------------ the scheduler's side
+
+cdef inline int32_t _off_table_len(const KVCacheC* kv, int32_t gi, const ReqC* r) noexcept nogil:
+    return kv.groups[gi].table_len[r.slot] if r.slot >= 0 else 0
+
+
+cdef inline int32_t _off_remaining(const SchedC* s, const ReqC* r) noexcept nogil:
+    """Scheduler._request_remaining_blocks (one full-attention group): blocks the request still
+    needs to hold its whole sequence."""
+    cdef tok_t n = tmin(num_tokens(r), s.conf.max_model_len)
+    cdef int32_t need = <int32_t>cdiv(n, s.kv.groups[0].spec.block_size) - _off_table_len(s.kv, 0, r)
+    return need if need > 0 else 0
+
+
+cdef void _off_reserve_parked(SchedC* s, ReqC* r) noexcept nogil:
+    # Scheduler._reserve_parked
+    cdef int32_t blocks = _off_remaining(s, r)
+    s.off.parked_reserved += blocks - r.off_reserved
+    r.off_reserved = blocks
+
+
+cdef void _off_unreserve_parked(SchedC* s, ReqC* r) noexcept nogil:
+    # Scheduler._unreserve_parked
+    s.off.parked_reserved -= r.off_reserved
+    r.off_reserved = 0
+
+
+cdef int64_t _off_reserved_blocks(const SchedC* s) noexcept nogil:
+    """Scheduler._inflight_prefill_reserved_blocks: what in-flight prefills (requests admitted that
+    have not finished their prefill) and parked loads still need, kept free from an async load."""
+    cdef int64_t total = s.off.parked_reserved
+    cdef int32_t i
+    cdef const ReqC* r
+    for i in range(s.n_running):
+        r = &s.reqs[s.running[i]]
+        if r.off_inflight:
+            total += _off_remaining(s, r)
+    return total
+
+
+cdef int _off_park(SchedC* s, req_t ri) except -1 nogil:
+    # step_started_kv_loads: appended to Scheduler.kv_holding_waiting after the waiting pass.
+    cdef OffloadC* o = s.off
+    if o.n_parked == o.parked_cap:
+        mem_grow(<void**>&o.parked, o.parked_cap, 2 * o.parked_cap, sizeof(req_t))
+        o.parked_cap *= 2
+    o.parked[o.n_parked] = ri
+    o.n_parked += 1
+    return 0
