@@ -7,9 +7,9 @@ import click
 from aisim import __version__
 from aisim.bench_cli import bench_options, model_options, set_option
 from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
-                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option)
+                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option,
+                            trace_format_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
-from aisim.traces.cli import trace_format_option
 
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
@@ -29,7 +29,7 @@ def main():
 @model_options
 @click.option("--trace", "trace_path", required=True, type=click.Path(),
               help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
-@trace_format_option
+@trace_format_option()
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
@@ -320,20 +320,15 @@ def _print_summary(result, trace_path, record, metrics):
 
 
 # ---------------------------------------------------------------- command modules
-# Each command lives beside its feature and is registered here.
-from aisim.calibrate.cli import calibrate  # noqa: E402
-from aisim.capacity.cli import capacity  # noqa: E402
-from aisim.compare import compare  # noqa: E402
-from aisim.config.cli import config  # noqa: E402
-from aisim.pipeline.cli import pipeline  # noqa: E402
-from aisim.plan.cli import plan  # noqa: E402
-from aisim.query.cli import query  # noqa: E402
-from aisim.report.cli import report  # noqa: E402
-from aisim.sweep.cli import sweep  # noqa: E402
-from aisim.traces.cli import trace  # noqa: E402
-
-for _command in (pipeline, trace, config, plan, calibrate, sweep, capacity, query, report, compare):
-    main.add_command(_command)
+# Each command lives beside its feature and is registered here by where it lives: its module is
+# imported when the command runs or a help page lists it, so ``aisim replay`` starts without the
+# others' modules.
+for _name, _where in (("pipeline", "aisim.pipeline.cli"), ("trace", "aisim.traces.cli"),
+                      ("config", "aisim.config.cli"), ("plan", "aisim.plan.cli"),
+                      ("calibrate", "aisim.calibrate.cli"), ("sweep", "aisim.sweep.cli"),
+                      ("capacity", "aisim.capacity.cli"), ("query", "aisim.query.cli"),
+                      ("report", "aisim.report.cli"), ("compare", "aisim.compare")):
+    main.add_lazy_command(_name, _where)
 
 
 if __name__ == "__main__":  # pragma: no cover

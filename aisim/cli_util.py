@@ -45,6 +45,29 @@ class Group(click.Group):
 
     group_class = type  # sub-groups are Groups as well
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lazy = {}
+
+    def add_lazy_command(self, name: str, module: str) -> None:
+        """Register the command ``name`` of ``module`` (its attribute of that name), imported on first use.
+
+        A command runs without importing the modules of the others; a help page that lists the
+        commands imports them all.
+        """
+        self._lazy[name] = module
+
+    def list_commands(self, ctx):
+        return sorted({*self.commands, *self._lazy})
+
+    def get_command(self, ctx, cmd_name):
+        module = self._lazy.pop(cmd_name, None)
+        if module is not None:
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(module), cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
     def invoke(self, ctx):
         from aisim.files import install_signal_handlers, interrupt_status
 
@@ -132,15 +155,19 @@ class _LazyChoice(click.Choice):
         pass
 
 
-def trace_format_option(load_formats):
+def _trace_formats() -> list:
+    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`, the keys of ``READERS``)."""
+    from aisim.traces import FORMATS
+
+    return list(FORMATS)
+
+
+def trace_format_option():
     """The ``--trace-format`` option of every command that reads a trace (parameter ``trace_format``).
 
-    Parameters
-    ----------
-    load_formats : callable
-        Returns the format names (the keys of ``aisim.traces.READERS``); called when the option is used.
+    Its choices are the reader registry's format names, loaded when the option is used.
     """
-    return click.option("--trace-format", "trace_format", type=_LazyChoice(load_formats), default=None,
+    return click.option("--trace-format", "trace_format", type=_LazyChoice(_trace_formats), default=None,
                         help="Trace format (default: guessed from the file name).")
 
 

@@ -34,11 +34,13 @@ def _command_paths():
 
     from aisim.cli import main
 
+    ctx = click.Context(main)
     paths = []
-    for name, cmd in sorted(main.commands.items()):
+    for name in main.list_commands(ctx):
+        cmd = main.get_command(ctx, name)
         paths.append([name])
         if isinstance(cmd, click.Group):
-            paths += [[name, sub] for sub in sorted(cmd.commands)]
+            paths += [[name, sub] for sub in cmd.list_commands(click.Context(cmd))]
     return paths
 
 
