@@ -7,8 +7,8 @@ import click
 from aisim import __version__
 from aisim.bench_cli import bench_options, model_options, set_option
 from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
-                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option,
-                            trace_format_option)
+                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, one_blas_thread, out_option,
+                            progress_option, trace_format_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 
 
@@ -75,6 +75,8 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
     """
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
+
+    one_blas_thread()
     from aisim.output import write_result
     from aisim.replay import replay as run_replay
     from aisim.traces import read_trace

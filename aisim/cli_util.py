@@ -32,6 +32,19 @@ def fail(exc, code: int = 2):
     sys.exit(code)
 
 
+def one_blas_thread() -> None:
+    """Load numpy's BLAS with one thread unless the environment says otherwise (``OPENBLAS_NUM_THREADS``).
+
+    A replay multiplies no matrices, but OpenBLAS starts a thread per core as numpy loads, a
+    visible part of a short replay's start-up on a busy machine.  Read once, when numpy first
+    loads: nothing happens once it is loaded.
+    """
+    import os
+
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 class Group(click.Group):
     """A command group whose commands stop on Ctrl-C with one line, ``error: interrupted``, and exit 130.
 
