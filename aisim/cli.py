@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from aisim import __version__
@@ -191,7 +193,6 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
     except AisimError as exc:
         fail(exc)
     import contextlib
-    import sys
 
     from aisim.bench_flags import bench_record
 
@@ -207,13 +208,14 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
         else:
             _print_summary(result, trace_path, record, metrics)
     # Where the files went: a message, so on stderr unless the output is the table.
-    note = console(stderr=fmt != "table" or to_stdout)
-    if out_dir:
-        note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
-    if decision_log and deployment is None:
-        note.print(f"decision log written to {decision_log}")
-    elif decision_log:
-        note.print(f"decision logs written to {', '.join(logs)}")
+    if out_dir or decision_log:
+        note = console(stderr=fmt != "table" or to_stdout)
+        if out_dir:
+            note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
+        if decision_log and deployment is None:
+            note.print(f"decision log written to {decision_log}")
+        elif decision_log:
+            note.print(f"decision logs written to {', '.join(logs)}")
 
 
 def _trace_files(path) -> list:
@@ -256,61 +258,73 @@ def _print_summary(result, trace_path, record, metrics):
     from aisim.bench_metrics import percentile_key
 
     s = result.summary
-    t = new_table("what", ("value", {"justify": "right"}),
-                  title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
-    t.columns[0].style = "bold"
-    t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
+    title = f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)"
+    rows, caption = [], None
+
+    def add(*cells):
+        rows.append(cells)
+
+    add("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
     if s.get("rejected"):
-        t.add_row("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
-    t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
-    t.add_row("simulated time", fmt_seconds(s["duration_s"]))
-    t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
+        add("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
+    add("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
+    add("simulated time", fmt_seconds(s["duration_s"]))
+    add("step times", _time_model_line(result.engine, s["time_model"]))
     if getattr(result, "timed", True):  # a deployment runs by the clock
         tm = result.engine.time_model
-        t.add_row("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
+        add("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
                   f"{fmt_seconds(tm.frontend_per_token_s)} a prompt token, before the engine; latencies from the send"
                   if tm.frontend else "none (engine only); latencies from the send")
     # vllm bench serve's throughputs (over the client's duration, as the goodput below), not the summary's
     # (over the engine's span): goodput never reads above throughput.
-    t.add_row("throughput", f"{fmt_num(record['request_throughput'])} req/s, "
+    add("throughput", f"{fmt_num(record['request_throughput'])} req/s, "
               f"{fmt_num(record['output_throughput'], 1)} output tok/s")
     if record["request_goodput"] is not None:
         limits = ", ".join(f"{k} {v:g} ms" for k, v in metrics["goodput"].items())
-        t.add_row("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")
+        add("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")
     qs = metrics["metric_percentiles"]
     for name in metrics["percentile_metrics"]:
         label = _METRIC_LABELS[name]
         heads = " / ".join(["mean", "median", *(percentile_key(name, q).split("_")[0].upper() for q in qs)])
         values = [record[f"mean_{name}_ms"], record[f"median_{name}_ms"],
                   *(record[percentile_key(name, q)] for q in qs)]
-        t.add_row(f"{label} {heads}", " / ".join(fmt_seconds(v / 1000) for v in values))
+        add(f"{label} {heads}", " / ".join(fmt_seconds(v / 1000) for v in values))
     pc = s["prefix_cache_stats"]
-    t.add_row("prefix cache hit rate",
+    add("prefix cache hit rate",
               f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")
-    t.add_row("preemptions", fmt_num(s["preemptions"]))
+    add("preemptions", fmt_num(s["preemptions"]))
     if "spec" in s:
         sp = s["spec"]
-        t.add_row("draft acceptance", f"{fmt_pct(sp['acceptance_rate']) if sp['acceptance_rate'] is not None else '-'}"
+        add("draft acceptance", f"{fmt_pct(sp['acceptance_rate']) if sp['acceptance_rate'] is not None else '-'}"
                                       f" ({fmt_num(sp['accepted_tokens'])} of {fmt_num(sp['draft_tokens'])} drafts)")
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
-        t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
+        add("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
     if "replicas" in s:
         d = s["deployment"]
         if "prefill" in d:
-            t.add_row("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
+            add("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
                                     f"{d['prefill']['router']['kind']}; {d['decode']['replicas']} decode replicas, "
                                     f"router {d['decode']['router']['kind']}")
         else:
-            t.add_row("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
+            add("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
         lb = s["load_balance"]
-        t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
-        t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
+        add("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
+        add("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
     if "itl" in metrics["percentile_metrics"]:
         from aisim.bench_metrics import ITL_NOTE
 
-        t.caption = ITL_NOTE
-    console().print(t)
+        caption = ITL_NOTE
+    from aisim.plaintable import off_terminal, plain_ok, render
+
+    if "replicas" not in s and off_terminal(sys.stdout) and plain_ok(title, rows, caption):
+        sys.stdout.write(render(title, rows, ("left", "right"), caption))  # what rich prints, without rich
+    else:
+        t = new_table("what", ("value", {"justify": "right"}), title=title, show_header=False, caption=caption)
+        t.columns[0].style = "bold"
+        for cells in rows:
+            t.add_row(*cells)
+        console().print(t)
     if "replicas" in s:
         r = new_table("replica", ("requests", {"justify": "right"}), ("hit rate", {"justify": "right"}),
                       ("utilisation", {"justify": "right"}), ("TTFT p50", {"justify": "right"}),
