@@ -25,13 +25,20 @@ def main():
     """
 
 
+def _trace_formats() -> list:
+    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`), for ``--trace-format`` when it is used."""
+    from aisim.traces import FORMATS
+
+    return list(FORMATS)
+
+
 @main.command()
 @click.option("--engine", "engine_path", type=click.Path(dir_okay=False),
               help="Engine configuration (JSON, TOML or YAML; vLLM's key names); or --model and --gpu.")
 @model_options
 @click.option("--trace", "trace_path", required=True, type=click.Path(),
               help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
-@trace_format_option()
+@trace_format_option(_trace_formats)
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")

@@ -168,19 +168,15 @@ class _LazyChoice(click.Choice):
         pass
 
 
-def _trace_formats() -> list:
-    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`, the keys of ``READERS``)."""
-    from aisim.traces import FORMATS
-
-    return list(FORMATS)
-
-
-def trace_format_option():
+def trace_format_option(load_formats):
     """The ``--trace-format`` option of every command that reads a trace (parameter ``trace_format``).
 
-    Its choices are the reader registry's format names, loaded when the option is used.
+    Parameters
+    ----------
+    load_formats : callable
+        Returns the format names (the keys of ``aisim.traces.READERS``); called when the option is used.
     """
-    return click.option("--trace-format", "trace_format", type=_LazyChoice(_trace_formats), default=None,
+    return click.option("--trace-format", "trace_format", type=_LazyChoice(load_formats), default=None,
                         help="Trace format (default: guessed from the file name).")
 
 

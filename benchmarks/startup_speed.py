@@ -67,8 +67,8 @@ def environment(first):
 
 def mocker_packages(python):
     """The folder that holds the ``dynamo`` package of ``python``'s environment."""
-    out = subprocess.run([python, "-c", "import dynamo._core as c, os; print(os.path.dirname(os.path.dirname(c.__file__)))"],
-                         capture_output=True, text=True, check=True)
+    code = "import dynamo._core as c, os; print(os.path.dirname(os.path.dirname(c.__file__)))"
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 

@@ -8,8 +8,19 @@ import inspect as pyinspect
 import click
 
 from aisim.cli_util import (CONTEXT_SETTINGS, Phases, console, echo_csv, echo_json, fail, flatten, fmt_num, fmt_pct,
-                            format_option, guess_value, new_table, out_option, parse_pairs, progress_option,
-                            trace_format_option)
+                            format_option, guess_value, new_table, out_option, parse_pairs, progress_option)
+from aisim.cli_util import trace_format_option as _trace_format_option
+
+
+def trace_formats() -> list:
+    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`, the keys of ``READERS``)."""
+    from aisim.traces import FORMATS
+
+    return list(FORMATS)
+
+
+# The --trace-format option of every command that reads a trace (replay, trace inspect, trace convert).
+trace_format_option = _trace_format_option(trace_formats)
 
 
 def _parse_options(pairs, skip_bad_rows) -> dict:
@@ -90,7 +101,7 @@ def synth(out_path, requests, seed, rate, arrival, cv, prompt, output, followup,
 
 @trace.command("inspect")
 @click.argument("path")
-@trace_format_option()
+@trace_format_option
 @format_option()
 @click.option("--json", "as_json", is_flag=True, hidden=True, help="Deprecated: --format json.")
 @click.option("--block-size", default=None, type=click.IntRange(min=1),
@@ -123,7 +134,7 @@ def inspect_cmd(path, trace_format, fmt, as_json, block_size, options, skip_bad_
 
 @trace.command()
 @click.argument("path")
-@trace_format_option()
+@trace_format_option
 @out_option("--out", "out_path", required=True, help="Parquet file to write.")
 @click.option("--option", "-o", "options", multiple=True, metavar="KEY=VALUE", help="Reader option (repeatable).")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip and count bad rows instead of failing.")
