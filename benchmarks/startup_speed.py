@@ -20,7 +20,8 @@ rejected on both sides.
 The workloads are the first 1,000, 100 and 10 requests of Mooncake's synthetic trace
 (``tests/data/traces/mooncake``).  Printed: each side's median wall seconds and the median of the
 paired ratios (aisim / mocker: below 1 is faster), and the interpreter alone (``-c pass``) for
-scale.  Target: the 1,000-request replay's process faster than the mocker's.  The last lines say
+scale; with ``--base CHECKOUT`` that checkout's ``aisim replay`` runs in the same rounds (its
+median beside).  Target: the 1,000-request replay's process faster than the mocker's.  The last lines say
 PASS or FAIL; the exit status is 0 either way.
 """
 
@@ -83,17 +84,17 @@ def wall(cmd):
     return t
 
 
-def paired(a, b, runs):
-    """``runs`` alternated runs of ``a`` and ``b`` after one warm-up each: (a times, b times)."""
-    wall(a)
-    wall(b)
-    ta, tb = [], []
+def rotated(cmds, runs):
+    """``runs`` rounds of every command, each round starting one further along, after one warm-up
+    each: a list of times per command."""
+    for c in cmds:
+        wall(c)
+    times = [[] for _ in cmds]
     for i in range(runs):
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        t1, t2 = wall(first), wall(second)
-        ta.append(t1 if first is a else t2)
-        tb.append(t2 if first is a else t1)
-    return ta, tb
+        for k in range(len(cmds)):
+            j = (i + k) % len(cmds)
+            times[j].append(wall(cmds[j]))
+    return times
 
 
 def head(n, out_dir):
@@ -110,6 +111,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=11, help="counted runs of each process (default 11)")
     ap.add_argument("--mocker-python", metavar="PYTHON", help="an interpreter with ai-dynamo-runtime installed")
+    ap.add_argument("--base", metavar="CHECKOUT",
+                    help="another checkout (built) whose aisim is timed in the same rounds, for before and after")
     ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     args = ap.parse_args(argv)
     if args.runs < 1:
@@ -124,22 +127,26 @@ def main(argv=None):
         engine = os.path.join(tmp, "engine.json")
         with open(engine, "w", encoding="utf-8") as fh:
             json.dump(ENGINE, fh)
-        ta, tb = paired(([sys.executable, "-c", "pass"], env_a), ([sys.executable, "-c", "pass"], env_b), args.runs)
+        env_base = environment(os.path.abspath(args.base)) if args.base else None
+        ta, tb = rotated([([sys.executable, "-c", "pass"], env_a), ([sys.executable, "-c", "pass"], env_b)], args.runs)
         rows.append(["interpreter alone (-c pass)", statistics.median(ta), statistics.median(tb),
-                     statistics.median(x / y for x, y in zip(ta, tb))])
+                     statistics.median(x / y for x, y in zip(ta, tb)), None])
         for n in SIZES:
             trace = head(n, tmp)
             a = [*aisim_command(), "replay", "--engine", engine, "--trace", trace, "--reject-too-long"]
             job = {"kind": "mooncake", "path": trace, "trace_block_size": 512, "engine": MOCKER_ENGINE}
             b = [sys.executable, "-c", PROCESS_SCRIPT, json.dumps(job)]
-            ta, tb = paired((a, env_a), (b, env_b), args.runs)
+            cmds = [(a, env_a), (b, env_b), *([(a, env_base)] if env_base else [])]
+            ta, tb, *tc = rotated(cmds, args.runs)
             ratio = statistics.median(x / y for x, y in zip(ta, tb))
-            rows.append([f"replay of {n:,} Mooncake requests", statistics.median(ta), statistics.median(tb), ratio])
-            figures[n] = {"aisim_s": ta, "mocker_s": tb, "median_ratio": ratio}
+            base = statistics.median(tc[0]) if tc else None
+            rows.append([f"replay of {n:,} Mooncake requests", statistics.median(ta), statistics.median(tb), ratio,
+                         base])
+            figures[n] = {"aisim_s": ta, "mocker_s": tb, "median_ratio": ratio, **({"base_s": tc[0]} if tc else {})}
     print(f"whole processes, median of {args.runs} alternated runs (after one warm-up each)")
-    print(f"{'':<34}{'aisim s':>10}{'mocker s':>10}{'aisim/mocker':>14}")
-    for name, a, b, r in rows:
-        print(f"{name:<34}{a:>10.3f}{b:>10.3f}{r:>13.2f}x")
+    print(f"{'':<34}{'aisim s':>10}{'mocker s':>10}{'aisim/mocker':>14}" + (f"{'base s':>10}" if args.base else ""))
+    for name, a, b, r, base in rows:
+        print(f"{name:<34}{a:>10.3f}{b:>10.3f}{r:>13.2f}x" + (f"{base:>10.3f}" if base is not None else ""))
     r = figures[SIZES[0]]
     ok = statistics.median(r["aisim_s"]) < statistics.median(r["mocker_s"])
     print(f"{'PASS' if ok else 'FAIL'}  a {SIZES[0]:,}-request replay's process faster than the mocker's: "
