@@ -1,9 +1,10 @@
 """aisim against Dynamo's mocker on the same work, in the same run: the workloads and the table.
 
 Each workload is an engine, a way to load its trace and the mocker's job for the same requests.
-aisim is timed over loading the trace (reading the file, or building the synthetic table) and
-``replay(trace, engine)``, macro-steps on, as the mocker's call reads its file and replays it; the
-replay alone is printed beside it.  Both sides run ``repeat`` times after one warm-up and the
+aisim is timed over loading the trace (reading the file) and ``replay(trace, engine)``,
+macro-steps on, as the mocker's call reads its file and replays it; the replay alone is printed
+beside it.  The synthetic shape's table is built once in memory, as the mocker builds its
+requests.  Both sides run ``repeat`` times after one warm-up and the
 medians are compared (``mocker / aisim``: how many times faster aisim is).
 
 The workloads (:func:`target_workloads`), besides the synthetic shapes that replay_speed.py builds:

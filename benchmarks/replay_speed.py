@@ -461,11 +461,11 @@ def mocker_section(args, workloads):
     """aisim against Dynamo's mocker on every target workload, same run: the table's rows, or None."""
     import tempfile
 
-    syn = workloads["synthetic"]
+    syn, syn_trace, _ = synthetic_workload()  # built in memory once, as the mocker builds its requests
     with tempfile.TemporaryDirectory() as tmp:
         found, skipped = vs_mocker.target_workloads(tmp, args.conversation)
         rows = vs_mocker.compare(
-            [vs_mocker.Workload("synthetic", syn, lambda: synthetic_workload()[1],
+            [vs_mocker.Workload("synthetic", syn, lambda: syn_trace,
                                 vs_mocker.synthetic_job(SYN_PROMPT, SYN_OUTPUT, SYN_REQUESTS),
                                 note="1,000 x 1,024/128, concurrency 16"),
              *found[:2],
