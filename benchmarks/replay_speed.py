@@ -43,9 +43,14 @@ they covered; a stretch ends with every admission and every finish, so short str
 what macro-steps can save.  Its last columns replay the same requests with one output token each
 (``decode-free``): every prompt is still prefilled, cached, admitted and finished, but nothing
 decodes, so no way of replaying decodes faster gets below that time, and best off over it
-(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed (here, or in the interpreter
-given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
-and the ratio of its wall time to aisim's is printed.
+(``bound``) is the most any macro-step could give the workload.
+
+When Dynamo's mocker is installed (here, or in the interpreter given by ``--mocker-python``), it
+replays every target workload with the same engine in the same run (``mocker_workloads.py``):
+``synthetic``, the first 3,000 and all of Mooncake's conversation trace (``--conversation``; skipped,
+saying where to get it, when absent), Mooncake's synthetic trace and Azure's code trace on a pool
+that churns; each side's median of ``--repeat`` runs, ``mocker / aisim`` and a PASS or FAIL line
+against 5x.  ``--mocker-only`` runs that section alone.
 
 A third table splits the best ``replay`` call into the compiled core
 (``Engine(...)`` construction and ``Engine.run()``, which includes handing the
