@@ -4,8 +4,8 @@ Each workload is an engine, a way to load its trace and the mocker's job for the
 aisim is timed over loading the trace (reading the file) and ``replay(trace, engine)``,
 macro-steps on, as the mocker's call reads its file and replays it; the replay alone is printed
 beside it.  The synthetic shape's table is built once in memory, as the mocker builds its
-requests.  Both sides run ``repeat`` times after one warm-up and the
-medians are compared (``mocker / aisim``: how many times faster aisim is).
+requests.  The two sides take turns, ``repeat`` rounds each after a warm-up, and the medians are
+compared (``mocker / aisim``: how many times faster aisim is).
 
 The workloads (:func:`target_workloads`), besides the synthetic shapes that replay_speed.py builds:
 
@@ -41,7 +41,7 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 from aisim.traces import read_trace
 
-from mocker import mocker_engine, time_mocker
+from mocker import mocker_engine, mocker_python, time_mocker
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONVERSATION_NAME = "conversation_trace.jsonl"
@@ -142,40 +142,49 @@ def target_workloads(tmp_dir, conversation=None):
     return found, skipped
 
 
-def time_aisim(w, repeat):
-    """Median seconds of load + replay and of the replay alone, and the last result."""
-    res = replay(w.load(), w.eng, reject_too_long=w.reject_too_long)  # warm-up
-    total, alone = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        trace = w.load()
-        t1 = time.perf_counter()
-        res = replay(trace, w.eng, reject_too_long=w.reject_too_long)
-        t2 = time.perf_counter()
-        total.append(t2 - t0)
-        alone.append(t2 - t1)
-    return statistics.median(total), statistics.median(alone), res
+def time_aisim(w):
+    """Seconds of one load + replay and of the replay alone, and the result."""
+    t0 = time.perf_counter()
+    trace = w.load()
+    t1 = time.perf_counter()
+    res = replay(trace, w.eng, reject_too_long=w.reject_too_long)
+    t2 = time.perf_counter()
+    return t2 - t0, t2 - t1, res
 
 
 def compare(workloads, repeat, python=None):
-    """Time every workload on both sides: a list of rows (dicts), or None when no mocker is available."""
-    jobs = {w.name: dict(w.job, engine=mocker_engine(w.eng), repeat=repeat + 1) for w in workloads}
-    mock = time_mocker(jobs, python)
-    if mock is None:
+    """Time every workload on both sides: a list of rows (dicts), or None when no mocker is available.
+
+    The two sides take turns, ``repeat`` rounds a workload (who goes first alternates), so a
+    shared machine's changing load falls on both: each round of the mocker is a process of its
+    own that replays twice and counts the second; aisim replays once untimed first.
+    """
+    python = mocker_python(python)
+    if python is None:
         return None
     rows = []
     for w in workloads:
-        total, alone, res = time_aisim(w, repeat)
-        m = mock[w.name]
-        m_med = statistics.median(m["times_s"][1:])  # the first run is the warm-up
+        job = {w.name: dict(w.job, engine=mocker_engine(w.eng), repeat=2)}
+        replay(w.load(), w.eng, reject_too_long=w.reject_too_long)  # warm-up
+        total, alone, mocked = [], [], []
+        for i in range(repeat):
+            for side in (("mocker", "aisim") if i % 2 == 0 else ("aisim", "mocker")):
+                if side == "aisim":
+                    t, a, res = time_aisim(w)
+                    total.append(t)
+                    alone.append(a)
+                else:
+                    m = time_mocker(job, python)[w.name]
+                    mocked.append(m["times_s"][-1])
         s = res.summary
         problem = None
         if m["completed"] is not None and m["completed"] != s["finished"]:
             problem = f"the mocker completed {m['completed']:,} requests, aisim {s['finished']:,}"
+        t, a, mm = statistics.median(total), statistics.median(alone), statistics.median(mocked)
         rows.append({"workload": w.name, "note": w.note, "requests": s["requests"], "finished": s["finished"],
-                     "steps": s["steps"], "preemptions": s["preemptions"], "aisim_s": total,
-                     "aisim_replay_s": alone, "mocker_s": m_med, "mocker_completed": m["completed"],
-                     "ratio": m_med / total, "ratio_replay": m_med / alone, "problem": problem})
+                     "steps": s["steps"], "preemptions": s["preemptions"], "aisim_s": t, "aisim_replay_s": a,
+                     "mocker_s": mm, "mocker_completed": m["completed"], "ratio": mm / t, "ratio_replay": mm / a,
+                     "runs": {"aisim_s": total, "aisim_replay_s": alone, "mocker_s": mocked}, "problem": problem})
     return rows
 
 
