@@ -5,7 +5,8 @@ module computes the same keys from a replay's requests table:
 
 - ``completed``: finished requests; ``failed``: the rest (rejected prompts, unfinished requests).
 - ``duration``: from the first request's arrival to the last response's finish (vLLM: the client's
-  wall time of the benchmark, which also counts the gap before its first request).
+  wall time of the benchmark, which also counts the gap before its first request), as
+  :mod:`aisim.throughput` defines it for every throughput aisim gives.
 - ``max_concurrent_requests``: the most completed requests in flight in one second, as vLLM buckets
   them (``vllm bench serve`` also gives ``max_output_tokens_per_s``, which needs every chunk's time:
   left out).
@@ -39,6 +40,7 @@ import math
 import numpy as np
 
 from aisim.errors import ConfigError
+from aisim.throughput import Span, per_second
 
 # --percentile-metrics names vLLM accepts for a generative model, and the ones aisim computes.
 VLLM_PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el", "client_queue_time", "e2el_including_client_queue")
@@ -215,10 +217,12 @@ def bench_metrics(requests, percentile_metrics=DEFAULT_PERCENTILE_METRICS,
     completed = int(done.sum())
     total_in, total_out = int(prompt.sum()), int(out_tok.sum())
     finish, arrival = col("finish_s"), col("arrival_s")
-    dur = float(np.nanmax(finish) - np.nanmin(arrival)) if completed else 0.0
+    span = Span()
+    span.add(arrival, finish)
+    dur = span.duration(completed)
 
     def per_s(x):
-        return x / dur if dur > 0 else None
+        return per_second(x, dur)
 
     good = None
     if goodput:

@@ -275,17 +275,16 @@ def _print_summary(result, trace_path, record, metrics):
     if s.get("rejected"):
         add("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
     add("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
-    add("simulated time", fmt_seconds(s["duration_s"]))
+    add("duration", fmt_seconds(s["duration_s"]) + " (first send to last response)")
     add("step times", _time_model_line(result.engine, s["time_model"]))
     if getattr(result, "timed", True):  # a deployment runs by the clock
         tm = result.engine.time_model
         add("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
                   f"{fmt_seconds(tm.frontend_per_token_s)} a prompt token, before the engine; latencies from the send"
                   if tm.frontend else "none (engine only); latencies from the send")
-    # vllm bench serve's throughputs (over the client's duration, as the goodput below), not the summary's
-    # (over the engine's span): goodput never reads above throughput.
-    add("throughput", f"{fmt_num(record['request_throughput'])} req/s, "
-              f"{fmt_num(record['output_throughput'], 1)} output tok/s")
+    # vllm bench serve's throughputs over the client's duration (aisim.throughput), as the goodput below.
+    add("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, "
+        f"{fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     if record["request_goodput"] is not None:
         limits = ", ".join(f"{k} {v:g} ms" for k, v in metrics["goodput"].items())
         add("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")

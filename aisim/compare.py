@@ -19,7 +19,7 @@ METRICS = (
     ("requests", "requests", "count"),
     ("finished", "finished", "count"),
     ("steps", "engine steps", "count"),
-    ("duration_s", "simulated time", "seconds"),
+    ("duration_s", "duration", "seconds"),
     ("throughput_req_s", "throughput, req/s", "rate"),
     ("throughput_tok_s", "output tok/s", "rate"),
     ("ttft_mean_s", "TTFT mean", "seconds"),

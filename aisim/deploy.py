@@ -22,7 +22,7 @@ from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
 from aisim.output import write_result
 from aisim.replay import result_of, run_deployment
-from aisim.summary import Totals
+from aisim.summary import SUMMARY_COLUMNS, Totals
 
 # Router inputs recorded per decision and replica (``deploy(..., record_routing=True)``),
 # in the order of the core's ROUTING_FIELDS.
@@ -243,7 +243,7 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
     """The deployment's summary: every replica's rows added up, plus balance and utilisation
     (disaggregated: the steps of both pools, each request once, as the merged rows give it)."""
     totals = Totals()
-    cols = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")
+    cols = SUMMARY_COLUMNS
     for p, rep in zip(parts, reps):
         totals.add_steps(rep["steps"])
         if status is None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from aisim.config.engine import EngineConfig
 from aisim.config.speculative import scheduler_view
 from aisim.result_tables import requests_table, steps_table
-from aisim.summary import REJECTED, summarize
+from aisim.summary import REJECTED, SUMMARY_COLUMNS, summarize
 from aisim.trace_checks import too_long
 
 
@@ -61,8 +61,7 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     r = out["requests"] if rejected is None else _with_rejected(out["requests"], rejected, trace, timed)
     requests = requests_table(trace, r)
     steps = steps_table(out["steps"], engine)
-    rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
-          for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
+    rq = {c: requests.column(c).to_numpy(zero_copy_only=False) for c in SUMMARY_COLUMNS}
     rq["status"] = r["status"]
     summary = summarize(out["steps"], rq, engine, timed, out["spec"])
     return ReplayResult(requests, steps, summary, engine, out["events"] if events else {}, timed,

@@ -12,7 +12,7 @@ from aisim.errors import ReplayError, TraceError
 from aisim.replay_input import _check_concurrency, _core_chunk
 from aisim.replay_result import _rejected_mask, _with_rejected
 from aisim.result_tables import requests_table, steps_table
-from aisim.summary import Totals
+from aisim.summary import SUMMARY_COLUMNS, Totals
 from aisim.trace_checks import _faults_and_segments, _row_faults
 
 
@@ -210,8 +210,7 @@ def _rejected_head(pending) -> bool:
 
 
 def _summary_columns(requests: pa.Table, r: dict) -> dict:
-    rq = {c: requests.column(c).to_numpy(zero_copy_only=False)
-          for c in ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens")}
+    rq = {c: requests.column(c).to_numpy(zero_copy_only=False) for c in SUMMARY_COLUMNS}
     rq["status"] = r["status"]
     return rq
 

@@ -9,10 +9,15 @@ from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.columns import LATENCIES, LATENCY_STATS
 from aisim.config.engine import EngineConfig
 from aisim.stats import percentiles
+from aisim.throughput import Span, per_second
 
 # A request vLLM's server refuses before it reaches the engine (``reject_too_long``): the core
 # never sees it, so its status code follows the core's (the requests table labels it ``rejected``).
 REJECTED = len(REQUEST_STATUS)
+
+# The request columns the summary reads (with the core's ``status``).
+SUMMARY_COLUMNS = ("arrival_s", "finish_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens",
+                   "cached_tokens")
 
 
 def time_model_label(engine: EngineConfig) -> str:
@@ -58,7 +63,8 @@ class Totals:
         self.sums = dict.fromkeys(self._STEP_SUMS, 0)
         self.end = None
         self.n_reqs = self.n_done = self.n_rejected = self.prompt_tokens = self.output_tokens = self.cached_tokens = 0
-        self.start = None
+        self.done_output_tokens = 0
+        self.span = Span()
         self.latencies = {name: [] for name in LATENCIES}
 
     def add_steps(self, st: dict) -> None:
@@ -80,15 +86,14 @@ class Totals:
         if n == 0:
             return
         self.n_reqs += n
-        self.n_done += int((rq["status"] == REQUEST_STATUS["finished"]).sum())
+        done = rq["status"] == REQUEST_STATUS["finished"]
+        self.n_done += int(done.sum())
         self.n_rejected += int((rq["status"] == REJECTED).sum())
         self.prompt_tokens += int(rq["prompt_tokens"].sum())
         self.output_tokens += int(rq["output_tokens"].sum())
+        self.done_output_tokens += int(rq["output_tokens"][done].sum())
         self.cached_tokens += int(rq["cached_tokens"].sum())
-        arrival = rq["arrival_s"]
-        if not np.isnan(arrival).all():
-            start = float(np.nanmin(arrival))
-            self.start = start if self.start is None or start < self.start else self.start
+        self.span.add(rq["arrival_s"], rq["finish_s"])
         for name in LATENCIES:
             v = rq[name]
             self.latencies[name].append(v[~np.isnan(v)])
@@ -97,8 +102,8 @@ class Totals:
         """The replay summary (see :func:`summarize`); with speculative decoding, its totals too."""
         sums = self.sums
         end = self.end if self.end is not None else 0.0
-        start = (self.start if self.start is not None else float("nan")) if self.n_reqs else 0.0
-        span = max(end - start, 0.0)
+        # vllm bench serve's benchmark_duration and throughputs (aisim.throughput).
+        span = self.span.duration(self.n_done)
         caching = engine.enable_prefix_caching
         summary = {
             "requests": self.n_reqs,
@@ -125,8 +130,8 @@ class Totals:
             "prefix_hit_tokens_at_admission": self.cached_tokens,
             "clock_end_s": end,
             "duration_s": span,
-            "throughput_req_s": self.n_done / span if span > 0 else None,
-            "throughput_tok_s": self.output_tokens / span if span > 0 else None,
+            "throughput_req_s": per_second(self.n_done, span),
+            "throughput_tok_s": per_second(self.done_output_tokens, span),
             "timed": timed,
             "time_model": time_model_label(engine),
         }

@@ -50,6 +50,9 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from aisim.calibrate.workload import legacy_send_times
+from aisim.throughput import Span, per_second
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data", "published_vllm.csv")
 
@@ -60,8 +63,8 @@ METRICS = ("ttft", "tpot", "throughput")
 
 def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
     """The published points, numbers parsed, each marked ``fit`` or ``held-out`` by its source."""
-    ints = ("tp", "concurrency", "seed", "num_prompts", "input_len", "output_len", "requested_output_len",
-            "max_model_len")  # cached_prefix_by_run stays text (cached_runs reads it)
+    ints = ("tp", "concurrency", "seed", "client_vocab_size", "num_prompts", "input_len", "output_len",
+            "requested_output_len", "max_model_len")  # cached_prefix_by_run stays text (cached_runs reads it)
     floats = ("rate_rps", "gpu_memory_utilization", "ttft_ms", "tpot_ms", "throughput_tok_s")
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -158,6 +161,10 @@ def trace_for(point: dict, cached: int = 0, cached_prompts: int | None = None) -
             "prefix_len": [min(cached, point["input_len"])] * warm + [0] * (n - warm)}
     if point["workload"] in ("burst", "concurrency"):
         send = np.full(n, t0)
+    elif point["workload"] == "rate" and point.get("client_vocab_size"):
+        # The client's own sends, redrawn from its seed (benchmark_serving.py before vLLM 0.10).
+        send = t0 + legacy_send_times(n, point["rate_rps"], 1.0, point["seed"] or 0, point["client_vocab_size"],
+                                      (point["input_len"],) * 2, (point["requested_output_len"],) * 2)
     elif point["workload"] == "rate":
         rng = np.random.default_rng(point["seed"] or 0)
         gaps = rng.exponential(1.0 / point["rate_rps"], n)
@@ -216,8 +223,11 @@ def predict(point: dict, efficiencies: dict) -> dict:
                for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
         out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
         out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
-        span = float(col["finish_s"].max() - col["arrival_s"].min())
-        out["throughput"] += float(col["output_tokens"].sum()) / span / len(runs)
+        span = Span()
+        span.add(col["arrival_s"], col["finish_s"])
+        done = ~np.isnan(col["finish_s"])
+        tokens = float(col["output_tokens"][done].sum())
+        out["throughput"] += per_second(tokens, span.duration(int(done.sum()))) / len(runs)
     return out
 
 

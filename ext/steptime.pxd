@@ -56,7 +56,10 @@ cdef struct TimeModelC:
     sec_t req_s                     # the CPU's seconds per scheduled request
     bint async_cpu                  # async scheduling: the CPU's time overlaps the GPU's (max), else adds
     int32_t n_graphs                # CUDA-graph capture sizes (0: none)
-    tok_t* graph_sizes              # [n_graphs] ascending
+    tok_t* graph_sizes              # [n_graphs] ascending: token-keyed graphs (every step, or mixed ones)
+    int32_t n_decode_graphs         # uniform decode graphs (0: decodes pad among graph_sizes)
+    tok_t* decode_graph_sizes       # [n_decode_graphs] ascending, in tokens (requests x decode_q)
+    tok_t decode_q                  # tokens of each request of a uniform decode
     # table
     int32_t n_axes                  # 1 (linear) or 2 (bilinear)
     int32_t axis[2]                 # TableAxis of each axis

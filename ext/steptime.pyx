@@ -139,19 +139,38 @@ cdef sec_t _target_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
     return gpu + cpu
 
 
-cdef double _padded(const TimeModelC* tm, double tokens) noexcept nogil:
-    """Tokens the step's GEMMs run on: the smallest CUDA-graph size holding ``tokens`` (vLLM's
-    CudagraphDispatcher.dispatch, vllm/v1/cudagraph_dispatcher.py), or ``tokens`` past the largest."""
-    cdef int32_t lo = 0, hi = tm.n_graphs, mid
-    if hi == 0 or tokens > tm.graph_sizes[hi - 1]:
+cdef double _smallest_holding(const tok_t* sizes, int32_t n, double tokens) noexcept nogil:
+    """The smallest of ``sizes[0:n]`` (ascending) holding ``tokens``, or ``tokens`` past the largest."""
+    cdef int32_t lo = 0, hi = n, mid
+    if hi == 0 or tokens > sizes[hi - 1]:
         return tokens
     while lo < hi:
         mid = (lo + hi) // 2
-        if tm.graph_sizes[mid] < tokens:
+        if sizes[mid] < tokens:
             lo = mid + 1
         else:
             hi = mid
-    return <double>tm.graph_sizes[lo]
+    return <double>sizes[lo]
+
+
+cdef double _padded(const TimeModelC* tm, const BatchC* b) noexcept nogil:
+    """Tokens the step's GEMMs run on: the smallest CUDA graph holding the step's tokens, or its
+    tokens past the largest (aisim/perf/graphs.py).  Under the split rule (vLLM 0.34,
+    CudaGraphManager.dispatch, vllm/v1/worker/gpu/cudagraph_utils.py) a uniform decode, every
+    request ``decode_q`` tokens, first takes the decode graphs; else (CudagraphDispatcher.dispatch,
+    vllm/v1/cudagraph_dispatcher.py) every step pads among the one list."""
+    cdef double tokens = <double>b.total_tokens
+    cdef int32_t i
+    cdef bint uniform = tm.n_decode_graphs > 0 and b.n > 0 and tokens <= tm.decode_graph_sizes[tm.n_decode_graphs - 1]
+    for i in range(b.n):
+        if not uniform:
+            break
+        # GPUModelRunner.gather_batch_req_state: decode graphs only for a batch without prefill (a
+        # request's first token is a prefill even when it is its only one).
+        uniform = b.tokens[i] == tm.decode_q and b.decode[i] and b.ctx[i] > b.tokens[i]
+    if uniform:
+        return _smallest_holding(tm.decode_graph_sizes, tm.n_decode_graphs, tokens)
+    return _smallest_holding(tm.graph_sizes, tm.n_graphs, tokens)
 
 
 cdef double _gemm_time(const TimeModelC* tm, double m, double n, double k) noexcept nogil:
@@ -173,7 +192,7 @@ cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     """Seconds the GPU spends on batch ``b``: each operator at its roofline, one after another."""
     cdef int32_t i, t, g
     cdef double tokens = <double>b.total_tokens, reqs = <double>b.n
-    cdef double m = _padded(tm, tokens)
+    cdef double m = _padded(tm, b)
     cdef double gpu = tm.gpu_fixed_s, ctx, pairs, up = 0.0
     cdef double p_flops = 0.0, p_bytes = 0.0, d_flops = 0.0, d_bytes = 0.0
     cdef const double* af
@@ -237,7 +256,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
     """Load a roofline or table model (a plain dict from aisim.perf, validated there) into
     ``tm``; returns the arrays its pointers borrow, which the caller keeps alive."""
     cdef const double[::1] af, afp, kb, xs, ys, lat
-    cdef const tok_t[::1] win, gs
+    cdef const tok_t[::1] win, gs, dgs
     cdef const double[::1] gn, gk, gc
     cdef const int32_t[::1] gr
     tm.kind = m["kind"]
@@ -252,7 +271,8 @@ cdef list tm_load(TimeModelC* tm, dict m):
         gc = np.ascontiguousarray(m["gemm_count"], dtype=np.float64)
         gr = np.ascontiguousarray(m["gemm_per_req"], dtype=np.int32)
         gs = np.ascontiguousarray(m["graph_sizes"], dtype=np.int64)
-        keep += [af, afp, kb, win, gn, gk, gc, gr, gs]
+        dgs = np.ascontiguousarray(m["decode_graph_sizes"], dtype=np.int64)
+        keep += [af, afp, kb, win, gn, gk, gc, gr, gs, dgs]
         tm.n_terms = <int32_t>af.shape[0]
         tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
         tm.attn_flops_prefill = <double*>&afp[0] if afp.shape[0] else NULL
@@ -269,6 +289,9 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.gemm_per_req = <int32_t*>&gr[0] if gr.shape[0] else NULL
         tm.n_graphs = <int32_t>gs.shape[0]
         tm.graph_sizes = <tok_t*>&gs[0] if gs.shape[0] else NULL
+        tm.n_decode_graphs = <int32_t>dgs.shape[0]
+        tm.decode_graph_sizes = <tok_t*>&dgs[0] if dgs.shape[0] else NULL
+        tm.decode_q = m["decode_q"]
         tm.sms = m["sms"]
         tm.tile = m["tile"]
         tm.act_bytes = m["act_bytes"]

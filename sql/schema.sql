@@ -79,9 +79,9 @@ CREATE TABLE IF NOT EXISTS summaries (
     prefix_hit_tokens_at_admission  BIGINT,            -- cached tokens at first admission, all requests
     prefix_hit_rate                 DOUBLE,            -- prefix_hits / prefix_queries
     clock_end_s                     DOUBLE,            -- end of the last step
-    duration_s                      DOUBLE,            -- from the first arrival to the end of the last step
-    throughput_req_s                DOUBLE,            -- finished requests / duration_s
-    throughput_tok_s                DOUBLE,            -- output tokens / duration_s
+    duration_s                      DOUBLE,            -- from the first send to the last response (vllm bench serve's duration)
+    throughput_req_s                DOUBLE,            -- finished requests / duration_s (request_throughput)
+    throughput_tok_s                DOUBLE,            -- finished requests' output tokens / duration_s (output_throughput)
     prefix_queries                  BIGINT,            -- tokens looked up in the prefix cache (vLLM PrefixCacheStats)
     prefix_hits                     BIGINT,            -- of those, hits
     preempted_prefix_queries        BIGINT,            -- lookups of resumed (preempted) requests
@@ -123,8 +123,8 @@ CREATE TABLE IF NOT EXISTS replicas (
     prefix_queries                  BIGINT,            -- tokens looked up in the prefix cache (vLLM PrefixCacheStats)
     prefix_hits                     BIGINT,            -- of those, hits
     clock_end_s                     DOUBLE,            -- end of the last step
-    duration_s                      DOUBLE,            -- from the first arrival to the end of the last step
-    throughput_tok_s                DOUBLE,            -- output tokens / duration_s
+    duration_s                      DOUBLE,            -- from the first send to the last response (vllm bench serve's duration)
+    throughput_tok_s                DOUBLE,            -- finished requests' output tokens / duration_s (output_throughput)
     ttft_mean_s                     DOUBLE,            -- time to first token: mean
     ttft_p50_s                      DOUBLE,            -- median
     ttft_p99_s                      DOUBLE,            -- 99th percentile

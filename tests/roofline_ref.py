@@ -10,7 +10,8 @@ a pair, KV bytes a token, experts' bytes) are pinned by hand counts in the tests
 import math
 
 from aisim.config.catalog import get_gpu, get_model
-from aisim.perf.graphs import capture_sizes, padded
+from aisim.config.versions import release
+from aisim.perf.graphs import graph_sizes, step_graph
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.perf.roofline import roofline_terms
 
@@ -28,10 +29,12 @@ def pairs(n, c, w=0):
     return sum(min(p, w) if w else p for p in range(c - n + 1, c + 1))
 
 
-def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096, async_scheduling=False):
+def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096, async_scheduling=False,
+           version=None):
     """Seconds of one step of ``batch``: ``(new tokens, context after the step, is a decode)`` a request.
 
-    ``tm``: the roofline keys (efficiencies, overheads, tp, dtype).
+    ``tm``: the roofline keys (efficiencies, overheads, tp, dtype); ``version``: the release whose
+    CUDA-graph padding applies (default: the newest).
     """
     spec, g = get_model(model), get_gpu(gpu)
     tp, dtype = tm.get("tp", 1), tm.get("dtype") or spec.dtype
@@ -41,7 +44,8 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
     attn = t["attention_flops"] * tm["attention_efficiency"]
     bw = t["peak_bytes"] * tm["bandwidth_efficiency"]
     tokens, reqs = sum(b[0] for b in batch), len(batch)
-    m = padded(tokens, capture_sizes(max_num_seqs, max_num_batched_tokens, g.capability))
+    sizes = graph_sizes(release(version).cudagraph_rule, max_num_seqs, max_num_batched_tokens, g.capability)
+    m = step_graph(tokens, all(n == 1 and dec and c > n for n, c, dec in batch), sizes)
     gpu_s = tm.get("layer_overhead_s", 0.0) * spec.num_layers
     for _, n, k, count, rows in t["gemms"]:
         gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb)

@@ -13,7 +13,7 @@ from aisim.calibrate.benchserve import read_bench_serve
 from aisim.calibrate.fit import calibrate, fit, fitted_keys, prepare
 from aisim.calibrate.predict import replay_metrics
 from aisim.config.calibration import parse_calibration, scale_band
-from aisim.calibrate.workload import run_trace, send_times
+from aisim.calibrate.workload import legacy_send_times, run_trace, send_times
 from aisim.cli import main
 from aisim.config.engine import engine_config_from_dict, load_engine_config
 from aisim.errors import ConfigError, MeasurementError
@@ -96,6 +96,28 @@ def test_send_times_as_vllm_bench_serve():
     # Gamma gaps are rescaled so the last send is num_prompts / rate = 50 / 5 = 10 s.
     s = send_times(50, 5.0, 0.5, seed=3)
     assert s[-1] == pytest.approx(10.0, rel=1e-12) and np.all(np.diff(s) >= 0) and s[0] > 0
+    # serve.py main_async: np.random.seed(--seed), then one np.random.gamma a request (the random dataset
+    # draws from its own generator): with --seed 3 the first of 50 sends is that first gap, rescaled.
+    state = np.random.RandomState(3)   # the stream np.random.seed(3) gives the global functions
+    gaps = [state.gamma(shape=0.5, scale=1.0 / (5.0 * 0.5)) for _ in range(50)]
+    assert s[0] == pytest.approx(gaps[0] * 10.0 / sum(gaps), rel=1e-12)
+
+
+def test_legacy_client_sends_redrawn_from_its_seed():
+    # benchmark_serving.py before vLLM 0.10: the first send at 0, then a gamma gap after each send, drawn
+    # after the random dataset's offsets.  A published run (nerdalert, Llama 3.1 8B, 120 prompts at 1 req/s,
+    # --seed 1, 1,000 / 100 tokens) lasted 99.329 s with a mean E2E of 0.045 + 99 x 0.00856 = 0.89 s: the
+    # redrawn last send is 98.28 s, 1.05 s before its end.  Llama 3.1's vocabulary of 128,256 rows (its
+    # tokenizer's vocab_size is 128,000) would shift the draws: a last send of 122.6 s, after the run ended.
+    s = legacy_send_times(120, 1.0, 1.0, 1, 128000, (1000, 1000), (100, 100))
+    assert s[0] == 0.0 and len(s) == 120 and np.all(np.diff(s) > 0)
+    assert s[-1] == pytest.approx(98.283, abs=1e-3) and 0.0 < 99.329 - s[-1] < 1.1
+    assert legacy_send_times(120, 1.0, 1.0, 1, 128256, (1000, 1000), (100, 100))[-1] > 99.329
+    # One gap is numpy's RandomState gamma after the n offsets: the second send of two.
+    state = np.random.RandomState(7)
+    state.randint(0, 1000, size=2)
+    assert legacy_send_times(2, 4.0, 1.0, 7, 1000).tolist() == [0.0, state.gamma(1.0, 0.25)]
+    assert legacy_send_times(3, math.inf, 1.0, 7, 1000).tolist() == [0.0, 0.0, 0.0]
 
 
 def test_lengths_spread_the_totals(tmp_path):

@@ -70,6 +70,12 @@ def test_harness_sends_at_the_client_s_times_and_leaves_the_server_to_the_replay
     assert trace.column("arrival_s").to_pylist() == send.tolist()
     trace, kw, _ = h.trace_for(dict(rate, concurrency=None), 0)
     assert kw == {} and trace.column("arrival_s").to_pylist() == send.tolist()
+    # A run of benchmark_serving.py before vLLM 0.10: the client's own sends, redrawn from its seed.
+    from aisim.calibrate.workload import legacy_send_times
+
+    legacy = dict(rate, concurrency=None, client_vocab_size=128000, requested_output_len=8)
+    _, _, send = h.trace_for(legacy, 0)
+    assert send.tolist() == legacy_send_times(4, 1000.0, 1.0, 7, 128000).tolist() and send[0] == 0.0
 
 
 def test_published_points_name_catalog_models_and_gpus():

@@ -168,8 +168,8 @@ def test_the_pipeline_caps_each_shard(tmp_path):
 
 
 def test_a_sweep_over_concurrency(tmp_path):
-    """Four requests due at once, 3 steps each: one at a time they take 12 steps, two at a time 6, and
-    the engine's last, empty step ends the run (its duration: 13 or 7 steps).  Every request meets a
+    """Four requests due at once, 3 steps each: one at a time they take 12 steps, two at a time 6, the
+    last response ending the run (vllm bench serve's duration: 12 or 6 steps).  Every request meets a
     TTFT SLO of 15 ms (10 ms: latencies count from the send), so goodput = 4 / duration: cap 2 first."""
     from aisim.sweep import load_sweep, run_sweep
 
@@ -184,7 +184,7 @@ def test_a_sweep_over_concurrency(tmp_path):
     assert [c.knobs for c in result.candidates] == [{"max_num_seqs": 8, "max_concurrency": 1},
                                                     {"max_num_seqs": 8, "max_concurrency": 2}]
     assert [c.name for c in result.ranked] == ["c001", "c000"]
-    assert [c.goodput_req_s for c in result.candidates] == [4 / _clock(13), 4 / _clock(7)]
+    assert [c.goodput_req_s for c in result.candidates] == [4 / _clock(12), 4 / _clock(6)]
 
 
 # ------------------------------------------------------------------ deployments

@@ -193,7 +193,8 @@ def _truth(db, run_id):
                    quantile_cont(ttft_s, 0.5) AS ttft_p50_s, quantile_cont(ttft_s, 0.99) AS ttft_p99_s,
                    quantile_cont(tpot_s, 0.5) AS tpot_p50_s, quantile_cont(tpot_s, 0.99) AS tpot_p99_s,
                    quantile_cont(e2e_s, 0.5) AS e2e_p50_s, quantile_cont(e2e_s, 0.99) AS e2e_p99_s,
-                   sum(output_tokens) AS output_tokens, min(arrival_s) AS first_arrival
+                   sum(output_tokens) FILTER (WHERE status = 'finished') AS done_tokens,
+                   min(arrival_s) AS first_arrival, max(finish_s) AS last_finish
             FROM requests WHERE run_id = ? GROUP BY shard_id
         ), st AS (
             SELECT shard_id, count(*) FILTER (WHERE kind = 'step') AS steps,
@@ -203,9 +204,9 @@ def _truth(db, run_id):
                    max(clock_s + duration_s) AS clock_end, max(running) AS running_max
             FROM steps WHERE run_id = ? GROUP BY shard_id
         )
-        SELECT *, output_tokens / (clock_end - first_arrival) AS throughput_tok_s,
-               finished / (clock_end - first_arrival) AS throughput_req_s,
-               clock_end - first_arrival AS duration_s
+        SELECT *, done_tokens / (last_finish - first_arrival) AS throughput_tok_s,
+               finished / (last_finish - first_arrival) AS throughput_req_s,
+               last_finish - first_arrival AS duration_s
         FROM rq JOIN st USING (shard_id) ORDER BY shard_id""", [run_id, run_id])
 
 

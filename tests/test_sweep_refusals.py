@@ -59,8 +59,8 @@ def test_every_candidate_refused_is_one_line_naming_the_first_reason(tmp_path):
 def test_a_prompt_over_max_model_len_is_rejected_where_max_model_len_is_a_knob(tmp_path):
     # Six 100-token prompts and one of 300, all at step 0, ten outputs each, 10 ms steps.
     # max_model_len 256 rejects the 300-token prompt (vLLM's server answers it with an error):
-    # it counts and fails the SLO, so 6 of 7 meet it; 1024 serves all 7.  Both run the same
-    # eleven 10 ms steps (every request admitted at once), so the same duration.
+    # it counts and fails the SLO, so 6 of 7 meet it; 1024 serves all 7.  Both run the same ten
+    # 10 ms steps to the last response (every request admitted at once), so the same duration.
     trace = _trace(6) + [{"request_id": "long", "prompt_len": 300, "max_tokens": 10, "arrival_step": 0}]
     path = _write(tmp_path, BASE, {"max_model_len": [256, 1024]}, {"ttft_s": 1}, trace)
     result = run_sweep(load_sweep(path), scheduler="sync")
@@ -70,7 +70,7 @@ def test_a_prompt_over_max_model_len_is_rejected_where_max_model_len_is_a_knob(t
     assert [c.name for c in result.ranked] == ["c001", "c000"]
     (d256,), (d1024,) = (_landed(tmp_path, "SELECT m.duration_s FROM summaries m JOIN shards s USING (run_id, shard_id) "
                                            "WHERE s.engine = ?", [c.name])[0] for c in (c256, c1024))
-    assert d256 == d1024 and round(d256, 12) == 0.11
+    assert d256 == d1024 and round(d256, 12) == 0.10
     assert c256.goodput_req_s == 6 / d256 and c1024.goodput_req_s == 7 / d1024
     status = _landed(tmp_path, "SELECT r.request_id, r.status, r.ttft_s FROM requests r JOIN shards s "
                                "USING (run_id, shard_id) WHERE s.engine = 'c000' AND r.status <> 'finished'")

@@ -38,4 +38,14 @@ def replay_metrics(trace, kw: dict, sends: np.ndarray, engine) -> dict:
     after, gaps = e2el[many] - ttft[many], out[many] - 1
     return {"ttft": 1e3 * float(ttft.mean()), "tpot": 1e3 * float((after / gaps).mean()) if many.any() else 0.0,
             "itl": 1e3 * float(after.sum() / gaps.sum()) if many.any() else 0.0,
-            "e2el": 1e3 * float(e2el.mean()), "throughput": float(out.sum() / col["finish_s"].max())}
+            "e2el": 1e3 * float(e2el.mean()), "throughput": _throughput(out, col["finish_s"])}
+
+
+def _throughput(out: np.ndarray, finish: np.ndarray) -> float:
+    """Output throughput (aisim.throughput): the run's sending starts at 0, before its first send."""
+    from aisim.throughput import Span, per_second
+
+    done = ~np.isnan(finish)
+    span = Span()
+    span.add([0.0], finish)
+    return float(per_second(out[done].sum(), span.duration(int(done.sum()))) or 0.0)

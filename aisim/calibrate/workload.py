@@ -11,9 +11,16 @@ Send times follow ``vllm/benchmarks/serve.py`` ``get_request``: gap ``i`` (the f
 ``gamma(shape=burstiness, scale=1 / (request_rate * burstiness))`` (1: Poisson; infinite
 burstiness: every gap ``1 / request_rate``), the sends are their running sums, rescaled so the
 last is ``num_prompts / request_rate``; at rate ``inf`` every request is sent at 0.  vLLM draws
-the gaps from the process's global NumPy state, which the file does not record; aisim draws its
-own from a generator seeded by ``seed``.  A run with ``max_concurrency`` has its sends held by
-the cap (``replay(..., max_concurrency=C)``).
+the gaps one by one from NumPy's global state, which ``main_async`` seeds with
+``np.random.seed(--seed)`` (0 unless given; the random dataset draws from a generator of its own,
+``RandomDataset._rng``), so ``seed`` being the run's ``--seed`` redraws its sends exactly.  A run
+with ``max_concurrency`` has its sends held by the cap (``replay(..., max_concurrency=C)``).
+
+The client before vLLM 0.10 (``benchmarks/benchmark_serving.py``, until pull request 21108 made
+the gaps precomputed and rescaled) sent differently, and its sends can be redrawn exactly from its
+``--seed`` (:func:`legacy_send_times`): the first request at the start, then after each send a
+``np.random.gamma`` gap from NumPy's global state, which ``main`` seeds with ``np.random.seed(seed)``
+and the random dataset draws from first.
 """
 
 from __future__ import annotations
@@ -60,11 +67,38 @@ def send_times(n: int, rate: float, burstiness: float, seed: int = 0) -> np.ndar
     if math.isinf(burstiness):
         gaps = np.full(n, 1.0 / rate)
     else:
-        gaps = np.random.default_rng(seed).gamma(shape=burstiness, scale=1.0 / (rate * burstiness), size=n)
+        state = np.random.RandomState(seed)
+        gaps = np.array([state.gamma(shape=burstiness, scale=1.0 / (rate * burstiness)) for _ in range(n)])
     sends = np.cumsum(gaps)
     if sends[-1] > 0:
         sends = sends * (n / rate / sends[-1])   # serve.py: the last send at num_prompts / request_rate
     return sends
+
+
+def legacy_send_times(n: int, rate: float, burstiness: float, seed: int, vocab_size: int,
+                      input_range: tuple = (0, 0), output_range: tuple = (0, 0)) -> np.ndarray:
+    """The sends of ``benchmark_serving.py`` before vLLM 0.10 (seconds from the start), as it drew them.
+
+    ``main`` calls ``np.random.seed(seed)``; ``RandomDataset.sample`` (``benchmark_dataset.py``)
+    draws ``np.random.randint`` of every prompt's length, every output's length (``input_range``,
+    ``output_range``: inclusive; one value draws nothing) and of every prompt's offset into the
+    tokenizer's ``vocab_size`` (Hugging Face's, added tokens left out); ``get_request`` then sends a
+    request, draws ``np.random.gamma(shape=burstiness, scale=1 / (rate * burstiness))`` and sleeps
+    that long, so the first request goes at 0 and the last gap is drawn but never slept.
+
+    >>> float(legacy_send_times(3, 2.0, 1.0, 0, 128000)[0])
+    0.0
+    >>> legacy_send_times(2, math.inf, 1.0, 0, 128000).tolist()
+    [0.0, 0.0]
+    """
+    if math.isinf(rate):
+        return np.zeros(n)
+    state = np.random.RandomState(seed)
+    state.randint(input_range[0], input_range[1] + 1, size=n)
+    state.randint(output_range[0], output_range[1] + 1, size=n)
+    state.randint(0, vocab_size, size=n)
+    gaps = [state.gamma(shape=burstiness, scale=1.0 / (rate * burstiness)) for _ in range(n)]
+    return np.concatenate([[0.0], np.cumsum(gaps[:-1])])
 
 
 def run_trace(run, seed: int = 0):

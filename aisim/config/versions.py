@@ -121,6 +121,7 @@ class Release:
     extensible_kv_cache: bool
     async_scheduling: bool
     gb10_small_batches: bool
+    cudagraph_rule: str
     rules: Rules
 
 
@@ -143,13 +144,13 @@ _R034 = _R033.since(
 # The releases, oldest first: one row each.
 RELEASES = (
     Release("0.31.0", block_size=16, gpu_memory_utilization=0.92, extensible_kv_cache=False, async_scheduling=True,
-            gb10_small_batches=False, rules=_R031),
+            gb10_small_batches=False, cudagraph_rule="shared", rules=_R031),
     Release("0.32.0", block_size=16, gpu_memory_utilization=0.92, extensible_kv_cache=False, async_scheduling=True,
-            gb10_small_batches=False, rules=_R032),
+            gb10_small_batches=False, cudagraph_rule="shared", rules=_R032),
     Release("0.33.0", block_size=16, gpu_memory_utilization=0.92, extensible_kv_cache=False, async_scheduling=True,
-            gb10_small_batches=True, rules=_R033),
+            gb10_small_batches=True, cudagraph_rule="shared", rules=_R033),
     Release("0.34.0", block_size=64, gpu_memory_utilization=1.0, extensible_kv_cache=True, async_scheduling=True,
-            gb10_small_batches=True, rules=_R034),
+            gb10_small_batches=True, cudagraph_rule="split", rules=_R034),
 )
 
 # The switches the replay core reads (the fields of ``RulesC``, in this order).
@@ -233,4 +234,6 @@ def rules_table() -> str:
                 + " | config/vllm.py `VllmConfig.__post_init__` |")
     rows.append("| serve: GB10 small batches | " + " | ".join("on" if r.gb10_small_batches else "-" for r in RELEASES)
                 + " | engine/arg_utils.py `EngineArgs.get_batch_defaults` |")
+    rows.append("| serve: CUDA-graph padding | " + " | ".join(r.cudagraph_rule for r in RELEASES)
+                + " | config/vllm.py `VllmConfig._split_cudagraph_capture_sizes` (split) |")
     return "\n".join(rows) + "\n"

@@ -188,7 +188,7 @@ def resolved_dtype(tm, model) -> str:
     return tm.dtype or model.dtype
 
 
-def roofline_args(tm, async_scheduling: bool = False, graph_sizes=()) -> dict:
+def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_graphs=(), decode_q: int = 1) -> dict:
     """Core arguments of the operator model of ``tm`` (an engine's TimeModel).
 
     Parameters
@@ -197,7 +197,12 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=()) -> dict:
     async_scheduling : bool
         The engine schedules the next step while the GPU runs this one: the CPU's time overlaps.
     graph_sizes : sequence of int
-        CUDA-graph capture sizes (:func:`aisim.perf.graphs.capture_sizes`); empty: no graphs.
+        The token-keyed CUDA graphs (:attr:`aisim.perf.graphs.GraphSizes.tokens`); empty: no graphs.
+    decode_graphs : sequence of int
+        The uniform decode graphs, in tokens (:attr:`aisim.perf.graphs.GraphSizes.decode`); empty:
+        decodes pad among ``graph_sizes``.
+    decode_q : int
+        The tokens each request of a uniform decode schedules.
     """
     model = get_model(tm.model)
     gpu = get_gpu(tm.gpu)
@@ -231,5 +236,6 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=()) -> dict:
         "gpu_fixed_s": tm.layer_overhead_s * model.num_layers,
         "async_cpu": bool(async_scheduling),
         "graph_sizes": [int(x) for x in graph_sizes],
+        "decode_graph_sizes": [int(x) for x in decode_graphs], "decode_q": int(decode_q),
         **{k: t[k] for k in ("moe_experts", "moe_log_miss", "moe_expert_bytes", "comm_s", "comm_per_token_s")},
     }

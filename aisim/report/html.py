@@ -107,7 +107,7 @@ SUMMARY_COLUMNS = [
     ("requests", "requests", fmt_count, "requests in the shard's trace share"),
     ("finished", "finished", fmt_count, "requests that finished"),
     ("steps", "steps", fmt_count, "engine steps"),
-    ("duration_s", "sim. time", _ms, "from the first arrival to the end of the last step"),
+    ("duration_s", "duration", _ms, "from the first send to the last response"),
     ("throughput_req_s", "req/s", lambda v: fmt_count(_round(v)), "finished requests per second"),
     ("throughput_tok_s", "out tok/s", lambda v: fmt_count(_round(v)), "output tokens per second"),
     ("ttft_p50_s", "TTFT p50", _ms, "time to first token, median"),
@@ -249,7 +249,7 @@ def _stats(sd: ShardData) -> str:
     n_steps = s.get("steps") if s.get("steps") is not None else sd.n_steps
     out.append(_stat("engine steps", fmt_count(n_steps), f"{fmt_count(empty)} empty" if empty is not None else "",
                      "steps", n_steps))
-    out.append(_stat("simulated time", _ms(s.get("duration_s")), "first arrival to last step end",
+    out.append(_stat("duration", _ms(s.get("duration_s")), "first send to last response",
                      "duration_s", s.get("duration_s")))
     out.append(_stat("throughput", f"{fmt_count(_round(s.get('throughput_tok_s')))} tok/s",
                      f"{fmt_count(_round(s.get('throughput_req_s')))} req/s; output tokens",
