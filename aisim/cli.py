@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from aisim import __version__
 from aisim.bench_cli import bench_options, model_options, set_option
 from aisim.cli_util import (CONTEXT_SETTINGS, Group, Phases, console, echo_csv, echo_json, fail, flatten,
-                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, out_option, progress_option)
+                            fmt_num, fmt_pct, fmt_seconds, format_option, new_table, one_blas_thread, out_option,
+                            progress_option, trace_format_option)
 from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
 from aisim.config.vllm_offload import offload_options
-from aisim.traces.cli import trace_format_option
 
 
 @click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
@@ -24,13 +26,20 @@ def main():
     """
 
 
+def _trace_formats() -> list:
+    """The trace formats aisim reads (:data:`aisim.traces.FORMATS`), for ``--trace-format`` when it is used."""
+    from aisim.traces import FORMATS
+
+    return list(FORMATS)
+
+
 @main.command()
 @click.option("--engine", "engine_path", type=click.Path(dir_okay=False),
               help="Engine configuration (JSON, TOML or YAML; vLLM's key names); or --model and --gpu.")
 @model_options
 @click.option("--trace", "trace_path", required=True, type=click.Path(),
               help="Request trace (oracle or Mooncake JSONL, Azure CSV, agentic JSON, aisim Parquet).")
-@trace_format_option
+@trace_format_option(_trace_formats)
 @click.option("--closed-loop", is_flag=True,
               help="Send a session's next turn when the previous one finishes (plus its think time).")
 @click.option("--think-time", type=float, help="Think time of closed-loop turns, seconds (default: the trace's gaps).")
@@ -77,6 +86,8 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
     """
     from aisim.config.engine import load_engine_config
     from aisim.errors import AisimError, ConfigError
+
+    one_blas_thread()
     from aisim.output import write_result
     from aisim.replay import replay as run_replay
     from aisim.traces import read_trace
@@ -200,7 +211,6 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
     except AisimError as exc:
         fail(exc)
     import contextlib
-    import sys
 
     from aisim.bench_flags import bench_record
 
@@ -216,13 +226,14 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
         else:
             _print_summary(result, trace_path, record, metrics)
     # Where the files went: a message, so on stderr unless the output is the table.
-    note = console(stderr=fmt != "table" or to_stdout)
-    if out_dir:
-        note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
-    if decision_log and deployment is None:
-        note.print(f"decision log written to {decision_log}")
-    elif decision_log:
-        note.print(f"decision logs written to {', '.join(logs)}")
+    if out_dir or decision_log:
+        note = console(stderr=fmt != "table" or to_stdout)
+        if out_dir:
+            note.print(f"results written to {out_dir}/ (requests.parquet, steps.parquet, summary.json)")
+        if decision_log and deployment is None:
+            note.print(f"decision log written to {decision_log}")
+        elif decision_log:
+            note.print(f"decision logs written to {', '.join(logs)}")
 
 
 def _trace_files(path) -> list:
@@ -265,64 +276,76 @@ def _print_summary(result, trace_path, record, metrics):
     from aisim.bench_metrics import percentile_key
 
     s = result.summary
-    t = new_table("what", ("value", {"justify": "right"}),
-                  title=f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)", show_header=False)
-    t.columns[0].style = "bold"
-    t.add_row("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
+    title = f"aisim replay of {trace_path} (vLLM {result.engine.version} rules)"
+    rows = []
+
+    def add(*cells):
+        rows.append(cells)
+
+    add("requests finished", f"{fmt_num(s['finished'])} / {fmt_num(s['requests'])}")
     if s.get("rejected"):
-        t.add_row("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
-    t.add_row("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
-    t.add_row("duration", fmt_seconds(s["duration_s"]) + " (first send to last response)")
-    t.add_row("step times", _time_model_line(result.engine, s["time_model"]))
+        add("requests rejected", f"{fmt_num(s['rejected'])} (prompt of max_model_len tokens or more)")
+    add("engine steps", f"{fmt_num(s['steps'])} ({fmt_num(s['empty_steps'])} empty)")
+    add("duration", fmt_seconds(s["duration_s"]) + " (first send to last response)")
+    add("step times", _time_model_line(result.engine, s["time_model"]))
     if getattr(result, "timed", True):  # a deployment runs by the clock
         tm = result.engine.time_model
-        t.add_row("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
+        add("API server", f"{fmt_seconds(tm.frontend_per_request_s)} a request + "
                   f"{fmt_seconds(tm.frontend_per_token_s)} a prompt token, before the engine; latencies from the send"
                   if tm.frontend else "none (engine only); latencies from the send")
     # vllm bench serve's throughputs over the client's duration (aisim.throughput), as the goodput below.
-    t.add_row("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, "
-              f"{fmt_num(s['throughput_tok_s'], 1)} output tok/s")
+    add("throughput", f"{fmt_num(s['throughput_req_s'])} req/s, "
+        f"{fmt_num(s['throughput_tok_s'], 1)} output tok/s")
     if record["request_goodput"] is not None:
         limits = ", ".join(f"{k} {v:g} ms" for k, v in metrics["goodput"].items())
-        t.add_row("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")
+        add("goodput", f"{fmt_num(record['request_goodput'])} req/s within {limits}")
     qs = metrics["metric_percentiles"]
     for name in metrics["percentile_metrics"]:
         label = _METRIC_LABELS[name]
         heads = " / ".join(["mean", "median", *(percentile_key(name, q).split("_")[0].upper() for q in qs)])
         values = [record[f"mean_{name}_ms"], record[f"median_{name}_ms"],
                   *(record[percentile_key(name, q)] for q in qs)]
-        t.add_row(f"{label} {heads}", " / ".join(fmt_seconds(v / 1000) for v in values))
+        add(f"{label} {heads}", " / ".join(fmt_seconds(v / 1000) for v in values))
     pc = s["prefix_cache_stats"]
-    t.add_row("prefix cache hit rate",
+    add("prefix cache hit rate",
               f"{fmt_pct(s['prefix_hit_rate'])} ({fmt_num(pc['hits'])} of {fmt_num(pc['queries'])} tokens)")
     if "kv_offload" in s:
         # vLLM's connector_prefix_cache_stats: tokens the tier offered over tokens asked.
         o = s["kv_offload"]
         cs = o["connector_prefix_cache_stats"]
-        t.add_row("CPU tier hit rate", f"{fmt_pct(cs['hits'] / cs['queries'] if cs['queries'] else 0.0)} "
-                  f"({fmt_num(cs['hits'])} of {fmt_num(cs['queries'])} tokens; {fmt_num(o['loads'])} loads)")
-        t.add_row("CPU tier stores / evictions", f"{fmt_num(o['store_chunks'])} / {fmt_num(o['cpu_evicted_chunks'])} "
-                  f"blocks of {fmt_num(o['cpu_chunks'])}")
-    t.add_row("preemptions", fmt_num(s["preemptions"]))
+        add("CPU tier hit rate", f"{fmt_pct(cs['hits'] / cs['queries'] if cs['queries'] else 0.0)} "
+            f"({fmt_num(cs['hits'])} of {fmt_num(cs['queries'])} tokens; {fmt_num(o['loads'])} loads)")
+        add("CPU tier stores / evictions", f"{fmt_num(o['store_chunks'])} / {fmt_num(o['cpu_evicted_chunks'])} "
+            f"blocks of {fmt_num(o['cpu_chunks'])}")
+    add("preemptions", fmt_num(s["preemptions"]))
     if "spec" in s:
         sp = s["spec"]
-        t.add_row("draft acceptance", f"{fmt_pct(sp['acceptance_rate']) if sp['acceptance_rate'] is not None else '-'}"
+        add("draft acceptance", f"{fmt_pct(sp['acceptance_rate']) if sp['acceptance_rate'] is not None else '-'}"
                                       f" ({fmt_num(sp['accepted_tokens'])} of {fmt_num(sp['draft_tokens'])} drafts)")
     usage = result.steps.column("kv_usage").to_numpy()
     if len(usage):
-        t.add_row("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
+        add("KV-cache usage mean / max", f"{fmt_pct(float(usage.mean()))} / {fmt_pct(float(usage.max()))}")
     if "replicas" in s:
         d = s["deployment"]
         if "prefill" in d:
-            t.add_row("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
+            add("deployment", f"{d['prefill']['replicas']} prefill replicas, router "
                                     f"{d['prefill']['router']['kind']}; {d['decode']['replicas']} decode replicas, "
                                     f"router {d['decode']['router']['kind']}")
         else:
-            t.add_row("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
+            add("deployment", f"{len(s['replicas'])} replicas, router {d['router']['kind']}")
         lb = s["load_balance"]
-        t.add_row("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
-        t.add_row("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
-    console().print(t)
+        add("requests per replica min / max", f"{fmt_num(lb['requests_min'])} / {fmt_num(lb['requests_max'])}")
+        add("utilisation min / max", f"{fmt_pct(lb['utilisation_min'])} / {fmt_pct(lb['utilisation_max'])}")
+    from aisim.plaintable import off_terminal, plain_ok, render
+
+    if "replicas" not in s and off_terminal(sys.stdout) and plain_ok(title, rows):
+        sys.stdout.write(render(title, rows, ("left", "right")))  # what rich prints, without rich
+    else:
+        t = new_table("what", ("value", {"justify": "right"}), title=title, show_header=False)
+        t.columns[0].style = "bold"
+        for cells in rows:
+            t.add_row(*cells)
+        console().print(t)
     if "replicas" in s:
         r = new_table("replica", ("requests", {"justify": "right"}), ("hit rate", {"justify": "right"}),
                       ("utilisation", {"justify": "right"}), ("TTFT p50", {"justify": "right"}),
@@ -334,20 +357,15 @@ def _print_summary(result, trace_path, record, metrics):
 
 
 # ---------------------------------------------------------------- command modules
-# Each command lives beside its feature and is registered here.
-from aisim.calibrate.cli import calibrate  # noqa: E402
-from aisim.capacity.cli import capacity  # noqa: E402
-from aisim.compare import compare  # noqa: E402
-from aisim.config.cli import config  # noqa: E402
-from aisim.pipeline.cli import pipeline  # noqa: E402
-from aisim.plan.cli import plan  # noqa: E402
-from aisim.query.cli import query  # noqa: E402
-from aisim.report.cli import report  # noqa: E402
-from aisim.sweep.cli import sweep  # noqa: E402
-from aisim.traces.cli import trace  # noqa: E402
-
-for _command in (pipeline, trace, config, plan, calibrate, sweep, capacity, query, report, compare):
-    main.add_command(_command)
+# Each command lives beside its feature and is registered here by where it lives: its module is
+# imported when the command runs or a help page lists it, so ``aisim replay`` starts without the
+# others' modules.
+for _name, _where in (("pipeline", "aisim.pipeline.cli"), ("trace", "aisim.traces.cli"),
+                      ("config", "aisim.config.cli"), ("plan", "aisim.plan.cli"),
+                      ("calibrate", "aisim.calibrate.cli"), ("sweep", "aisim.sweep.cli"),
+                      ("capacity", "aisim.capacity.cli"), ("query", "aisim.query.cli"),
+                      ("report", "aisim.report.cli"), ("compare", "aisim.compare")):
+    main.add_lazy_command(_name, _where)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,6 +32,19 @@ def fail(exc, code: int = 2):
     sys.exit(code)
 
 
+def one_blas_thread() -> None:
+    """Load numpy's BLAS with one thread unless the environment says otherwise (``OPENBLAS_NUM_THREADS``).
+
+    A replay multiplies no matrices, but OpenBLAS starts a thread per core as numpy loads, a
+    visible part of a short replay's start-up on a busy machine.  Read once, when numpy first
+    loads: nothing happens once it is loaded.
+    """
+    import os
+
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 class Group(click.Group):
     """A command group whose commands stop on Ctrl-C with one line, ``error: interrupted``, and exit 130.
 
@@ -44,6 +57,29 @@ class Group(click.Group):
     """
 
     group_class = type  # sub-groups are Groups as well
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lazy = {}
+
+    def add_lazy_command(self, name: str, module: str) -> None:
+        """Register the command ``name`` of ``module`` (its attribute of that name), imported on first use.
+
+        A command runs without importing the modules of the others; a help page that lists the
+        commands imports them all.
+        """
+        self._lazy[name] = module
+
+    def list_commands(self, ctx):
+        return sorted({*self.commands, *self._lazy})
+
+    def get_command(self, ctx, cmd_name):
+        module = self._lazy.pop(cmd_name, None)
+        if module is not None:
+            import importlib
+
+            self.add_command(getattr(importlib.import_module(module), cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx):
         from aisim.files import install_signal_handlers, interrupt_status

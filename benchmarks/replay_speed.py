@@ -43,9 +43,14 @@ they covered; a stretch ends with every admission and every finish, so short str
 what macro-steps can save.  Its last columns replay the same requests with one output token each
 (``decode-free``): every prompt is still prefilled, cached, admitted and finished, but nothing
 decodes, so no way of replaying decodes faster gets below that time, and best off over it
-(``bound``) is the most any macro-step could give the workload.  When Dynamo's mocker is installed
-(here, or in the interpreter given by ``--mocker-python``), it replays ``synthetic`` and ``mooncake`` with the same engine
-and the ratio of its wall time to aisim's is printed.
+(``bound``) is the most any macro-step could give the workload.
+
+When Dynamo's mocker is installed (here, or in the interpreter given by ``--mocker-python``), it
+replays every target workload with the same engine in the same run (``mocker_workloads.py``):
+``synthetic``, the first 3,000 and all of Mooncake's conversation trace (``--conversation``; skipped,
+saying where to get it, when absent), Mooncake's synthetic trace and Azure's code trace on a pool
+that churns; each side's median of ``--repeat`` runs, ``mocker / aisim`` and a PASS or FAIL line
+against 5x.  ``--mocker-only`` runs that section alone.
 
 A third table splits the best ``replay`` call into the compiled core
 (``Engine(...)`` construction and ``Engine.run()``, which includes handing the
@@ -88,7 +93,7 @@ from aisim.replay import replay  # noqa: E402
 from aisim.traces import read_oracle_trace, read_trace  # noqa: E402
 from aisim.traces.schema import stream_id, trace_table  # noqa: E402
 
-from mocker import mocker_engine, time_mocker  # noqa: E402
+import mocker_workloads as vs_mocker  # noqa: E402
 
 SCENARIO = os.path.join(REPO, "tests", "data", "oracle", "scenarios", "bench_full")
 MOONCAKE = os.path.join(REPO, "tests", "data", "traces", "mooncake", "synthetic_trace.jsonl")
@@ -180,7 +185,10 @@ def sliding_window_workload():
 
 
 def mooncake_workload():
-    """The Mooncake sample trace on a 128-sequence engine: (engine config, trace table, read seconds)."""
+    """The Mooncake sample trace on a 128-sequence engine: (engine config, trace table, read seconds).
+
+    8,193 blocks: vLLM's null block and 8,192 usable, what one request of ``max_model_len`` needs.
+    """
     eng = engine_config_from_dict(
         {"num_gpu_blocks": 8193, "block_size": 16, "max_num_seqs": 128, "max_num_batched_tokens": 8192,
          "max_model_len": 131072, "enable_prefix_caching": True, "kv_cache_groups": [{"type": "full"}]},
@@ -454,6 +462,31 @@ def _table(header, rows):
     return "\n".join(lines)
 
 
+def mocker_section(args, workloads):
+    """aisim against Dynamo's mocker on every target workload, same run: the table's rows, or None."""
+    import tempfile
+
+    syn, syn_trace, _ = synthetic_workload()  # built in memory once, as the mocker builds its requests
+    with tempfile.TemporaryDirectory() as tmp:
+        found, skipped = vs_mocker.target_workloads(tmp, args.conversation)
+        rows = vs_mocker.compare(
+            [vs_mocker.Workload("synthetic", syn, lambda: syn_trace,
+                                vs_mocker.synthetic_job(SYN_PROMPT, SYN_OUTPUT, SYN_REQUESTS),
+                                note="1,000 x 1,024/128, concurrency 16"),
+             *found[:2],
+             vs_mocker.mooncake_file_workload("mooncake_synthetic", MOONCAKE, workloads["mooncake"].num_gpu_blocks,
+                                              "Mooncake's synthetic trace, 8,193 blocks"),
+             *found[2:]],
+            args.repeat, args.mocker_python)
+    if rows is None:
+        print("Dynamo's mocker: not installed here (pip install ai-dynamo-runtime, or --mocker-python)")
+        return None
+    print(_table(vs_mocker.TABLE_HEADER, vs_mocker.table_rows(rows)))
+    for line in skipped:
+        print(f"SKIP  {line}")
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="timed replays per workload (best is reported)")
@@ -461,6 +494,11 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the synthetic replay")
     ap.add_argument("--mocker-python", metavar="PYTHON",
                     help="an interpreter with ai-dynamo-runtime installed, to time Dynamo's mocker too")
+    ap.add_argument("--conversation", metavar="PATH",
+                    help="Mooncake's conversation_trace.jsonl (default: benchmarks/data/mooncake/, then "
+                         "../shared/traces/mooncake/ beside the checkout)")
+    ap.add_argument("--mocker-only", action="store_true",
+                    help="only the comparison with Dynamo's mocker (its PASS/FAIL lines)")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
@@ -470,6 +508,13 @@ def main(argv=None):
           f"{info['cpu_model']}  |  Python {info['python']}, numpy {info['numpy']}, "
           f"pyarrow {info['pyarrow']}  |  git {info.get('git', '?')}  |  best of {args.repeat}")
     print()
+    if args.mocker_only:
+        engines = {"synthetic": synthetic_workload()[0], "mooncake": mooncake_workload()[0]}
+        mock = mocker_section(args, engines)
+        targets = print_verdicts(vs_mocker.verdicts(mock or []))
+        if args.json:
+            write_json(args.json, {"machine": info, "repeat": args.repeat, "mocker": mock, "targets": targets})
+        return 0
 
     results = {}
     for name, build, check in (("bench_full", bench_full_workload, check_bench_full),
@@ -545,18 +590,7 @@ def main(argv=None):
     print(_table(["macro-steps (paired)", "requests", "steps", "stretches (steps each, covered)", "off ms",
                   "on ms", "on req/s", "off/on", "target", "decode-free ms", "bound"], rows))
     print()
-    mock = time_mocker({
-        "synthetic": {"kind": "synthetic", "prompt": SYN_PROMPT, "output": SYN_OUTPUT, "requests": SYN_REQUESTS,
-                      "engine": mocker_engine(workloads["synthetic"]), "repeat": args.repeat},
-        "mooncake": {"kind": "mooncake", "path": MOONCAKE, "trace_block_size": 512,
-                     "engine": mocker_engine(workloads["mooncake"]), "repeat": args.repeat},
-    }, args.mocker_python)
-    if mock is None:
-        print("Dynamo's mocker: not installed here (pip install ai-dynamo-runtime, or --mocker-python)")
-    else:
-        print(_table(["vs Dynamo's mocker", "mocker ms", "aisim ms", "mocker / aisim"],
-                     [[name, f"{t * 1e3:.1f}", f"{macro[name]['best_on_s'] * 1e3:.1f}",
-                       f"{t / macro[name]['best_on_s']:.2f}x"] for name, t in mock.items()]))
+    mock = mocker_section(args, workloads)
     print()
     if args.profile:
         print(f"cProfile of {args.repeat} synthetic replays (sorted by own time):")
@@ -581,15 +615,11 @@ def main(argv=None):
     verdicts.append(("synthetic with macro-steps >= 300,000 req/s",
                      syn["requests"] / syn["best_on_s"] >= TARGET_MACRO_SYNTH_REQ_S, None,
                      f"{syn['requests'] / syn['best_on_s']:,.0f} req/s"))
-    targets = {}
-    for label, ok, problem, detail in verdicts:
-        passed = ok and problem is None
-        targets[label] = passed
-        why = f"; invalid run: {problem}" if problem else ""
-        print(f"{'PASS' if passed else 'FAIL'}  {label}: {detail}{why}")
+    verdicts += vs_mocker.verdicts(mock or [])
+    targets = print_verdicts(verdicts)
 
     if args.json:
-        doc = {
+        write_json(args.json, {
             "machine": info,
             "repeat": args.repeat,
             "references": {
@@ -599,13 +629,27 @@ def main(argv=None):
             },
             "workloads": results,
             "macro_steps": macro,
-            "mocker_s": mock,
+            "mocker": mock,
             "targets": targets,
-        }
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
+        })
     return 0
+
+
+def print_verdicts(verdicts):
+    """One PASS or FAIL line per (label, ok, problem, detail); {label: passed}."""
+    targets = {}
+    for label, ok, problem, detail in verdicts:
+        passed = ok and problem is None
+        targets[label] = passed
+        why = f"; invalid run: {problem}" if problem else ""
+        print(f"{'PASS' if passed else 'FAIL'}  {label}: {detail}{why}")
+    return targets
+
+
+def write_json(path, doc):
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
 
 
 if __name__ == "__main__":

@@ -184,11 +184,11 @@ def apply_engine(engine, sets: list):
 def apply_deployment(deployment, sets: list, source: str | None = None):
     """``deployment`` (or none: one replica behind round-robin) with the ``deployment.`` keys of ``sets``
     changed, validated again; ``deployment`` itself when ``sets`` changes none."""
-    from aisim.config.deployment import parse_deployment
-
     sets = split_sets(sets)[1]
     if not sets:
         return deployment
+    from aisim.config.deployment import parse_deployment
+
     raw = {"deployment": deployment.to_dict() if deployment is not None else {}}
     for key, value in sets:
         _put(raw, key, value)

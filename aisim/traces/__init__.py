@@ -103,19 +103,27 @@ def read_trace(path, fmt: str | None = None, **options):
     given = fmt is not None
     if fmt is None:
         fmt = guess_format(path)
-    readers = __getattr__("READERS") if "READERS" not in globals() else globals()["READERS"]
-    if fmt not in readers:
-        raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(readers))}")
+    if "READERS" in globals():  # the registry, once anything asked for it (and as it may have been changed)
+        known = globals()["READERS"]
+        reader = known.get(fmt)
+    else:  # only the format's own module: a replay starts without the other readers
+        from importlib import import_module
+
+        known = FORMATS
+        row = FORMAT_BY_NAME.get(fmt)
+        reader = getattr(import_module(row.module), row.reader) if row is not None else None
+    if reader is None:
+        raise TraceError(f"{path}: unknown trace format '{fmt}'; known: {', '.join(sorted(known))}")
     import inspect
 
     # An option the format's reader does not take is refused, never passed on to fail (or be ignored).
-    params = inspect.signature(readers[fmt]).parameters
+    params = inspect.signature(reader).parameters
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         for k in options:
             if k not in params or k == "path":
                 raise TraceError(f"{path}: the '{fmt}' trace reader takes no option '{k}' (the format is "
                                  f"{'given' if given else 'guessed from the file; give format'})")
-    return readers[fmt](path, **options)
+    return reader(path, **options)
 
 
 def guess_format(path: str) -> str:

@@ -219,7 +219,7 @@ def trace_rows(cols: dict, n: int) -> pa.Table:
     for f in TRACE_SCHEMA:
         v = cols.get(f.name)
         if v is None:
-            v = pa.array(np.zeros(n, np.int32)) if f.name == "turn" else pa.nulls(n, f.type)
+            v = arrow_array(np.zeros(n, np.int32), pa.int32()) if f.name == "turn" else pa.nulls(n, f.type)
         elif not isinstance(v, (pa.Array, pa.ChunkedArray)):
             v = pa.array(v, f.type)
         elif v.type != f.type:

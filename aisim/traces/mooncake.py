@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim._core import tracescan
+from aisim.arrowwrap import arrow_array
 from aisim.errors import TraceError
 from aisim.traces.blockread import BadLine, Bad, Parsed, Resolved, arrow_pays, ids_named_twice, no_requests, read_blocks, \
     segments_array, trace_rows
@@ -153,8 +154,8 @@ class MooncakeFormat:
         return fast if fast is not None else self._slow(path, data, first_line)
 
     def _fast(self, path, data, first_line):
-        import pyarrow.compute as pc
-
+        # pyarrow.compute is imported only where a column has nulls or ids of its own: a plain trace's
+        # short replay starts without it.
         if self.model is not None and b"null" in data:
             # A null reads as an absent field everywhere but in 'model', whose absence means the option.
             return None
@@ -179,15 +180,20 @@ class MooncakeFormat:
             return None
         rid = table.column("request_id")
         if rid.null_count < n:
+            import pyarrow.compute as pc
+
             if rid.null_count or pc.any(pc.equal(rid, "")).as_py():
                 return None
         sid = table.column("session_id")
-        if sid.null_count < n and pc.any(pc.equal(sid, "")).as_py():  # nulls skipped
-            return None
+        if sid.null_count < n:
+            import pyarrow.compute as pc
+
+            if pc.any(pc.equal(sid, "")).as_py():  # nulls skipped
+                return None
         ts = table.column("timestamp")
         delay = table.column("delay")
         ts_np = ts.to_numpy(zero_copy_only=False)
-        no_ts = ts.is_null().to_numpy(zero_copy_only=False)
+        no_ts = ts.is_null().to_numpy(zero_copy_only=False) if ts.null_count else np.zeros(n, dtype=bool)
         if not np.isfinite(ts_np[~no_ts]).all():
             return None
         if no_ts.any():
@@ -197,7 +203,9 @@ class MooncakeFormat:
             if (s_null[no_ts]).any() or np.isnan(d[no_ts]).any() or not np.isfinite(d[no_ts]).all() \
                     or (d[no_ts] < 0).any():
                 return None
-        prio = table.column("priority").fill_null(0).to_numpy()
+        prio = table.column("priority")
+        prio = (np.zeros(n, dtype=np.int64) if prio.null_count == n
+                else (prio.fill_null(0) if prio.null_count else prio).to_numpy())
         if (prio < -2**31).any() or (prio >= 2**31).any():
             return None
         ids = table.column("hash_ids")
@@ -206,9 +214,7 @@ class MooncakeFormat:
         flat = np.zeros(0, dtype=np.int64)
         if has_ids:
             ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
-            ids = ids.fill_null(pa.scalar([], pa.list_(pa.int64())))
-            counts = pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64)
-            flat = pc.list_flatten(ids).to_numpy(zero_copy_only=False)
+            counts, flat = _list_values(ids)
             if flat.size and (flat < 0).any():
                 return None
         blocks = -(-inp // self.unit)
@@ -248,9 +254,12 @@ class MooncakeFormat:
         if self.model is not None:
             model_col = model_col.fill_null(self.model)
         cols = {"model": model_col, "request_id": rid, "session_id": sid,
-                "prompt_tokens": pa.array(inp, pa.int32()), "output_tokens": pa.array(out, pa.int32()),
-                "priority": pa.array(prio, pa.int32()), "segments": segments_array(offsets, s_stream, s_first, s_len),
-                "line": pa.array(line, pa.int64())}
+                # Each checked within int32 above: wrapped as it is converted, without pa.array's numpy.ma.
+                "prompt_tokens": arrow_array(inp.astype(np.int32), pa.int32()),
+                "output_tokens": arrow_array(out.astype(np.int32), pa.int32()),
+                "priority": arrow_array(prio.astype(np.int32), pa.int32()),
+                "segments": segments_array(offsets, s_stream, s_first, s_len),
+                "line": arrow_array(np.asarray(line, np.int64), pa.int64())}
         rows = trace_rows(cols, n)
         rows = rows.append_column("ts_ms", ts.combine_chunks() if isinstance(ts, pa.ChunkedArray) else ts)
         rows = rows.append_column("delay_ms", delay.combine_chunks() if isinstance(delay, pa.ChunkedArray) else delay)
@@ -335,17 +344,17 @@ class MooncakeFormat:
                         meta={"unit_tokens": self.unit})
 
     def _resolve_block(self, path, stem, p, twice, state, bad) -> pa.Table:
-        import pyarrow.compute as pc
-
         rows = p.rows
         n = rows.num_rows
         sids = rows.column("session_id")
         plain = not p.bad and sids.null_count == n
         if plain and twice:
+            import pyarrow.compute as pc
+
             plain = not pc.any(pc.is_in(rows.column("request_id"), value_set=pa.array(sorted(twice)))).as_py()
         if plain:
             if n:
-                t = pc.min(rows.column("ts_ms")).as_py()
+                t = _min(rows.column("ts_ms"))
                 state["t0"] = t if state["t0"] is None or t < state["t0"] else state["t0"]
             return rows.append_column("arrival_ms", rows.column("ts_ms"))
         turns = self._session_turns(rows, p, twice, state)
@@ -483,12 +492,16 @@ class MooncakeFormat:
 
     def finish(self, table: pa.Table, info: dict) -> pa.Table:
         """Arrivals in seconds from the trace's earliest one; the rows sorted by arrival."""
-        import pyarrow.compute as pc
-
         from aisim.traces.blockread import sort_by_arrival
 
         ms = table.column("arrival_ms")
-        seconds = pc.divide(pc.subtract(ms, pa.scalar(info["t0_ms"], pa.float64())), pa.scalar(1000.0))
+        if ms.null_count:
+            import pyarrow.compute as pc
+
+            seconds = pc.divide(pc.subtract(ms, pa.scalar(info["t0_ms"], pa.float64())), pa.scalar(1000.0))
+        else:  # the same IEEE operations, without pyarrow.compute's start-up
+            seconds = (ms.to_numpy() - np.float64(info["t0_ms"])) / np.float64(1000.0)
+            seconds = arrow_array(seconds, pa.float64())
         table = table.set_column(table.schema.get_field_index("arrival_s"), "arrival_s", seconds)
         table = table.drop_columns(["ts_ms", "delay_ms", "arrival_ms"])
         return sort_by_arrival(table, "time")
@@ -533,13 +546,39 @@ def unit_stream(u: int, namespace: str | None = None) -> int:
     return stream_id("mooncake-unit", str(u) if namespace is None else f"{namespace}:{u}")
 
 
+def _min(col) -> float:
+    """The least value of a float64 column without nulls or NaN, as ``pyarrow.compute.min`` gives it."""
+    if col.null_count:
+        import pyarrow.compute as pc
+
+        return pc.min(col).as_py()
+    return float(np.min(col.to_numpy()))
+
+
+def _list_values(ids: pa.ListArray):
+    """Each list's length (int64, a null list 0) and the lists' values end to end, as numpy arrays.
+
+    As ``pyarrow.compute``'s ``list_value_length`` (nulls filled with an empty list) and
+    ``list_flatten`` give them; read from the offsets when no list is null.
+    """
+    if ids.null_count:
+        import pyarrow.compute as pc
+
+        ids = ids.fill_null(pa.scalar([], ids.type))
+        return (pc.list_value_length(ids).to_numpy(zero_copy_only=False).astype(np.int64),
+                pc.list_flatten(ids).to_numpy(zero_copy_only=False))
+    off = ids.offsets.to_numpy().astype(np.int64)
+    flat = ids.values.slice(int(off[0]), int(off[-1] - off[0])).to_numpy(zero_copy_only=False)
+    return np.diff(off), flat
+
+
 def _line_id_column(stem: str, line: np.ndarray) -> pa.Array:
     """The request ids ``<stem>:<line>`` of lines without one (a string column)."""
-    import pyarrow.compute as pc
-
     try:
         prefix = f"{stem}:".encode()
     except UnicodeEncodeError:  # a file name that is not UTF-8: as Arrow takes it
+        import pyarrow.compute as pc
+
         return pc.binary_join_element_wise(pa.scalar(f"{stem}:"), pa.array(line, pa.int64()).cast(pa.string()), "")
     offsets = np.empty(len(line) + 1, np.int32)
     text = tracescan.line_ids(prefix, np.ascontiguousarray(line, np.int64), offsets)
