@@ -31,10 +31,16 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.map = <int32_t*>mem_calloc(m, sizeof(int32_t))
     for i in range(m):
         o.map[i] = OFF_EMPTY
-    o.heap_cap = 64
-    o.heap = <OffHeapE*>mem_calloc(o.heap_cap, sizeof(OffHeapE))
-    o.scratch_cap = 64
-    o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
+    o.anchor_cap = 16
+    o.lru_prev = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
+    o.lru_next = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
+    o.lru_prev[conf.cpu_chunks] = conf.cpu_chunks
+    o.lru_next[conf.cpu_chunks] = conf.cpu_chunks
+    o.free_anchors = <int32_t*>mem_calloc(o.anchor_cap, sizeof(int32_t))
+    for i in range(o.anchor_cap):
+        o.free_anchors[i] = conf.cpu_chunks + o.anchor_cap - i
+    o.n_free_anchors = o.anchor_cap
+    o.scratch = <int32_t*>mem_calloc(conf.cpu_chunks if conf.cpu_chunks > 0 else 1, sizeof(int32_t))
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
@@ -61,7 +67,9 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.chunks)
     mem_free(o.free_chunks)
     mem_free(o.map)
-    mem_free(o.heap)
+    mem_free(o.lru_prev)
+    mem_free(o.lru_next)
+    mem_free(o.free_anchors)
     mem_free(o.scratch)
     mem_free(o.seen)
     mem_free(o.parked)
@@ -187,106 +195,73 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
 
 # ------------------------------------------------------------------ the LRU policy
 
-cdef inline bint _off_before(int64_t ahi, int64_t alo, hash_t akey, const OffHeapE* b) noexcept nogil:
-    # heapq order of (rank, key) entries.
-    if ahi != b.hi:
-        return ahi < b.hi
-    if alo != b.lo:
-        return alo < b.lo
-    return akey < b.key
+# LRUCachePolicy (kv_offload/cpu/policies/lru.py) evicts the evictable chunks of smallest rank
+# (_ranks: a request's rank and -position while it runs, a fresh rank (next, 0) once it
+# finishes), popped from a lazy heap.  Every rank is either larger than all before it (a fresh
+# rank, a new request's rank) or a running request's (rank, -position); so aisim keeps the chunks
+# in one list in rank order: a fresh rank goes to the tail, a request's chunk after its rank's
+# anchor (appended when the request took its rank), among that request's chunks by position.
+# Pinned chunks stay in place (their rank is kept); eviction walks from the head.
+
+cdef inline void _lru_unlink(OffloadC* o, int32_t x) noexcept nogil:
+    o.lru_next[o.lru_prev[x]] = o.lru_next[x]
+    o.lru_prev[o.lru_next[x]] = o.lru_prev[x]
 
 
-cdef int _off_push(OffloadC* o, int32_t c) except -1 nogil:
-    """LRUCachePolicy._push_evictable: an entry for chunk ``c`` at its current rank."""
+cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
+    o.lru_prev[x] = p
+    o.lru_next[x] = o.lru_next[p]
+    o.lru_prev[o.lru_next[p]] = x
+    o.lru_next[p] = x
+
+
+cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
+    """Chunk ``c`` (not in the list) at its rank: the tail for a fresh rank, else among the
+    chunks after ``anchor``, its request's rank anchor, that have the same rank and a smaller
+    -position (usually none: a request reaches its chunks head first)."""
     cdef OffChunkC* ch = &o.chunks[c]
-    cdef int64_t i = o.heap_n, p
-    if o.heap_n == o.heap_cap:
-        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
-        o.heap_cap *= 2
-    while i > 0:
-        p = (i - 1) // 2
-        if not _off_before(ch.rank_hi, ch.rank_lo, ch.key, &o.heap[p]):
-            break
-        o.heap[i] = o.heap[p]
-        i = p
-    o.heap[i].hi = ch.rank_hi
-    o.heap[i].lo = ch.rank_lo
-    o.heap[i].key = ch.key
-    o.heap[i].chunk = c
-    o.heap_n += 1
-    return 0
-
-
-cdef int _off_push_entry(OffloadC* o, OffHeapE e) except -1 nogil:
-    cdef int64_t i = o.heap_n, p
-    if o.heap_n == o.heap_cap:
-        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
-        o.heap_cap *= 2
-    while i > 0:
-        p = (i - 1) // 2
-        if not _off_before(e.hi, e.lo, e.key, &o.heap[p]):
-            break
-        o.heap[i] = o.heap[p]
-        i = p
-    o.heap[i] = e
-    o.heap_n += 1
-    return 0
-
-
-cdef OffHeapE _off_pop(OffloadC* o) noexcept nogil:
-    cdef OffHeapE top = o.heap[0]
-    cdef OffHeapE last
-    cdef int64_t i = 0, c
-    o.heap_n -= 1
-    if o.heap_n == 0:
-        return top
-    last = o.heap[o.heap_n]
+    cdef int32_t p, x
+    if ch.rank_lo == 0:
+        _lru_after(o, o.lru_prev[o.conf.cpu_chunks], c)
+        return
+    p = anchor
     while True:
-        c = 2 * i + 1
-        if c >= o.heap_n:
+        x = o.lru_next[p]
+        if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
             break
-        if c + 1 < o.heap_n and _off_before(o.heap[c + 1].hi, o.heap[c + 1].lo, o.heap[c + 1].key, &o.heap[c]):
-            c += 1
-        if not _off_before(o.heap[c].hi, o.heap[c].lo, o.heap[c].key, &last):
-            break
-        o.heap[i] = o.heap[c]
-        i = c
-    o.heap[i] = last
-    return top
+        p = x
+    _lru_after(o, p, c)
 
 
-cdef int _off_compact(OffloadC* o) except -1 nogil:
-    """LRUCachePolicy._maybe_compact_heap: once stale entries dominate, one entry per evictable
-    chunk again (the order of current entries does not change)."""
-    cdef int32_t c
-    cdef int64_t limit = 2 * (<int64_t>o.n_evictable)
-    # vLLM compacts from max(64, 2 * evictable) entries; aisim waits for the tier's size too, so that
-    # a rebuild (a pass over every chunk) is paid for by as many pushes.  The order is the same.
-    if limit < o.conf.cpu_chunks:
-        limit = o.conf.cpu_chunks
-    if limit < 64:
-        limit = 64
-    if o.heap_n < limit:
-        return 0
-    o.heap_n = 0
-    for c in range(o.conf.cpu_chunks):
-        if o.chunks[c].used and o.chunks[c].evictable:
-            _off_push(o, c)
-    return 0
+cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
+    """An anchor node at the list's tail (for a rank larger than every rank so far)."""
+    cdef int32_t base = o.conf.cpu_chunks + 1, old = o.anchor_cap, i, x
+    if o.n_free_anchors == 0:
+        mem_grow(<void**>&o.lru_prev, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.lru_next, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.free_anchors, old, 2 * old, sizeof(int32_t))
+        for i in range(2 * old - 1, old - 1, -1):
+            o.free_anchors[o.n_free_anchors] = base + i
+            o.n_free_anchors += 1
+        o.anchor_cap = 2 * old
+    o.n_free_anchors -= 1
+    x = o.free_anchors[o.n_free_anchors]
+    _lru_after(o, o.lru_prev[o.conf.cpu_chunks], x)
+    return x
 
 
 cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
-    # LRUCachePolicy.mark_evictable
+    # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
     o.chunks[c].evictable = 1
-    _off_push(o, c)
-    return _off_compact(o)
+    return 0
 
 
-cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) noexcept nogil:
+cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
     # LRUCachePolicy._get_request_rank: one rank per request, taken at its first use.
     if r.off_rank == 0:
         o.next_rank += 1
         r.off_rank = o.next_rank
+        r.off_node = _off_new_anchor(o)
     return r.off_rank
 
 
@@ -319,58 +294,39 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) e
             continue
         ch.rank_hi = rank
         ch.rank_lo = lo
-        if ch.evictable:
-            _off_push(o, c)
-    if n_new > 0:
-        _off_compact(o)
+        _lru_unlink(o, c)
+        _lru_place(o, c, r.off_node)
     return 0
 
 
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
     (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int64_t n_sel = 0, n_def = 0, i
-    cdef OffHeapE e
+    cdef int32_t n_sel = 0, i, x = o.lru_next[o.conf.cpu_chunks]
     cdef OffChunkC* ch
-    if o.scratch_cap < o.heap_n + 1:
-        mem_free(o.scratch)
-        o.scratch_cap = o.heap_n + 1
-        o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
-    # Selected entries fill the scratch from the front, deferred (protected) ones from the back.
-    while o.heap_n > 0 and n_sel < n:
-        e = _off_pop(o)
-        ch = &o.chunks[e.chunk]
-        if not (ch.used and ch.key == e.key and ch.evictable and ch.rank_hi == e.hi and ch.rank_lo == e.lo):
-            continue
-        if ch.mark == 2:
-            continue  # a second entry of a chunk already selected
-        if ch.mark == 1:
-            o.scratch[o.scratch_cap - 1 - n_def] = e
-            n_def += 1
-            continue
-        ch.mark = 2
-        o.scratch[n_sel] = e
-        n_sel += 1
-    for i in range(n_def):
-        _off_push_entry(o, o.scratch[o.scratch_cap - 1 - i])
+    while x != o.conf.cpu_chunks and n_sel < n:
+        if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
+            o.chunks[x].mark = 2
+            o.scratch[n_sel] = x
+            n_sel += 1
+        x = o.lru_next[x]
     if n_sel < n:
         for i in range(n_sel):
-            o.chunks[o.scratch[i].chunk].mark = 0
-            _off_push_entry(o, o.scratch[i])
+            o.chunks[o.scratch[i]].mark = 0
         return 0
     for i in range(n_sel):
-        ch = &o.chunks[o.scratch[i].chunk]
+        ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
+        _lru_unlink(o, o.scratch[i])
         ch.mark = 0
         ch.used = 0
         ch.evictable = 0
-        o.free_chunks[o.n_free_chunks] = o.scratch[i].chunk
+        o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
-    o.n_used -= <int32_t>n_sel
-    o.n_evictable -= <int32_t>n_sel
-    o.step_evicted += <int32_t>n_sel
+    o.n_used -= n_sel
+    o.n_evictable -= n_sel
+    o.step_evicted += n_sel
     o.evicted += n_sel
-    _off_compact(o)
     return 1
 
 
@@ -555,6 +511,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch.mark = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
+        _lru_place(o, c, r.off_node)
         _off_map_put(o, ch.key, c)
         _off_job_key(o, j, ch.key)
     o.n_used += n_new
@@ -596,9 +553,14 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
         o.next_rank += 1
         ch.rank_hi = o.next_rank
         ch.rank_lo = 0
-        if ch.evictable:
-            _off_push(o, c)
-    _off_compact(o)
+        _lru_unlink(o, c)
+        _lru_place(o, c, -1)
+    if r.off_rank > 0 and r.off_node >= 0:
+        # No chunk takes this request's rank any more: its anchor goes back.
+        _lru_unlink(o, r.off_node)
+        o.free_anchors[o.n_free_anchors] = r.off_node
+        o.n_free_anchors += 1
+        r.off_node = -1
     r.off_hold = 2
     if r.off_jobs == 0:
         _off_forget(s, r)
