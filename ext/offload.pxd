@@ -71,6 +71,7 @@ cdef struct OffloadC:
     int32_t n_free_chunks
     int64_t map_mask             # key map: open addressing, power-of-two size - 1
     int32_t* map                 # [map_mask + 1] chunk of each bucket (-1: empty)
+    hash_t* map_keys             # [map_mask + 1] the key of each full bucket (probes stay in the map)
     int32_t n_used               # chunks holding data (stored or being stored)
     int32_t n_evictable          # _num_evictable_cache_chunks
     int64_t next_rank            # LRUCachePolicy._next_rank
@@ -84,6 +85,7 @@ cdef struct OffloadC:
     int32_t n_free_anchors
     int32_t anchor_cap
     int32_t* scratch             # [cpu_chunks] chunks selected by one eviction
+    int32_t* found               # [chunk_row] scratch of one store: the chunk of each key offered (-1)
     # --- jobs
     int64_t next_job             # _job_counter
     OffJobC* jobs                # [jobs_cap] job slots

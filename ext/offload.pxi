@@ -29,6 +29,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
         m *= 2
     o.map_mask = m - 1
     o.map = <int32_t*>mem_calloc(m, sizeof(int32_t))
+    o.map_keys = <hash_t*>mem_calloc(m, sizeof(hash_t))
     for i in range(m):
         o.map[i] = OFF_EMPTY
     o.anchor_cap = 16
@@ -44,6 +45,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
+    o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
     o.recs_cap = 64
@@ -67,6 +69,8 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.chunks)
     mem_free(o.free_chunks)
     mem_free(o.map)
+    mem_free(o.map_keys)
+    mem_free(o.found)
     mem_free(o.lru_prev)
     mem_free(o.lru_next)
     mem_free(o.free_anchors)
@@ -160,7 +164,7 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
         c = o.map[i]
         if c == OFF_EMPTY:
             return -1
-        if o.chunks[c].key == key:
+        if o.map_keys[i] == key:
             return c
         i = (i + 1) & o.map_mask
 
@@ -170,6 +174,7 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     while o.map[i] != OFF_EMPTY:
         i = (i + 1) & o.map_mask
     o.map[i] = chunk
+    o.map_keys[i] = key
 
 
 cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
@@ -177,7 +182,7 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
     cdef int64_t j, home
     cdef int32_t c
-    while o.chunks[o.map[i]].key != key:
+    while o.map_keys[i] != key or o.map[i] == OFF_EMPTY:
         i = (i + 1) & o.map_mask
     j = i
     while True:
@@ -185,10 +190,11 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
         c = o.map[j]
         if c == OFF_EMPTY:
             break
-        home = _off_bucket(o, o.chunks[c].key)
+        home = _off_bucket(o, o.map_keys[j])
         # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
         if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
             o.map[i] = c
+            o.map_keys[i] = o.map_keys[j]
             i = j
     o.map[i] = OFF_EMPTY
 
@@ -265,10 +271,10 @@ cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
     return r.off_rank
 
 
-cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) except -1 nogil:
+cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* found) except -1 nogil:
     """CPUOffloadingManager._record_request_cache_access over the request's chunks ``a`` .. ``b``
-    (with ``for_store``, prepare_store's: those not in the tier and those stored, not the ones
-    another request is still storing): the ones it has not seen yet go to
+    (with ``found``, the chunk of each key from ``a`` on, prepare_store's: those not in the tier
+    and those stored, not the ones another request is still storing): the ones it has not seen yet go to
     LRUCachePolicy.on_request_access, which ranks each chunk in the tier (request rank, -position)
     unless its rank is already higher."""
     cdef OffloadC* o = s.off
@@ -279,9 +285,12 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) e
     for i in range(a, b):
         if seen[i]:
             continue
-        c = _off_find(o, _off_key(s, r, i))
-        if for_store and c >= 0 and o.chunks[c].ref < 0:
-            continue
+        if found == NULL:
+            c = _off_find(o, _off_key(s, r, i))
+        else:
+            c = found[i - a]
+            if c >= 0 and o.chunks[c].ref < 0:
+                continue
         seen[i] = 1
         if n_new == 0:
             rank = _off_req_rank(o, r)
@@ -435,7 +444,7 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
         ch.ref += 1
         ch.loading = 1
         _off_job_key(o, j, ch.key)
-    _off_access(s, r, start, end, False)
+    _off_access(s, r, start, end, NULL)
     r.off_next = end
     o.step_loads[o.n_step_loads] = j
     o.n_step_loads += 1
@@ -473,9 +482,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
     for i in range(start, n_chunks):
-        if _off_find(o, _off_key(s, r, i)) < 0:
+        c = _off_find(o, _off_key(s, r, i))
+        o.found[i - start] = c
+        if c < 0:
             n_new += 1
-    _off_access(s, r, start, n_chunks, True)
+    _off_access(s, r, start, n_chunks, o.found)
     if n_new == 0:
         r.off_next = n_chunks
         return 0
@@ -484,21 +495,20 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         if n_evict > o.n_evictable:
             return 0
         # The keys offered are protected from this eviction.
-        for i in range(start, n_chunks):
-            c = _off_find(o, _off_key(s, r, i))
-            if c >= 0:
-                o.chunks[c].mark = 1
+        # (Eviction takes none of them, so ``found`` stays true.)
+        for i in range(n_chunks - start):
+            if o.found[i] >= 0:
+                o.chunks[o.found[i]].mark = 1
         c = _off_evict(o, n_evict)
-        for i in range(start, n_chunks):
-            j = _off_find(o, _off_key(s, r, i))
-            if j >= 0:
-                o.chunks[j].mark = 0
+        for i in range(n_chunks - start):
+            if o.found[i] >= 0:
+                o.chunks[o.found[i]].mark = 0
         if c == 0:
             return 0
     rank = _off_req_rank(o, r)
     j = _off_new_job(o, r, ri, True)
     for i in range(start, n_chunks):
-        if _off_find(o, _off_key(s, r, i)) >= 0:
+        if o.found[i - start] >= 0:
             continue
         o.n_free_chunks -= 1
         c = o.free_chunks[o.n_free_chunks]
