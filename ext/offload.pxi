@@ -352,7 +352,7 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t max_hit, new
     cdef int32_t n_keys, start, end, i, c, hits = 0
-    cdef bint pending = False
+    cdef bint pending = False, loading = False
     o.lookups += 1
     r.off_next = 0  # restarting at token 0: every chunk is offered again
     if r.off_jobs > 0:
@@ -374,6 +374,8 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         hits += 1
         if o.chunks[c].ref < 0:
             pending = True
+        if o.chunks[c].loading:
+            loading = True
     if pending:
         o.lookups_deferred += 1
         return -1
@@ -383,12 +385,12 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     new = max_hit - local
     if new < tpc:
         return 0
-    # A hit chunk another request is loading right now delays this one.
-    for i in range(start, <int32_t>cdiv(local + new, tpc)):
-        c = _off_find(o, _off_key(s, r, i))
-        if o.chunks[c].loading:
-            o.lookups_deferred += 1
-            return -1
+    # A hit chunk another request is loading right now delays this one.  The chunks up to
+    # cdiv(local + new, tpc) are exactly the hit ones (end <= cdiv(max_hit, tpc)): the scan above
+    # saw them all.
+    if loading:
+        o.lookups_deferred += 1
+        return -1
     o.lookups_hit += 1
     return new
 
