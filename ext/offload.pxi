@@ -477,8 +477,10 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         offloadable = tmin(offloadable, r.prompt_len)
     n_chunks = <int32_t>(offloadable // tpc)
     n_chunks = <int32_t>tmin(n_chunks, n_blocks * s.kv.sched_block_size // tpc)
-    n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
     start = r.off_next
+    if n_chunks <= start:
+        return 0  # nothing new (most calls: decodes), without hashing
+    n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
     if n_chunks <= start:
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
