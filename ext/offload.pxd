@@ -31,6 +31,12 @@ cdef struct OffChunkC:
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
+cdef struct OffMapE:
+    # A bucket of the tier's key map.
+    hash_t key                   # the key (when full)
+    int32_t chunk                # the chunk holding it (-1: empty)
+
+
 cdef struct OffJobC:
     # One transfer job (TransferJobStatus); its slot is reused once the job is reported.
     int64_t id                   # job id (one counter shared by loads and stores)
@@ -70,8 +76,7 @@ cdef struct OffloadC:
     int32_t* free_chunks         # [cpu_chunks] stack of unused chunks
     int32_t n_free_chunks
     int64_t map_mask             # key map: open addressing, power-of-two size - 1
-    int32_t* map                 # [map_mask + 1] chunk of each bucket (-1: empty)
-    hash_t* map_keys             # [map_mask + 1] the key of each full bucket (probes stay in the map)
+    OffMapE* map                 # [map_mask + 1] the buckets (a probe stays in the map)
     int32_t n_used               # chunks holding data (stored or being stored)
     int32_t n_evictable          # _num_evictable_cache_chunks
     int64_t next_rank            # LRUCachePolicy._next_rank

@@ -28,10 +28,9 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     while m < 2 * (<int64_t>conf.cpu_chunks) + 2:
         m *= 2
     o.map_mask = m - 1
-    o.map = <int32_t*>mem_calloc(m, sizeof(int32_t))
-    o.map_keys = <hash_t*>mem_calloc(m, sizeof(hash_t))
+    o.map = <OffMapE*>mem_calloc(m, sizeof(OffMapE))
     for i in range(m):
-        o.map[i] = OFF_EMPTY
+        o.map[i].chunk = OFF_EMPTY
     o.anchor_cap = 16
     o.lru_prev = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
     o.lru_next = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
@@ -69,7 +68,6 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.chunks)
     mem_free(o.free_chunks)
     mem_free(o.map)
-    mem_free(o.map_keys)
     mem_free(o.found)
     mem_free(o.lru_prev)
     mem_free(o.lru_next)
@@ -161,20 +159,20 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
     cdef int32_t c
     while True:
-        c = o.map[i]
+        c = o.map[i].chunk
         if c == OFF_EMPTY:
             return -1
-        if o.map_keys[i] == key:
+        if o.map[i].key == key:
             return c
         i = (i + 1) & o.map_mask
 
 
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
-    while o.map[i] != OFF_EMPTY:
+    while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
-    o.map[i] = chunk
-    o.map_keys[i] = key
+    o.map[i].chunk = chunk
+    o.map[i].key = key
 
 
 cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
@@ -182,21 +180,20 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
     cdef int64_t j, home
     cdef int32_t c
-    while o.map_keys[i] != key or o.map[i] == OFF_EMPTY:
+    while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
         i = (i + 1) & o.map_mask
     j = i
     while True:
         j = (j + 1) & o.map_mask
-        c = o.map[j]
+        c = o.map[j].chunk
         if c == OFF_EMPTY:
             break
-        home = _off_bucket(o, o.map_keys[j])
+        home = _off_bucket(o, o.map[j].key)
         # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
         if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
-            o.map[i] = c
-            o.map_keys[i] = o.map_keys[j]
+            o.map[i] = o.map[j]
             i = j
-    o.map[i] = OFF_EMPTY
+    o.map[i].chunk = OFF_EMPTY
 
 
 # ------------------------------------------------------------------ the LRU policy
