@@ -31,12 +31,10 @@ cdef struct OffChunkC:
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
-cdef struct OffHeapE:
-    # An entry of the lazy LRU heap: current while its chunk is evictable with this rank and key.
-    int64_t hi
-    int64_t lo
-    hash_t key
-    int32_t chunk
+cdef struct OffMapE:
+    # A bucket of the tier's key map.
+    hash_t key                   # the key (when full)
+    int32_t chunk                # the chunk holding it (-1: empty)
 
 
 cdef struct OffJobC:
@@ -78,15 +76,21 @@ cdef struct OffloadC:
     int32_t* free_chunks         # [cpu_chunks] stack of unused chunks
     int32_t n_free_chunks
     int64_t map_mask             # key map: open addressing, power-of-two size - 1
-    int32_t* map                 # [map_mask + 1] chunk of each bucket (-1: empty)
+    OffMapE* map                 # [map_mask + 1] the buckets (a probe stays in the map)
     int32_t n_used               # chunks holding data (stored or being stored)
     int32_t n_evictable          # _num_evictable_cache_chunks
     int64_t next_rank            # LRUCachePolicy._next_rank
-    OffHeapE* heap               # lazy min-heap of evictable chunks by rank
-    int64_t heap_n
-    int64_t heap_cap
-    OffHeapE* scratch            # [scratch_cap] entries popped by one eviction
-    int64_t scratch_cap
+    # The LRU order: one circular doubly linked list over nodes, ascending rank (the first is
+    # evicted first).  Nodes 0 .. cpu_chunks - 1 are the chunks holding keys, node cpu_chunks is
+    # the list's root, the nodes after it mark where each ranked request's chunks go (its rank's
+    # anchor, off_node of the request).
+    int32_t* lru_prev            # [cpu_chunks + 1 + anchor_cap]
+    int32_t* lru_next            # [cpu_chunks + 1 + anchor_cap]
+    int32_t* free_anchors        # [anchor_cap] stack of unused anchor nodes
+    int32_t n_free_anchors
+    int32_t anchor_cap
+    int32_t* scratch             # [cpu_chunks] chunks selected by one eviction
+    int32_t* found               # [chunk_row] scratch of one store: the chunk of each key offered (-1)
     # --- jobs
     int64_t next_job             # _job_counter
     OffJobC* jobs                # [jobs_cap] job slots

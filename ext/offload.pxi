@@ -28,16 +28,23 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     while m < 2 * (<int64_t>conf.cpu_chunks) + 2:
         m *= 2
     o.map_mask = m - 1
-    o.map = <int32_t*>mem_calloc(m, sizeof(int32_t))
+    o.map = <OffMapE*>mem_calloc(m, sizeof(OffMapE))
     for i in range(m):
-        o.map[i] = OFF_EMPTY
-    o.heap_cap = 64
-    o.heap = <OffHeapE*>mem_calloc(o.heap_cap, sizeof(OffHeapE))
-    o.scratch_cap = 64
-    o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
+        o.map[i].chunk = OFF_EMPTY
+    o.anchor_cap = 16
+    o.lru_prev = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
+    o.lru_next = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
+    o.lru_prev[conf.cpu_chunks] = conf.cpu_chunks
+    o.lru_next[conf.cpu_chunks] = conf.cpu_chunks
+    o.free_anchors = <int32_t*>mem_calloc(o.anchor_cap, sizeof(int32_t))
+    for i in range(o.anchor_cap):
+        o.free_anchors[i] = conf.cpu_chunks + o.anchor_cap - i
+    o.n_free_anchors = o.anchor_cap
+    o.scratch = <int32_t*>mem_calloc(conf.cpu_chunks if conf.cpu_chunks > 0 else 1, sizeof(int32_t))
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
+    o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
     o.recs_cap = 64
@@ -61,7 +68,10 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.chunks)
     mem_free(o.free_chunks)
     mem_free(o.map)
-    mem_free(o.heap)
+    mem_free(o.found)
+    mem_free(o.lru_prev)
+    mem_free(o.lru_next)
+    mem_free(o.free_anchors)
     mem_free(o.scratch)
     mem_free(o.seen)
     mem_free(o.parked)
@@ -149,19 +159,20 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
     cdef int32_t c
     while True:
-        c = o.map[i]
+        c = o.map[i].chunk
         if c == OFF_EMPTY:
             return -1
-        if o.chunks[c].key == key:
+        if o.map[i].key == key:
             return c
         i = (i + 1) & o.map_mask
 
 
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
-    while o.map[i] != OFF_EMPTY:
+    while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
-    o.map[i] = chunk
+    o.map[i].chunk = chunk
+    o.map[i].key = key
 
 
 cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
@@ -169,131 +180,98 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
     cdef int64_t j, home
     cdef int32_t c
-    while o.chunks[o.map[i]].key != key:
+    while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
         i = (i + 1) & o.map_mask
     j = i
     while True:
         j = (j + 1) & o.map_mask
-        c = o.map[j]
+        c = o.map[j].chunk
         if c == OFF_EMPTY:
             break
-        home = _off_bucket(o, o.chunks[c].key)
+        home = _off_bucket(o, o.map[j].key)
         # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
         if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
-            o.map[i] = c
+            o.map[i] = o.map[j]
             i = j
-    o.map[i] = OFF_EMPTY
+    o.map[i].chunk = OFF_EMPTY
 
 
 # ------------------------------------------------------------------ the LRU policy
 
-cdef inline bint _off_before(int64_t ahi, int64_t alo, hash_t akey, const OffHeapE* b) noexcept nogil:
-    # heapq order of (rank, key) entries.
-    if ahi != b.hi:
-        return ahi < b.hi
-    if alo != b.lo:
-        return alo < b.lo
-    return akey < b.key
+# LRUCachePolicy (kv_offload/cpu/policies/lru.py) evicts the evictable chunks of smallest rank
+# (_ranks: a request's rank and -position while it runs, a fresh rank (next, 0) once it
+# finishes), popped from a lazy heap.  Every rank is either larger than all before it (a fresh
+# rank, a new request's rank) or a running request's (rank, -position); so aisim keeps the chunks
+# in one list in rank order: a fresh rank goes to the tail, a request's chunk after its rank's
+# anchor (appended when the request took its rank), among that request's chunks by position.
+# Pinned chunks stay in place (their rank is kept); eviction walks from the head.
+
+cdef inline void _lru_unlink(OffloadC* o, int32_t x) noexcept nogil:
+    o.lru_next[o.lru_prev[x]] = o.lru_next[x]
+    o.lru_prev[o.lru_next[x]] = o.lru_prev[x]
 
 
-cdef int _off_push(OffloadC* o, int32_t c) except -1 nogil:
-    """LRUCachePolicy._push_evictable: an entry for chunk ``c`` at its current rank."""
+cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
+    o.lru_prev[x] = p
+    o.lru_next[x] = o.lru_next[p]
+    o.lru_prev[o.lru_next[p]] = x
+    o.lru_next[p] = x
+
+
+cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
+    """Chunk ``c`` (not in the list) at its rank: the tail for a fresh rank, else among the
+    chunks after ``anchor``, its request's rank anchor, that have the same rank and a smaller
+    -position (usually none: a request reaches its chunks head first)."""
     cdef OffChunkC* ch = &o.chunks[c]
-    cdef int64_t i = o.heap_n, p
-    if o.heap_n == o.heap_cap:
-        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
-        o.heap_cap *= 2
-    while i > 0:
-        p = (i - 1) // 2
-        if not _off_before(ch.rank_hi, ch.rank_lo, ch.key, &o.heap[p]):
-            break
-        o.heap[i] = o.heap[p]
-        i = p
-    o.heap[i].hi = ch.rank_hi
-    o.heap[i].lo = ch.rank_lo
-    o.heap[i].key = ch.key
-    o.heap[i].chunk = c
-    o.heap_n += 1
-    return 0
-
-
-cdef int _off_push_entry(OffloadC* o, OffHeapE e) except -1 nogil:
-    cdef int64_t i = o.heap_n, p
-    if o.heap_n == o.heap_cap:
-        mem_grow(<void**>&o.heap, o.heap_cap, 2 * o.heap_cap, sizeof(OffHeapE))
-        o.heap_cap *= 2
-    while i > 0:
-        p = (i - 1) // 2
-        if not _off_before(e.hi, e.lo, e.key, &o.heap[p]):
-            break
-        o.heap[i] = o.heap[p]
-        i = p
-    o.heap[i] = e
-    o.heap_n += 1
-    return 0
-
-
-cdef OffHeapE _off_pop(OffloadC* o) noexcept nogil:
-    cdef OffHeapE top = o.heap[0]
-    cdef OffHeapE last
-    cdef int64_t i = 0, c
-    o.heap_n -= 1
-    if o.heap_n == 0:
-        return top
-    last = o.heap[o.heap_n]
+    cdef int32_t p, x
+    if ch.rank_lo == 0:
+        _lru_after(o, o.lru_prev[o.conf.cpu_chunks], c)
+        return
+    p = anchor
     while True:
-        c = 2 * i + 1
-        if c >= o.heap_n:
+        x = o.lru_next[p]
+        if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
             break
-        if c + 1 < o.heap_n and _off_before(o.heap[c + 1].hi, o.heap[c + 1].lo, o.heap[c + 1].key, &o.heap[c]):
-            c += 1
-        if not _off_before(o.heap[c].hi, o.heap[c].lo, o.heap[c].key, &last):
-            break
-        o.heap[i] = o.heap[c]
-        i = c
-    o.heap[i] = last
-    return top
+        p = x
+    _lru_after(o, p, c)
 
 
-cdef int _off_compact(OffloadC* o) except -1 nogil:
-    """LRUCachePolicy._maybe_compact_heap: once stale entries dominate, one entry per evictable
-    chunk again (the order of current entries does not change)."""
-    cdef int32_t c
-    cdef int64_t limit = 2 * (<int64_t>o.n_evictable)
-    # vLLM compacts from max(64, 2 * evictable) entries; aisim waits for the tier's size too, so that
-    # a rebuild (a pass over every chunk) is paid for by as many pushes.  The order is the same.
-    if limit < o.conf.cpu_chunks:
-        limit = o.conf.cpu_chunks
-    if limit < 64:
-        limit = 64
-    if o.heap_n < limit:
-        return 0
-    o.heap_n = 0
-    for c in range(o.conf.cpu_chunks):
-        if o.chunks[c].used and o.chunks[c].evictable:
-            _off_push(o, c)
-    return 0
+cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
+    """An anchor node at the list's tail (for a rank larger than every rank so far)."""
+    cdef int32_t base = o.conf.cpu_chunks + 1, old = o.anchor_cap, i, x
+    if o.n_free_anchors == 0:
+        mem_grow(<void**>&o.lru_prev, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.lru_next, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.free_anchors, old, 2 * old, sizeof(int32_t))
+        for i in range(2 * old - 1, old - 1, -1):
+            o.free_anchors[o.n_free_anchors] = base + i
+            o.n_free_anchors += 1
+        o.anchor_cap = 2 * old
+    o.n_free_anchors -= 1
+    x = o.free_anchors[o.n_free_anchors]
+    _lru_after(o, o.lru_prev[o.conf.cpu_chunks], x)
+    return x
 
 
 cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
-    # LRUCachePolicy.mark_evictable
+    # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
     o.chunks[c].evictable = 1
-    _off_push(o, c)
-    return _off_compact(o)
+    return 0
 
 
-cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) noexcept nogil:
+cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
     # LRUCachePolicy._get_request_rank: one rank per request, taken at its first use.
     if r.off_rank == 0:
         o.next_rank += 1
         r.off_rank = o.next_rank
+        r.off_node = _off_new_anchor(o)
     return r.off_rank
 
 
-cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) except -1 nogil:
+cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* found) except -1 nogil:
     """CPUOffloadingManager._record_request_cache_access over the request's chunks ``a`` .. ``b``
-    (with ``for_store``, prepare_store's: those not in the tier and those stored, not the ones
-    another request is still storing): the ones it has not seen yet go to
+    (with ``found``, the chunk of each key from ``a`` on, prepare_store's: those not in the tier
+    and those stored, not the ones another request is still storing): the ones it has not seen yet go to
     LRUCachePolicy.on_request_access, which ranks each chunk in the tier (request rank, -position)
     unless its rank is already higher."""
     cdef OffloadC* o = s.off
@@ -304,9 +282,12 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) e
     for i in range(a, b):
         if seen[i]:
             continue
-        c = _off_find(o, _off_key(s, r, i))
-        if for_store and c >= 0 and o.chunks[c].ref < 0:
-            continue
+        if found == NULL:
+            c = _off_find(o, _off_key(s, r, i))
+        else:
+            c = found[i - a]
+            if c >= 0 and o.chunks[c].ref < 0:
+                continue
         seen[i] = 1
         if n_new == 0:
             rank = _off_req_rank(o, r)
@@ -319,58 +300,39 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, bint for_store) e
             continue
         ch.rank_hi = rank
         ch.rank_lo = lo
-        if ch.evictable:
-            _off_push(o, c)
-    if n_new > 0:
-        _off_compact(o)
+        _lru_unlink(o, c)
+        _lru_place(o, c, r.off_node)
     return 0
 
 
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
     (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int64_t n_sel = 0, n_def = 0, i
-    cdef OffHeapE e
+    cdef int32_t n_sel = 0, i, x = o.lru_next[o.conf.cpu_chunks]
     cdef OffChunkC* ch
-    if o.scratch_cap < o.heap_n + 1:
-        mem_free(o.scratch)
-        o.scratch_cap = o.heap_n + 1
-        o.scratch = <OffHeapE*>mem_calloc(o.scratch_cap, sizeof(OffHeapE))
-    # Selected entries fill the scratch from the front, deferred (protected) ones from the back.
-    while o.heap_n > 0 and n_sel < n:
-        e = _off_pop(o)
-        ch = &o.chunks[e.chunk]
-        if not (ch.used and ch.key == e.key and ch.evictable and ch.rank_hi == e.hi and ch.rank_lo == e.lo):
-            continue
-        if ch.mark == 2:
-            continue  # a second entry of a chunk already selected
-        if ch.mark == 1:
-            o.scratch[o.scratch_cap - 1 - n_def] = e
-            n_def += 1
-            continue
-        ch.mark = 2
-        o.scratch[n_sel] = e
-        n_sel += 1
-    for i in range(n_def):
-        _off_push_entry(o, o.scratch[o.scratch_cap - 1 - i])
+    while x != o.conf.cpu_chunks and n_sel < n:
+        if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
+            o.chunks[x].mark = 2
+            o.scratch[n_sel] = x
+            n_sel += 1
+        x = o.lru_next[x]
     if n_sel < n:
         for i in range(n_sel):
-            o.chunks[o.scratch[i].chunk].mark = 0
-            _off_push_entry(o, o.scratch[i])
+            o.chunks[o.scratch[i]].mark = 0
         return 0
     for i in range(n_sel):
-        ch = &o.chunks[o.scratch[i].chunk]
+        ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
+        _lru_unlink(o, o.scratch[i])
         ch.mark = 0
         ch.used = 0
         ch.evictable = 0
-        o.free_chunks[o.n_free_chunks] = o.scratch[i].chunk
+        o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
-    o.n_used -= <int32_t>n_sel
-    o.n_evictable -= <int32_t>n_sel
-    o.step_evicted += <int32_t>n_sel
+    o.n_used -= n_sel
+    o.n_evictable -= n_sel
+    o.step_evicted += n_sel
     o.evicted += n_sel
-    _off_compact(o)
     return 1
 
 
@@ -387,7 +349,7 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t max_hit, new
     cdef int32_t n_keys, start, end, i, c, hits = 0
-    cdef bint pending = False
+    cdef bint pending = False, loading = False
     o.lookups += 1
     r.off_next = 0  # restarting at token 0: every chunk is offered again
     if r.off_jobs > 0:
@@ -409,6 +371,8 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         hits += 1
         if o.chunks[c].ref < 0:
             pending = True
+        if o.chunks[c].loading:
+            loading = True
     if pending:
         o.lookups_deferred += 1
         return -1
@@ -418,12 +382,12 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     new = max_hit - local
     if new < tpc:
         return 0
-    # A hit chunk another request is loading right now delays this one.
-    for i in range(start, <int32_t>cdiv(local + new, tpc)):
-        c = _off_find(o, _off_key(s, r, i))
-        if o.chunks[c].loading:
-            o.lookups_deferred += 1
-            return -1
+    # A hit chunk another request is loading right now delays this one.  The chunks up to
+    # cdiv(local + new, tpc) are exactly the hit ones (end <= cdiv(max_hit, tpc)): the scan above
+    # saw them all.
+    if loading:
+        o.lookups_deferred += 1
+        return -1
     o.lookups_hit += 1
     return new
 
@@ -479,7 +443,7 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
         ch.ref += 1
         ch.loading = 1
         _off_job_key(o, j, ch.key)
-    _off_access(s, r, start, end, False)
+    _off_access(s, r, start, end, NULL)
     r.off_next = end
     o.step_loads[o.n_step_loads] = j
     o.n_step_loads += 1
@@ -510,16 +474,20 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         offloadable = tmin(offloadable, r.prompt_len)
     n_chunks = <int32_t>(offloadable // tpc)
     n_chunks = <int32_t>tmin(n_chunks, n_blocks * s.kv.sched_block_size // tpc)
-    n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
     start = r.off_next
+    if n_chunks <= start:
+        return 0  # nothing new (most calls: decodes), without hashing
+    n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
     if n_chunks <= start:
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
     for i in range(start, n_chunks):
-        if _off_find(o, _off_key(s, r, i)) < 0:
+        c = _off_find(o, _off_key(s, r, i))
+        o.found[i - start] = c
+        if c < 0:
             n_new += 1
-    _off_access(s, r, start, n_chunks, True)
+    _off_access(s, r, start, n_chunks, o.found)
     if n_new == 0:
         r.off_next = n_chunks
         return 0
@@ -528,21 +496,20 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         if n_evict > o.n_evictable:
             return 0
         # The keys offered are protected from this eviction.
-        for i in range(start, n_chunks):
-            c = _off_find(o, _off_key(s, r, i))
-            if c >= 0:
-                o.chunks[c].mark = 1
+        # (Eviction takes none of them, so ``found`` stays true.)
+        for i in range(n_chunks - start):
+            if o.found[i] >= 0:
+                o.chunks[o.found[i]].mark = 1
         c = _off_evict(o, n_evict)
-        for i in range(start, n_chunks):
-            j = _off_find(o, _off_key(s, r, i))
-            if j >= 0:
-                o.chunks[j].mark = 0
+        for i in range(n_chunks - start):
+            if o.found[i] >= 0:
+                o.chunks[o.found[i]].mark = 0
         if c == 0:
             return 0
     rank = _off_req_rank(o, r)
     j = _off_new_job(o, r, ri, True)
     for i in range(start, n_chunks):
-        if _off_find(o, _off_key(s, r, i)) >= 0:
+        if o.found[i - start] >= 0:
             continue
         o.n_free_chunks -= 1
         c = o.free_chunks[o.n_free_chunks]
@@ -555,6 +522,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch.mark = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
+        _lru_place(o, c, r.off_node)
         _off_map_put(o, ch.key, c)
         _off_job_key(o, j, ch.key)
     o.n_used += n_new
@@ -596,9 +564,14 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
         o.next_rank += 1
         ch.rank_hi = o.next_rank
         ch.rank_lo = 0
-        if ch.evictable:
-            _off_push(o, c)
-    _off_compact(o)
+        _lru_unlink(o, c)
+        _lru_place(o, c, -1)
+    if r.off_rank > 0 and r.off_node >= 0:
+        # No chunk takes this request's rank any more: its anchor goes back.
+        _lru_unlink(o, r.off_node)
+        o.free_anchors[o.n_free_anchors] = r.off_node
+        o.n_free_anchors += 1
+        r.off_node = -1
     r.off_hold = 2
     if r.off_jobs == 0:
         _off_forget(s, r)

@@ -73,6 +73,7 @@ cdef struct ReqC:
     int32_t off_jobs           # RequestOffloadState.transfer_jobs in flight
     tok_t off_local            # num_locally_computed_tokens of its last lookup
     int64_t off_rank           # the LRU policy's rank of the request (0: none yet)
+    int32_t off_node           # its rank's anchor in the tier's LRU list (while off_rank > 0)
     flag_t off_park            # 1 WAITING_FOR_REMOTE_KVS, 2 its load reported (finished_recving),
                                # 3 promoted but not scheduled yet; 0 otherwise
     flag_t off_inflight        # in Scheduler._inflight_prefills

@@ -34,7 +34,7 @@ from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
 from aisim._core.offload cimport (
-    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffChunkC, OffConfC, OffHeapE, OffJobC,
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffChunkC, OffConfC, OffJobC, OffMapE,
     OffloadC, OffRecC,
 )
 from aisim._core.types cimport (
