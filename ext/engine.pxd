@@ -243,8 +243,6 @@ cdef class Engine:
     cdef int64_t off_steps_cap
     cdef int64_t* off_reqs         # [off_reqs_cap * N_OFF_REQ] the request rows' offload columns
     cdef int64_t off_reqs_cap
-    cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
-                       const BatchC* upd_b, block_id_t free_sched) except -1 nogil
     cdef int _range_error(self, step_t step) except -1 nogil
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil
     cdef int _price(self, BatchC* b) except -1 nogil

@@ -452,66 +452,6 @@ cdef class Engine:
 
     # -------------------------------------------------------------- the loop
 
-    cdef int _log_line(self, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
-                       const BatchC* upd_b, block_id_t free_sched) except -1 nogil:
-        """Append one row: ``sched_b`` scheduled in it, ``upd_b`` was processed."""
-        cdef StepColsC* c = &self.cols
-        cdef int64_t row
-        cdef int32_t i
-        _cols_reserve(c)
-        row = c.n
-        _put_i64(c, SC_STEP, row, step)
-        _put_i32(c, SC_KIND, row, kind)
-        _put_f64(c, SC_CLOCK, row, clock)
-        _put_i64(c, SC_UPDATED_STEP, row, upd_b.step if upd_b != NULL else -1)
-        _put_i32(c, SC_FREE_SCHED, row, free_sched)
-        _put_i32(c, SC_FREE_BLOCKS, row, self.kv.pool.num_free)
-        _put_i32(c, SC_CACHED_BLOCKS, row, self.kv.pool.cached_free)
-        _put_i32(c, SC_RUNNING, row, self.sched.n_running)
-        _put_i32(c, SC_WAITING, row, self.sched.n_waiting + (self.off.n_parked if self.offload else 0))
-        _put_i32(c, SC_NUM_FINISHED, row, self.sched.n_finished if upd_b != NULL else 0)
-        # A drain line scheduled nothing: its batch columns stay zero (zero-filled growth).
-        if sched_b != NULL:
-            _put_f64(c, SC_DURATION, row, sched_b.end_s - sched_b.start_s)
-            _put_i32(c, SC_NUM_REQS, row, sched_b.n)
-            _put_i64(c, SC_PREFILL, row, sched_b.total_tokens - sched_b.decode_tokens)
-            _put_i64(c, SC_DECODE, row, sched_b.decode_tokens)
-            _put_i32(c, SC_NUM_NEW, row, sched_b.n_new)
-            _put_i32(c, SC_NUM_RESUMED, row, sched_b.n_resumed)
-            _put_i32(c, SC_NUM_PREEMPTED, row, sched_b.n_preempted)
-            _put_i64(c, SC_QUERIES, row, sched_b.queries)
-            _put_i64(c, SC_HITS, row, sched_b.hits)
-            _put_i64(c, SC_P_QUERIES, row, sched_b.p_queries)
-            _put_i64(c, SC_P_HITS, row, sched_b.p_hits)
-            _put_i64(c, SC_SPEC_TOKENS, row, sched_b.spec_tokens)
-            _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
-            if self.record_events:
-                for i in range(sched_b.n):
-                    _event(&self.events, self.steps_taken + row, EV_SCHED, <req_t>self.slot_global[sched_b.req[i]], sched_b.tokens[i])
-                for i in range(sched_b.n):
-                    if sched_b.spec_m[i] == 0:
-                        continue
-                    _event(&self.events, self.steps_taken + row, EV_SPEC, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_m[i])
-                    _event(&self.events, self.steps_taken + row, EV_SPEC_ACCEPTED, <req_t>self.slot_global[sched_b.req[i]], sched_b.spec_a[i])
-                    if sched_b.padded[i]:
-                        _event(&self.events, self.steps_taken + row, EV_SPEC_PADDED, <req_t>self.slot_global[sched_b.req[i]],
-                               sched_b.spec_m[i])
-                for i in range(sched_b.n_new):
-                    _event(&self.events, self.steps_taken + row, EV_NEW, <req_t>self.slot_global[sched_b.new_req[i]], sched_b.new_computed[i])
-                for i in range(sched_b.n_resumed):
-                    _event(&self.events, self.steps_taken + row, EV_RESUMED, <req_t>self.slot_global[sched_b.res_req[i]],
-                           sched_b.res_computed[i])
-                for i in range(sched_b.n_preempted):
-                    _event(&self.events, self.steps_taken + row, EV_PREEMPTED, <req_t>self.slot_global[sched_b.preempted[i]], 0)
-        if upd_b != NULL and self.record_events:
-            for i in range(self.sched.n_finished):
-                _event(&self.events, self.steps_taken + row, EV_FINISHED, <req_t>self.slot_global[self.sched.finished[i]], 0)
-        if self.offload:
-            _off_row(self, row)
-        c.n += 1
-        return 0
-
-
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil:
         """Schedule the next iteration into ``b`` at this clock and price it (Scheduler.schedule)."""
         b.step = self.step
@@ -543,7 +483,7 @@ cdef class Engine:
         """An asynchronous iteration that scheduled ``b`` into a full queue: the oldest batch's output
         processed, the row written, the clock at the end of ``b``'s forward pass."""
         cdef BatchC* ob = self._process_oldest()
-        self._log_line(self.step, LINE_STEP, self.clock, b, ob, free_sched)
+        _log_line(self, self.step, LINE_STEP, self.clock, b, ob, free_sched)
         self.clock = b.end_s
         self.step += 1
         return 0
@@ -565,7 +505,7 @@ cdef class Engine:
                 b.end_s = land
         _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
-        self._log_line(self.step, LINE_STEP, self.clock, b, b, free_sched)
+        _log_line(self, self.step, LINE_STEP, self.clock, b, b, free_sched)
         self.clock = b.end_s
         self.step += 1
         return 0
@@ -686,14 +626,14 @@ cdef class Engine:
             if self.q_len < 2 and (b.total_tokens > 0 or sched_has_requests(&self.sched)):
                 # Do not wait for the worker while the queue has room.
                 self.sched.n_finished = 0
-                self._log_line(self.step, LINE_STEP, self.clock, b, NULL, free_sched)
+                _log_line(self, self.step, LINE_STEP, self.clock, b, NULL, free_sched)
                 self.clock = b.end_s
                 self.step += 1
                 return 0
         if scheduled:
             return self._end_async_step(b, free_sched)
         ob = self._process_oldest()
-        self._log_line(self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
+        _log_line(self, self.step, LINE_DRAIN, self.clock, NULL, ob, free_sched)
         self.step += 1
         return 0
 

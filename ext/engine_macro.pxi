@@ -267,7 +267,7 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             ob = b
         _stretch_outputs(e, ob.end_s, out_s, k, n)
         out_s = ob.end_s
-        e._log_line(e.step, LINE_STEP, e.clock, b, ob, e.kv.pool.num_free)
+        _log_line(e, e.step, LINE_STEP, e.clock, b, ob, e.kv.pool.num_free)
         e.clock = b.end_s
         e.step += 1
         k += 1

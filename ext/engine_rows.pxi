@@ -267,3 +267,64 @@ cdef object _columns_handover(void** cols, const size_t* item, columns, Py_ssize
     if n:
         cap[0] = 0
     return out
+
+
+cdef int _log_line(Engine e, step_t step, int32_t kind, sec_t clock, const BatchC* sched_b,
+                   const BatchC* upd_b, block_id_t free_sched) except -1 nogil:
+    """Append one step row to ``e``'s columns: ``sched_b`` scheduled in it, ``upd_b`` was processed."""
+    cdef StepColsC* c = &e.cols
+    cdef int64_t row
+    cdef int32_t i
+    cdef int64_t at
+    cdef const int64_t* g = e.slot_global
+    _cols_reserve(c)
+    row = c.n
+    at = e.steps_taken + row
+    _put_i64(c, SC_STEP, row, step)
+    _put_i32(c, SC_KIND, row, kind)
+    _put_f64(c, SC_CLOCK, row, clock)
+    _put_i64(c, SC_UPDATED_STEP, row, upd_b.step if upd_b != NULL else -1)
+    _put_i32(c, SC_FREE_SCHED, row, free_sched)
+    _put_i32(c, SC_FREE_BLOCKS, row, e.kv.pool.num_free)
+    _put_i32(c, SC_CACHED_BLOCKS, row, e.kv.pool.cached_free)
+    _put_i32(c, SC_RUNNING, row, e.sched.n_running)
+    _put_i32(c, SC_WAITING, row, e.sched.n_waiting + (e.off.n_parked if e.offload else 0))
+    _put_i32(c, SC_NUM_FINISHED, row, e.sched.n_finished if upd_b != NULL else 0)
+    # A drain line scheduled nothing: its batch columns stay zero (zero-filled growth).
+    if sched_b != NULL:
+        _put_f64(c, SC_DURATION, row, sched_b.end_s - sched_b.start_s)
+        _put_i32(c, SC_NUM_REQS, row, sched_b.n)
+        _put_i64(c, SC_PREFILL, row, sched_b.total_tokens - sched_b.decode_tokens)
+        _put_i64(c, SC_DECODE, row, sched_b.decode_tokens)
+        _put_i32(c, SC_NUM_NEW, row, sched_b.n_new)
+        _put_i32(c, SC_NUM_RESUMED, row, sched_b.n_resumed)
+        _put_i32(c, SC_NUM_PREEMPTED, row, sched_b.n_preempted)
+        _put_i64(c, SC_QUERIES, row, sched_b.queries)
+        _put_i64(c, SC_HITS, row, sched_b.hits)
+        _put_i64(c, SC_P_QUERIES, row, sched_b.p_queries)
+        _put_i64(c, SC_P_HITS, row, sched_b.p_hits)
+        _put_i64(c, SC_SPEC_TOKENS, row, sched_b.spec_tokens)
+        _put_i64(c, SC_SPEC_ACCEPTED, row, sched_b.spec_accepted)
+        if e.record_events:
+            for i in range(sched_b.n):
+                _event(&e.events, at, EV_SCHED, <req_t>g[sched_b.req[i]], sched_b.tokens[i])
+            for i in range(sched_b.n):
+                if sched_b.spec_m[i] == 0:
+                    continue
+                _event(&e.events, at, EV_SPEC, <req_t>g[sched_b.req[i]], sched_b.spec_m[i])
+                _event(&e.events, at, EV_SPEC_ACCEPTED, <req_t>g[sched_b.req[i]], sched_b.spec_a[i])
+                if sched_b.padded[i]:
+                    _event(&e.events, at, EV_SPEC_PADDED, <req_t>g[sched_b.req[i]], sched_b.spec_m[i])
+            for i in range(sched_b.n_new):
+                _event(&e.events, at, EV_NEW, <req_t>g[sched_b.new_req[i]], sched_b.new_computed[i])
+            for i in range(sched_b.n_resumed):
+                _event(&e.events, at, EV_RESUMED, <req_t>g[sched_b.res_req[i]], sched_b.res_computed[i])
+            for i in range(sched_b.n_preempted):
+                _event(&e.events, at, EV_PREEMPTED, <req_t>g[sched_b.preempted[i]], 0)
+    if upd_b != NULL and e.record_events:
+        for i in range(e.sched.n_finished):
+            _event(&e.events, at, EV_FINISHED, <req_t>g[e.sched.finished[i]], 0)
+    if e.offload:
+        _off_row(e, row)
+    c.n += 1
+    return 0
