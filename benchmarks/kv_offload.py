@@ -7,7 +7,8 @@ Run from the repository root after building the extension::
 Each workload is one trace on llama-3.1-8b on one H100 (the roofline of ``aisim plan --model
 llama-3.1-8b --gpu H100``, vLLM 0.34.0, synchronous scheduling as the offload replay models it)
 with a GPU pool that churns, replayed without a KV offload tier and with each of its CPU tiers
-(vLLM's ``--kv-offloading-size``; loads and stores timed on the H100's PCIe 5.0 x16 link).  For each it prints the hit rate per tier -- the share of prompt
+(vLLM's ``--kv-offloading-size``; loads and stores timed on the H100's PCIe 5.0 x16 link).  For each
+it prints the hit rate per tier -- the share of prompt
 tokens served at a request's first admission from the GPU prefix cache (``cached_tokens``) and
 from the CPU tier (``offload_hit_tokens``) -- TTFT p50/p99, and the replay's wall time with the tier
 over without it (best of ``--repeat`` alternated runs in this process: a shared machine's noise
@@ -15,11 +16,11 @@ only slows a run down).  The target is a wall-time ratio of at most 1.5.
 
 Workloads:
 
-- ``mooncake``: ``/work/shared/traces/mooncake/synthetic_trace.jsonl`` (3,993 requests, 61 M prompt
+- ``mooncake``: ``tests/data/traces/mooncake/synthetic_trace.jsonl`` (3,993 requests, 61 M prompt
   tokens in 512-token hash blocks) sent at a quarter of its rate (``--rate-scale 0.25``: about one
   request a second), max_model_len 196,608, vLLM's pool on an H100 (8,192 blocks of 64 tokens,
   512 Ki tokens), CPU tiers of 256 GiB and 1 TiB (chunks of 8 MiB).
-- ``weka``: the three agentic sessions of ``/work/shared/traces/weka/`` together (92 turns of up to
+- ``weka``: the three agentic sessions of ``tests/data/traces/weka/`` together (92 turns of up to
   101 Ki tokens, each resending its conversation) at half their rate, a pool of 2,100 blocks (131 Ki
   tokens, about one conversation), a 64 GiB tier.
 """
@@ -32,7 +33,8 @@ import os
 import sys
 import time
 
-TRACES = "/work/shared/traces"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRACES = os.path.join(REPO, "tests", "data", "traces")  # the public samples bundled with the tests
 WORKLOADS = {
     "mooncake": {"trace": os.path.join(TRACES, "mooncake", "synthetic_trace.jsonl"), "format": "mooncake",
                  "rate_scale": 0.25, "max_model_len": 196608, "num_gpu_blocks": 8192, "tiers_gib": (256.0, 1024.0)},

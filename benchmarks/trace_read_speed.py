@@ -26,7 +26,7 @@ Figures, one process, one core:
   own time.
 
 ``--sample PATH`` also times the whole read of another Mooncake file (e.g.
-the published sample in ``/work/shared/traces/mooncake``).  The last line
+the published sample in ``tests/data/traces/mooncake``).  The last line
 says PASS or FAIL; the exit status is 0 either way (benchmark machines are
 noisy).  Profile a run with ``python -m cProfile -s cumtime
 benchmarks/trace_read_speed.py --repeat 1``.

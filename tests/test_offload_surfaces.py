@@ -91,7 +91,8 @@ def test_a_probe_with_the_flags_plans_the_same_tier():
 def test_a_probe_whose_engine_the_offload_replay_does_not_model_says_why():
     cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, async_scheduling=True))
     assert cfg.kv_offload is None
-    assert notes[-1].startswith("no KV offload tier:") and "this engine has async_scheduling (vLLM 0.33 and later turn it on" in notes[-1]
+    assert notes[-1].startswith("no KV offload tier:")
+    assert "this engine has async_scheduling (vLLM 0.33 and later turn it on" in notes[-1]
     cfg, notes = plan_from_probe(_probe(kv_transfer_config={"kv_connector": "NixlConnector", "kv_role": "kv_both"}))
     assert cfg.kv_offload is None and "'NixlConnector', which aisim does not replay" in notes[-1]
     cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, kv_offloading_backend="lmcache"))

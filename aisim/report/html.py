@@ -169,7 +169,8 @@ def _comparison(rd: RunData) -> str:
                                           title="KV-cache peak usage by shard", chart_id="cmp-kv", fmt="pct")),
     ]
     figs = "".join(f'<figure class="card"><figcaption>{escape(t)}</figcaption>{c}</figure>' for t, c in charts)
-    return f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>' + spec_comparison(rd) + offload_comparison(rd)
+    return (f'<h2 id="compare">Shards compared</h2><div class="grid compare">{figs}</div>'
+            + spec_comparison(rd) + offload_comparison(rd))
 
 
 # ---------------------------------------------------------------------------- one shard
@@ -483,7 +484,8 @@ def _shard_section(sd: ShardData, mp: int, slo: dict, open_: bool) -> str:
     figs, cdfs = _charts(sd, mp, slo)
     return (head + _stats(sd) + f'<details class="charts"{" open" if open_ else ""}><summary>charts and latency '
             f'distributions</summary>' + replica_panel(sd) + f'<div class="grid">{"".join(figs)}</div>' +
-            spec_panel(sd, mp) + offload_panel(sd, mp) + f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div>'
+            spec_panel(sd, mp) + offload_panel(sd, mp)
+            + f'<h3>Latency distributions</h3><div class="grid three">{"".join(cdfs)}</div>'
             '</details></section>')
 
 

@@ -151,4 +151,5 @@ def guess_format(path: str) -> str:
     return "oracle"
 
 
-__all__ = ["FORMATS", "FORMAT_BY_NAME", "READERS", "TRACE_FORMATS", "TraceFormat", "TRACE_SCHEMA", "from_frame", "read_oracle_trace", "read_trace", "stream_id"]
+__all__ = ["FORMATS", "FORMAT_BY_NAME", "READERS", "TRACE_FORMATS", "TraceFormat", "TRACE_SCHEMA", "from_frame",
+           "read_oracle_trace", "read_trace", "stream_id"]
