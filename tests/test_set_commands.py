@@ -4,6 +4,7 @@ and ``pipeline run`` (``replay``, ``plan``: tests/test_bench_serve.py; ``capacit
 from __future__ import annotations
 
 import json
+import os
 
 from click.testing import CliRunner
 
@@ -95,3 +96,24 @@ def test_pipeline_run_applies_set_and_keys_the_run_by_it(tmp_path):
     assert rows[1]["ttft_p99_s"] > 5 * rows[0]["ttft_p99_s"]
     r = _run("pipeline", "run", spec, "--scheduler", "sync", "--set", "max_num_seqs=0")
     assert r.exit_code == 2 and "model 'm', engine 'base'" in r.output and "'max_num_seqs'" in r.output, r.output
+
+
+def test_an_engine_key_set_on_a_deployment_whose_pool_runs_its_own_engine_is_refused(tmp_path):
+    # The prefill pool runs its own engine file: --set max_num_seqs would change only the deployment's engine
+    # (the decode pool's), so it is refused with the pool and its file named, never applied to half.
+    eng = tmp_path / "e.json"
+    eng.write_text(json.dumps({"num_gpu_blocks": 2000, "max_model_len": 8192}))
+    pre = tmp_path / "prefill.json"
+    pre.write_text(json.dumps({"num_gpu_blocks": 2000, "max_model_len": 8192}))
+    dep = tmp_path / "pd.toml"
+    dep.write_text('[deployment.prefill]\nreplicas = 1\nrouter = "round_robin"\nengine = "prefill.json"\n'
+                   '[deployment.decode]\nreplicas = 1\nrouter = "round_robin"\n'
+                   '[deployment.link]\nbandwidth_gb_s = "inf"\n')
+    trace = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "trace.jsonl")
+    base = ("replay", "--engine", eng, "--trace", trace, "--deployment", dep)
+    r = _run(*base, "--set", "max_num_seqs=8")
+    assert r.exit_code == 2, r.output
+    assert "--set max_num_seqs=8 changes the deployment's engine, but its prefill pool runs its own engine" in r.output
+    assert str(pre) in r.output.replace("\n", "")
+    r = _run(*base, "--set", "deployment.link.latency_s=0.01")  # a deployment key changes the deployment alone
+    assert r.exit_code == 0, r.output

@@ -183,8 +183,16 @@ def apply_engine(engine, sets: list):
 
 def apply_deployment(deployment, sets: list, source: str | None = None):
     """``deployment`` (or none: one replica behind round-robin) with the ``deployment.`` keys of ``sets``
-    changed, validated again; ``deployment`` itself when ``sets`` changes none."""
-    sets = split_sets(sets)[1]
+    changed, validated again; ``deployment`` itself when ``sets`` changes none.  Engine keys of ``sets``
+    are refused when a pool of a disaggregated ``deployment`` runs its own engine file: they change the
+    deployment's engine, which that pool does not run."""
+    engine_sets, sets = split_sets(sets)
+    for name in ("prefill", "decode"):
+        pool = getattr(deployment, name, None)
+        if engine_sets and pool is not None and pool.engine is not None:
+            raise ConfigError(f"--set {describe_sets(engine_sets)} changes the deployment's engine, but its {name} "
+                              f"pool runs its own engine ({pool.engine}); set the key in that file, or drop the "
+                              f"pool's 'engine' so that it runs the changed one")
     if not sets:
         return deployment
     from aisim.config.deployment import parse_deployment
@@ -210,8 +218,7 @@ def apply_to_sweep(spec, sets: list) -> None:
             _put(raw, key, value)
         engine_config_from_dict(raw, spec.base_path)  # refused as a file's value would be
         spec.base = raw
-    if deployment_sets:
-        spec.deployment = apply_deployment(spec.deployment, deployment_sets)
+    spec.deployment = apply_deployment(spec.deployment, sets)
 
 
 def describe_sets(sets: list) -> str:
