@@ -98,13 +98,9 @@ def rotated(cmds, runs):
 
 
 def head(n, out_dir):
-    out = os.path.join(out_dir, f"mooncake_{n}.jsonl")
-    with open(MOONCAKE, "rb") as src, open(out, "wb") as dst:
-        for i, line in enumerate(src):
-            if i == n:
-                break
-            dst.write(line)
-    return out
+    from mocker_workloads import head_lines
+
+    return head_lines(MOONCAKE, n, out_dir)
 
 
 def main(argv=None):
