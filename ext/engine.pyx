@@ -322,6 +322,8 @@ cdef class Engine:
             off_release(&self.off)
         mem_free(self.off_steps)
         mem_free(self.off_reqs)
+        mem_free(self.disk_steps)
+        mem_free(self.disk_reqs)
 
     # -------------------------------------------------------------- input
 
@@ -542,6 +544,8 @@ cdef class Engine:
             _rcols_reserve(&self.rcols)
             if self.offload:
                 _off_req_row(self, &self.reqs[s])
+                if self.off.disk != NULL:
+                    _disk_req_row(self, &self.reqs[s])
             _rcols_put(&self.rcols, &self.reqs[s])
             self.free_slots[self.n_free] = s
             self.n_free += 1
@@ -681,6 +685,8 @@ cdef class Engine:
         with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
         off = _off_take(self.off_steps, n, N_OFF_STEP, OFF_STEP_COLUMNS) if self.offload else {}
+        if self.offload and self.off.disk != NULL:
+            off.update(_off_take(self.disk_steps, n, N_DISK_STEP, DISK_STEP_COLUMNS))
         out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)
         out.update(off)
         self.steps_taken += n
@@ -698,6 +704,8 @@ cdef class Engine:
         """
         cdef Py_ssize_t n = self.rcols.n
         off = _off_take(self.off_reqs, n, N_OFF_REQ, OFF_REQ_COLUMNS) if self.offload else {}
+        if self.offload and self.off.disk != NULL:
+            off.update(_off_take(self.disk_reqs, n, N_DISK_REQ, DISK_REQ_COLUMNS))
         out = _columns_handover(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n, &self.rcols.cap)
         out.update(off)
         self.rcols.n = 0

@@ -130,6 +130,11 @@ cdef struct DiskC:
     int64_t cascade_chunks       # chunks offered to the disk
     int64_t written_chunks       # chunks written (not already on disk)
     int64_t on_disk              # chunks on disk
+    # this step (the step row's columns; reset when the row is written)
+    int32_t st_queries
+    int32_t st_hits
+    int64_t st_read                # chunks the step's promotions read
+    int64_t st_written             # chunks the step's cascades write
 
 
 cdef struct OffloadC:

@@ -239,6 +239,8 @@ cdef int32_t _disk_promote(SchedC* s, ReqC* r, int32_t i, hash_t key) except -3 
         d.n_gather += 1
     _disk_job_key(&d.jobs[j], key)
     d.promoted_chunks += 1
+    d.st_read += 1
+    r.off_disk_read += 1
     return c
 
 
@@ -256,6 +258,7 @@ cdef int32_t disk_lookup(SchedC* s, ReqC* r, int32_t i) except -3 nogil:
     _disk_looked_room(o, s.kv.cap_slots)
     looked = d.looked + <int64_t>r.slot * o.chunk_row
     d.queries += 1
+    d.st_queries += 1
     if e.refs == 0:
         e.ready = d.step + 1  # a new LookupState: its probe goes out with this step's flush
     if not looked[i]:
@@ -267,6 +270,7 @@ cdef int32_t disk_lookup(SchedC* s, ReqC* r, int32_t i) except -3 nogil:
     if not e.on_disk:
         return DISK_MISS
     d.hits += 1
+    d.st_hits += 1
     return _disk_promote(s, r, i, key)
 
 
@@ -345,4 +349,5 @@ cdef int disk_cascade(OffloadC* o, const OffJobC* sj) except -1 nogil:
     d.cascades += 1
     d.cascade_chunks += jb.n_keys
     d.written_chunks += n_write
+    d.st_written += n_write
     return 0
