@@ -59,6 +59,15 @@ def test_a_prefix_evicted_from_gpu_and_cpu_is_read_back_from_disk():
         "cascades": 3, "cascade_chunks": 14, "written_chunks": 14, "disk_chunks": 14, "read_bytes": 0,
         "write_bytes": 0}
     assert res.requests.column("offload_hit_tokens").to_pylist() == [0, 0, 64]
+    assert res.requests.column("offload_disk_read_chunks").to_pylist() == [0, 0, 4]
+    # The step columns: queries as above, the writes issued by the outputs of steps 2, 7 and 15 and on
+    # disk from the next step's poll, C's read at step 11.
+    col = {c: res.steps.column(c).to_pylist() for c in res.steps.column_names}
+    assert col["step"] == [0, 1, 2, 3, 5, 6, 7, 8, 10, 11, 12, 13, 14, 15, 16]
+    assert col["offload_disk_queries"] == [4, 1, 0, 0, 9, 1, 0, 0, 5, 5, 1, 0, 0, 0, 0]
+    assert col["offload_disk_hits"] == col["offload_disk_read_chunks"] == [0] * 9 + [4] + [0] * 5
+    assert col["offload_disk_write_chunks"] == [0, 0, 4, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 1, 0]
+    assert col["offload_disk_chunks"] == [0, 0, 0, 4, 4, 4, 4, 13, 13, 13, 13, 13, 13, 13, 14]
     # Without the disk tier C finds nothing and recomputes its 80 tokens at step 10.
     steps, _, res = run_log(_engine(11, cpu_blocks=9), REQS)
     assert steps[10]["new"] == {"C": 0} and steps[10]["sched"] == {"C": 80}
@@ -111,7 +120,7 @@ def test_the_disk_tier_off_changes_no_byte():
     b = replay(make_trace(REQS, "step"), off, record_decisions=True)
     assert ipc_bytes(a.steps) == ipc_bytes(b.steps) and ipc_bytes(a.requests) == ipc_bytes(b.requests)
     assert [log_line_json(x) for x in decision_lines(a)] == [log_line_json(x) for x in decision_lines(b)]
-    assert "disk" not in a.summary["kv_offload"]
+    assert "disk" not in a.summary["kv_offload"] and "offload_disk_chunks" not in a.steps.column_names
 
 
 @pytest.mark.parametrize("section, message", [
