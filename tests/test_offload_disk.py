@@ -165,7 +165,7 @@ def test_decision_log_summary_names_the_disk_totals():
     assert json.loads(log_line_json(summary))["kv_offload"]["disk"]["hits"] == 4
 
 
-def test_a_pipeline_lands_the_disk_columns_and_the_view_reads_them():
+def test_a_pipeline_lands_the_disk_columns_and_the_view_reads_them(tmp_path):
     # The demo pipeline's first source on the churning pool of tests/test_offload_results.py, its CPU
     # tier with the disk tier behind it: the landed step and request columns are the replay's, and
     # offload_tiers adds them up per shard.
@@ -207,4 +207,14 @@ def test_a_pipeline_lands_the_disk_columns_and_the_view_reads_them():
                    d["read_bytes"])
     got = con.execute("SELECT sum(offload_disk_read_chunks) FROM requests").fetchone()
     assert got == (d["promoted_chunks"],)
+    # The report's KV offload panel names the disk tier's reads and writes.
+    from aisim.report.data import load_run
+    from aisim.report.offload import offload_panel
+
+    db = tmp_path / "disk.duckdb"
+    con.execute(f"ATTACH '{db}' AS f")
+    con.execute("COPY FROM DATABASE memory TO f")
+    con.execute("DETACH f")
     con.close()
+    html = offload_panel(load_run(str(db), key).shards[0], 100)
+    assert f'data-key="offload_disk_read_chunks" data-value="{float(d["promoted_chunks"])!r}"' in html
