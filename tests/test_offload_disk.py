@@ -218,3 +218,15 @@ def test_a_pipeline_lands_the_disk_columns_and_the_view_reads_them(tmp_path):
     con.close()
     html = offload_panel(load_run(str(db), key).shards[0], 100)
     assert f'data-key="offload_disk_read_chunks" data-value="{float(d["promoted_chunks"])!r}"' in html
+
+
+def test_plan_from_a_probe_that_ran_the_fs_tier():
+    # 32 layers x 32 KiB pages on 2 workers: 2 MiB a block; 1 GiB of CPU tier is 512 chunks, a disk behind it.
+    from aisim.plan import plan_from_probe
+
+    from test_offload_surfaces import _probe
+
+    ktc = _ktc(secondary_tiers=[{"type": "fs", "root_dir": "/mnt/kv", "n_read_threads": 8}])
+    cfg, notes = plan_from_probe(_probe(kv_transfer_config=ktc))
+    assert cfg.kv_offload.disk_tier is True and cfg.kv_offload.num_chunks(16) == 512
+    assert any("512 chunks, a disk tier behind it (TieringOffloadingSpec, fs)" in n for n in notes)
