@@ -230,3 +230,24 @@ def test_plan_from_a_probe_that_ran_the_fs_tier():
     cfg, notes = plan_from_probe(_probe(kv_transfer_config=ktc))
     assert cfg.kv_offload.disk_tier is True and cfg.kv_offload.num_chunks(16) == 512
     assert any("512 chunks, a disk tier behind it (TieringOffloadingSpec, fs)" in n for n in notes)
+
+
+def test_each_replica_has_its_own_disk():
+    # Replica 0 of two (round robin: A, B, C) is the single engine replaying its share, its disk columns
+    # too; the deployment's disk totals add the replicas' up (C reads A's 4 chunks back from replica 0's disk:
+    # B's 9 chunks fill replica 0's CPU tier of 9, evicting A's).
+    from aisim.deploy import deploy
+
+    from test_offload_surfaces import TRACE
+    from test_offload_surfaces import _engine as _timed_engine
+
+    cfg = engine_config_from_dict(_timed_engine(cpu_blocks=9, disk_tier=True))
+    d = deploy(make_trace(TRACE, "time"), cfg, {"replicas": 2, "router": "round_robin"})
+    alone = replay(make_trace([TRACE[0], TRACE[2], TRACE[4]], "time"), cfg)
+    mine = d.requests.filter(d.requests.column("replica").to_numpy() == 0).select(alone.requests.column_names)
+    assert ipc_bytes(mine.combine_chunks()) == ipc_bytes(alone.requests.combine_chunks())
+    steps = d.steps.filter(d.steps.column("replica").to_numpy() == 0).select(alone.steps.column_names)
+    assert ipc_bytes(steps.combine_chunks()) == ipc_bytes(alone.steps.combine_chunks())
+    assert alone.requests.column("offload_disk_read_chunks").to_pylist() == [0, 0, 4]
+    per = [s["kv_offload"]["disk"] for s in d.summary["replicas"]]
+    assert d.summary["kv_offload"]["disk"]["disk_chunks"] == sum(p["disk_chunks"] for p in per)
