@@ -193,8 +193,8 @@ TIME_MODEL_KEYS = (
     ConfigKey("overhead_per_req_s", 6.0e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
               fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
     ConfigKey("executor_per_req_s", 1.1e-4, "roofline: with `tp` above 1, the CPU's further seconds per scheduled "
-              "request of a step: vLLM's multiprocess executor sends the step to every GPU's worker and awaits each "
-              "one's reply (overlapped with the GPU under `async_scheduling`) (fitted)", fitted=True, kinds=ROOFLINE,
+              "request of a step: vLLM's multiprocess executor sends the step to every GPU's worker process and awaits "
+              "the reply (overlapped with the GPU under `async_scheduling`) (fitted)", fitted=True, kinds=ROOFLINE,
               high=MAX_STEP_S),
     ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),

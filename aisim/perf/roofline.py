@@ -56,9 +56,9 @@ on its share) costs
   GPU vLLM runs each GPU's model runner in a worker process of its multiprocess executor
   (``MultiprocExecutor.collective_rpc``, ``vllm/v1/executor/multiproc_executor.py``): every step the
   engine pickles the scheduler's output into a shared-memory queue that every worker reads and
-  unpickles, each worker prepares its inputs, and the engine waits for each worker's reply in turn,
-  the driver's carrying the sampled tokens back pickled; the further CPU time grows with the
-  requests the step carries.  It joins the CPU's time: added to the GPU's without async scheduling,
+  unpickles, each worker prepares its inputs, and the engine waits for the replies (vLLM 0.8: every
+  worker's in turn; 0.10: the output rank's, ``unique_reply_rank``), the sampled tokens coming back
+  pickled; the further CPU time grows with the requests the step carries.  It joins the CPU's time: added to the GPU's without async scheduling,
   overlapped with it under it.
 
 Every constant is a datasheet number of :mod:`aisim.config.gpus`, a rule of vLLM read from its
