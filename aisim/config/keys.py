@@ -166,7 +166,8 @@ ENGINE_KEYS = (
 # The roofline's efficiencies and overheads are fitted to published vLLM serving measurements:
 # `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy`, `kvcached` (vLLM 0.19.0;
 # Qwen2.5-7B on A100 80GB PCIe TP 1 and 2, Qwen3-0.6B on H100), `vllm-pr` and `inferencex` (Qwen3-30B-A3B
-# on one H100 and one H200), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
+# on one H100 and one H200; GLM-4.5-Air FP8 on two B200, the one synchronous multi-GPU row, which sets the
+# executor's cost), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
 # the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts at their
 # kernel's published rate (aisim/perf/moe_kernel.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
