@@ -58,8 +58,8 @@ on its share) costs
   engine pickles the scheduler's output into a shared-memory queue that every worker reads and
   unpickles, each worker prepares its inputs, and the engine waits for the replies (vLLM 0.8: every
   worker's in turn; 0.10: the output rank's, ``unique_reply_rank``), the sampled tokens coming back
-  pickled; the further CPU time grows with the requests the step carries.  It joins the CPU's time: added to the GPU's without async scheduling,
-  overlapped with it under it.
+  pickled; the further CPU time grows with the requests the step carries.  It joins the CPU's time:
+  added to the GPU's without async scheduling, overlapped with it under it.
 
 Every constant is a datasheet number of :mod:`aisim.config.gpus`, a rule of vLLM read from its
 source (cited where it is used), one of the named constants below, or a fitted
@@ -241,6 +241,9 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "attn_rate": t["attention_flops"] * tm.attention_efficiency,
         "overhead_s": tm.overhead_s,
+        # ParallelConfig.__post_init__ (vllm/config.py) picks the "mp" executor for a world size above 1,
+        # "uni" for 1: MultiprocExecutor.collective_rpc (vllm/v1/executor/multiproc_executor.py) sends each
+        # step to a worker process per GPU and awaits the reply; one GPU runs in the engine's own process.
         "req_s": tm.overhead_per_req_s + (tm.executor_per_req_s if tm.tp > 1 else 0.0),
         "gpu_fixed_s": tm.layer_overhead_s * model.num_layers,
         "async_cpu": bool(async_scheduling),
