@@ -27,9 +27,10 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py --cross-validate --iters 150 --jobs 2
                                                     # each source predicted by a fit on the others
 
-``--fit`` searches the roofline's five free numbers (compute, attention and bandwidth
-efficiencies, the overhead per step and per scheduled request; the routed experts run at their
-kernel's measured rate, :mod:`aisim.perf.moe_kernel`) and the API server's two
+``--fit`` searches the roofline's free numbers (compute, attention and bandwidth
+efficiencies, the overhead per step and per scheduled request, the executor's per scheduled
+request on more than one GPU, the GPU's cost a layer; the routed experts run at their kernel's
+measured rate, :mod:`aisim.perf.moe_kernel`) and the API server's two
 costs (per request, per prompt token) by Nelder-Mead on the mean absolute log error of
 TPOT, throughput and the TTFT of bursts and of cold long prompts over the fitting sources'
 points (absolute, not squared, so that a few points the model cannot reach do not steer the
@@ -244,13 +245,14 @@ def errors(points, preds) -> list[dict]:
 
 
 FREE_ROOFLINE = ("compute_efficiency", "attention_efficiency", "bandwidth_efficiency", "overhead_s",
-                 "overhead_per_req_s", "layer_overhead_s")
+                 "overhead_per_req_s", "executor_per_req_s", "layer_overhead_s")
 FREE_FRONTEND = ("frontend_per_request_s", "frontend_per_token_s")
 # Shares in (0, 1] first, then the costs searched in logs.
 FREE = FREE_ROOFLINE + FREE_FRONTEND
 SHARES = 3
 # Bounds of the numbers searched in logs (seconds).
-LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01), "layer_overhead_s": (1e-7, 1e-3),
+LOG_BOUNDS = {"overhead_s": (1e-5, 0.1), "overhead_per_req_s": (1e-7, 0.01), "executor_per_req_s": (1e-7, 0.01),
+              "layer_overhead_s": (1e-7, 1e-3),
               "frontend_per_request_s": (1e-6, 0.1), "frontend_per_token_s": (1e-9, 1e-4)}
 
 

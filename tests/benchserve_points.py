@@ -17,13 +17,13 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "benchse
 
 def truth_values() -> dict:
     """The constants the files were generated with: every fitted constant of the time model that a
-    default calibration fits (those above zero), moved from its default alternately to 0.8 and 0.9 of
-    it (a fit from the defaults moves all of them)."""
-    from aisim.calibrate.fit import fitted_keys
+    default calibration of :func:`truth_engine` fits (those above zero it acts on), moved from its
+    default alternately to 0.8 and 0.9 of it (a fit from the defaults moves all of them)."""
+    from aisim.calibrate.fit import default_keys
     from aisim.config.keys import TIME_MODEL_KEYS, defaults
 
     d = defaults(TIME_MODEL_KEYS)
-    keys = [k for k in fitted_keys() if d[k] > 0]
+    keys = list(default_keys(truth_engine()))
     return {k: float(f"{d[k] * (0.8 if i % 2 == 0 else 0.9):.6g}") for i, k in enumerate(keys)}
 
 

@@ -71,5 +71,6 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
     gpu_s += t["ctx_flops"] * up / matmul
     gpu_s += t["sample_bytes"] * reqs / bw
     gpu_s += t["comm_s"] + t["comm_per_token_s"] * m
-    cpu_s = tm["overhead_s"] + tm.get("overhead_per_req_s", 0.0) * reqs
+    per_req = tm.get("overhead_per_req_s", 0.0) + (tm.get("executor_per_req_s", 0.0) if tp > 1 else 0.0)
+    cpu_s = tm["overhead_s"] + per_req * reqs
     return max(gpu_s, cpu_s) if async_scheduling else gpu_s + cpu_s

@@ -286,7 +286,7 @@ def test_every_point_lands_once_with_its_verdict(tmp_path):
     assert r.exit_code == 0, r.output
     assert f"highest rate within the SLO: {answer['rate_req_s']:.4f} requests/s, " in r.output
     # ... with its band and the calibration that gave it (the defaults').
-    assert f"{answer['band_low_req_s']:.4f}-{answer['band_high_req_s']:.4f} (step times x0.787-x1.36, the " \
+    assert f"{answer['band_low_req_s']:.4f}-{answer['band_high_req_s']:.4f} (step times x0.787-x1.37, the " \
            "held-out errors of calibration 'aisim defaults') (rate x" in r.output
 
 

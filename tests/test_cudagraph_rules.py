@@ -62,7 +62,8 @@ def test_the_core_pads_a_decode_by_its_release(version, rows):
     # Nine two-token prompts on a B200, then their decodes: the step of nine decodes runs 16 rows under 0.33
     # and 10 under 0.34, as the reference prices it from the same rule.
     tm = {"kind": "roofline", "gpu": "B200", "model": "llama-3.1-8b", "compute_efficiency": 0.5,
-          "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0}
+          "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0,
+          "executor_per_req_s": 0.0}
     eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096, block_size=16,
                vllm_version=version, async_scheduling=False, kv_cache_groups=[{"type": "full"}], time_model=tm)
     _, _, res = run_log(eng, [dict(id=f"r{i}", prompt=2, max_tokens=3, at=0) for i in range(9)])

@@ -160,5 +160,6 @@ def test_the_docs_state_the_fitted_numbers_the_code_holds():
     assert (f"compute efficiency {d['compute_efficiency']:g} and attention efficiency {d['attention_efficiency']:g} "
             f"of the GPU's achievable matmul FLOP/s (attention's in the KV cache's dtype), bandwidth efficiency "
             f"{d['bandwidth_efficiency']:g}, {d['overhead_s'] * 1e3:.1f} ms a step and "
-            f"{d['overhead_per_req_s'] * 1e6:.0f} us a scheduled request (`aisim/config/keys.py`); the API server "
+            f"{d['overhead_per_req_s'] * 1e6:.0f} us a scheduled request, {d['executor_per_req_s'] * 1e6:.0f} us more "
+            f"on more than one GPU (`aisim/config/keys.py`); the API server "
             f"{server}") in text("benchmarks", "data", "README.md")

@@ -49,7 +49,7 @@ def _engine(model, tokens=4096, **tm):
     return dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=tokens,
                 time_model={"kind": "roofline", "gpu": "H100", "model": model, "compute_efficiency": 0.5,
                             "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002,
-                            "overhead_per_req_s": 0.0, **tm})
+                            "overhead_per_req_s": 0.0, "executor_per_req_s": 0.0, **tm})
 
 
 def _durations(result):
@@ -72,7 +72,7 @@ def test_mla_coefficients_from_the_config(mla_model):
 
 
 EFF = {"compute_efficiency": 0.5, "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002,
-       "overhead_per_req_s": 0.0}
+       "overhead_per_req_s": 0.0, "executor_per_req_s": 0.0}
 
 
 def _ref(model, batch, tokens=4096, max_num_seqs=256, **tm):

@@ -25,7 +25,8 @@ def test_capture_sizes_as_vllm_builds_them():
 
 def _engine(prompt_blocks=2000, **tm):
     t = {"kind": "roofline", "gpu": "H100", "model": "llama-3.1-8b", "compute_efficiency": 0.5,
-         "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0}
+         "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0,
+         "executor_per_req_s": 0.0}
     return dict(num_gpu_blocks=prompt_blocks, max_model_len=4096, max_num_batched_tokens=4096, time_model=dict(t, **tm))
 
 

@@ -34,7 +34,8 @@ LLAMA_KV = 2 * 8 * 128 * 2 * 32            # K and V bytes of one token: 8 heads
 
 def _roofline(model, gpu="H100", **tm):
     return {"kind": "roofline", "gpu": gpu, "model": model, "compute_efficiency": 0.5, "attention_efficiency": 0.25,
-            "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0, **tm}
+            "bandwidth_efficiency": 0.8, "overhead_s": 0.002, "overhead_per_req_s": 0.0,
+            "executor_per_req_s": 0.0, **tm}
 
 
 # An H100's achievable BF16 matmul rate (794.5 TFLOP/s measured, of 989 on the datasheet): matrix products at
@@ -43,7 +44,7 @@ MATMUL, ATTN, HBM = 794.5e12 * 0.5, 794.5e12 * 0.25, 3.35e12 * 0.8
 
 
 EFF = {"compute_efficiency": 0.5, "attention_efficiency": 0.25, "bandwidth_efficiency": 0.8, "overhead_s": 0.002,
-       "overhead_per_req_s": 0.0}
+       "overhead_per_req_s": 0.0, "executor_per_req_s": 0.0}
 
 
 def _ref(model, batch, gpu="H100", **tm):
@@ -83,6 +84,27 @@ def test_roofline_per_request_overhead():
     d = _durations(res)
     two = [(1, 101, True), (1, 101, True)]
     assert d[1] == pytest.approx(_ref("llama-3.1-8b", two) + 2e-4, rel=1e-9)
+
+
+def test_roofline_executor_cost_per_request_on_more_than_one_gpu():
+    # vLLM's multiprocess executor (tp > 1) adds its CPU time per scheduled request: at 0.1 ms, two decoding
+    # requests on 2 x H100 add 0.2 ms to the step; on one GPU (no executor processes) nothing.
+    reqs = [dict(id="a", prompt=100, max_tokens=3, at=0), dict(id="b", prompt=100, max_tokens=3, at=0)]
+    two = [(1, 101, True), (1, 101, True)]
+    for tp, added in ((2, 2e-4), (1, 0.0)):
+        eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+                   time_model=_roofline("llama-3.1-8b", tp=tp, executor_per_req_s=1e-4))
+        d = _durations(run_log(eng, reqs)[2])
+        assert d[1] == pytest.approx(_ref("llama-3.1-8b", two, tp=tp) + added, rel=1e-9)
+    # Under async scheduling it is CPU time like the rest, overlapped with the GPU's: at 5 ms a request the
+    # CPU's 2 ms + 2 x 5 ms = 12 ms outlast the decode's reads and set the step.
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096, async_scheduling=True,
+               time_model=_roofline("llama-3.1-8b", tp=2, executor_per_req_s=5e-3))
+    d = _durations(run_log(eng, reqs)[2])
+    assert _ref("llama-3.1-8b", two, tp=2) - 0.002 < 0.012
+    assert d[1] == pytest.approx(0.012, rel=1e-12)
+    assert step_s("llama-3.1-8b", "H100", dict(EFF, tp=2, executor_per_req_s=5e-3), two,
+                  async_scheduling=True) == pytest.approx(0.012, rel=1e-12)
 
 
 def test_roofline_async_scheduling_overlaps_the_cpu():

@@ -33,6 +33,15 @@ def fitted_keys() -> tuple:
     return tuple(k.name for k in TIME_MODEL_KEYS if k.fitted)
 
 
+def default_keys(engine) -> tuple:
+    """The constants a calibration of ``engine`` fits unless told which: every fitted constant its time
+    model holds above zero (one held at zero, a term the defaults leave off such as ``layer_overhead_s``,
+    stays off unless named with a positive start) and acts on (the executor's cost only with ``tp`` above 1,
+    where vLLM runs a worker process a GPU)."""
+    tm = engine.time_model
+    return tuple(k for k in fitted_keys() if getattr(tm, k) > 0 and (k != "executor_per_req_s" or tm.tp > 1))
+
+
 @dataclass
 class Prepared:
     """A measured run and its rebuilt trace (:func:`aisim.calibrate.workload.run_trace`)."""
@@ -195,7 +204,7 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
     name : str
         The calibration's name in its record.
     keys : tuple of str, optional
-        Constants to fit; default every one of :func:`fitted_keys` the engine holds above zero.
+        Constants to fit; default :func:`default_keys`.
     metrics, max_iter, progress
         As :func:`fit`.
     seed : int
@@ -217,9 +226,7 @@ def calibrate(runs, engine, *, name: str, keys: tuple | None = None, metrics=MET
         raise ConfigError(f"the engine's time model is '{engine.time_model.kind}', which has no fitted constants; "
                           "name the GPU it ran on (time_model.gpu, or --model and --gpu)")
     every = fitted_keys()
-    # By default every fitted constant the engine holds above zero: one held at zero (a term the
-    # defaults leave off, such as layer_overhead_s) stays off unless named with a positive start.
-    keys = tuple(k for k in every if getattr(engine.time_model, k) > 0) if keys is None else tuple(keys)
+    keys = default_keys(engine) if keys is None else tuple(keys)
     for k in keys:
         if k not in every:
             raise ConfigError(f"'{k}' is not a fitted time-model constant; those are: {', '.join(every)}")

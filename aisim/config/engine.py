@@ -39,7 +39,8 @@ class TimeModel:
     ``kind = "roofline"`` (the default once a ``gpu`` is named): ``model`` (a catalog
     model or a ``config.json`` path; default: the engine's ``model``) on ``tp`` GPUs
     ``gpu`` with ``dtype`` weights: each operator of a step at its own roofline, with
-    fitted efficiencies and the CPU's ``overhead_s`` and ``overhead_per_req_s``
+    fitted efficiencies and the CPU's ``overhead_s``, ``overhead_per_req_s`` and (``tp`` > 1)
+    ``executor_per_req_s``
     (:mod:`aisim.perf.roofline`).  ``kind = "table"``: a profile of
     measured forward passes at ``path`` (CSV or Parquet; relative to the
     configuration file).  Defaults: :data:`aisim.config.keys.TIME_MODEL_KEYS`.
@@ -55,6 +56,7 @@ class TimeModel:
     dtype: str | None = _T["dtype"]
     overhead_s: float = _T["overhead_s"]
     overhead_per_req_s: float = _T["overhead_per_req_s"]
+    executor_per_req_s: float = _T["executor_per_req_s"]
     compute_efficiency: float = _T["compute_efficiency"]
     attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]

@@ -166,7 +166,8 @@ ENGINE_KEYS = (
 # The roofline's efficiencies and overheads are fitted to published vLLM serving measurements:
 # `python benchmarks/timing_accuracy.py --fit` on the sources `cssnoeasy`, `kvcached` (vLLM 0.19.0;
 # Qwen2.5-7B on A100 80GB PCIe TP 1 and 2, Qwen3-0.6B on H100), `vllm-pr` and `inferencex` (Qwen3-30B-A3B
-# on one H100 and one H200), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
+# on one H100 and one H200; GLM-4.5-Air FP8 on two B200, the one synchronous multi-GPU row, which sets the
+# executor's cost), TPOT and throughput (and the TTFT of bursts and of cold long prompts), with
 # the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts at their
 # kernel's published rate (aisim/perf/moe_kernel.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
@@ -188,15 +189,19 @@ TIME_MODEL_KEYS = (
               "count of sweeps and capacity searches)", low=1, high=INT32_MAX),
     ConfigKey("dtype", None, "roofline: weights and matrix products, `bf16` or `fp8`",
               shown="the checkpoint's (`fp8` when its `config.json` is FP8-quantized)", kinds=ROOFLINE),
-    ConfigKey("overhead_s", 0.002, "roofline: the CPU's seconds per step (scheduling, inputs, outputs; overlapped "
+    ConfigKey("overhead_s", 0.0021, "roofline: the CPU's seconds per step (scheduling, inputs, outputs; overlapped "
               "with the GPU under `async_scheduling`) (fitted)", fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
-    ConfigKey("overhead_per_req_s", 6.0e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
+    ConfigKey("overhead_per_req_s", 5.4e-5, "roofline: the CPU's seconds per scheduled request of a step (fitted)",
               fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
+    ConfigKey("executor_per_req_s", 1.2e-4, "roofline: with `tp` above 1, the CPU's further seconds per scheduled "
+              "request of a step: vLLM's multiprocess executor sends the step to every GPU's worker process and awaits "
+              "the reply (overlapped with the GPU under `async_scheduling`) (fitted)", fitted=True, kinds=ROOFLINE,
+              high=MAX_STEP_S),
     ConfigKey("compute_efficiency", 0.67, "roofline: share of the GPU's achievable matmul FLOP/s (table below) "
               "a matrix product's full tiles reach, in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
-    ConfigKey("attention_efficiency", 0.73, "roofline: the same share for attention (at the rate of the KV "
+    ConfigKey("attention_efficiency", 0.79, "roofline: the same share for attention (at the rate of the KV "
               "cache's dtype), in (0, 1] (fitted)", fitted=True, kinds=ROOFLINE),
-    ConfigKey("bandwidth_efficiency", 0.84, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
+    ConfigKey("bandwidth_efficiency", 0.89, "roofline: share of peak memory bandwidth reached, in (0, 1] (fitted)",
               fitted=True, kinds=ROOFLINE),
     ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
               "kernels between the matrix products) (fitted)", fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
@@ -211,9 +216,9 @@ TIME_MODEL_KEYS = (
               "aisim/perf/frontend.py) before the engine sees them, as under `vllm serve`; false: engine only, as "
               "vLLM's offline `LLM` (and the oracle's recorder, whose step times a `linear` model holds)",
               shown="`true` for `roofline` and `table`, `false` for `linear`"),
-    ConfigKey("frontend_per_request_s", 0.0023, "API server: seconds per request before the engine sees it "
+    ConfigKey("frontend_per_request_s", 0.0028, "API server: seconds per request before the engine sees it "
               "(fitted)", fitted=True, high=MAX_STEP_S),
-    ConfigKey("frontend_per_token_s", 1.9e-5, "API server: seconds per prompt token before the engine sees it "
+    ConfigKey("frontend_per_token_s", 1.6e-5, "API server: seconds per prompt token before the engine sees it "
               "(fitted)", fitted=True, high=MAX_STEP_S),
 )
 

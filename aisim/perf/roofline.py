@@ -5,7 +5,7 @@ on its share) costs
 
     GPU = sum over GEMMs (roofline of its shape) + routed experts + attention (prefill, decode)
           + recurrent states + sampler + all-reduces + layer_overhead_s x layers
-    CPU = overhead_s + overhead_per_req_s x requests
+    CPU = overhead_s + (overhead_per_req_s + executor_per_req_s if tp > 1) x requests
     step = max(GPU, CPU) with async scheduling (the engine schedules the next step while the GPU
            runs this one), GPU + CPU without
 
@@ -52,11 +52,20 @@ on its share) costs
   the GEMMs: norms, rotary embedding, activations, the gaps between launches); the CPU's
   ``overhead_s`` a step and ``overhead_per_req_s`` a scheduled request (scheduling, input
   preparation, output processing).
+* **the executor** (``tp > 1``): ``executor_per_req_s`` more a scheduled request.  On more than one
+  GPU vLLM runs each GPU's model runner in a worker process of its multiprocess executor
+  (``MultiprocExecutor.collective_rpc``, ``vllm/v1/executor/multiproc_executor.py``): every step the
+  engine pickles the scheduler's output into a shared-memory queue that every worker reads and
+  unpickles, each worker prepares its inputs, and the engine waits for the replies (vLLM 0.8: every
+  worker's in turn; 0.10: the output rank's, ``unique_reply_rank``), the sampled tokens coming back
+  pickled; the further CPU time grows with the requests the step carries.  It joins the CPU's time:
+  added to the GPU's without async scheduling, overlapped with it under it.
 
 Every constant is a datasheet number of :mod:`aisim.config.gpus`, a rule of vLLM read from its
 source (cited where it is used), one of the named constants below, or a fitted
 ``TIME_MODEL_KEYS`` entry (``fitted=True``: ``compute_efficiency``, ``attention_efficiency``,
-``bandwidth_efficiency``, ``overhead_s``, ``overhead_per_req_s``, ``layer_overhead_s``).  The
+``bandwidth_efficiency``, ``overhead_s``, ``overhead_per_req_s``, ``executor_per_req_s``,
+``layer_overhead_s``).  The
 coefficients travel to the core as ``TimeModelC`` (``ext/steptime.pxd``), the GEMM shapes computed
 once here; per step the core loops over the handful of GEMM kinds and the batch's requests.
 """
@@ -232,7 +241,10 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "attn_rate": t["attention_flops"] * tm.attention_efficiency,
         "overhead_s": tm.overhead_s,
-        "req_s": tm.overhead_per_req_s,
+        # ParallelConfig.__post_init__ (vllm/config.py) picks the "mp" executor for a world size above 1,
+        # "uni" for 1: MultiprocExecutor.collective_rpc (vllm/v1/executor/multiproc_executor.py) sends each
+        # step to a worker process per GPU and awaits the reply; one GPU runs in the engine's own process.
+        "req_s": tm.overhead_per_req_s + (tm.executor_per_req_s if tm.tp > 1 else 0.0),
         "gpu_fixed_s": tm.layer_overhead_s * model.num_layers,
         "async_cpu": bool(async_scheduling),
         "graph_sizes": [int(x) for x in graph_sizes],
