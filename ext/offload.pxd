@@ -44,6 +44,7 @@ cdef struct OffJobC:
     flag_t store                 # 1 store, 0 load
     flag_t flushed               # listed in jobs_to_flush
     flag_t active                # in flight (else a free slot)
+    step_t issued                # the step whose schedule() issued it (its batch's step)
     step_t due                   # the step whose output first may report it (delays in steps)
     sec_t due_s                  # when it lands (transfers on the clock; -1: at once)
     int32_t n_keys
@@ -110,6 +111,7 @@ cdef struct OffloadC:
     int32_t n_step_loads
     int32_t* step_stores         # [jobs_cap] stores issued by this step's schedule()
     int32_t n_step_stores
+    step_t cur_step              # the step being scheduled (the step its new jobs are issued in)
     # --- requests waiting for their load (WAITING_FOR_REMOTE_KVS), FIFO: Scheduler.kv_holding_waiting
     req_t* parked                # [parked_cap]
     int32_t n_parked

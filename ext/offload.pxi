@@ -404,6 +404,9 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     o.jobs[j].req = ri
     o.jobs[j].store = store
     o.jobs[j].flushed = 0
+    o.jobs[j].issued = o.cur_step
+    o.jobs[j].due = (<step_t>1) << 62  # set when its step's output is processed (or a flush)
+    o.jobs[j].due_s = -1
     o.jobs[j].active = 1
     o.jobs[j].n_keys = 0
     o.n_jobs += 1
@@ -587,6 +590,7 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     cdef int32_t i, k, j
     cdef ReqC* r
     cdef req_t ri
+    o.cur_step = b.step
     # Flush the in-flight jobs of preempted requests (their stores only: a running request has
     # no load).
     for i in range(b.n_preempted):
@@ -638,8 +642,11 @@ cdef int _off_flush_if(OffloadC* o, int32_t k, req_t ri, step_t step) except -1 
     if not jb.active or jb.req != ri or jb.flushed:
         return 0
     jb.flushed = 1
-    jb.due = step
-    jb.due_s = -1
+    # Reported by the flushing step's output at the latest; a job already due earlier keeps its
+    # step (asynchronous scheduling flushes before the output of the step before is processed),
+    # and a copy already submitted on the link keeps its landing time.
+    if jb.due > step:
+        jb.due = step
     o.flushed += 1
     _off_rec(o, OR_FLUSH, ri, jb.id, 0, 0)
     return 0

@@ -609,6 +609,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     if s.off != NULL:
         s.off.n_recs = 0
         s.off.step_evicted = 0
+        s.off.cur_step = b.step
         if b.n_preempted == 0:
             _waiting_pass_off(s, b, token_budget, input_budget, lpt)
     elif b.n_preempted == 0:
