@@ -19,6 +19,7 @@ cdef int _admit(SchedC* s, BatchC* b, req_t ri, tok_t hit, tok_t n) except -1 no
     _emit(b, ri, n, False)
     r.status = ST_RUNNING
     r.num_computed = hit
+    r.off_tlen = 0  # its whole block table is handed out this step (yield_req_data)
     if r.first_sched_s < 0:
         r.first_sched_s = b.start_s
     return 0

@@ -27,6 +27,7 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
             if ch.ref == 0:
                 o.n_evictable += 1
                 _off_mark_evictable(o, c)
+    off_unfence(o, jb)
     o.completed += 1
     _off_rec(o, OR_DONE, jb.req, jb.id, jb.store, 0)
     if not jb.store:

@@ -33,6 +33,7 @@ from aisim._core.request cimport (
 from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
+from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
     OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffChunkC, OffConfC, OffJobC, OffMapE,
     OffloadC, OffRecC,
@@ -406,6 +407,7 @@ include "waiting_pass.pxi"
 # KV offload behind the GPU cache, and its waiting pass: compiled into this module.
 include "offload.pxi"
 include "offload_worker.pxi"
+include "offload_fence.pxi"
 include "offload_pass.pxi"
 
 
@@ -752,6 +754,7 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
                 r.off_nblocks = _off_table_len(s.kv, 0, r)
                 r.off_inflight = 0
                 r.off_hold = 1
+                off_fence_finished(s, ri)
                 _off_unreserve_parked(s, r)
                 kv_free(s.kv, r)
             elif not r.held:

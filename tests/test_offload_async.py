@@ -118,3 +118,42 @@ def test_a_tier_that_serves_nothing_changes_nothing():
         assert a.num_rows == b.num_rows
         for col in b.column_names:
             assert a.column(col).equals(b.column(col)), (name, col)
+
+
+def _fence_trace():
+    # B and C continue A's and B's prompts: their prefixes are A's and B's GPU blocks.
+    return [_req("A", 0, 64, "p", 64), _req("B", 1, 80, "p", 64),
+            {"id": "C", "at": 2, "prompt": 96, "max_tokens": 1,
+             "segments": [("p", 0, 64), ("own-B", 64, 16), ("own-C", 80, 16)]}]
+
+
+def test_a_finished_request_store_is_flushed_when_its_blocks_are_handed_out():
+    # Stores take 3 steps (store_delay_steps).  request_finished answers delay_free_blocks = False:
+    # A's blocks go back to the pool when it finishes (output of step 0), and its store job 0, still
+    # in flight, has its source blocks watched.  Step 1 hands them to B (its prefix hit: a new
+    # request's whole block table is in the scheduler output), so job 0 is flushed in step 1 and
+    # reported by step 1's output instead of step 3's.  B stores its fifth chunk (job 1), finishes,
+    # and C's prefix takes B's blocks in step 2: job 1 is flushed there.  C's store (job 2) has
+    # nobody to take its blocks and lands by the timing rule, in step 2 + 3 = 5.
+    steps, summary, _ = run_log(_engine(11, cpu_blocks=20, store_delay_steps=3), _fence_trace())
+    off = _off(steps)
+    assert off[1]["lookups"] == {"B": [64, 0]} and steps[1]["new"] == {"B": 64}
+    assert off[1]["flush"] == [0] and off[1]["done"] == [0] and off[1]["stores"] == {"1": ["B", 1]}
+    assert off[2]["flush"] == [1] and off[2]["done"] == [1] and off[2]["stores"] == {"2": ["C", 1]}
+    assert sorted(steps) == [0, 1, 2, 3, 4, 5] and off[5]["done"] == [2] and "flush" not in off[5]
+    assert summary["kv_offload"]["flushed_jobs"] == 2
+
+
+def test_the_fence_one_step_later_under_async_scheduling():
+    # Asynchronous, A's output (it finishes) is processed after the schedule() of step 1: B takes
+    # A's blocks while A still runs, so nothing is watched yet.  Line 1 then finishes A and watches
+    # job 0.  Step 2 hands A's blocks out again, in C's table: job 0 is flushed in step 2 and
+    # reported by its output (line 3).  B finishes only after step 2's schedule(): its job 1 is
+    # never flushed and lands by the rule (issued in step 1, reported by step 4's output, line 5);
+    # job 2 by step 5's (line 6).
+    steps, summary, _ = run_log(_async(11, cpu_blocks=20, store_delay_steps=3), _fence_trace())
+    off = _off(steps)
+    assert steps[1]["new"] == {"B": 64} and "flush" not in off[1] and off[1]["stores"] == {"1": ["B", 1]}
+    assert steps[2]["new"] == {"C": 80} and off[2]["flush"] == [0] and "done" not in off[2]
+    assert off[3]["done"] == [0] and off[5]["done"] == [1] and off[6]["done"] == [2]
+    assert summary["kv_offload"]["flushed_jobs"] == 1
