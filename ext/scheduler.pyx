@@ -574,6 +574,13 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
                     req_index -= 1
                 _unschedule(b, v, &token_budget, &input_budget, draft_slots)
             else:
+                if s.off != NULL and c.async_scheduling and s.reqs[s.running[s.n_running - 1]].num_in_flight > 0:
+                    # A KV connector that may load into freed blocks (kv_both is a consumer) with
+                    # asynchronous scheduling defers freeing a request's blocks until the step it
+                    # was last scheduled in is processed (Scheduler.defer_block_free,
+                    # _request_blocks_can_be_freed): a victim in the step in flight is not
+                    # preempted ("A deferred free will not help") and the running pass stops.
+                    break
                 s.n_running -= 1
                 v = s.running[s.n_running]
             _preempt(s, b, v)
@@ -587,7 +594,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
             # Only the priority policy can leave requests after it: FCFS
             # preempts from the tail.  _preempt already removed it from
             # running, so req_index points at the next request.
-            if c.rules.running_pass_continues_after_self_preemption:
+            if c.rules.running_pass_continues_after_self_preemption and r.status == ST_PREEMPTED:
                 continue
             break
         _emit(b, ri, n, spec)

@@ -157,3 +157,25 @@ def test_the_fence_one_step_later_under_async_scheduling():
     assert steps[2]["new"] == {"C": 80} and off[2]["flush"] == [0] and "done" not in off[2]
     assert off[3]["done"] == [0] and off[5]["done"] == [1] and off[6]["done"] == [2]
     assert summary["kv_offload"]["flushed_jobs"] == 1
+
+
+def test_a_victim_in_the_step_in_flight_is_not_preempted():
+    # With a KV connector that may load into freed blocks (the OffloadingConnector runs as kv_both,
+    # a consumer) and asynchronous scheduling, vLLM defers freeing a request's blocks until the step
+    # it was last scheduled in is processed (Scheduler.defer_block_free), and the running pass does
+    # not preempt a request whose blocks it could not free at once.  A (64 tokens) and B (80) fill
+    # 9 of the 10 GPU blocks in step 0.  Step 1: A's first decode takes the last block; B's needs
+    # one more, and the victim (B itself, the tail of running) is in step 0, still in flight: B is
+    # neither scheduled nor preempted.  Step 2: step 0's output is processed, B is not in step 1:
+    # B preempts itself, and its store job 1 (issued in step 0, not yet reported when step 2 is
+    # scheduled) is flushed; step 1's output reports jobs 0 and 1 in line 2.
+    steps, _, _ = run_log(_async(11, cpu_blocks=20), [_req("A", 0, 64, max_tokens=20),
+                                                    _req("B", 0, 80, max_tokens=20)])
+    assert steps[0]["sched"] == {"A": 64, "B": 80} and steps[0]["free_blocks"] == 1
+    assert steps[1]["sched"] == {"A": 1} and steps[1]["preempted"] == [] and steps[1]["free_blocks"] == 0
+    assert steps[2]["sched"] == {"A": 1} and steps[2]["preempted"] == ["B"]
+    assert steps[2]["offload"]["flush"] == [1] and steps[2]["offload"]["done"] == [0, 1]
+    # Without the tier the engine has no connector and frees at once: B goes in step 1.
+    eng = _async(11)
+    steps, _, _ = run_log(eng, [_req("A", 0, 64, max_tokens=20), _req("B", 0, 80, max_tokens=20)])
+    assert steps[1]["sched"] == {"A": 1} and steps[1]["preempted"] == ["B"]
