@@ -45,6 +45,8 @@ cdef int _waiting_pass_off(SchedC* s, BatchC* b, tok_t token_budget, tok_t input
     cdef req_t ri
     cdef ReqC* r
     cdef bint ok
+    if o.disk != NULL:
+        disk_poll(o, b.step, b.start_s)  # the first manager call of the step polls the disk tier
     while True:
         # loads_only (no running slot or token budget left): only async_kv_waiting goes on, the
         # queue of requests whose connector may_load_async; the OffloadingConnector keeps the base
