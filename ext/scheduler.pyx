@@ -576,11 +576,8 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
                 _unschedule(b, v, &token_budget, &input_budget, draft_slots)
             else:
                 if s.off != NULL and c.async_scheduling and s.reqs[s.running[s.n_running - 1]].num_in_flight > 0:
-                    # A KV connector that may load into freed blocks (kv_both is a consumer) with
-                    # asynchronous scheduling defers freeing a request's blocks until the step it
-                    # was last scheduled in is processed (Scheduler.defer_block_free,
-                    # _request_blocks_can_be_freed): a victim in the step in flight is not
-                    # preempted ("A deferred free will not help") and the running pass stops.
+                    # Scheduler.defer_block_free (async, a consumer connector: kv_both) and
+                    # _request_blocks_can_be_freed: a victim in the step in flight is not preempted.
                     break
                 s.n_running -= 1
                 v = s.running[s.n_running]
