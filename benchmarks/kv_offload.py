@@ -2,10 +2,10 @@
 
 Run from the repository root after building the extension::
 
-    python benchmarks/kv_offload.py [--repeat R] [--json PATH] [--markdown]
+    python benchmarks/kv_offload.py [--repeat R] [--json PATH] [--markdown] [--async-scheduling]
 
 Each workload is one trace on llama-3.1-8b on one H100 (the roofline of ``aisim plan --model
-llama-3.1-8b --gpu H100``, vLLM 0.34.0, synchronous scheduling as the offload replay models it)
+llama-3.1-8b --gpu H100``, vLLM 0.34.0, synchronous scheduling; ``--async-scheduling``: vLLM's default)
 with a GPU pool that churns, replayed without a KV offload tier and with each of its CPU tiers
 (vLLM's ``--kv-offloading-size``; loads and stores timed on the H100's PCIe 5.0 x16 link).  For each
 it prints the hit rate per tier -- the share of prompt
@@ -46,18 +46,18 @@ WORKLOADS = {
 }
 
 
-def _engines(w: dict) -> dict:
+def _engines(w: dict, async_scheduling: bool = False) -> dict:
     """The workload's engines: ``"none"`` without a tier, then one per tier size (GiB)."""
     from aisim.plan import offload_flags, plan_from_model
 
     cfg, _ = plan_from_model("llama-3.1-8b", None, 1, None, gpu="H100", vllm_version="0.34.0")
-    cfg = cfg.replace(async_scheduling=False, num_gpu_blocks=w["num_gpu_blocks"], max_model_len=w["max_model_len"],
+    cfg = cfg.replace(async_scheduling=async_scheduling, num_gpu_blocks=w["num_gpu_blocks"], max_model_len=w["max_model_len"],
                       plan_notes=[])
     # Transfers on the clock of the H100's PCIe 5.0 x16 link (docs/kv-offload.md); a disk tier behind
     # some CPU tiers (the NVMe defaults of kv_offload.disk_read_gbps / disk_write_gbps).
     out = {"none": cfg, **{gib: cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5})
                            for gib in w["tiers_gib"]}}
-    for gib in w.get("disk_gib", ()):
+    for gib in () if async_scheduling else w.get("disk_gib", ()):  # the disk tier replays synchronously
         out[f"{gib:g}+disk"] = cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5, "disk_tier": True})
     return out
 
@@ -80,7 +80,7 @@ def _figures(result) -> dict:
     return out
 
 
-def run(name: str, repeat: int) -> dict:
+def run(name: str, repeat: int, async_scheduling: bool = False) -> dict:
     """One workload: the figures of each engine and the best wall times (alternated orders)."""
     from aisim.replay import replay
     from aisim.traces import read_trace
@@ -88,7 +88,7 @@ def run(name: str, repeat: int) -> dict:
 
     w = WORKLOADS[name]
     trace = retime(read_trace(w["trace"], w["format"]), rate_scale=w["rate_scale"])
-    engines = _engines(w)
+    engines = _engines(w, async_scheduling)
     best = {k: float("inf") for k in engines}
     results = {}
     for r in range(repeat):
@@ -130,10 +130,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workload", choices=sorted(WORKLOADS), action="append", help="only these (default: all)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
     ap.add_argument("--markdown", action="store_true", help="print the docs table too")
+    ap.add_argument("--async-scheduling", action="store_true",
+                    help="schedule asynchronously, as vLLM 0.33 and later serve by default")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
-    rows = [row for n in (args.workload or WORKLOADS) for row in run(n, args.repeat)]
+    rows = [row for n in (args.workload or WORKLOADS) for row in run(n, args.repeat, args.async_scheduling)]
     for r in rows:
         tier = "no tier" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB tier" + (" + disk" if r["disk"] else "")
         cpu = "" if r["tier_gib"] is None else f", CPU hit {_pct(r['cpu_hit_rate'])}"

@@ -488,6 +488,8 @@ cdef class Engine:
         """An asynchronous iteration that scheduled ``b`` into a full queue: the oldest batch's output
         processed, the row written, the clock at the end of ``b``'s forward pass."""
         cdef BatchC* ob = self._process_oldest()
+        if self.offload and b.total_tokens == 0 and ob.total_tokens == 0:
+            _off_idle_until_landing(self, b)
         _log_line(self, self.step, LINE_STEP, self.clock, b, ob, free_sched)
         self.clock = b.end_s
         self.step += 1
@@ -497,17 +499,10 @@ cdef class Engine:
         """A synchronous iteration after its schedule(): the output of ``b`` processed
         (update_from_output), its row written, the clock at the end of its forward pass."""
         cdef block_id_t free_sched = self.kv.pool.num_free
-        cdef sec_t land
         sched_update(&self.sched, b)
         self.upd_batch = b
         if self.offload and b.total_tokens == 0:
-            # Transfers on the clock: an engine with nothing to compute polls until the next copy
-            # lands (or the next request arrives).
-            land = off_next_landing(&self.off)
-            if self.timed and self.open_n > 0 and self.slot_time[self.open_q[self.open_head]] < land:
-                land = self.slot_time[self.open_q[self.open_head]]
-            if land > b.end_s:
-                b.end_s = land
+            _off_idle_until_landing(self, b)
         _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
         _log_line(self, self.step, LINE_STEP, self.clock, b, b, free_sched)

@@ -20,6 +20,19 @@ if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ:
     raise ImportError("aisim._core.engine: offload column tables and enums disagree")
 
 
+cdef int _off_idle_until_landing(Engine e, BatchC* b) except -1 nogil:
+    """Transfers on the clock: an engine with nothing to compute polls until the next submitted copy
+    lands (or the next request arrives); aisim folds the polling into step ``b``, which then ends
+    there.  Asynchronous, a step is folded when neither it nor the step whose output it waited for
+    computed anything (the copies of that output's step are submitted by then)."""
+    cdef sec_t land = off_next_landing(&e.off)
+    if e.timed and e.open_n > 0 and e.slot_time[e.open_q[e.open_head]] < land:
+        land = e.slot_time[e.open_q[e.open_head]]
+    if land > b.end_s:
+        b.end_s = land
+    return 0
+
+
 cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:
     # Rows grown geometrically to hold ``need`` rows.
     cdef int64_t new = cap[0] if cap[0] > 0 else 1024

@@ -3,7 +3,7 @@
 # OffloadingConnectorScheduler; vllm/v1/kv_offload/cpu/manager.py, CPUOffloadingManager;
 # cpu/policies/lru.py, LRUCachePolicy) and the worker's transfers on a step-driven clock.
 # Declarations only; the functions are ext/offload.pxi, compiled into the scheduler module.
-from aisim._core.types cimport flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
 
 cdef struct OffConfC:
@@ -44,11 +44,19 @@ cdef struct OffJobC:
     flag_t store                 # 1 store, 0 load
     flag_t flushed               # listed in jobs_to_flush
     flag_t active                # in flight (else a free slot)
+    step_t issued                # the step whose schedule() issued it (its batch's step)
     step_t due                   # the step whose output first may report it (delays in steps)
     sec_t due_s                  # when it lands (transfers on the clock; -1: at once)
     int32_t n_keys
     int32_t keys_cap
     hash_t* keys                 # [keys_cap] the chunks it reads or writes, in order
+    # A store's GPU source blocks (deferred_fence_block_ids), watched once its request finished
+    # (ext/offload_fence.pxi).
+    flag_t fenced                # its blocks are in _block_id_to_pending_jobs
+    step_t listed                # the last step whose jobs_to_flush lists it (-1: none)
+    int32_t n_blocks
+    int32_t blocks_cap
+    block_id_t* blocks           # [blocks_cap] its source blocks
 
 
 # What one record of a step says (OffRecC.kind).
@@ -179,6 +187,11 @@ cdef struct OffloadC:
     int32_t n_step_loads
     int32_t* step_stores         # [jobs_cap] stores issued by this step's schedule()
     int32_t n_step_stores
+    step_t cur_step              # the step being scheduled (the step its new jobs are issued in)
+    # --- flushes of finished requests' stores whose GPU blocks are handed out again
+    int32_t n_fenced             # jobs with fenced set
+    int64_t* alloc_mark          # [alloc_n] per GPU block: 1 + the last step that handed it to a
+    int32_t alloc_n              #   scheduled request (_current_batch_allocated_block_ids)
     # --- requests waiting for their load (WAITING_FOR_REMOTE_KVS), FIFO: Scheduler.kv_holding_waiting
     req_t* parked                # [parked_cap]
     int32_t n_parked

@@ -58,6 +58,8 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     if o.jobs != NULL:
         for i in range(o.jobs_cap):
             mem_free(o.jobs[i].keys)
+            mem_free(o.jobs[i].blocks)
+    mem_free(o.alloc_mark)
     mem_free(o.jobs)
     mem_free(o.free_jobs)
     mem_free(o.store_q)
@@ -412,8 +414,14 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     o.jobs[j].req = ri
     o.jobs[j].store = store
     o.jobs[j].flushed = 0
+    o.jobs[j].issued = o.cur_step
+    o.jobs[j].due = (<step_t>1) << 62  # set when its step's output is processed (or a flush)
+    o.jobs[j].due_s = -1
     o.jobs[j].active = 1
     o.jobs[j].n_keys = 0
+    o.jobs[j].n_blocks = 0
+    o.jobs[j].fenced = 0
+    o.jobs[j].listed = -1
     o.n_jobs += 1
     r.off_jobs += 1
     return j
@@ -533,6 +541,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         _lru_place(o, c, r.off_node)
         _off_map_put(o, ch.key, c)
         _off_job_key(o, j, ch.key)
+        _off_job_blocks(s, j, r, i)
     o.n_used += n_new
     r.off_next = n_chunks
     o.step_stores[o.n_step_stores] = j
@@ -599,6 +608,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     cdef req_t ri
     if o.disk != NULL:
         disk_poll(o, b.step, b.start_s)
+    o.cur_step = b.step
+    off_stamp_allocated(s, b)
     # Flush the in-flight jobs of preempted requests (their stores only: a running request has
     # no load).
     for i in range(b.n_preempted):
@@ -607,6 +618,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
             continue
         for k in range(o.jobs_cap):
             _off_flush_if(o, k, ri, b.step)
+    # Then the finished requests' stores whose GPU blocks this step hands out (offload_fence.pxi).
+    off_flush_fenced(s, b.step)
     for i in range(b.n):
         r = &s.reqs[b.req[i]]
         _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
@@ -614,8 +627,11 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
         for i in range(s.n_finished):
             r = &s.reqs[s.finished[i]]
             # Clamped to the GPU prefix cache's commit point: the last sampled token has no KV.
+            k = o.n_step_stores
             _off_store(s, r, s.finished[i], tmin(r.num_computed, tmax(r.prompt_len, num_tokens(r) - 1)),
                        r.off_nblocks)
+            if o.n_step_stores > k:
+                off_fence_new(s, o.step_stores[k], b.step)
         _off_finish_order(s)
         for i in range(s.n_finished):
             _off_finished(s, &s.reqs[s.skipped[i]])
@@ -651,12 +667,7 @@ cdef int _off_flush_if(OffloadC* o, int32_t k, req_t ri, step_t step) except -1 
     cdef OffJobC* jb = &o.jobs[k]
     if not jb.active or jb.req != ri or jb.flushed:
         return 0
-    jb.flushed = 1
-    jb.due = step
-    jb.due_s = -1
-    o.flushed += 1
-    _off_rec(o, OR_FLUSH, ri, jb.id, 0, 0)
-    return 0
+    return _off_flush_job(o, k, step)
 
 
 # ------------------------------------------------------------------ the scheduler's side

@@ -19,6 +19,7 @@ cdef int _admit(SchedC* s, BatchC* b, req_t ri, tok_t hit, tok_t n) except -1 no
     _emit(b, ri, n, False)
     r.status = ST_RUNNING
     r.num_computed = hit
+    r.off_tlen = 0  # its whole block table is handed out this step (yield_req_data)
     if r.first_sched_s < 0:
         r.first_sched_s = b.start_s
     return 0
@@ -47,8 +48,9 @@ cdef int _waiting_pass_off(SchedC* s, BatchC* b, tok_t token_budget, tok_t input
     if o.disk != NULL:
         disk_poll(o, b.step, b.start_s)  # the first manager call of the step polls the disk tier
     while True:
-        # loads_only (no running slot or token budget left): only the separate queue of loads
-        # under --max-num-inflight-kv-loads would go on, which aisim does not keep apart.
+        # loads_only (no running slot or token budget left): only async_kv_waiting goes on, the
+        # queue of requests whose connector may_load_async; the OffloadingConnector keeps the base
+        # answer (do_remote_prefill), so its requests are in `waiting` and the pass ends here.
         if s.n_running >= c.max_num_active_reqs or token_budget <= 0:
             break
         if input_budget <= 0:
@@ -103,7 +105,10 @@ cdef int _waiting_pass_off(SchedC* s, BatchC* b, tok_t token_budget, tok_t input
             n_skipped += 1
             continue
         if ext > 0:
-            # --max-num-inflight-kv-loads: past the cap the request waits at the queue's head.
+            # --max-num-inflight-kv-loads (_admits_inflight_kv_load: loads in progress or reported
+            # and not yet scheduled): past the cap the request waits at the head of `waiting` and
+            # the pass stops (Scheduler.schedule's `break`; only async_kv_waiting, empty here, would
+            # go on past it).
             if o.conf.max_inflight_loads > 0 and o.n_parked >= o.conf.max_inflight_loads:
                 break
             s.kv.reserved = <block_id_t>_off_reserved_blocks(s)

@@ -27,6 +27,7 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
             if ch.ref == 0:
                 o.n_evictable += 1
                 _off_mark_evictable(o, c)
+    off_unfence(o, jb)
     if jb.store and o.disk != NULL:
         disk_cascade(o, jb)  # TieringOffloadingManager.complete_store: on to the disk tier
     o.completed += 1
@@ -54,6 +55,11 @@ cdef inline sec_t _off_submit(OffloadC* o, OffJobC* jb, sec_t at, sec_t* free_s)
 
 
 cdef inline bint _off_landed(const OffloadC* o, const OffJobC* jb, step_t step, sec_t end_s) noexcept nogil:
+    if jb.flushed:
+        # The worker waits for a flushed job in the step that flushed it (before its forward pass):
+        # that step's output reports it, on either clock.  Asynchronous scheduling flushes in the
+        # schedule() of step N + 1 before the output of step N is processed: not yet.
+        return jb.due <= step
     if o.conf.link_bps > 0:
         return jb.due_s <= end_s
     return jb.due <= step
@@ -66,10 +72,15 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
     this step's loads after it; the rest of its stores wait for the next step.  Stores, then loads,
     are polled in submission order up to the first unfinished one.  A job lands ``load_delay`` /
     ``store_delay`` steps after it was issued, a flushed one at once; or, with a link rate, when its
-    bytes have crossed the link (one copy at a time per direction)."""
+    bytes have crossed the link (one copy at a time per direction).
+
+    The worker runs the steps in order and sees only the jobs of each step's metadata.  With
+    asynchronous scheduling (EngineCore.step_with_batch_queue) the schedule() of step N + 1 runs
+    before the output of step N is processed: the jobs it issued (``issued`` > ``step``) stay for the
+    output of their own step."""
     cdef OffloadC* o = s.off
     cdef bint timed = o.conf.link_bps > 0
-    cdef int32_t i, j, n_keep = 0
+    cdef int32_t i, j, n_keep = 0, n_later = 0
     cdef OffJobC* jb
     if o.disk != NULL:
         o.disk.out_step = step
@@ -84,7 +95,10 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
     for i in range(o.n_step_stores):
         j = o.step_stores[i]
         jb = &o.jobs[j]
-        if jb.flushed:
+        if jb.issued > step:
+            o.step_stores[n_later] = j
+            n_later += 1
+        elif jb.flushed:
             o.store_q[(o.sq_head + o.sq_n) % o.jobs_cap] = j
             o.sq_n += 1
         else:
@@ -92,15 +106,20 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
             o.deferred[n_keep] = j
             n_keep += 1
     o.n_deferred = n_keep
-    o.n_step_stores = 0
+    o.n_step_stores = n_later
+    n_later = 0
     for i in range(o.n_step_loads):
         j = o.step_loads[i]
+        if o.jobs[j].issued > step:
+            o.step_loads[n_later] = j
+            n_later += 1
+            continue
         o.jobs[j].due = step + o.conf.load_delay
         if timed:
             o.jobs[j].due_s = _off_submit(o, &o.jobs[j], end_s, &o.load_free_s)
         o.load_q[(o.lq_head + o.lq_n) % o.jobs_cap] = j
         o.lq_n += 1
-    o.n_step_loads = 0
+    o.n_step_loads = n_later
     while o.sq_n > 0 and _off_landed(o, &o.jobs[o.store_q[o.sq_head]], step, end_s):
         j = o.store_q[o.sq_head]
         o.sq_head = (o.sq_head + 1) % o.jobs_cap

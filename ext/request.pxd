@@ -80,6 +80,7 @@ cdef struct ReqC:
     flag_t off_hold            # finished; the connector still holds its state (keys, jobs)
     int32_t off_reserved       # Scheduler._parked_reservations entry (blocks; 0 none)
     int32_t off_nblocks        # GPU blocks it held when it finished
+    int32_t off_tlen           # GPU blocks it held after its last schedule() (0: none yet this admission)
     tok_t off_hit_first        # tokens loaded from the CPU tier at its first admission
     tok_t off_loaded           # tokens loaded from the CPU tier over every admission
     int32_t off_n_loads        # its load jobs

@@ -33,6 +33,7 @@ from aisim._core.request cimport (
 from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
+from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
     OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, OffChunkC,
     OffConfC, OffJobC, OffMapE, OffloadC, OffRecC,
@@ -406,6 +407,7 @@ include "waiting_pass.pxi"
 # KV offload behind the GPU cache, and its waiting pass: compiled into this module.
 include "offload.pxi"
 include "offload_worker.pxi"
+include "offload_fence.pxi"
 include "offload_disk.pxi"
 include "offload_pass.pxi"
 
@@ -573,6 +575,10 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
                     req_index -= 1
                 _unschedule(b, v, &token_budget, &input_budget, draft_slots)
             else:
+                if s.off != NULL and c.async_scheduling and s.reqs[s.running[s.n_running - 1]].num_in_flight > 0:
+                    # Scheduler.defer_block_free (async, a consumer connector: kv_both) and
+                    # _request_blocks_can_be_freed: a victim in the step in flight is not preempted.
+                    break
                 s.n_running -= 1
                 v = s.running[s.n_running]
             _preempt(s, b, v)
@@ -586,7 +592,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
             # Only the priority policy can leave requests after it: FCFS
             # preempts from the tail.  _preempt already removed it from
             # running, so req_index points at the next request.
-            if c.rules.running_pass_continues_after_self_preemption:
+            if c.rules.running_pass_continues_after_self_preemption and r.status == ST_PREEMPTED:
                 continue
             break
         _emit(b, ri, n, spec)
@@ -610,6 +616,7 @@ cdef int _schedule(SchedC* s, BatchC* b, spec_mode* mode) except -1 nogil:
     if s.off != NULL:
         s.off.n_recs = 0
         s.off.step_evicted = 0
+        s.off.cur_step = b.step
         if b.n_preempted == 0:
             _waiting_pass_off(s, b, token_budget, input_budget, lpt)
     elif b.n_preempted == 0:
@@ -752,6 +759,7 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
                 r.off_nblocks = _off_table_len(s.kv, 0, r)
                 r.off_inflight = 0
                 r.off_hold = 1
+                off_fence_finished(s, ri)
                 _off_unreserve_parked(s, r)
                 kv_free(s.kv, r)
             elif not r.held:

@@ -132,8 +132,8 @@ def test_bad_offload_sections_are_refused(offload, message):
 
 def test_offload_needs_the_engine_it_models():
     eng = _engine(11, cpu_blocks=4)
-    eng["async_scheduling"] = True
-    with pytest.raises(ConfigError, match="this engine has async_scheduling"):
+    eng["policy"] = "priority"
+    with pytest.raises(ConfigError, match="this engine has the priority policy"):
         engine_config_from_dict(eng)
 
 

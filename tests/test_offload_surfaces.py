@@ -89,10 +89,16 @@ def test_a_probe_with_the_flags_plans_the_same_tier():
 
 
 def test_a_probe_whose_engine_the_offload_replay_does_not_model_says_why():
+    # vLLM 0.33 and later schedule asynchronously by default: that engine keeps its tier.
     cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, async_scheduling=True))
+    assert cfg.async_scheduling and cfg.kv_offload.num_chunks(16) == 4096
+    groups = [{"type": "full", "block_size": 16, "page_size_bytes": 32768, "num_layers": 16},
+              {"type": "sliding_window", "sliding_window": 128, "block_size": 16, "page_size_bytes": 32768,
+               "num_layers": 16}]
+    cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, kv_cache_groups=groups))
     assert cfg.kv_offload is None
     assert notes[-1].startswith("no KV offload tier:")
-    assert "this engine has async_scheduling (vLLM 0.33 and later turn it on" in notes[-1]
+    assert "this engine has a grouped (hybrid) KV cache" in notes[-1]
     cfg, notes = plan_from_probe(_probe(kv_transfer_config={"kv_connector": "NixlConnector", "kv_role": "kv_both"}))
     assert cfg.kv_offload is None and "'NixlConnector', which aisim does not replay" in notes[-1]
     cfg, notes = plan_from_probe(_probe(kv_offloading_size=8.0, kv_offloading_backend="lmcache"))

@@ -9,8 +9,8 @@ N + ``load_delay_steps``, a store by N + ``store_delay_steps``.  Keys, defaults 
 :data:`aisim.config.keys.OFFLOAD_KEYS`; the model: ``docs/kv-offload.md``.
 
 What the replay does not model is refused here, with the reason: the ARC policy, a store
-threshold of 2 or more (the manager's access counter), the priority policy, asynchronous
-scheduling, speculative decoding and grouped (hybrid) KV caches.
+threshold of 2 or more (the manager's access counter), the priority policy, speculative decoding,
+grouped (hybrid) KV caches and the disk tier under asynchronous scheduling.
 """
 
 from __future__ import annotations
@@ -231,16 +231,17 @@ def check_offload(cfg, source: str | None = None) -> None:
     why = None
     if cfg.policy != "fcfs":
         why = "the priority policy"
-    elif cfg.async_scheduling:
-        why = "async_scheduling (vLLM 0.33 and later turn it on; `--set async_scheduling=false` replays the tier)"
     elif cfg.speculative is not None:
         why = "speculative decoding"
     elif len(cfg.groups) != 1 or cfg.groups[0].get("type") != "full" or cfg.groups[0].get("count", 1) != 1:
         why = "a grouped (hybrid) KV cache"
     elif not cfg.enable_prefix_caching:
         why = "prefix caching off"
+    elif cfg.async_scheduling and off.disk_tier:
+        why = ("async scheduling with the disk tier (the CPU tier alone replays asynchronously; "
+               "`--set async_scheduling=false` replays the disk tier)")
     if why is not None:
-        raise ConfigError(f"'kv_offload'{at} is replayed with FCFS, synchronous scheduling, one full-attention "
+        raise ConfigError(f"'kv_offload'{at} is replayed with FCFS, one full-attention "
                           f"group and prefix caching; this engine has {why}")
     if off.num_chunks(cfg.block_size) < 1:
         raise ConfigError(f"'kv_offload.size_gib' ({off.size_gib}){at} holds no chunk of "

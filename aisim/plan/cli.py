@@ -67,7 +67,7 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
             overrides = parse_sets(sets)
             if split_sets(overrides)[1]:
                 raise click.UsageError("a plan is an engine configuration: --set takes engine keys here")
-            # The tier and the --set keys together, validated once (--set async_scheduling=false with a tier).
+            # The tier and the --set keys together, validated once.
             cfg = apply_engine(cfg, offload + overrides)
             if offload:
                 from aisim.plan.planner import offload_note
