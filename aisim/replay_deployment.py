@@ -74,7 +74,6 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
                                                              config, p_eng, sessions)
     else:
         _validate(trace, engine)
-        _offload_supported(engine)
         config = core_config(engine)
         n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
     arrays = _whole_arrays(trace, engine, True)
@@ -103,18 +102,6 @@ def _pd_supported(engine: EngineConfig) -> None:
     if any(g["kind"] == GROUP_KINDS["state"] for g in core_config(engine).groups):
         raise ConfigError("a disaggregated deployment does not model Mamba state groups yet (vLLM's connectors "
                           "back off one token for them)")
-
-
-def _offload_supported(engine: EngineConfig) -> None:
-    """Refuse a KV offload tier whose transfers run on the PCIe clock: a replica waiting on a copy with
-    nothing to schedule waits for the copy, not for the deployment's next arrival (the single engine's
-    replay cuts that wait at the arrival).  Step-clocked transfers replay in every replica exactly as in
-    a single engine."""
-    off = engine.kv_offload
-    if off is not None and getattr(off, "pcie_gen", None) is not None:
-        raise ConfigError("a deployment replays KV offload transfers on the step clock ('kv_offload.load_delay_steps', "
-                          "'store_delay_steps'); 'kv_offload.pcie_gen' times them on the link, which a deployment's "
-                          "replicas do not model yet")
 
 
 def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:

@@ -236,6 +236,8 @@ cdef class Engine:
     cdef MacroC macro              # macro-steps: quiet stretches of decoding in one move
     cdef bint replica              # a deployment's replica (fed and stepped by aisim._core.deploy)
     cdef sec_t last_start          # clock at the start of the last iteration
+    cdef sec_t poll_floor          # the last row polled for a copy on the clock past its forward pass's
+                                   # end, which this is (-1: not); a replica's next arrival cuts it
     # KV offload behind the GPU cache (ext/offload.pxi): the CPU tier and its rows
     cdef bint offload              # on
     cdef OffloadC off              # the connector's state (sched.off points here)

@@ -63,6 +63,20 @@ cdef bint _input_needed(Engine e) noexcept nogil:
     return not e.ended and (e.open_n == 0 or (_release_due(e) and e.rel.a[0].tie >= e.loaded))
 
 
+cdef sec_t _next_input_s(Engine e) noexcept nogil:
+    # When the next request can reach a timed engine (INF_TIME: none known): the next open-loop send
+    # while the client's cap has room, closed-loop release, or hand-over by the API server.  A
+    # replica's open queue holds what its API server hands over.
+    cdef sec_t t = INF_TIME
+    if e.open_n > 0 and not (e.max_conc and e.in_flight >= e.max_conc):
+        t = e.slot_time[e.open_q[e.open_head]]
+    if e.rel.n > 0 and e.rel.a[0].key < t:
+        t = e.rel.a[0].key
+    if e.srv_n > 0 and e.slot_time[e.srv_q[e.srv_head]] < t:
+        t = e.slot_time[e.srv_q[e.srv_head]]
+    return t
+
+
 cdef int _add_arrivals(Engine e) except -1 nogil:
     """Send the requests due by now: open-loop requests in trace order, merged with closed-loop
     turns released by a finish, ordered by (time, trace index); and add the requests that have

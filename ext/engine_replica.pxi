@@ -28,6 +28,8 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint fron
             at = e.front_free
         at += t.frontend_s[i]
         e.front_free = at
+    if e.poll_floor >= 0 and at < e.clock:
+        _cut_poll(e, at)
     if e.n_free < 1:
         _grow_pool(e, <req_t>(e.pool_cap - e.n_free + 1))
     _grow_window(e, e.loaded + 1 - e.retired)
@@ -61,6 +63,18 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint fron
             and at > e.clock:
         e.clock = at  # an idle engine jumps to the arrival
     return s
+
+
+cdef int _cut_poll(Engine e, sec_t at) except -1 nogil:
+    """The replica's last iteration computed nothing and polled for a copy on the clock until it
+    landed; a request reaching the replica at ``at`` ends that poll there, as the next arrival of
+    its share ends a single engine's (Engine._end_sync_step).  The deployment routes a request
+    only once every iteration starting before it has run, so the poll is the last row written."""
+    cdef sec_t end = at if at > e.poll_floor else e.poll_floor
+    _put_f64(&e.cols, SC_DURATION, e.cols.n - 1, end - e.last_start)
+    e.clock = end
+    e.poll_floor = -1
+    return 0
 
 
 cdef int replica_step(Engine e, sec_t until) except -1 nogil:
