@@ -132,12 +132,14 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     for w, rep in enumerate(out["replicas"]):
         share = table.take(pa.array(rep["index"], pa.int64()))
         parts.append(result_of(share, engines[0] if w < n_p else engines[1], rep, True, record_decisions))
+    # A replica's tier is its own; a disaggregated deployment's prefill pool may have one alone.
+    offload = any(e.kv_offload is not None for e in engines)
     if deployment.disaggregated:
-        requests, status = _pd_requests(table, parts, out, n_p)
+        requests, status = _pd_requests(table, parts, out, n_p, offload)
     else:
-        requests = _requests(table, parts, out["replicas"], route, out["sent"], engine.kv_offload is not None)
+        requests = _requests(table, parts, out["replicas"], route, out["sent"], offload)
         status = None
-    steps = _steps(parts, engine.kv_offload is not None)
+    steps = _steps(parts, offload)
     routing = None
     if record_routing:
         routing = {"replica": route}
@@ -174,10 +176,12 @@ def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload: bo
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
+def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int, offload: bool = False):
     """A disaggregated deployment's request rows: the prefill replica's row (arrival, first
     scheduling, first token, prompt cache hit), completed by the decode replica's (finish, output
-    tokens, status); the latencies recomputed over the two.  Also the core status codes."""
+    tokens, status); the latencies recomputed over the two.  With ``offload`` (a prefill pool with
+    a KV offload tier), the prefill replica's offload columns at the end.  Also the core status
+    codes."""
     n = table.num_rows
     reps = out["replicas"]
     pre = _in_trace_order(n, parts[:n_p], reps[:n_p])
@@ -218,7 +222,7 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
         "routed_s": out["routed_d"],
         "transfer_s": out["transfer_s"],
     }
-    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS, OFFLOAD_REQUESTS if offload else None)
     arrays = []
     for f in schema:
         if f.name in front:
@@ -240,12 +244,15 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
 
 def _steps(parts: list, offload: bool = False) -> pa.Table:
     """Every replica's step rows, replica 0's first, ``replica`` in front (with ``offload``, each replica's
-    KV offload columns at the end)."""
+    KV offload columns at the end; null for a replica without a tier)."""
     schema = deployment_schema(DEPLOYMENT_STEPS, STEPS, OFFLOAD_STEPS if offload else None)
     tables = []
     for w, p in enumerate(parts):
-        rep = arrow_array(np.full(p.steps.num_rows, w, dtype=np.int32), pa.int32())
-        tables.append(pa.Table.from_arrays([rep] + [p.steps.column(f.name) for f in list(schema)[1:]], schema=schema))
+        n = p.steps.num_rows
+        rep = arrow_array(np.full(n, w, dtype=np.int32), pa.int32())
+        tables.append(pa.Table.from_arrays([rep] + [p.steps.column(f.name) if f.name in p.steps.column_names
+                                                    else pa.nulls(n, f.type) for f in list(schema)[1:]],
+                                           schema=schema))
     return pa.concat_tables(tables)
 
 
@@ -282,11 +289,12 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
         per.append(s)
     counts = np.array([s["requests"] for s in per], dtype=np.float64)
     mean = counts.mean() if len(counts) else 0.0
-    if engine.kv_offload is not None:
-        summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in parts])
+    tiered = [p for p in parts if "kv_offload" in p.summary]
+    if tiered:
+        summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in tiered])
         # As each replica's (aisim.replay_result.result_of): vLLM's num_cached_tokens counts the tier's tokens.
         summary["prefix_hit_tokens_at_admission"] += sum(
-            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in parts)
+            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in tiered)
     summary["deployment"] = deployment.to_dict()
     summary["load_balance"] = {
         "requests_min": int(counts.min()) if len(counts) else 0,

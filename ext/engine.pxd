@@ -263,4 +263,5 @@ cdef class Engine:
 # one iteration at a time at its clock, and ends it.
 cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint front) except -1 nogil
 cdef int replica_step(Engine e, sec_t until) except -1 nogil
+cdef int replica_wake(Engine e, sec_t at) except -1 nogil
 cdef int replica_end(Engine e) except -1 nogil
