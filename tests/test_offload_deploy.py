@@ -10,6 +10,7 @@ import pytest
 
 from aisim.config.engine import engine_config_from_dict
 from aisim.deploy import deploy
+from aisim.errors import ConfigError
 from aisim.replay import replay
 
 from helpers import ipc_bytes, make_trace
@@ -65,3 +66,83 @@ def test_each_replica_copies_over_its_own_link():
     # B's 9 chunks on replica 0: 9 * 3.328 ms.
     assert first[(0, 4)] == pytest.approx(9 * CHUNK_S) == pytest.approx(0.029952)
     assert d.summary["kv_offload"]["load_bytes"] == 4 * CHUNK
+
+
+def test_every_replica_is_its_share_on_a_random_trace():
+    # 120 requests over five shared prefixes, a KV-aware router, tiers of 16 MiB chunks on PCIe 3.0 x4
+    # (4.3 ms a chunk): every replica's rows are a single engine's replaying its share.
+    import random
+
+    rng = random.Random(3)
+    eng = _engine(60, cpu_blocks=100, pcie_gen=3, pcie_lanes=4, kv_bytes_per_block=2**24)
+    eng.update(max_model_len=1024, max_num_seqs=8, time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-4})
+    cfg = engine_config_from_dict(eng)
+    trace, t = [], 0.0
+    for i in range(120):
+        t += rng.expovariate(40)
+        shared = rng.choice([64, 128, 256])
+        prompt = shared + rng.randint(1, 200)
+        trace.append({"id": f"r{i}", "at": t, "prompt": prompt, "max_tokens": rng.randint(1, 20),
+                      "segments": [(f"p{rng.randint(1, 5)}", 0, shared), (f"own{i}", shared, prompt - shared)]})
+    d = deploy(make_trace(trace, "time"), cfg, {"replicas": 3, "router": "kv_aware"})
+    rep = d.requests.column("replica").to_pylist()
+    assert sorted(set(rep)) == [0, 1, 2] and d.summary["kv_offload"]["loads"] > 0
+    for w in range(3):
+        alone = replay(make_trace([r for r, x in zip(trace, rep) if x == w], "time"), cfg)
+        mine = d.requests.filter(d.requests.column("replica").to_numpy() == w).select(alone.requests.column_names)
+        assert ipc_bytes(mine.combine_chunks()) == ipc_bytes(alone.requests.combine_chunks())
+        steps = d.steps.filter(d.steps.column("replica").to_numpy() == w).select(alone.steps.column_names)
+        assert ipc_bytes(steps.combine_chunks()) == ipc_bytes(alone.steps.combine_chunks())
+
+
+# ---------------------------------------------------------------- disaggregated pools
+
+def _pd_engine(blocks, **offload):
+    # 2 layers x 1024-byte pages: 2048 bytes a block on the prefill-to-decode link.
+    from test_offload_surfaces import _engine as engine
+
+    return engine_config_from_dict(dict(engine(**offload), num_gpu_blocks=blocks))
+
+
+def _pd_req(rid, at, prompt, shared=None, shared_len=0, max_tokens=1):
+    return _req(rid, at, prompt, shared, shared_len, max_tokens)
+
+
+def test_a_prefill_pool_keeps_its_own_tier():
+    # One prefill replica with a 20-block tier (step clock), one decode replica of 40 blocks without one;
+    # a link of 0.2 MB/s.  A (64 tokens of p, 3 outputs) runs in prefill step 0; its 4 blocks stay held
+    # until its transfer lands, 4 * 2048 / 2e5 = 40.96 ms later (0.05096), while its 4 chunks are stored.
+    # B (159 tokens, 10 blocks) arrives at 0.02 and waits: 6 blocks are free until A's land; steps at
+    # 0.02 .. 0.05 schedule nothing, B runs in the step at 0.06 (TTFT 50 ms) and evicts p from the GPU.
+    # C (p + 16) misses on the GPU and loads p's 64 tokens from the prefill replica's tier (issued at
+    # 0.10, reported at 0.11, run at 0.12: TTFT 30 ms); its 5 blocks cross in 51.2 ms and it decodes
+    # its two other tokens on the decode replica (E2E 0.13 + 0.0512 + 0.02 - 0.10).
+    trace = [_pd_req("A", 0, 64, "p", 64, 3), _pd_req("B", 0.02, 159), _pd_req("C", 0.1, 80, "p", 64, 3)]
+    d = deploy(make_trace(trace, "time"), _pd_engine(11, cpu_blocks=20),
+               {"prefill": {"replicas": 1}, "decode": {"replicas": 1, "engine": _pd_engine(40)},
+                "link": {"bandwidth_gb_s": 0.0002}})
+    rq = d.requests.to_pydict()
+    assert rq["transfer_s"][0] == pytest.approx(4 * 2048 / 2e5) and rq["transfer_s"][2] == pytest.approx(5 * 2048 / 2e5)
+    assert rq["ttft_s"] == pytest.approx([0.01, 0.05, 0.03])
+    assert rq["e2e_s"][2] == pytest.approx(0.13 + 0.0512 + 0.02 - 0.1)
+    assert rq["offload_hit_tokens"] == [0, 0, 64] and rq["offload_store_chunks"] == [4, 9, 1]
+    st = d.steps.to_pydict()
+    assert st["waiting"][:7] == [0, 0, 1, 1, 1, 1, 0] and st["free_blocks"][:7] == [6, 6, 6, 6, 6, 6, 10]
+    # The decode replica has no tier: its offload columns are null, its summary has no kv_offload.
+    assert st["offload_loads"] == [0] * 8 + [1] + [0] * 3 + [None] * 6
+    assert ["kv_offload" in r for r in d.summary["replicas"]] == [True, False]
+    off = d.summary["kv_offload"]
+    assert (off["cpu_chunks"], off["loads"], off["load_tokens"], off["store_chunks"]) == (20, 1, 64, 14)
+
+
+def test_a_decode_pool_with_a_tier_is_refused():
+    trace = make_trace([_pd_req("A", 0, 64)], "time")
+    link = {"bandwidth_gb_s": 1.0}
+    with pytest.raises(ConfigError, match=r"prefill replicas only \(vLLM's MultiConnector of NixlConnector and "
+                                          r"OffloadingConnector\).*'deployment.decode.engine'"):
+        deploy(trace, _pd_engine(11, cpu_blocks=20), {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
+                                                       "link": link})
+    with pytest.raises(ConfigError, match="remove the decode pool engine's 'kv_offload' section"):
+        deploy(trace, _pd_engine(11), {"prefill": {"replicas": 1},
+                                       "decode": {"replicas": 1, "engine": _pd_engine(40, cpu_blocks=20)},
+                                       "link": link})
