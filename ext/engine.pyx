@@ -502,8 +502,8 @@ cdef class Engine:
             # lands (or the next request arrives).  A replica's next arrival is routed after this
             # step: replica_add cuts the poll there (poll_floor).
             land = off_next_landing(&self.off)
-            if self.timed and _next_input_s(self) < land:
-                land = _next_input_s(self)
+            if self.timed and _next_input_s(self, True) < land:
+                land = _next_input_s(self, True)
             if land > b.end_s:
                 self.poll_floor = b.end_s
                 b.end_s = land
@@ -580,7 +580,7 @@ cdef class Engine:
                     # The next send (an open-loop one only while the client's cap has room: a full
                     # cap with an idle engine has its requests in the API server's queue), release,
                     # or request the API server hands over.
-                    t_next = _next_input_s(self)
+                    t_next = _next_input_s(self, False)
                     if t_next > self.clock:
                         self.clock = t_next
                 else:

@@ -68,14 +68,17 @@ def test_each_replica_copies_over_its_own_link():
     assert d.summary["kv_offload"]["load_bytes"] == 4 * CHUNK
 
 
-def test_every_replica_is_its_share_on_a_random_trace():
+@pytest.mark.parametrize("frontend", [False, True])
+def test_every_replica_is_its_share_on_a_random_trace(frontend):
     # 120 requests over five shared prefixes, a KV-aware router, tiers of 16 MiB chunks on PCIe 3.0 x4
-    # (4.3 ms a chunk): every replica's rows are a single engine's replaying its share.
+    # (4.3 ms a chunk): every replica's rows are a single engine's replaying its share.  With the API
+    # server in front (3 ms a request), a poll ends when the server hands the next request over.
     import random
 
     rng = random.Random(3)
     eng = _engine(60, cpu_blocks=100, pcie_gen=3, pcie_lanes=4, kv_bytes_per_block=2**24)
-    eng.update(max_model_len=1024, max_num_seqs=8, time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-4})
+    eng.update(max_model_len=1024, max_num_seqs=8, time_model={
+        "kind": "linear", "base_s": 0.01, "per_token_s": 1e-4, "frontend": frontend, "frontend_per_request_s": 0.003})
     cfg = engine_config_from_dict(eng)
     trace, t = [], 0.0
     for i in range(120):
