@@ -149,3 +149,29 @@ def test_a_decode_pool_with_a_tier_is_refused():
         deploy(trace, _pd_engine(11), {"prefill": {"replicas": 1},
                                        "decode": {"replicas": 1, "engine": _pd_engine(40, cpu_blocks=20)},
                                        "link": link})
+
+
+def test_a_disaggregated_folder_with_a_prefill_tier_reports_and_compares(tmp_path):
+    # The folder of a disaggregated deployment renders (its pools' routers read from its summary), with
+    # the prefill tier's panel; `aisim compare` against the same deployment without the tier shows it.
+    import json
+
+    from click.testing import CliRunner
+
+    from aisim.cli import main
+    from aisim.deploy import write_deployment
+
+    trace = [_pd_req("A", 0, 64, "p", 64, 3), _pd_req("B", 0.02, 159), _pd_req("C", 0.1, 80, "p", 64, 3)]
+    for name, off in (("tier", {"cpu_blocks": 20}), ("none", {})):
+        d = deploy(make_trace(trace, "time"), _pd_engine(11, **off),
+                   {"prefill": {"replicas": 1}, "decode": {"replicas": 1, "engine": _pd_engine(40)},
+                    "link": {"bandwidth_gb_s": 0.0002}})
+        write_deployment(d, str(tmp_path / name))
+    r = CliRunner().invoke(main, ["report", "--replay", str(tmp_path / "tier"), "--out", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    assert "KV offload" in (tmp_path / "r.html").read_text()
+    r = CliRunner().invoke(main, ["compare", str(tmp_path / "none"), str(tmp_path / "tier"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    m = {x["metric"]: x for x in json.loads(r.stdout)["metrics"]}
+    assert (m["offload_hits"]["a"], m["offload_hits"]["b"], m["offload_store_chunks"]["delta"]) == (0, 64, 14)
+    assert m["offload_hit_rate"]["b"] == pytest.approx(64 / 303)
