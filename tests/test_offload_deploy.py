@@ -175,3 +175,45 @@ def test_a_disaggregated_folder_with_a_prefill_tier_reports_and_compares(tmp_pat
     m = {x["metric"]: x for x in json.loads(r.stdout)["metrics"]}
     assert (m["offload_hits"]["a"], m["offload_hits"]["b"], m["offload_store_chunks"]["delta"]) == (0, 64, 14)
     assert m["offload_hit_rate"]["b"] == pytest.approx(64 / 303)
+
+
+def test_a_pipeline_lands_a_prefill_tier(tmp_path):
+    # The fleet trace through two prefill replicas with 16 GiB tiers on PCIe 5.0 and one decode replica
+    # without: the landed totals are the deployment's own, the decode replica's step rows have NULL
+    # offload columns and its replicas row 0.
+    import json
+
+    import duckdb
+
+    from aisim.config.engine import load_engine_config
+    from aisim.pipeline import spec_from_dict
+    from aisim.pipeline.run import run_pipeline
+    from aisim.traces import read_trace
+
+    from test_pipeline_deploy import ENGINE, FLEET_TRACE, _fleet_dict
+
+    with open(ENGINE, encoding="utf-8") as fh:
+        eng = json.load(fh)
+    eng.update(async_scheduling=False, num_gpu_blocks=300, max_model_len=8192)
+    (tmp_path / "decode.json").write_text(json.dumps(eng))
+    eng["kv_offload"] = {"size_gib": 16, "kv_bytes_per_block": 32 * 262144, "pcie_gen": 5}
+    (tmp_path / "prefill.json").write_text(json.dumps(eng))
+    dep = {"prefill": {"replicas": 2, "router": "kv_aware"}, "link": {"bandwidth_gb_s": 50},
+           "decode": {"replicas": 1, "engine": str(tmp_path / "decode.json")}}
+    db = str(tmp_path / "db.duckdb")
+    raw = _fleet_dict(db, {"pd": {"engine": str(tmp_path / "prefill.json"), "deployment": dep}})
+    assert run_pipeline(spec_from_dict(raw, base_dir=str(tmp_path)), scheduler="sync", database=db).landed
+    trace = read_trace(FLEET_TRACE, "mooncake", unit_tokens=64)
+    d = deploy(trace, load_engine_config(str(tmp_path / "prefill.json")), dep)
+    off = d.summary["kv_offload"]
+    con = duckdb.connect(db, read_only=True)
+    got = con.execute("SELECT offload_cpu_chunks, offload_hits, offload_loads, offload_store_chunks FROM summaries"
+                      ).fetchone()
+    assert got == (off["cpu_chunks"], off["connector_prefix_cache_stats"]["hits"], off["loads"], off["store_chunks"])
+    assert off["cpu_chunks"] == 2 * 2048 and off["loads"] > 0  # 16 GiB of 8 MiB chunks a replica
+    rows = con.execute("SELECT replica, count(*), count(offload_loads) FROM steps GROUP BY 1 ORDER BY 1").fetchall()
+    n_decode = int((d.steps.column("replica").to_numpy() == 2).sum())
+    assert rows[2] == (2, n_decode, 0) and all(r[1] == r[2] for r in rows[:2])
+    assert con.execute("SELECT pool, offload_cpu_chunks FROM replicas ORDER BY replica").fetchall() == [
+        ("prefill", 2048), ("prefill", 2048), ("decode", 0)]
+    con.close()
