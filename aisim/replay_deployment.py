@@ -53,7 +53,7 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         p_eng, d_eng = deployment_engines(deployment, engine)
         for eng, pool in ((p_eng, "prefill"), (d_eng, "decode")):
             _validate(trace, eng)
-            _pd_supported(eng, pool, p_eng is d_eng)
+            _pd_supported(eng, pool, getattr(deployment, pool).engine is not None)
         config = core_config(p_eng)
         d_config = core_config(d_eng)
         link = deployment.link
@@ -89,20 +89,20 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     return trace, out
 
 
-def _pd_supported(engine: EngineConfig, pool: str, shared: bool) -> None:
+def _pd_supported(engine: EngineConfig, pool: str, own: bool) -> None:
     """Refuse what disaggregated pools do not model: drafts, Mamba state groups and a KV offload tier
     on a decode replica."""
     if engine.kv_offload is not None and pool == "decode":
         # vLLM runs a tier beside the P/D transfer only through a MultiConnector of NixlConnector and
         # OffloadingConnector (--kv-offloading-size alone replaces the NixlConnector:
         # VllmConfig._post_init_kv_transfer_config).  On a prefill replica the NixlConnector matches
-        # nothing (nixl/pull_scheduler.py, get_num_new_matched_tokens) and never refuses, so the tier
+        # nothing (nixl/pull_scheduler.py, get_num_new_matched_tokens) and never defers, so the tier
         # runs as in a single engine.  On a decode replica MultiConnector.get_num_new_matched_tokens
         # asks every child in order: the first with tokens loads them, and a child's "ask again"
         # (None) defers the request; aisim's remote admission (remote_kv.pxi) does not ask a tier.
-        where = ("the engine's 'kv_offload' section gives the decode pool a tier too; give the decode pool "
-                 "its own engine without one ('deployment.decode.engine')") if shared else \
-            "remove the decode pool engine's 'kv_offload' section"
+        where = "remove the decode pool engine's 'kv_offload' section" if own else \
+            ("the engine's 'kv_offload' section gives the decode pool a tier too; give the decode pool "
+             "its own engine without one ('deployment.decode.engine')")
         raise ConfigError("a disaggregated deployment models a KV offload tier on its prefill replicas only "
                           "(vLLM's MultiConnector of NixlConnector and OffloadingConnector); a decode replica "
                           f"with a tier asks it beside the transfer, which aisim does not replay: {where}")
