@@ -35,13 +35,17 @@ def _cfg():
 
 
 def test_a_replica_replays_its_share_as_one_engine_with_transfers_on_the_clock():
+    from aisim.decisionlog import decision_lines, log_line_json
+
     cfg = _cfg()
-    d = deploy(make_trace(TRACE, "time"), cfg, {"replicas": 2, "router": "round_robin"})
+    d = deploy(make_trace(TRACE, "time"), cfg, {"replicas": 2, "router": "round_robin"}, record_decisions=True)
     rq = d.requests.to_pydict()
     assert rq["replica"] == [0, 1, 0, 1, 0, 1, 0]
     assert rq["offload_hit_tokens"] == [0, 0, 0, 0, 64, 0, 0]
     assert rq["ttft_s"][4] == pytest.approx(0.035)
-    alone = replay(make_trace([TRACE[0], TRACE[2], TRACE[4], TRACE[6]], "time"), cfg)
+    alone = replay(make_trace([TRACE[0], TRACE[2], TRACE[4], TRACE[6]], "time"), cfg, record_decisions=True)
+    assert [log_line_json(x) for x in decision_lines(d.replicas[0])] == \
+        [log_line_json(x) for x in decision_lines(alone)]
     zero = d.requests.column("replica").to_numpy() == 0
     mine = d.requests.filter(zero).select(alone.requests.column_names)
     assert ipc_bytes(mine.combine_chunks()) == ipc_bytes(alone.requests.combine_chunks())
