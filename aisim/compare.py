@@ -61,6 +61,32 @@ OFFLOAD_METRICS = (
     ("offload_cpu_evicted", "CPU tier blocks evicted", "count"),
 )
 
+# With a disk tier behind the CPU tier on either side, also these totals of the summary's
+# ``kv_offload.disk`` (0 on a side without one); ``disk_hit_rate`` is hits over queries (chunk lookups
+# that reached the disk tier).
+DISK_METRICS = (
+    ("disk_chunks", "disk tier blocks held", "count"),
+    ("queries", "disk tier queries, blocks", "count"),
+    ("hits", "disk tier hits, blocks", "count"),
+    ("disk_hit_rate", "disk tier hit rate", "fraction"),
+    ("promoted_chunks", "disk tier blocks read back", "count"),
+    ("written_chunks", "disk tier blocks written", "count"),
+    ("read_bytes", "disk tier bytes read", "bytes"),
+    ("write_bytes", "disk tier bytes written", "bytes"),
+)
+
+
+def _disk(summary: dict):
+    """A side's disk tier totals (``kv_offload.disk`` of its summary), or None."""
+    return ((summary.get("summary_detail") or {}).get("kv_offload") or {}).get("disk")
+
+
+def _disk_metric(summary: dict, key: str):
+    d = _disk(summary) or {}
+    if key == "disk_hit_rate":
+        return d["hits"] / d["queries"] if d.get("queries") else None
+    return _value(d.get(key, 0))
+
 
 def _has_tier(summary: dict) -> bool:
     return bool(summary.get("offload_cpu_chunks") or 0)
@@ -120,6 +146,13 @@ def compare_rows(a: list, b: list) -> list:
             rel = delta / va if delta is not None and va != 0 else None
             rows.append({"shard": i, "metric": key, "label": label, "kind": kind, "a": va, "b": vb,
                          "delta": delta, "relative": rel})
+        if _disk(sa.summary) is not None or _disk(sb.summary) is not None:
+            for key, label, kind in DISK_METRICS:
+                va, vb = _disk_metric(sa.summary, key), _disk_metric(sb.summary, key)
+                delta = vb - va if va is not None and vb is not None else None
+                rel = delta / va if delta is not None and va != 0 else None
+                rows.append({"shard": i, "metric": "offload_disk_" + key.replace("disk_", "", 1), "label": label,
+                             "kind": kind, "a": va, "b": vb, "delta": delta, "relative": rel})
     return rows
 
 

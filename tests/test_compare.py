@@ -140,3 +140,35 @@ def test_compare_shows_the_offload_tiers(tmp_path):
     # Two runs without a tier compare as before: no offload rows.
     plain = _metrics(_run("compare", tmp_path / "off", tmp_path / "off", "--format", "json").stdout)
     assert "offload_hits" not in plain and "prefix_hits" not in plain
+
+
+def test_compare_shows_the_disk_tier(tmp_path):
+    # tests/test_offload_disk.py's first case: a CPU tier of 9 chunks with and without the disk tier.
+    # With it, C's prefix (evicted from the GPU and the CPU tier) is read back from disk: the disk is
+    # asked for 26 chunks (A 4 + 1, B 9 + 1, C 5 + 5 + 1), finds 4, reads them back and keeps the 14
+    # chunks written to it; without it nothing of the disk counts (0).
+    import sys
+
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.output import write_result
+    from aisim.replay import replay
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from helpers import make_trace
+    from test_offload_disk import REQS
+    from test_kv_offload import _engine
+
+    for name, extra in (("cpu", {}), ("disk", {"disk_tier": True})):
+        write_result(replay(make_trace(REQS), engine_config_from_dict(_engine(11, cpu_blocks=9, **extra))),
+                     str(tmp_path / name))
+    r = _run("compare", tmp_path / "cpu", tmp_path / "disk", "--format", "json")
+    assert r.exit_code == 0, r.output
+    m = _metrics(r.stdout)
+    got = {k: (m[k]["a"], m[k]["b"]) for k in ("offload_disk_chunks", "offload_disk_queries", "offload_disk_hits",
+                                               "offload_disk_promoted_chunks", "offload_disk_written_chunks")}
+    assert got == {"offload_disk_chunks": (0, 14), "offload_disk_queries": (0, 26), "offload_disk_hits": (0, 4),
+                   "offload_disk_promoted_chunks": (0, 4), "offload_disk_written_chunks": (0, 14)}
+    assert m["offload_disk_hit_rate"]["a"] is None and m["offload_disk_hit_rate"]["b"] == pytest.approx(4 / 26)
+    # The CPU tier's hits: C's 64 tokens with the disk tier, none without.
+    assert (m["offload_hits"]["a"], m["offload_hits"]["b"]) == (0, 64)
+    assert "disk tier hit rate" in _run("compare", tmp_path / "cpu", tmp_path / "disk").stdout
