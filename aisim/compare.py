@@ -5,7 +5,10 @@ FILE``; a run id, run name or id prefix, as ``aisim query`` and ``aisim report``
 are read into the report's shard data (:mod:`aisim.report.folder`, :mod:`aisim.report.data`), so a
 folder and a landed run of the same replay compare equal.  Runs of several shards compare shard by
 shard, in shard order.  The metrics are the ``summaries`` columns of :data:`METRICS`; the delta is
-``B - A`` and the relative change ``(B - A) / A`` (none when A is 0 or either is missing).
+``B - A`` and the relative change ``(B - A) / A`` (none when A is 0 or either is missing).  A shard
+pair where either side had a KV offload tier adds the tiers' totals, :data:`OFFLOAD_METRICS`: each
+tier's hits and hit rate, the CPU tier's loads, stores, bytes and evictions (0 on a side without a
+tier; docs/kv-offload.md).
 """
 
 from __future__ import annotations
@@ -39,6 +42,63 @@ METRICS = (
     ("kv_usage_mean", "KV usage mean", "fraction"),
     ("kv_usage_max", "KV usage max", "fraction"),
 )
+
+# A pair of shards where either had a KV offload tier also compares these.  ``offload_hit_rate`` is
+# derived as the offload_tiers view derives it: the tokens the CPU tier offered over the tokens
+# asked of it (vLLM's connector_prefix_cache_stats), None when nothing was asked.
+OFFLOAD_METRICS = (
+    ("offload_cpu_chunks", "CPU tier size, blocks", "count"),
+    ("prefix_hits", "GPU prefix cache hits, tokens", "count"),
+    ("offload_queries", "CPU tier queries, tokens", "count"),
+    ("offload_hits", "CPU tier hits, tokens", "count"),
+    ("offload_hit_rate", "CPU tier hit rate", "fraction"),
+    ("offload_loads", "CPU tier loads", "count"),
+    ("offload_load_tokens", "CPU tier tokens loaded", "count"),
+    ("offload_load_bytes", "CPU tier bytes loaded", "bytes"),
+    ("offload_stores", "CPU tier stores", "count"),
+    ("offload_store_chunks", "CPU tier blocks stored", "count"),
+    ("offload_store_bytes", "CPU tier bytes stored", "bytes"),
+    ("offload_cpu_evicted", "CPU tier blocks evicted", "count"),
+)
+
+# With a disk tier behind the CPU tier on either side, also these totals of the summary's
+# ``kv_offload.disk`` (0 on a side without one); ``disk_hit_rate`` is hits over queries (chunk lookups
+# that reached the disk tier).
+DISK_METRICS = (
+    ("disk_chunks", "disk tier blocks held", "count"),
+    ("queries", "disk tier queries, blocks", "count"),
+    ("hits", "disk tier hits, blocks", "count"),
+    ("disk_hit_rate", "disk tier hit rate", "fraction"),
+    ("promoted_chunks", "disk tier blocks read back", "count"),
+    ("written_chunks", "disk tier blocks written", "count"),
+    ("read_bytes", "disk tier bytes read", "bytes"),
+    ("write_bytes", "disk tier bytes written", "bytes"),
+)
+
+
+def _disk(summary: dict):
+    """A side's disk tier totals (``kv_offload.disk`` of its summary), or None."""
+    return ((summary.get("summary_detail") or {}).get("kv_offload") or {}).get("disk")
+
+
+def _disk_metric(summary: dict, key: str):
+    d = _disk(summary) or {}
+    if key == "disk_hit_rate":
+        return d["hits"] / d["queries"] if d.get("queries") else None
+    return _value(d.get(key, 0))
+
+
+def _has_tier(summary: dict) -> bool:
+    return bool(summary.get("offload_cpu_chunks") or 0)
+
+
+def _metric(summary: dict, key: str, offload: bool):
+    """One side's value of ``key``; an offload total of a side without a tier is 0."""
+    if key == "offload_hit_rate":
+        q, h = _metric(summary, "offload_queries", offload), _metric(summary, "offload_hits", offload)
+        return h / q if q else None
+    v = _value(summary.get(key))
+    return 0 if v is None and offload and key.startswith("offload_") and not _has_tier(summary) else v
 
 
 def load_side(selector: str, database: str | None, first_id: int = 0):
@@ -79,12 +139,20 @@ def compare_rows(a: list, b: list) -> list:
         raise ReportError(f"the runs have {len(a)} and {len(b)} shards; compare runs of the same shards")
     rows = []
     for i, (sa, sb) in enumerate(zip(a, b)):
-        for key, label, kind in METRICS:
-            va, vb = _value(sa.summary.get(key)), _value(sb.summary.get(key))
+        offload = _has_tier(sa.summary) or _has_tier(sb.summary)
+        for key, label, kind in METRICS + (OFFLOAD_METRICS if offload else ()):
+            va, vb = _metric(sa.summary, key, offload), _metric(sb.summary, key, offload)
             delta = vb - va if va is not None and vb is not None else None
             rel = delta / va if delta is not None and va != 0 else None
             rows.append({"shard": i, "metric": key, "label": label, "kind": kind, "a": va, "b": vb,
                          "delta": delta, "relative": rel})
+        if _disk(sa.summary) is not None or _disk(sb.summary) is not None:
+            for key, label, kind in DISK_METRICS:
+                va, vb = _disk_metric(sa.summary, key), _disk_metric(sb.summary, key)
+                delta = vb - va if va is not None and vb is not None else None
+                rel = delta / va if delta is not None and va != 0 else None
+                rows.append({"shard": i, "metric": "offload_disk_" + key.replace("disk_", "", 1), "label": label,
+                             "kind": kind, "a": va, "b": vb, "delta": delta, "relative": rel})
     return rows
 
 
@@ -125,6 +193,10 @@ def _text(kind: str, v) -> str:
         return fmt_pct(v, 2)
     if kind == "rate":
         return fmt_num(float(v), 3)
+    if kind == "bytes":
+        from aisim.report.svg import fmt_bytes
+
+        return fmt_bytes(v)
     return fmt_num(v)
 
 

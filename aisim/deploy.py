@@ -132,12 +132,14 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     for w, rep in enumerate(out["replicas"]):
         share = table.take(pa.array(rep["index"], pa.int64()))
         parts.append(result_of(share, engines[0] if w < n_p else engines[1], rep, True, record_decisions))
+    # A replica's tier is its own; a disaggregated deployment's prefill pool may have one alone.
+    tiered = next((e for e in engines if e.kv_offload is not None), None)
     if deployment.disaggregated:
-        requests, status = _pd_requests(table, parts, out, n_p)
+        requests, status = _pd_requests(table, parts, out, n_p, _tier_columns(tiered, "requests"))
     else:
         requests = _requests(table, parts, out["replicas"], route, out["sent"], _tier_columns(engine, "requests"))
         status = None
-    steps = _steps(parts, _tier_columns(engine, "steps"))
+    steps = _steps(parts, _tier_columns(tiered, "steps"))
     routing = None
     if record_routing:
         routing = {"replica": route}
@@ -157,9 +159,9 @@ def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
         parts[0].requests
 
 
-def _tier_columns(engine: EngineConfig, kind: str):
+def _tier_columns(engine: EngineConfig | None, kind: str):
     """The KV offload columns a replica's ``kind`` table ends with (the disk tier's after the CPU tier's), or None."""
-    off = engine.kv_offload
+    off = engine.kv_offload if engine is not None else None
     if off is None:
         return None
     cpu, disk = (OFFLOAD_STEPS, DISK_STEPS) if kind == "steps" else (OFFLOAD_REQUESTS, DISK_REQUESTS)
@@ -183,10 +185,12 @@ def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload=Non
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
+def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int, offload=None):
     """A disaggregated deployment's request rows: the prefill replica's row (arrival, first
     scheduling, first token, prompt cache hit), completed by the decode replica's (finish, output
-    tokens, status); the latencies recomputed over the two.  Also the core status codes."""
+    tokens, status); the latencies recomputed over the two.  With ``offload`` (a prefill pool with
+    a KV offload tier), the prefill replica's offload columns at the end.  Also the core status
+    codes."""
     n = table.num_rows
     reps = out["replicas"]
     pre = _in_trace_order(n, parts[:n_p], reps[:n_p])
@@ -227,7 +231,7 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
         "routed_s": out["routed_d"],
         "transfer_s": out["transfer_s"],
     }
-    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS)
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS, offload)
     arrays = []
     for f in schema:
         if f.name in front:
@@ -249,12 +253,15 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
 
 def _steps(parts: list, offload=None) -> pa.Table:
     """Every replica's step rows, replica 0's first, ``replica`` in front (with ``offload``, each replica's
-    KV offload columns at the end)."""
+    KV offload columns at the end; null for a replica without a tier)."""
     schema = deployment_schema(DEPLOYMENT_STEPS, STEPS, offload)
     tables = []
     for w, p in enumerate(parts):
-        rep = arrow_array(np.full(p.steps.num_rows, w, dtype=np.int32), pa.int32())
-        tables.append(pa.Table.from_arrays([rep] + [p.steps.column(f.name) for f in list(schema)[1:]], schema=schema))
+        n = p.steps.num_rows
+        rep = arrow_array(np.full(n, w, dtype=np.int32), pa.int32())
+        tables.append(pa.Table.from_arrays([rep] + [p.steps.column(f.name) if f.name in p.steps.column_names
+                                                    else pa.nulls(n, f.type) for f in list(schema)[1:]],
+                                           schema=schema))
     return pa.concat_tables(tables)
 
 
@@ -291,11 +298,12 @@ def _summary(parts: list, reps: list, engine: EngineConfig, deployment: Deployme
         per.append(s)
     counts = np.array([s["requests"] for s in per], dtype=np.float64)
     mean = counts.mean() if len(counts) else 0.0
-    if engine.kv_offload is not None:
-        summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in parts])
+    tiered = [p for p in parts if "kv_offload" in p.summary]
+    if tiered:
+        summary["kv_offload"] = offload_totals([p.summary["kv_offload"] for p in tiered])
         # As each replica's (aisim.replay_result.result_of): vLLM's num_cached_tokens counts the tier's tokens.
         summary["prefix_hit_tokens_at_admission"] += sum(
-            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in parts)
+            int(pc.sum(p.requests.column("offload_hit_tokens")).as_py() or 0) for p in tiered)
     summary["deployment"] = deployment.to_dict()
     summary["load_balance"] = {
         "requests_min": int(counts.min()) if len(counts) else 0,

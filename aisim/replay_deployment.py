@@ -51,9 +51,9 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
         from aisim.config.deployment import deployment_engines
 
         p_eng, d_eng = deployment_engines(deployment, engine)
-        for eng in (p_eng, d_eng):
+        for eng, pool in ((p_eng, "prefill"), (d_eng, "decode")):
             _validate(trace, eng)
-            _pd_supported(eng)
+            _pd_supported(eng, pool, getattr(deployment, pool).engine is not None)
         config = core_config(p_eng)
         d_config = core_config(d_eng)
         link = deployment.link
@@ -74,7 +74,6 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
                                                              config, p_eng, sessions)
     else:
         _validate(trace, engine)
-        _offload_supported(engine)
         config = core_config(engine)
         n_rep, router = deployment.replicas, _router(deployment.router, deployment.options, config, engine, sessions)
     arrays = _whole_arrays(trace, engine, True)
@@ -90,31 +89,29 @@ def run_deployment(trace, engine: EngineConfig, deployment, *, name: str | None 
     return trace, out
 
 
-def _pd_supported(engine: EngineConfig) -> None:
-    """Refuse what disaggregated pools do not model: drafts, Mamba state groups and a KV offload tier."""
-    if engine.kv_offload is not None:
-        # A prefill/decode pair already runs vLLM's connector path (NixlConnector); an offload tier beside
-        # it takes a MultiConnector, which aisim does not replay.
-        raise ConfigError("a disaggregated deployment does not model a KV offload tier; remove the engine's "
-                          "'kv_offload' section or deploy aggregated replicas")
+def _pd_supported(engine: EngineConfig, pool: str, own: bool) -> None:
+    """Refuse what disaggregated pools do not model: drafts, Mamba state groups and a KV offload tier
+    on a decode replica."""
+    if engine.kv_offload is not None and pool == "decode":
+        # vLLM runs a tier beside the P/D transfer only through a MultiConnector of NixlConnector and
+        # OffloadingConnector (--kv-offloading-size alone replaces the NixlConnector:
+        # VllmConfig._post_init_kv_transfer_config).  On a prefill replica the NixlConnector matches
+        # nothing (nixl/pull_scheduler.py, get_num_new_matched_tokens) and never defers, so the tier
+        # runs as in a single engine.  On a decode replica MultiConnector.get_num_new_matched_tokens
+        # asks every child in order: the first with tokens loads them, and a child's "ask again"
+        # (None) defers the request; aisim's remote admission (remote_kv.pxi) does not ask a tier.
+        where = "remove the decode pool engine's 'kv_offload' section" if own else \
+            ("the engine's 'kv_offload' section gives the decode pool a tier too; give the decode pool "
+             "its own engine without one ('deployment.decode.engine')")
+        raise ConfigError("a disaggregated deployment models a KV offload tier on its prefill replicas only "
+                          "(vLLM's MultiConnector of NixlConnector and OffloadingConnector); a decode replica "
+                          f"with a tier asks it beside the transfer, which aisim does not replay: {where}")
     if engine.speculative is not None:
         raise ConfigError("a disaggregated deployment does not model speculative decoding yet; "
                           "remove the engine's 'speculative' section")
     if any(g["kind"] == GROUP_KINDS["state"] for g in core_config(engine).groups):
         raise ConfigError("a disaggregated deployment does not model Mamba state groups yet (vLLM's connectors "
                           "back off one token for them)")
-
-
-def _offload_supported(engine: EngineConfig) -> None:
-    """Refuse a KV offload tier whose transfers run on the PCIe clock: a replica waiting on a copy with
-    nothing to schedule waits for the copy, not for the deployment's next arrival (the single engine's
-    replay cuts that wait at the arrival).  Step-clocked transfers replay in every replica exactly as in
-    a single engine."""
-    off = engine.kv_offload
-    if off is not None and getattr(off, "pcie_gen", None) is not None:
-        raise ConfigError("a deployment replays KV offload transfers on the step clock ('kv_offload.load_delay_steps', "
-                          "'store_delay_steps'); 'kv_offload.pcie_gen' times them on the link, which a deployment's "
-                          "replicas do not model yet")
 
 
 def _router(name: str, opts: dict, config, engine: EngineConfig, sessions) -> dict:

@@ -25,7 +25,7 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from aisim._core.blockpool cimport TAG_NONE, BlockPoolC, bp_log_keys, bp_lookup
-from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step
+from aisim._core.engine cimport Engine, TraceC, replica_add, replica_end, replica_step, replica_wake
 
 # No next event: a replica's stretch is bounded only by its own requests.
 cdef sec_t INF_S = 1e300
@@ -646,6 +646,7 @@ cdef class Deployment:
                     self._to_decode(g // 2, te)
                 else:
                     e = <Engine>self.engines[self.route[g // 2]]
+                    replica_wake(e, te)
                     sched_free_held(&e.sched, self.p_slot[g // 2])
                     self._touch(self.route[g // 2])
                 continue

@@ -238,6 +238,8 @@ cdef class Engine:
     cdef MacroC macro              # macro-steps: quiet stretches of decoding in one move
     cdef bint replica              # a deployment's replica (fed and stepped by aisim._core.deploy)
     cdef sec_t last_start          # clock at the start of the last iteration
+    cdef sec_t poll_floor          # the last row polled for a copy on the clock past its forward pass's
+                                   # end, which this is (-1: not); a replica's next arrival cuts it
     # KV offload behind the GPU cache (ext/offload.pxi): the CPU tier and its rows
     cdef bint offload              # on
     cdef OffloadC off              # the connector's state (sched.off points here)
@@ -267,4 +269,5 @@ cdef class Engine:
 # one iteration at a time at its clock, and ends it.
 cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint front) except -1 nogil
 cdef int replica_step(Engine e, sec_t until) except -1 nogil
+cdef int replica_wake(Engine e, sec_t at) except -1 nogil
 cdef int replica_end(Engine e) except -1 nogil

@@ -230,6 +230,7 @@ cdef class Engine:
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)
         self.replica = replica
+        self.poll_floor = -1
         if macro_steps:
             _macro_init(self)
         self.time_model.kind = TM_LINEAR
@@ -501,8 +502,10 @@ cdef class Engine:
         cdef block_id_t free_sched = self.kv.pool.num_free
         sched_update(&self.sched, b)
         self.upd_batch = b
+        self.poll_floor = -1
         if self.offload and b.total_tokens == 0:
-            _off_idle_until_landing(self, b)
+            # A replica's next arrival is routed after this step: replica_wake cuts the poll there.
+            self.poll_floor = _off_idle_until_landing(self, b)
         _release_next_turns(self)
         self.stalled = self.stalled + 1 if b.total_tokens == 0 and self.sched.n_finished == 0 else 0
         _log_line(self, self.step, LINE_STEP, self.clock, b, b, free_sched)
@@ -578,13 +581,7 @@ cdef class Engine:
                     # The next send (an open-loop one only while the client's cap has room: a full
                     # cap with an idle engine has its requests in the API server's queue), release,
                     # or request the API server hands over.
-                    t_next = INF_TIME
-                    if self.open_n > 0 and not (self.max_conc and self.in_flight >= self.max_conc):
-                        t_next = self.slot_time[self.open_q[self.open_head]]
-                    if self.rel.n > 0 and self.rel.a[0].key < t_next:
-                        t_next = self.rel.a[0].key
-                    if self.srv_n > 0 and self.slot_time[self.srv_q[self.srv_head]] < t_next:
-                        t_next = self.slot_time[self.srv_q[self.srv_head]]
+                    t_next = _next_input_s(self, False)
                     if t_next > self.clock:
                         self.clock = t_next
                 else:

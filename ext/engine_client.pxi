@@ -63,6 +63,27 @@ cdef bint _input_needed(Engine e) noexcept nogil:
     return not e.ended and (e.open_n == 0 or (_release_due(e) and e.rel.a[0].tie >= e.loaded))
 
 
+cdef sec_t _next_input_s(Engine e, bint handover) noexcept nogil:
+    # When the next request can reach a timed engine (INF_TIME: none known): the next open-loop send
+    # while the client's cap has room, closed-loop release, or hand-over by the API server.  With
+    # ``handover``, the open-loop send's own hand-over (the server's queue is serial: it takes the
+    # request at its send or when free); a replica's open queue holds hand-overs already.
+    cdef sec_t t = INF_TIME
+    cdef req_t r
+    if e.open_n > 0 and not (e.max_conc and e.in_flight >= e.max_conc):
+        r = e.open_q[e.open_head]
+        t = e.slot_time[r]
+        if handover and e.front and not e.replica:
+            if e.front_free > t:
+                t = e.front_free
+            t += e.slot_front[r]
+    if e.rel.n > 0 and e.rel.a[0].key < t:
+        t = e.rel.a[0].key
+    if e.srv_n > 0 and e.slot_time[e.srv_q[e.srv_head]] < t:
+        t = e.slot_time[e.srv_q[e.srv_head]]
+    return t
+
+
 cdef int _add_arrivals(Engine e) except -1 nogil:
     """Send the requests due by now: open-loop requests in trace order, merged with closed-loop
     turns released by a finish, ordered by (time, trace index); and add the requests that have

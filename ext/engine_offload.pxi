@@ -20,17 +20,23 @@ if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ:
     raise ImportError("aisim._core.engine: offload column tables and enums disagree")
 
 
-cdef int _off_idle_until_landing(Engine e, BatchC* b) except -1 nogil:
+cdef sec_t _off_idle_until_landing(Engine e, BatchC* b) noexcept nogil:
     """Transfers on the clock: an engine with nothing to compute polls until the next submitted copy
-    lands (or the next request arrives); aisim folds the polling into step ``b``, which then ends
-    there.  Asynchronous, a step is folded when neither it nor the step whose output it waited for
-    computed anything (the copies of that output's step are submitted by then)."""
+    lands (or the next request can reach it: _next_input_s, the API server's hand-over included);
+    aisim folds the polling into step ``b``, which then ends there.  Asynchronous, a step is folded
+    when neither it nor the step whose output it waited for computed anything (the copies of that
+    output's step are submitted by then).  Returns the end of ``b``'s forward pass when the step was
+    folded (where a replica's later arrival may cut it), else -1."""
     cdef sec_t land = off_next_landing(&e.off)
-    if e.timed and e.open_n > 0 and e.slot_time[e.open_q[e.open_head]] < land:
-        land = e.slot_time[e.open_q[e.open_head]]
-    if land > b.end_s:
-        b.end_s = land
-    return 0
+    cdef sec_t t, end = b.end_s
+    if e.timed:
+        t = _next_input_s(e, True)
+        if t < land:
+            land = t
+    if land <= end:
+        return -1
+    b.end_s = land
+    return end
 
 
 cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:

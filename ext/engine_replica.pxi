@@ -28,6 +28,7 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint fron
             at = e.front_free
         at += t.frontend_s[i]
         e.front_free = at
+    replica_wake(e, at)
     if e.n_free < 1:
         _grow_pool(e, <req_t>(e.pool_cap - e.n_free + 1))
     _grow_window(e, e.loaded + 1 - e.retired)
@@ -61,6 +62,23 @@ cdef req_t replica_add(Engine e, const TraceC* t, int64_t i, sec_t at, bint fron
             and at > e.clock:
         e.clock = at  # an idle engine jumps to the arrival
     return s
+
+
+cdef int replica_wake(Engine e, sec_t at) except -1 nogil:
+    """Something reaches the replica at ``at``: a request, or (a prefill replica) the end of a
+    transfer that frees its held blocks.  When its last iteration computed nothing and polled for
+    a KV offload copy on the clock past ``at``, that poll ends at ``at`` (or at its forward pass's
+    end), as the next arrival of its share ends a single engine's (Engine._end_sync_step): vLLM's
+    engine polls in a loop and its next schedule() sees the change.  The deployment handles an
+    event only once every iteration starting before it has run, so the poll is the last row."""
+    cdef sec_t end
+    if e.poll_floor < 0 or at >= e.clock:
+        return 0
+    end = at if at > e.poll_floor else e.poll_floor
+    _put_f64(&e.cols, SC_DURATION, e.cols.n - 1, end - e.last_start)
+    e.clock = end
+    e.poll_floor = -1
+    return 0
 
 
 cdef int replica_step(Engine e, sec_t until) except -1 nogil:

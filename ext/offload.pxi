@@ -559,7 +559,8 @@ cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
         disk_forget(s, r)
     memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0,
            tmin(s.off.chunk_row, num_tokens(r) // s.off.conf.tokens_per_chunk + 1) * sizeof(flag_t))
-    kv_release_slot(s.kv, r)
+    if not r.held:  # a prefill replica's request keeps its blocks for the transfer (sched_free_held)
+        kv_release_slot(s.kv, r)
     r.off_hold = 0
     return 0
 

@@ -43,10 +43,15 @@ cdef bint _remote_kv(SchedC* s, BatchC* b, ReqC* r, sec_t now) except -1 nogil:
 cdef void sched_free_held(SchedC* s, req_t ri) noexcept nogil:
     """A prefill replica's transfer of request ``ri`` landed: its held blocks are freed as a finish
     frees them (vllm/v1/core/sched/scheduler.py, _update_from_kv_xfer_finished: finished_sending ->
-    _free_blocks, after request_finished returned delay_free_blocks)."""
+    _free_blocks, after request_finished returned delay_free_blocks).  With a KV offload tier the
+    replica runs vLLM's MultiConnector (distributed/kv_transfer/kv_connector/v1/multi_connector.py,
+    _aggregate_request_finished): only the NixlConnector asks to delay the free (the
+    OffloadingConnector's request_finished answers False), so the free waits for the transfer
+    alone; the slot goes back once the offload connector has dropped the request too."""
     cdef ReqC* r = &s.reqs[ri]
     kv_free(s.kv, r)
-    kv_release_slot(s.kv, r)
+    if r.off_hold == 0:
+        kv_release_slot(s.kv, r)
     r.held = 0
 
 

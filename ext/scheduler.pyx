@@ -761,7 +761,8 @@ cdef int _update(SchedC* s, const BatchC* b, spec_mode* mode) except -1 nogil:
                 r.off_hold = 1
                 off_fence_finished(s, ri)
                 _off_unreserve_parked(s, r)
-                kv_free(s.kv, r)
+                if not r.held:
+                    kv_free(s.kv, r)
             elif not r.held:
                 kv_free(s.kv, r)
                 kv_release_slot(s.kv, r)

@@ -99,3 +99,76 @@ def test_compare_report_and_replay_report_draw_both(runs, tmp_path):
     assert r.exit_code == 2 and "--replay reports replay output folders" in r.output
     r = _run("report", "--replay", tmp_path, "--out", rep)
     assert r.exit_code == 2 and "lacks" in r.output
+
+
+def test_compare_shows_the_offload_tiers(tmp_path):
+    # tests/test_kv_offload.py's first case: A (64 tokens of p) is stored, 4 chunks; B (159 tokens) takes
+    # every GPU block (9 chunks stored) and evicts p; C (p + 16) misses on the GPU and loads p's 64 tokens
+    # from the tier, then stores its one new chunk.  The tier is asked 64 + 159 + 80 = 303 tokens and
+    # offers 64; chunks are 4096 bytes.  Without the tier C recomputes p: no offload totals (0).
+    import sys
+
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.output import write_result
+    from aisim.replay import replay
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from helpers import make_trace
+    from test_kv_offload import _engine, _req
+
+    trace = [_req("A", 0, 64, "p", 64), _req("B", 5, 159), _req("C", 10, 80, "p", 64)]
+    for name, off in (("off", {}), ("on", {"cpu_blocks": 20, "kv_bytes_per_block": 4096})):
+        write_result(replay(make_trace(trace, "time"), engine_config_from_dict(_engine(11, **off))),
+                     str(tmp_path / name))
+    r = _run("compare", tmp_path / "off", tmp_path / "on", "--format", "json")
+    assert r.exit_code == 0, r.output
+    m = _metrics(r.stdout)
+    got = {k: (m[k]["a"], m[k]["b"], m[k]["delta"]) for k in (
+        "offload_cpu_chunks", "offload_queries", "offload_hits", "offload_loads", "offload_load_tokens",
+        "offload_load_bytes", "offload_stores", "offload_store_chunks", "offload_store_bytes",
+        "offload_cpu_evicted")}
+    assert got == {"offload_cpu_chunks": (0, 20, 20), "offload_queries": (0, 303, 303),
+                   "offload_hits": (0, 64, 64), "offload_loads": (0, 1, 1), "offload_load_tokens": (0, 64, 64),
+                   "offload_load_bytes": (0, 4 * 4096, 4 * 4096), "offload_stores": (0, 3, 3),
+                   "offload_store_chunks": (0, 14, 14), "offload_store_bytes": (0, 14 * 4096, 14 * 4096),
+                   "offload_cpu_evicted": (0, 0, 0)}
+    assert m["offload_hit_rate"]["a"] is None and m["offload_hit_rate"]["b"] == pytest.approx(64 / 303)
+    # The GPU prefix cache hits nothing either way (C's p was evicted before it came).
+    assert (m["prefix_hits"]["a"], m["prefix_hits"]["b"]) == (0, 0)
+    table = _run("compare", tmp_path / "off", tmp_path / "on").stdout
+    assert "CPU tier hit rate" in table and "21.12%" in table and "+56 KiB" in table
+    # Two runs without a tier compare as before: no offload rows.
+    plain = _metrics(_run("compare", tmp_path / "off", tmp_path / "off", "--format", "json").stdout)
+    assert "offload_hits" not in plain and "prefix_hits" not in plain
+
+
+def test_compare_shows_the_disk_tier(tmp_path):
+    # tests/test_offload_disk.py's first case: a CPU tier of 9 chunks with and without the disk tier.
+    # With it, C's prefix (evicted from the GPU and the CPU tier) is read back from disk: the disk is
+    # asked for 26 chunks (A 4 + 1, B 9 + 1, C 5 + 5 + 1), finds 4, reads them back and keeps the 14
+    # chunks written to it; without it nothing of the disk counts (0).
+    import sys
+
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.output import write_result
+    from aisim.replay import replay
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from helpers import make_trace
+    from test_offload_disk import REQS
+    from test_kv_offload import _engine
+
+    for name, extra in (("cpu", {}), ("disk", {"disk_tier": True})):
+        write_result(replay(make_trace(REQS), engine_config_from_dict(_engine(11, cpu_blocks=9, **extra))),
+                     str(tmp_path / name))
+    r = _run("compare", tmp_path / "cpu", tmp_path / "disk", "--format", "json")
+    assert r.exit_code == 0, r.output
+    m = _metrics(r.stdout)
+    got = {k: (m[k]["a"], m[k]["b"]) for k in ("offload_disk_chunks", "offload_disk_queries", "offload_disk_hits",
+                                               "offload_disk_promoted_chunks", "offload_disk_written_chunks")}
+    assert got == {"offload_disk_chunks": (0, 14), "offload_disk_queries": (0, 26), "offload_disk_hits": (0, 4),
+                   "offload_disk_promoted_chunks": (0, 4), "offload_disk_written_chunks": (0, 14)}
+    assert m["offload_disk_hit_rate"]["a"] is None and m["offload_disk_hit_rate"]["b"] == pytest.approx(4 / 26)
+    # The CPU tier's hits: C's 64 tokens with the disk tier, none without.
+    assert (m["offload_hits"]["a"], m["offload_hits"]["b"]) == (0, 64)
+    assert "disk tier hit rate" in _run("compare", tmp_path / "cpu", tmp_path / "disk").stdout

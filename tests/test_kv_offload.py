@@ -180,17 +180,6 @@ def test_transfers_on_the_pcie_clock():
     assert res.summary["kv_offload"]["load_bytes"] == 4 * chunk
 
 
-def test_a_deployment_of_engines_with_transfers_on_the_clock_is_refused():
-    # Step-clocked tiers replay in every replica (tests/test_offload_surfaces.py); the PCIe clock does not yet.
-    from aisim.deploy import deploy
-    from helpers import make_trace
-
-    cfg = engine_config_from_dict(_engine(11, cpu_blocks=4, pcie_gen=5, kv_bytes_per_block=4096))
-    trace = make_trace([_req("A", 0, 32), _req("B", 0.1, 32)], clock="time")
-    with pytest.raises(ConfigError, match="'kv_offload.pcie_gen' times them on the link"):
-        deploy(trace, cfg, {"replicas": 2})
-
-
 def test_a_single_request_keeps_its_offload_columns():
     # One request, one row: its columns are the core's own copies, not views of rows the core reuses.
     # A's 64 prompt tokens are four 16-token chunks, stored once (offload_prompt_only); nothing loads.

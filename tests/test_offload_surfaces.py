@@ -196,7 +196,7 @@ def test_each_replica_has_its_own_tier():
 
 def test_a_disaggregated_deployment_refuses_a_tier():
     cfg = engine_config_from_dict(_engine(cpu_blocks=20))
-    with pytest.raises(ConfigError, match="does not model a KV offload tier"):
+    with pytest.raises(ConfigError, match="a KV offload tier on its prefill replicas only"):
         deploy(make_trace(TRACE, "time"), cfg, {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
                                                 "link": {"bandwidth_gb_s": 100.0}})
 

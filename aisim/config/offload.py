@@ -232,9 +232,19 @@ def check_offload(cfg, source: str | None = None) -> None:
     if cfg.policy != "fcfs":
         why = "the priority policy"
     elif cfg.speculative is not None:
-        why = "speculative decoding"
+        # vLLM 0.34.0 distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py: an EAGLE/MTP
+        # drafter group's volatile trailing chunk is neither stored (RequestOffloadState.storable_chunks)
+        # nor loaded (_lookup_complete_chunks) while a request decodes, lookahead block hashes key
+        # chunks by draft positions, and a store's horizon counts the scheduled drafts.
+        why = ("speculative decoding (vLLM's OffloadingConnector keeps an EAGLE/MTP drafter group's trailing "
+               "chunk out of its stores and lookups while a request decodes, which aisim's tier does not replay)")
     elif len(cfg.groups) != 1 or cfg.groups[0].get("type") != "full" or cfg.groups[0].get("count", 1) != 1:
-        why = "a grouped (hybrid) KV cache"
+        # Same file, _lookup_complete_chunks and GroupOffloadConfig: every group has its own chunks and
+        # keys; a hit is narrowed group by group until it converges (sliding-window groups load only the
+        # window's chunks, Mamba groups in align mode only aligned boundaries, with copy-on-write tails).
+        why = ("a grouped (hybrid) KV cache (vLLM's OffloadingConnector keeps chunks per group and narrows a "
+               "hit group by group: a sliding window's chunks, Mamba's aligned states; aisim's tier keeps one "
+               "full-attention group)")
     elif not cfg.enable_prefix_caching:
         why = "prefix caching off"
     elif cfg.async_scheduling and off.disk_tier:

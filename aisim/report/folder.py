@@ -95,7 +95,8 @@ def load_folder(path: str, shard_id: int = 0, label: str | None = None) -> Shard
              "engine": label or os.path.basename(os.path.normpath(path)), "engine_path": None,
              "engine_config": json.dumps(engine, sort_keys=True), "config": engine,
              "vllm_version": engine.get("vllm_version"), "clock": "time" if summary.get("timed") else "step",
-             "replicas": None, "router": None, "folder": os.path.abspath(path)}
+             "replicas": None, "router": None, "folder": os.path.abspath(path),
+             "deployment_config": json.dumps(dep, sort_keys=True) if dep is not None else None}
     replicas = []
     if dep is not None:
         shard["replicas"] = len(summary.get("replicas") or [])
