@@ -7,12 +7,7 @@
 -- sources: steps, run_shards (runs, shards).
 CREATE OR REPLACE VIEW kv_cache_timeline AS
 SELECT
-    rs.run_id,                                                   -- run key
-    rs.run_seq,                                                  -- landing order
-    rs.run_name,                                                 -- run name
-    rs.shard_id,                                                 -- shard
-    rs.model,                                                    -- model
-    rs.engine,                                                   -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     st.replica,                                                  -- replica of a deployment (NULL: one engine)
     st.step,                                                     -- engine iteration
     st.clock_s,                                                  -- start of the step (simulated seconds)

@@ -10,12 +10,7 @@
 -- (vllm bench serve's ITL): the replay's summary computed it, the summaries table holds it.
 CREATE OR REPLACE VIEW latency_percentiles AS
 SELECT
-    rs.run_id,                                                   -- run key
-    rs.run_seq,                                                  -- landing order
-    rs.run_name,                                                 -- run name
-    rs.shard_id,                                                 -- shard
-    rs.model,                                                    -- model
-    rs.engine,                                                   -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     count(*) AS requests,                                        -- requests replayed
     count(*) FILTER (WHERE q.status = 'finished') AS finished,   -- of those, finished
     avg(q.ttft_s) AS ttft_mean_s,                                -- time to first token: mean

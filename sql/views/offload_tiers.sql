@@ -25,12 +25,7 @@ WITH st AS (
     GROUP BY run_id, shard_id
 )
 SELECT
-    rs.run_id,                                                             -- run key
-    rs.run_seq,                                                            -- landing order
-    rs.run_name,                                                           -- run name
-    rs.shard_id,                                                           -- shard
-    rs.model,                                                              -- model
-    rs.engine,                                                             -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     s.requests,                                                            -- requests replayed
     s.prefix_queries AS gpu_queries,                                       -- tokens looked up in the GPU prefix cache
     s.prefix_hits AS gpu_hits,                                             -- of those, hits

@@ -28,12 +28,7 @@ WITH req AS (
     GROUP BY run_id, shard_id
 )
 SELECT
-    rs.run_id,                                                   -- run key
-    rs.run_seq,                                                  -- landing order
-    rs.run_name,                                                 -- run name
-    rs.shard_id,                                                 -- shard
-    rs.model,                                                    -- model
-    rs.engine,                                                   -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     coalesce(req.requests, 0) AS requests,                       -- requests replayed
     coalesce(req.requests_with_hit, 0) AS requests_with_hit,     -- requests with cached tokens at admission
     req.requests_with_hit / nullif(req.requests, 0) AS request_hit_share,  -- their share

@@ -9,12 +9,7 @@
 -- sources: replicas, shards, run_shards (runs, shards).
 CREATE OR REPLACE VIEW replica_balance AS
 SELECT
-    rs.run_id,                                                       -- run key
-    rs.run_seq,                                                      -- landing order
-    rs.run_name,                                                     -- run name
-    rs.shard_id,                                                     -- shard
-    rs.model,                                                        -- model
-    rs.engine,                                                       -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     s.router,                                                        -- the deployment's router
     s.replicas AS replica_count,                                     -- replicas behind it
     rp.replica,                                                      -- replica (0, 1, ...)

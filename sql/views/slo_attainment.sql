@@ -31,12 +31,7 @@ WITH judged AS (
     GROUP BY run_id, shard_id
 )
 SELECT
-    rs.run_id,                                                   -- run key
-    rs.run_seq,                                                  -- landing order
-    rs.run_name,                                                 -- run name
-    rs.shard_id,                                                 -- shard
-    rs.model,                                                    -- model
-    rs.engine,                                                   -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     CAST(ttft_slo_s AS DOUBLE) AS ttft_slo_s,                    -- TTFT threshold (NULL: none)
     CAST(tpot_slo_s AS DOUBLE) AS tpot_slo_s,                    -- TPOT threshold (NULL: none)
     CAST(e2e_slo_s AS DOUBLE) AS e2e_slo_s,                      -- E2E threshold (NULL: none)

@@ -34,12 +34,7 @@ per_step AS (
     GROUP BY run_id, shard_id
 )
 SELECT
-    rs.run_id,                                                          -- run key
-    rs.run_seq,                                                         -- landing order
-    rs.run_name,                                                        -- run name
-    rs.shard_id,                                                        -- shard
-    rs.model,                                                           -- model
-    rs.engine,                                                          -- engine configuration
+    rs.*,  -- the shard's keys (run_shards): run_id, run_seq, run_name, shard_id, model, engine
     q.requests,                                                         -- requests replayed
     q.spec_requests,                                                    -- of those, requests that verified drafts
     q.draft_tokens,                                                     -- draft tokens scheduled for verification
