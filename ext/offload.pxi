@@ -45,6 +45,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
+    o.memo_chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
     o.recs_cap = 64
@@ -58,6 +59,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     if o.jobs != NULL:
         for i in range(o.jobs_cap):
             mem_free(o.jobs[i].keys)
+            mem_free(o.jobs[i].cids)
     mem_free(o.jobs)
     mem_free(o.free_jobs)
     mem_free(o.store_q)
@@ -69,6 +71,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.free_chunks)
     mem_free(o.map)
     mem_free(o.found)
+    mem_free(o.memo_chunks)
     mem_free(o.lru_prev)
     mem_free(o.lru_next)
     mem_free(o.free_anchors)
@@ -167,8 +170,15 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
         i = (i + 1) & o.map_mask
 
 
+cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
+    # The key's bucket fetched ahead of its probe: a run of probes then overlaps its memory misses.
+    __builtin_prefetch(&o.map[_off_bucket(o, key)])
+
+
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     cdef int64_t i = _off_bucket(o, key)
+    if o.memo_on and o.memo_missed and o.memo_miss == key:
+        _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
     while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
     o.map[i].chunk = chunk
@@ -182,6 +192,8 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
     cdef int32_t c
     while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
         i = (i + 1) & o.map_mask
+    if o.chunks[o.map[i].chunk].watch:
+        _off_memo_drop(o)  # the last lookup's scan found this chunk
     j = i
     while True:
         j = (j + 1) & o.map_mask
@@ -194,6 +206,16 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
             o.map[i] = o.map[j]
             i = j
     o.map[i].chunk = OFF_EMPTY
+
+
+cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
+    """The last lookup's scan is forgotten (its chunks no longer watched)."""
+    cdef int32_t i
+    if not o.memo_on:
+        return
+    for i in range(o.memo_hits):
+        o.chunks[o.memo_chunks[i]].watch = 0
+    o.memo_on = 0
 
 
 # ------------------------------------------------------------------ the LRU policy
@@ -320,12 +342,15 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         for i in range(n_sel):
             o.chunks[o.scratch[i]].mark = 0
         return 0
+    for i in range(tmin(8, n_sel)):
+        _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
+        if i + 8 < n_sel:
+            _off_prefetch(o, o.chunks[o.scratch[i + 8]].key)
         ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
         _lru_unlink(o, o.scratch[i])
         ch.mark = 0
-        ch.used = 0
         ch.evictable = 0
         o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
@@ -363,16 +388,10 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         return 0
     end = <int32_t>tmin(cdiv(max_hit, tpc), n_keys)
     start = <int32_t>(local // tpc)
-    # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
-    for i in range(start, end):
-        c = _off_find(o, _off_key(s, r, i))
-        if c < 0:
-            break
-        hits += 1
-        if o.chunks[c].ref < 0:
-            pending = True
-        if o.chunks[c].loading:
-            loading = True
+    _off_scan(s, r, start, end)
+    hits = o.memo_hits
+    pending = o.memo_pending
+    loading = o.memo_loading
     if pending:
         o.lookups_deferred += 1
         return -1
@@ -390,6 +409,51 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         return -1
     o.lookups_hit += 1
     return new
+
+
+cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
+    """_maximal_prefix_lookup from chunk ``start`` to ``end``: the consecutive chunks present (one
+    being stored or loaded defers the lookup), into ``memo_hits``, ``memo_pending`` and
+    ``memo_loading``; the last scan's answer when it asked the same of the same request and none of
+    the chunks it read changed since."""
+    cdef OffloadC* o = s.off
+    cdef req_t ri = <req_t>(r - s.reqs)
+    cdef int32_t i, c, d = 8
+    cdef hash_t key
+    if (o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
+            and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
+        return 0
+    _off_memo_drop(o)
+    o.memo_req = ri
+    o.memo_slot = r.slot
+    o.memo_arrival = r.arrival_key
+    o.memo_rank = r.id_rank
+    o.memo_start = start
+    o.memo_end = end
+    o.memo_hits = 0
+    o.memo_pending = 0
+    o.memo_loading = 0
+    o.memo_missed = 0
+    for i in range(start, tmin(start + d, end)):
+        _off_prefetch(o, _off_key(s, r, i))
+    for i in range(start, end):
+        if i + d < end:
+            _off_prefetch(o, _off_key(s, r, i + d))
+        key = _off_key(s, r, i)
+        c = _off_find(o, key)
+        if c < 0:
+            o.memo_missed = 1
+            o.memo_miss = key
+            break
+        o.memo_chunks[o.memo_hits] = c
+        o.memo_hits += 1
+        o.chunks[c].watch = 1
+        if o.chunks[c].ref < 0:
+            o.memo_pending = 1
+        if o.chunks[c].loading:
+            o.memo_loading = 1
+    o.memo_on = 1
+    return 0
 
 
 cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogil:
@@ -411,12 +475,16 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     return j
 
 
-cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key) except -1 nogil:
+cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
     cdef OffJobC* jb = &o.jobs[j]
+    cdef int32_t new
     if jb.n_keys == jb.keys_cap:
-        mem_grow(<void**>&jb.keys, jb.keys_cap, 2 * jb.keys_cap if jb.keys_cap > 0 else 16, sizeof(hash_t))
-        jb.keys_cap = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+        new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+        mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
+        mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
+        jb.keys_cap = new
     jb.keys[jb.n_keys] = key
+    jb.cids[jb.n_keys] = c
     jb.n_keys += 1
     return 0
 
@@ -437,12 +505,14 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
     for i in range(start, end):
         c = _off_find(o, _off_key(s, r, i))
         ch = &o.chunks[c]
+        if ch.watch:
+            _off_memo_drop(o)
         if ch.ref == 0:
             ch.evictable = 0  # mark_non_evictable
             o.n_evictable -= 1
         ch.ref += 1
         ch.loading = 1
-        _off_job_key(o, j, ch.key)
+        _off_job_key(o, j, ch.key, c)
     _off_access(s, r, start, end, NULL)
     r.off_next = end
     o.step_loads[o.n_step_loads] = j
@@ -482,7 +552,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
+    for i in range(start, tmin(start + 8, n_chunks)):
+        _off_prefetch(o, _off_key(s, r, i))
     for i in range(start, n_chunks):
+        if i + 8 < n_chunks:
+            _off_prefetch(o, _off_key(s, r, i + 8))
         c = _off_find(o, _off_key(s, r, i))
         o.found[i - start] = c
         if c < 0:
@@ -516,15 +590,15 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch = &o.chunks[c]
         ch.key = _off_key(s, r, i)
         ch.ref = -1
-        ch.used = 1
         ch.evictable = 0
         ch.loading = 0
         ch.mark = 0
+        ch.watch = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
         _lru_place(o, c, r.off_node)
         _off_map_put(o, ch.key, c)
-        _off_job_key(o, j, ch.key)
+        _off_job_key(o, j, ch.key, c)
     o.n_used += n_new
     r.off_next = n_chunks
     o.step_stores[o.n_step_stores] = j
@@ -554,7 +628,13 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
     cdef OffChunkC* ch
+    cdef int32_t k = n - 1
     for i in range(n - 1, -1, -1):
+        # The buckets of the next seen chunks fetched ahead (k: the last one fetched).
+        while k >= 0 and k >= i - 8:
+            if seen[k]:
+                _off_prefetch(o, _off_key(s, r, k))
+            k -= 1
         if not seen[i]:
             continue
         c = _off_find(o, _off_key(s, r, i))

@@ -12,10 +12,10 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef int32_t i, c
     cdef OffChunkC* ch
     for i in range(jb.n_keys):
-        c = _off_find(o, jb.keys[i])
-        if c < 0:
-            continue
+        c = jb.cids[i]  # pinned or being stored since the job was issued: still jb.keys[i]'s chunk
         ch = &o.chunks[c]
+        if ch.watch:
+            _off_memo_drop(o)
         if jb.store:
             if ch.ref < 0:
                 ch.ref = 0
