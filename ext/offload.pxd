@@ -31,6 +31,12 @@ cdef struct OffChunkC:
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
+cdef struct OffLinkC:
+    # A node's neighbours in the tier's LRU list (both in one fetch).
+    int32_t prev
+    int32_t next
+
+
 cdef struct OffMapE:
     # A bucket of the tier's key map.
     hash_t key                   # the key (when full)
@@ -86,8 +92,7 @@ cdef struct OffloadC:
     # evicted first).  Nodes 0 .. cpu_chunks - 1 are the chunks holding keys, node cpu_chunks is
     # the list's root, the nodes after it mark where each ranked request's chunks go (its rank's
     # anchor, off_node of the request).
-    int32_t* lru_prev            # [cpu_chunks + 1 + anchor_cap]
-    int32_t* lru_next            # [cpu_chunks + 1 + anchor_cap]
+    OffLinkC* lru                # [cpu_chunks + 1 + anchor_cap]
     int32_t* free_anchors        # [anchor_cap] stack of unused anchor nodes
     int32_t n_free_anchors
     int32_t anchor_cap

@@ -32,10 +32,9 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     for i in range(m):
         o.map[i].chunk = OFF_EMPTY
     o.anchor_cap = 16
-    o.lru_prev = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
-    o.lru_next = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
-    o.lru_prev[conf.cpu_chunks] = conf.cpu_chunks
-    o.lru_next[conf.cpu_chunks] = conf.cpu_chunks
+    o.lru = <OffLinkC*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(OffLinkC))
+    o.lru[conf.cpu_chunks].prev = conf.cpu_chunks
+    o.lru[conf.cpu_chunks].next = conf.cpu_chunks
     o.free_anchors = <int32_t*>mem_calloc(o.anchor_cap, sizeof(int32_t))
     for i in range(o.anchor_cap):
         o.free_anchors[i] = conf.cpu_chunks + o.anchor_cap - i
@@ -72,8 +71,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.map)
     mem_free(o.found)
     mem_free(o.memo_chunks)
-    mem_free(o.lru_prev)
-    mem_free(o.lru_next)
+    mem_free(o.lru)
     mem_free(o.free_anchors)
     mem_free(o.scratch)
     mem_free(o.seen)
@@ -229,15 +227,15 @@ cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
 # Pinned chunks stay in place (their rank is kept); eviction walks from the head.
 
 cdef inline void _lru_unlink(OffloadC* o, int32_t x) noexcept nogil:
-    o.lru_next[o.lru_prev[x]] = o.lru_next[x]
-    o.lru_prev[o.lru_next[x]] = o.lru_prev[x]
+    o.lru[o.lru[x].prev].next = o.lru[x].next
+    o.lru[o.lru[x].next].prev = o.lru[x].prev
 
 
 cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
-    o.lru_prev[x] = p
-    o.lru_next[x] = o.lru_next[p]
-    o.lru_prev[o.lru_next[p]] = x
-    o.lru_next[p] = x
+    o.lru[x].prev = p
+    o.lru[x].next = o.lru[p].next
+    o.lru[o.lru[p].next].prev = x
+    o.lru[p].next = x
 
 
 cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
@@ -247,11 +245,11 @@ cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
     cdef OffChunkC* ch = &o.chunks[c]
     cdef int32_t p, x
     if ch.rank_lo == 0:
-        _lru_after(o, o.lru_prev[o.conf.cpu_chunks], c)
+        _lru_after(o, o.lru[o.conf.cpu_chunks].prev, c)
         return
     p = anchor
     while True:
-        x = o.lru_next[p]
+        x = o.lru[p].next
         if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
             break
         p = x
@@ -262,8 +260,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
     """An anchor node at the list's tail (for a rank larger than every rank so far)."""
     cdef int32_t base = o.conf.cpu_chunks + 1, old = o.anchor_cap, i, x
     if o.n_free_anchors == 0:
-        mem_grow(<void**>&o.lru_prev, base + old, base + 2 * old, sizeof(int32_t))
-        mem_grow(<void**>&o.lru_next, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.lru, base + old, base + 2 * old, sizeof(OffLinkC))
         mem_grow(<void**>&o.free_anchors, old, 2 * old, sizeof(int32_t))
         for i in range(2 * old - 1, old - 1, -1):
             o.free_anchors[o.n_free_anchors] = base + i
@@ -271,7 +268,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
         o.anchor_cap = 2 * old
     o.n_free_anchors -= 1
     x = o.free_anchors[o.n_free_anchors]
-    _lru_after(o, o.lru_prev[o.conf.cpu_chunks], x)
+    _lru_after(o, o.lru[o.conf.cpu_chunks].prev, x)
     return x
 
 
@@ -330,14 +327,14 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
     (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int32_t n_sel = 0, i, x = o.lru_next[o.conf.cpu_chunks]
+    cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
     cdef OffChunkC* ch
     while x != o.conf.cpu_chunks and n_sel < n:
         if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
             o.chunks[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
-        x = o.lru_next[x]
+        x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.chunks[o.scratch[i]].mark = 0
@@ -528,6 +525,17 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
 
 # ------------------------------------------------------------------ stores (build_connector_meta)
 
+cdef inline bint _off_store_due(const SchedC* s, const ReqC* r, tok_t after, int32_t n_blocks) noexcept nogil:
+    """Whether _off_store has a chunk to offer: its computed tokens ``after`` (clamped as there)
+    and its ``n_blocks`` blocks both reach past chunk next_stored_chunk_idx (most calls: decodes
+    do not; checked without a division)."""
+    cdef tok_t need = (<tok_t>r.off_next + 1) * s.off.conf.tokens_per_chunk
+    cdef tok_t offloadable = tmin(after, num_tokens(r))
+    if s.off.conf.prompt_only:
+        offloadable = tmin(offloadable, r.prompt_len)
+    return offloadable >= need and <tok_t>n_blocks * s.kv.sched_block_size >= need
+
+
 cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks) except -1 nogil:
     """OffloadingConnectorScheduler._build_store_jobs for one request: the chunks newly covered by
     its computed tokens ``after`` this step (its prompt only, with offload_prompt_only), from
@@ -561,6 +569,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         o.found[i - start] = c
         if c < 0:
             n_new += 1
+        else:
+            __builtin_prefetch(&o.chunks[c])
     _off_access(s, r, start, n_chunks, o.found)
     if n_new == 0:
         r.off_next = n_chunks
@@ -627,17 +637,26 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
+    cdef int32_t m = 0, k
     cdef OffChunkC* ch
-    cdef int32_t k = n - 1
+    # The seen chunks, tail first, into ``found``; then each one's chunk, its bucket fetched
+    # ahead, and its chunk and links fetched for the relinking pass.
     for i in range(n - 1, -1, -1):
-        # The buckets of the next seen chunks fetched ahead (k: the last one fetched).
-        while k >= 0 and k >= i - 8:
-            if seen[k]:
-                _off_prefetch(o, _off_key(s, r, k))
-            k -= 1
-        if not seen[i]:
-            continue
-        c = _off_find(o, _off_key(s, r, i))
+        if seen[i]:
+            o.found[m] = i
+            m += 1
+    for k in range(tmin(8, m)):
+        _off_prefetch(o, _off_key(s, r, o.found[k]))
+    for k in range(m):
+        if k + 8 < m:
+            _off_prefetch(o, _off_key(s, r, o.found[k + 8]))
+        c = _off_find(o, _off_key(s, r, o.found[k]))
+        o.found[k] = c
+        if c >= 0:
+            __builtin_prefetch(&o.chunks[c])
+            __builtin_prefetch(&o.lru[c])
+    for k in range(m):
+        c = o.found[k]
         if c < 0:
             continue
         ch = &o.chunks[c]
@@ -677,7 +696,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
             _off_flush_if(o, k, ri, b.step)
     for i in range(b.n):
         r = &s.reqs[b.req[i]]
-        _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
+        if _off_store_due(s, r, r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r)):
+            _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
     if s.finished_pending:
         for i in range(s.n_finished):
             r = &s.reqs[s.finished[i]]
