@@ -9,6 +9,7 @@
 # Files below are relative to the vllm package.
 
 cdef int32_t OFF_EMPTY = -1
+cdef int32_t OFF_AHEAD = 24  # probes fetched this far ahead of a run of them (a memory round trip)
 
 
 # ------------------------------------------------------------------ set-up
@@ -169,8 +170,11 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
 
 
 cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
-    # The key's bucket fetched ahead of its probe: a run of probes then overlaps its memory misses.
-    __builtin_prefetch(&o.map[_off_bucket(o, key)])
+    # The key's bucket and the next fetched ahead of its probe (a probe or a deletion's shift
+    # usually reads both): a run of probes then overlaps its memory misses.
+    cdef int64_t i = _off_bucket(o, key)
+    __builtin_prefetch(&o.map[i])
+    __builtin_prefetch(&o.map[(i + 1) & o.map_mask])
 
 
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
@@ -339,11 +343,11 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         for i in range(n_sel):
             o.chunks[o.scratch[i]].mark = 0
         return 0
-    for i in range(tmin(8, n_sel)):
+    for i in range(tmin(OFF_AHEAD, n_sel)):
         _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
-        if i + 8 < n_sel:
-            _off_prefetch(o, o.chunks[o.scratch[i + 8]].key)
+        if i + OFF_AHEAD < n_sel:
+            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
         _lru_unlink(o, o.scratch[i])
@@ -415,7 +419,7 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     the chunks it read changed since."""
     cdef OffloadC* o = s.off
     cdef req_t ri = <req_t>(r - s.reqs)
-    cdef int32_t i, c, d = 8
+    cdef int32_t i, c, d = OFF_AHEAD
     cdef hash_t key
     if (o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
             and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
@@ -560,11 +564,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
-    for i in range(start, tmin(start + 8, n_chunks)):
+    for i in range(start, tmin(start + OFF_AHEAD, n_chunks)):
         _off_prefetch(o, _off_key(s, r, i))
     for i in range(start, n_chunks):
-        if i + 8 < n_chunks:
-            _off_prefetch(o, _off_key(s, r, i + 8))
+        if i + OFF_AHEAD < n_chunks:
+            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
         c = _off_find(o, _off_key(s, r, i))
         o.found[i - start] = c
         if c < 0:
@@ -593,6 +597,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     rank = _off_req_rank(o, r)
     j = _off_new_job(o, r, ri, True)
     for i in range(start, n_chunks):
+        if i + OFF_AHEAD < n_chunks and o.found[i + OFF_AHEAD - start] < 0:
+            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
         if o.found[i - start] >= 0:
             continue
         o.n_free_chunks -= 1
@@ -645,11 +651,11 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
         if seen[i]:
             o.found[m] = i
             m += 1
-    for k in range(tmin(8, m)):
+    for k in range(tmin(OFF_AHEAD, m)):
         _off_prefetch(o, _off_key(s, r, o.found[k]))
     for k in range(m):
-        if k + 8 < m:
-            _off_prefetch(o, _off_key(s, r, o.found[k + 8]))
+        if k + OFF_AHEAD < m:
+            _off_prefetch(o, _off_key(s, r, o.found[k + OFF_AHEAD]))
         c = _off_find(o, _off_key(s, r, o.found[k]))
         o.found[k] = c
         if c >= 0:

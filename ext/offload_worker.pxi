@@ -11,11 +11,11 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef ReqC* r = &s.reqs[jb.req]
     cdef int32_t i, c
     cdef OffChunkC* ch
-    for i in range(tmin(8, jb.n_keys)):
+    for i in range(tmin(OFF_AHEAD, jb.n_keys)):
         __builtin_prefetch(&o.chunks[jb.cids[i]])
     for i in range(jb.n_keys):
-        if i + 8 < jb.n_keys:
-            __builtin_prefetch(&o.chunks[jb.cids[i + 8]])
+        if i + OFF_AHEAD < jb.n_keys:
+            __builtin_prefetch(&o.chunks[jb.cids[i + OFF_AHEAD]])
         c = jb.cids[i]  # pinned or being stored since the job was issued: still jb.keys[i]'s chunk
         ch = &o.chunks[c]
         if ch.watch:
