@@ -411,18 +411,39 @@ OFFLOAD_REQUESTS = Table("offload_requests", (
     C("offload_loads", "INTEGER", "count", "its load jobs", core="int32"),
     C("offload_store_chunks", "BIGINT", "blocks", "CPU-tier blocks its stores wrote", core="int64"),
 ))
+# Columns a replay with the disk tier behind the CPU tier (``kv_offload.disk_tier``, ext/offload_disk.pxi)
+# appends after those; absent without it, so replays with the CPU tier alone keep their bytes.
+DISK_STEPS = Table("offload_disk_steps", (
+    C("offload_disk_queries", "INTEGER", "count", "chunk lookups that reached the disk tier (CPU misses)",
+      core="int32"),
+    C("offload_disk_hits", "INTEGER", "count", "of those, found on disk (each read back into the CPU tier)",
+      core="int32"),
+    C("offload_disk_read_chunks", "BIGINT", "blocks", "blocks this step's reads bring from disk to the CPU tier",
+      core="int64"),
+    C("offload_disk_read_bytes", "BIGINT", "bytes", "bytes they read", core="int64"),
+    C("offload_disk_write_chunks", "BIGINT", "blocks", "blocks written from the CPU tier to disk (not on disk "
+      "yet)", core="int64"),
+    C("offload_disk_write_bytes", "BIGINT", "bytes", "bytes they write", core="int64"),
+    C("offload_disk_chunks", "BIGINT", "blocks", "blocks on disk after the step (the tier never evicts)",
+      core="int64"),
+))
+DISK_REQUESTS = Table("offload_disk_requests", (
+    C("offload_disk_read_chunks", "BIGINT", "blocks", "blocks its lookups read back from the disk tier",
+      core="int64"),
+))
 
 
-def _offload_landed(col: Column) -> Column:
-    """A KV offload column as the pipeline lands it: NULL on the rows of an engine without a tier (the
-    replay's own tables have it only with one)."""
-    return replace(col, not_null=False, replay=False, core=None,
-                   meaning=f"{col.meaning}; NULL without a KV offload tier")
+def _offload_landed(col: Column, tier: str = "a KV offload tier") -> Column:
+    """A KV offload column as the pipeline lands it: NULL on the rows of an engine without the ``tier``
+    (the replay's own tables have it only with one)."""
+    return replace(col, not_null=False, replay=False, core=None, meaning=f"{col.meaning}; NULL without {tier}")
 
 
 # The pipeline lands the KV offload columns at the end of ``requests`` and ``steps``.
-REQUESTS = replace(REQUESTS, columns=REQUESTS.columns + tuple(_offload_landed(c) for c in OFFLOAD_REQUESTS.columns))
-STEPS = replace(STEPS, columns=STEPS.columns + tuple(_offload_landed(c) for c in OFFLOAD_STEPS.columns))
+REQUESTS = replace(REQUESTS, columns=REQUESTS.columns + tuple(_offload_landed(c) for c in OFFLOAD_REQUESTS.columns)
+                   + tuple(_offload_landed(c, "a disk tier") for c in DISK_REQUESTS.columns))
+STEPS = replace(STEPS, columns=STEPS.columns + tuple(_offload_landed(c) for c in OFFLOAD_STEPS.columns)
+                + tuple(_offload_landed(c, "a disk tier") for c in DISK_STEPS.columns))
 
 
 def deployment_schema(extra: Table, table: Table, offload: Table | None = None) -> pa.Schema:

@@ -174,7 +174,7 @@ def core_config(engine) -> CoreConfig:
 
 def offload_args(engine) -> dict | None:
     """``kv_offload`` as the core reads it (ext/offload.pxd ``OffConfC``), or None."""
-    from aisim.perf.transfer import link_bytes_per_s
+    from aisim.perf.transfer import disk_args, link_bytes_per_s
 
     off = engine.kv_offload
     if off is None:
@@ -190,6 +190,7 @@ def offload_args(engine) -> dict | None:
         "max_inflight_loads": off.max_num_inflight_kv_loads or 0,
         "chunk_bytes": off.chunk_bytes(engine.block_size),
         "link_bytes_per_s": link_bytes_per_s(off),
+        "disk": disk_args(off),
     }
 
 

@@ -157,6 +157,8 @@ def decision_lines(result: ReplayResult):
         ko = s["kv_offload"]
         summary["connector_prefix_cache_stats"] = dict(ko["connector_prefix_cache_stats"])
         summary["kv_offload"] = {k: ko[k] for k in _OFF_TOTALS}
+        if "disk" in ko:
+            summary["kv_offload"]["disk"] = dict(ko["disk"])
     if speculative:
         sp = s["spec"]
         summary["spec"] = {k: sp[k] for k in ("draft_tokens", "accepted_tokens", "verifications",

@@ -10,15 +10,15 @@ places each request at its arrival, from what the replicas have reported so far 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from aisim.arrowwrap import arrow_array
-from aisim.columns import (DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS,
-                           deployment_schema)
+from aisim.columns import (DEPLOYMENT_REQUESTS, DEPLOYMENT_STEPS, DISK_REQUESTS, DISK_STEPS, OFFLOAD_REQUESTS,
+                           OFFLOAD_STEPS, REQUESTS, STEPS, deployment_schema)
 from aisim.config.deployment import DeploymentConfig, deployment_engines, parse_deployment
 from aisim.config.engine import EngineConfig
 from aisim.decisionlog import write_decision_log
@@ -135,9 +135,9 @@ def deploy(trace, engine: EngineConfig, deployment: DeploymentConfig | dict | No
     if deployment.disaggregated:
         requests, status = _pd_requests(table, parts, out, n_p)
     else:
-        requests = _requests(table, parts, out["replicas"], route, out["sent"], engine.kv_offload is not None)
+        requests = _requests(table, parts, out["replicas"], route, out["sent"], _tier_columns(engine, "requests"))
         status = None
-    steps = _steps(parts, engine.kv_offload is not None)
+    steps = _steps(parts, _tier_columns(engine, "steps"))
     routing = None
     if record_routing:
         routing = {"replica": route}
@@ -157,7 +157,16 @@ def _in_trace_order(n: int, parts: list, reps: list) -> pa.Table:
         parts[0].requests
 
 
-def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload: bool = False) -> pa.Table:
+def _tier_columns(engine: EngineConfig, kind: str):
+    """The KV offload columns a replica's ``kind`` table ends with (the disk tier's after the CPU tier's), or None."""
+    off = engine.kv_offload
+    if off is None:
+        return None
+    cpu, disk = (OFFLOAD_STEPS, DISK_STEPS) if kind == "steps" else (OFFLOAD_REQUESTS, DISK_REQUESTS)
+    return replace(cpu, columns=cpu.columns + disk.columns) if off.disk_tier else cpu
+
+
+def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload=None) -> pa.Table:
     """Every replica's request rows put back in trace order, the placement (``route``, at ``sent``) in front;
     with ``offload``, each replica's KV offload columns at the end (its own tier's)."""
     n = table.num_rows
@@ -168,7 +177,7 @@ def _requests(table: pa.Table, parts: list, reps: list, route, sent, offload: bo
         "decode_replica": route.astype(np.int32),
         "routed_s": sent,  # its arrival, or later when the client's cap held it
     }
-    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS, OFFLOAD_REQUESTS if offload else None)
+    schema = deployment_schema(DEPLOYMENT_REQUESTS, REQUESTS, offload)
     arrays = [arrow_array(cols[f.name], f.type) if f.name in cols else pa.nulls(n, f.type) if f.name == "transfer_s"
               else merged.column(f.name) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
@@ -238,10 +247,10 @@ def _pd_requests(table: pa.Table, parts: list, out: dict, n_p: int):
     return pa.Table.from_arrays(arrays, schema=schema), status
 
 
-def _steps(parts: list, offload: bool = False) -> pa.Table:
+def _steps(parts: list, offload=None) -> pa.Table:
     """Every replica's step rows, replica 0's first, ``replica`` in front (with ``offload``, each replica's
     KV offload columns at the end)."""
-    schema = deployment_schema(DEPLOYMENT_STEPS, STEPS, OFFLOAD_STEPS if offload else None)
+    schema = deployment_schema(DEPLOYMENT_STEPS, STEPS, offload)
     tables = []
     for w, p in enumerate(parts):
         rep = arrow_array(np.full(p.steps.num_rows, w, dtype=np.int32), pa.int32())

@@ -104,6 +104,8 @@ def offload_summary(counts: dict, r: dict) -> dict:
     out["store_bytes"] = int(counts["store_chunks"] * counts["chunk_bytes"])
     out["cpu_chunks"] = int(counts["cpu_chunks"])
     out["connector_prefix_cache_stats"] = {k: int(v) for k, v in counts["connector_prefix_cache_stats"].items()}
+    if counts.get("disk") is not None:
+        out["disk"] = {k: int(v) for k, v in counts["disk"].items()}
     return out
 
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 from aisim._core.constants import REQUEST_STATUS, names_by_code
 from aisim._core.constants import STEP_KINDS as STEP_KIND_CODES
 from aisim.arrowwrap import arrow_array
-from aisim.columns import OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS
+from aisim.columns import DISK_REQUESTS, DISK_STEPS, OFFLOAD_REQUESTS, OFFLOAD_STEPS, REQUESTS, STEPS
 from aisim.config.engine import EngineConfig
 
 # Request status and step-line names, listed by the core's codes (aisim._core.constants).
@@ -136,6 +136,10 @@ def offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
     """``table`` (a replay's ``steps`` or ``requests``, ``kind``; a streamed piece too) with the KV offload
     columns of the core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS``
     declare them."""
-    for c in (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns:
+    columns = (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns
+    disk = DISK_STEPS if kind == "steps" else DISK_REQUESTS
+    if disk.columns[-1].name in cols:
+        columns = columns + disk.columns  # the disk tier's, after the CPU tier's
+    for c in columns:
         table = table.append_column(pa.field(c.name, c.arrow_type), arrow_array(cols[c.name], c.arrow_type))
     return table

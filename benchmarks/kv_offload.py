@@ -20,10 +20,12 @@ Workloads:
 - ``mooncake``: ``tests/data/traces/mooncake/synthetic_trace.jsonl`` (3,993 requests, 61 M prompt
   tokens in 512-token hash blocks) sent at a quarter of its rate (``--rate-scale 0.25``: about one
   request a second), max_model_len 196,608, vLLM's pool on an H100 (8,192 blocks of 64 tokens,
-  512 Ki tokens), CPU tiers of 256 GiB and 1 TiB (chunks of 8 MiB).
+  512 Ki tokens), CPU tiers of 256 GiB and 1 TiB (chunks of 8 MiB), and the 256 GiB one with a disk tier.
+- The rows with a disk tier (``kv_offload.disk_tier``, the NVMe defaults): the CPU hit rate counts
+  the tokens loaded from the CPU tier after a read from disk too.
 - ``weka``: the three agentic sessions of ``tests/data/traces/weka/`` together (92 turns of up to
   101 Ki tokens, each resending its conversation) at half their rate, a pool of 2,100 blocks (131 Ki
-  tokens, about one conversation), a 64 GiB tier.
+  tokens, about one conversation), a 64 GiB tier (also with a disk tier behind it).
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRACES = os.path.join(REPO, "tests", "data", "traces")  # the public samples bundled with the tests
 WORKLOADS = {
     "mooncake": {"trace": os.path.join(TRACES, "mooncake", "synthetic_trace.jsonl"), "format": "mooncake",
-                 "rate_scale": 0.25, "max_model_len": 196608, "num_gpu_blocks": 8192, "tiers_gib": (256.0, 1024.0)},
+                 "rate_scale": 0.25, "max_model_len": 196608, "num_gpu_blocks": 8192, "tiers_gib": (256.0, 1024.0),
+                 "disk_gib": (256.0,)},
     "weka": {"trace": os.path.join(TRACES, "weka"), "format": "agentic", "rate_scale": 0.5,
-             "max_model_len": 131072, "num_gpu_blocks": 2100, "tiers_gib": (64.0,)},
+             "max_model_len": 131072, "num_gpu_blocks": 2100, "tiers_gib": (64.0,), "disk_gib": (64.0,)},
 }
 
 
@@ -51,9 +54,13 @@ def _engines(w: dict) -> dict:
     cfg, _ = plan_from_model("llama-3.1-8b", None, 1, None, gpu="H100", vllm_version="0.34.0")
     cfg = cfg.replace(async_scheduling=False, num_gpu_blocks=w["num_gpu_blocks"], max_model_len=w["max_model_len"],
                       plan_notes=[])
-    # Transfers on the clock of the H100's PCIe 5.0 x16 link (docs/kv-offload.md).
-    return {"none": cfg, **{gib: cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5})
-                            for gib in w["tiers_gib"]}}
+    # Transfers on the clock of the H100's PCIe 5.0 x16 link (docs/kv-offload.md); a disk tier behind
+    # some CPU tiers (the NVMe defaults of kv_offload.disk_read_gbps / disk_write_gbps).
+    out = {"none": cfg, **{gib: cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5})
+                           for gib in w["tiers_gib"]}}
+    for gib in w.get("disk_gib", ()):
+        out[f"{gib:g}+disk"] = cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5, "disk_tier": True})
+    return out
 
 
 def _figures(result) -> dict:
@@ -69,6 +76,8 @@ def _figures(result) -> dict:
         out.update(cpu_hit_rate=sum(rq.column("offload_hit_tokens").to_pylist()) / prompt,
                    load_tokens=off["load_tokens"], loads=off["loads"], store_chunks=off["store_chunks"],
                    cpu_evicted=off["cpu_evicted_chunks"], cpu_chunks=off["cpu_chunks"])
+        if "disk" in off:
+            out.update(disk_read_chunks=off["disk"]["promoted_chunks"], disk_chunks=off["disk"]["disk_chunks"])
     return out
 
 
@@ -90,8 +99,10 @@ def run(name: str, repeat: int) -> dict:
             best[label] = min(best[label], time.perf_counter() - t0)
     rows = []
     for label in engines:
+        disk = isinstance(label, str) and label.endswith("+disk")
         rows.append({"workload": name, "gpu_blocks": w["num_gpu_blocks"], "rate_scale": w["rate_scale"],
-                     "tier_gib": None if label == "none" else label, **_figures(results[label]),
+                     "tier_gib": None if label == "none" else float(label[:-5]) if disk else label, "disk": disk,
+                     **_figures(results[label]),
                      "wall_s": best[label], "wall_ratio": best[label] / best["none"]})
     return rows
 
@@ -107,6 +118,7 @@ def markdown(rows: list) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tier = "none" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB ({r['cpu_chunks']:,} chunks)"
+        tier += " + disk" if r.get("disk") else ""
         cpu = "—" if r["tier_gib"] is None else _pct(r["cpu_hit_rate"])
         wall = f"{r['wall_s']:.2f} s" + ("" if r["tier_gib"] is None else f" ({r['wall_ratio']:.2f}x)")
         lines.append(f"| {r['workload']} | {r['gpu_blocks']:,} blocks | {tier} | {_pct(r['gpu_hit_rate'])} | {cpu} "
@@ -125,7 +137,7 @@ def main(argv=None) -> int:
         ap.error("--repeat must be at least 1")
     rows = [row for n in (args.workload or WORKLOADS) for row in run(n, args.repeat)]
     for r in rows:
-        tier = "no tier" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB tier"
+        tier = "no tier" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB tier" + (" + disk" if r["disk"] else "")
         cpu = "" if r["tier_gib"] is None else f", CPU hit {_pct(r['cpu_hit_rate'])}"
         print(f"{r['workload']}, {tier}: GPU hit {_pct(r['gpu_hit_rate'])}{cpu}, TTFT p50 {r['ttft_p50_s']:.3f} s, "
               f"p99 {r['ttft_p99_s']:.3f} s; {r['steps']:,} steps, wall {r['wall_s']:.2f} s"

@@ -94,6 +94,8 @@ cdef enum ReqCol:
 cdef enum:
     N_OFF_STEP = 17
     N_OFF_REQ = 4
+    N_DISK_STEP = 7            # with the disk tier too (engine_disk.pxi DISK_STEP_COLUMNS, DISK_REQ_COLUMNS)
+    N_DISK_REQ = 1
 
 cdef struct StepColsC:
     # One row per logged engine iteration; every column grown geometrically.
@@ -243,6 +245,10 @@ cdef class Engine:
     cdef int64_t off_steps_cap
     cdef int64_t* off_reqs         # [off_reqs_cap * N_OFF_REQ] the request rows' offload columns
     cdef int64_t off_reqs_cap
+    cdef int64_t* disk_steps       # [disk_steps_cap * N_DISK_STEP] the step rows' disk-tier columns
+    cdef int64_t disk_steps_cap
+    cdef int64_t* disk_reqs        # [disk_reqs_cap * N_DISK_REQ] the request rows' disk-tier columns
+    cdef int64_t disk_reqs_cap
     cdef int _range_error(self, step_t step) except -1 nogil
     cdef int _schedule_batch(self, BatchC* b) except -1 nogil
     cdef int _price(self, BatchC* b) except -1 nogil

@@ -33,10 +33,10 @@ from aisim._core.util cimport num_tokens, tmin
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING
 from aisim._core.offload cimport (
-    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffConfC, OffRecC, OffloadC,
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, OffConfC, OffRecC, OffloadC,
 )
 from aisim._core.scheduler cimport (
-    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, off_init, off_next_landing, off_release,
+    BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, disk_init, off_init, off_next_landing, off_release,
     sched_add_request,
     sched_admit_waiting, sched_cap, sched_end_schedule, sched_has_requests, sched_init, sched_release,
     sched_schedule, sched_step_lpt, sched_update,
@@ -48,6 +48,7 @@ from aisim._core.types cimport (
 
 include "engine_rows.pxi"
 include "engine_offload.pxi"
+include "engine_disk.pxi"
 
 
 # Iterations in a row without a scheduled token or a finish before a replay is
@@ -263,6 +264,8 @@ cdef class Engine:
         oc.chunk_bytes = off["chunk_bytes"]
         oc.link_bps = off["link_bytes_per_s"]
         off_init(&self.off, oc, <int32_t>(max_model_len // oc.tokens_per_chunk + 1), self.kv.cap_slots, 64)
+        if off.get("disk") is not None:
+            _set_disk(&self.off, off["disk"], self.kv.cap_slots)
         self.sched.off = &self.off
         self.offload = True
         return 0
@@ -319,6 +322,8 @@ cdef class Engine:
             off_release(&self.off)
         mem_free(self.off_steps)
         mem_free(self.off_reqs)
+        mem_free(self.disk_steps)
+        mem_free(self.disk_reqs)
 
     # -------------------------------------------------------------- input
 
@@ -540,6 +545,8 @@ cdef class Engine:
             _rcols_reserve(&self.rcols)
             if self.offload:
                 _off_req_row(self, &self.reqs[s])
+                if self.off.disk != NULL:
+                    _disk_req_row(self, &self.reqs[s])
             _rcols_put(&self.rcols, &self.reqs[s])
             self.free_slots[self.n_free] = s
             self.n_free += 1
@@ -679,6 +686,8 @@ cdef class Engine:
         with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
         off = _off_take(self.off_steps, n, N_OFF_STEP, OFF_STEP_COLUMNS) if self.offload else {}
+        if self.offload and self.off.disk != NULL:
+            off.update(_off_take(self.disk_steps, n, N_DISK_STEP, DISK_STEP_COLUMNS))
         out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)
         out.update(off)
         self.steps_taken += n
@@ -696,6 +705,8 @@ cdef class Engine:
         """
         cdef Py_ssize_t n = self.rcols.n
         off = _off_take(self.off_reqs, n, N_OFF_REQ, OFF_REQ_COLUMNS) if self.offload else {}
+        if self.offload and self.off.disk != NULL:
+            off.update(_off_take(self.disk_reqs, n, N_DISK_REQ, DISK_REQ_COLUMNS))
         out = _columns_handover(self.rcols.col, REQ_ITEM, REQUEST_COLUMNS, n, &self.rcols.cap)
         out.update(off)
         self.rcols.n = 0
@@ -745,7 +756,7 @@ cdef class Engine:
         cdef OffloadC* o = &self.off
         if not self.offload:
             return None
-        return {
+        out = {
             "lookups": o.lookups, "lookups_with_hit": o.lookups_hit, "lookups_deferred": o.lookups_deferred,
             "loads": o.loads, "load_tokens": o.load_tokens, "load_chunks": o.load_chunks,
             "stores": o.stores, "store_chunks": o.store_chunks, "flushed_jobs": o.flushed,
@@ -757,6 +768,9 @@ cdef class Engine:
                 "preempted_hits": o.conn_p_hits,
             },
         }
+        if o.disk != NULL:
+            out["disk"] = _disk_counts(o)
+        return out
 
     @property
     def macro_counts(self):

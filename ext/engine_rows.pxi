@@ -326,5 +326,7 @@ cdef int _log_line(Engine e, step_t step, int32_t kind, sec_t clock, const Batch
             _event(&e.events, at, EV_FINISHED, <req_t>g[e.sched.finished[i]], 0)
     if e.offload:
         _off_row(e, row)
+        if e.off.disk != NULL:
+            _disk_row(e, row)
     c.n += 1
     return 0

@@ -77,8 +77,77 @@ cdef struct OffRecC:
     int64_t b
 
 
+# ------------------------------------------------------------------ the disk tier (ext/offload_disk.pxi)
+# vLLM 0.34.0's TieringOffloadingSpec with one `fs` secondary tier (v1/kv_offload/tiering/manager.py,
+# TieringOffloadingManager; tiering/fs/manager.py, FileSystemTierManager; tiering/async_lookup.py).
+
+cdef struct DiskConfC:
+    step_t read_delay            # a promotion issued in step N is reported by the schedule() of step N + this
+    step_t write_delay           # a cascade issued in step N's output is reported by step N + this
+    double read_bps              # > 0 (with the PCIe link on the clock): a read lasts its bytes over this
+    double write_bps             # ... and a write
+
+
+cdef struct DiskEntC:
+    # One key the disk tier knows: its file, and the async lookup's verdict held for requests.
+    hash_t key
+    flag_t used                  # the bucket holds a key
+    flag_t on_disk               # its file is written (the write was reported)
+    flag_t writing               # a write of it is in flight
+    int32_t refs                 # requests holding its lookup (LookupState.request_ids); 0: no state
+    step_t ready                 # the lookup's verdict is known from this step on
+
+
+cdef struct DiskJobC:
+    # One job of the fs tier's thread pool: a cascade (CPU -> disk) or a promotion (disk -> CPU).
+    flag_t promote               # 1 promotion, 0 cascade
+    flag_t active
+    void* owner                  # the request whose lookups gathered a promotion (this step only)
+    step_t due                   # the first schedule() that reports it (delays in steps)
+    sec_t due_s                  # when it lands (on the clock)
+    int32_t n_keys
+    int32_t keys_cap
+    hash_t* keys
+
+
+cdef struct DiskC:
+    DiskConfC conf
+    DiskEntC* map                # open addressing, grown at half full; no entry is ever removed
+    int64_t map_mask
+    int64_t n_ent
+    DiskJobC* jobs               # [jobs_cap]
+    int32_t jobs_cap
+    int32_t n_jobs               # jobs in flight (the manager's _jobs)
+    int32_t* gather              # [jobs_cap] promotions gathered by this step's lookups, in order
+    int32_t n_gather
+    flag_t* looked               # [looked_slots * chunk_row] chunks a request's lookup took to the disk
+    int32_t looked_slots
+    step_t step                  # the step being scheduled (set by its first poll)
+    step_t out_step              # the step whose output is being processed
+    sec_t out_s                  # ... and when that output came
+    sec_t read_free_s
+    sec_t write_free_s
+    # totals
+    int64_t queries              # chunk lookups that reached the disk tier
+    int64_t retries              # ... answered RETRY (verdict not known yet)
+    int64_t hits                 # ... found on disk
+    int64_t promotions           # promotion jobs
+    int64_t promoted_chunks      # chunks read from disk into the CPU tier
+    int64_t promote_failed       # hits the CPU tier had no room for (MISS)
+    int64_t cascades             # cascade jobs
+    int64_t cascade_chunks       # chunks offered to the disk
+    int64_t written_chunks       # chunks written (not already on disk)
+    int64_t on_disk              # chunks on disk
+    # this step (the step row's columns; reset when the row is written)
+    int32_t st_queries
+    int32_t st_hits
+    int64_t st_read                # chunks the step's promotions read
+    int64_t st_written             # chunks the step's cascades write
+
+
 cdef struct OffloadC:
     OffConfC conf
+    DiskC* disk                  # the disk tier behind the CPU tier (NULL: none)
     # --- the CPU tier
     OffChunkC* chunks            # [cpu_chunks]
     int32_t* free_chunks         # [cpu_chunks] stack of unused chunks

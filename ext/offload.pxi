@@ -78,6 +78,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.seen)
     mem_free(o.parked)
     mem_free(o.recs)
+    disk_release(o)
     memset(o, 0, sizeof(OffloadC))
 
 
@@ -389,10 +390,31 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         return 0
     end = <int32_t>tmin(cdiv(max_hit, tpc), n_keys)
     start = <int32_t>(local // tpc)
-    _off_scan(s, r, start, end)
-    hits = o.memo_hits
-    pending = o.memo_pending
-    loading = o.memo_loading
+    if o.disk == NULL:
+        # _maximal_prefix_lookup over the CPU tier alone (_off_scan: kept while nothing it read
+        # changed); the disk tier's lookup promotes chunks, so with one every lookup scans anew.
+        _off_scan(s, r, start, end)
+        hits = o.memo_hits
+        pending = o.memo_pending
+        loading = o.memo_loading
+    else:
+        # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
+        for i in range(start, end):
+            c = _off_find(o, _off_key(s, r, i))
+            if c < 0:
+                # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
+                # and the scan goes on; a disk hit's promotion is a chunk being written.
+                c = disk_lookup(s, r, i)
+                if c == DISK_RETRY:
+                    pending = True
+                    continue
+            if c < 0:
+                break
+            hits += 1
+            if o.chunks[c].ref < 0:
+                pending = True
+            if o.chunks[c].loading:
+                loading = True
     if pending:
         o.lookups_deferred += 1
         return -1
@@ -628,6 +650,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
 
 cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
     """The connector drops a finished request's state: its KV row (keys) goes back."""
+    if s.off.disk != NULL:
+        disk_forget(s, r)
     memset(s.off.seen + <int64_t>r.slot * s.off.chunk_row, 0,
            tmin(s.off.chunk_row, num_tokens(r) // s.off.conf.tokens_per_chunk + 1) * sizeof(flag_t))
     kv_release_slot(s.kv, r)
@@ -692,6 +716,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     cdef int32_t i, k, j
     cdef ReqC* r
     cdef req_t ri
+    if o.disk != NULL:
+        disk_poll(o, b.step, b.start_s)
     # Flush the in-flight jobs of preempted requests (their stores only: a running request has
     # no load).
     for i in range(b.n_preempted):
@@ -719,6 +745,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
             k += 1
     if k > o.max_wait:
         o.max_wait = k
+    if o.disk != NULL:
+        disk_flush(o, b.step, b.start_s)  # on_schedule_end, the manager's last call of the step
     return 0
 
 

@@ -44,6 +44,8 @@ cdef int _waiting_pass_off(SchedC* s, BatchC* b, tok_t token_budget, tok_t input
     cdef req_t ri
     cdef ReqC* r
     cdef bint ok
+    if o.disk != NULL:
+        disk_poll(o, b.step, b.start_s)  # the first manager call of the step polls the disk tier
     while True:
         # loads_only (no running slot or token budget left): only the separate queue of loads
         # under --max-num-inflight-kv-loads would go on, which aisim does not keep apart.

@@ -31,6 +31,8 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
             if ch.ref == 0:
                 o.n_evictable += 1
                 _off_mark_evictable(o, c)
+    if jb.store and o.disk != NULL:
+        disk_cascade(o, jb)  # TieringOffloadingManager.complete_store: on to the disk tier
     o.completed += 1
     _off_rec(o, OR_DONE, jb.req, jb.id, jb.store, 0)
     if not jb.store:
@@ -73,6 +75,9 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
     cdef bint timed = o.conf.link_bps > 0
     cdef int32_t i, j, n_keep = 0
     cdef OffJobC* jb
+    if o.disk != NULL:
+        o.disk.out_step = step
+        o.disk.out_s = end_s
     for i in range(o.n_deferred):
         j = o.deferred[i]
         if timed and not o.jobs[j].flushed:
@@ -126,4 +131,4 @@ cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil:
         d = o.jobs[o.load_q[o.lq_head]].due_s
         if t < 0 or d < t:
             t = d
-    return t
+    return disk_next_landing(o, t)

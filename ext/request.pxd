@@ -84,3 +84,4 @@ cdef struct ReqC:
     tok_t off_loaded           # tokens loaded from the CPU tier over every admission
     int32_t off_n_loads        # its load jobs
     int64_t off_store_chunks   # chunks its store jobs wrote
+    int64_t off_disk_read      # chunks its lookups read back from the disk tier (promotions)

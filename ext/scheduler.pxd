@@ -4,7 +4,7 @@
 # async_scheduler.py and request_queue.py, drafts included; a release's rules are ``conf.rules``.
 from aisim._core.heap cimport HeapC
 from aisim._core.kvcache cimport KVCacheC
-from aisim._core.offload cimport OffConfC, OffloadC
+from aisim._core.offload cimport DiskConfC, OffConfC, OffloadC
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport GapsC, RulesC, block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
 
@@ -134,4 +134,5 @@ cdef void sched_free_held(SchedC* s, req_t r) noexcept nogil
 cdef sec_t sched_next_landing(const SchedC* s) noexcept nogil
 cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, int32_t jobs) except -1 nogil
 cdef void off_release(OffloadC* o) noexcept nogil
+cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil
 cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil

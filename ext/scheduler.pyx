@@ -34,8 +34,8 @@ from aisim._core.gaps cimport gaps_add
 from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
 from aisim._core.offload cimport (
-    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, OffChunkC, OffConfC, OffJobC, OffMapE,
-    OffLinkC, OffloadC, OffRecC,
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, OffChunkC,
+    OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t,
@@ -288,7 +288,7 @@ cdef bint sched_has_requests(const SchedC* s) noexcept nogil:
     # the next schedule() still has to report.
     # With a KV connector, also while a transfer is in flight (has_pending_push_work).
     return s.n_running + s.n_waiting > 0 or s.finished_pending or (
-        s.off != NULL and (s.off.n_parked > 0 or s.off.n_jobs > 0))
+        s.off != NULL and (s.off.n_parked > 0 or s.off.n_jobs > 0 or (s.off.disk != NULL and s.off.disk.n_jobs > 0)))
 
 
 # ------------------------------------------------------------------ schedule()
@@ -406,6 +406,7 @@ include "waiting_pass.pxi"
 # KV offload behind the GPU cache, and its waiting pass: compiled into this module.
 include "offload.pxi"
 include "offload_worker.pxi"
+include "offload_disk.pxi"
 include "offload_pass.pxi"
 
 

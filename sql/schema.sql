@@ -191,57 +191,65 @@ CREATE TABLE IF NOT EXISTS requests (
     offload_hit_tokens            INTEGER,           -- tokens loaded from the CPU tier at its first admission; NULL without a KV offload tier
     offload_loaded_tokens         INTEGER,           -- tokens loaded from the CPU tier over every admission; NULL without a KV offload tier
     offload_loads                 INTEGER,           -- its load jobs; NULL without a KV offload tier
-    offload_store_chunks          BIGINT             -- CPU-tier blocks its stores wrote; NULL without a KV offload tier
+    offload_store_chunks          BIGINT,            -- CPU-tier blocks its stores wrote; NULL without a KV offload tier
+    offload_disk_read_chunks      BIGINT             -- blocks its lookups read back from the disk tier; NULL without a disk tier
 );
 
 CREATE TABLE IF NOT EXISTS steps (
-    run_id                    VARCHAR NOT NULL,  -- runs.run_id
-    shard_id                  INTEGER NOT NULL,  -- shards.shard_id
-    replica                   INTEGER,           -- replica that ran the step; NULL without a deployment
-    step                      BIGINT NOT NULL,   -- engine iteration (unique within a shard's engine or replica)
-    kind                      VARCHAR,           -- 'step', or 'drain' (async scheduling's last output)
-    updated_step              BIGINT,            -- the step whose output this line applied
-    clock_s                   DOUBLE,            -- start of the step
-    duration_s                DOUBLE,            -- step time from the engine's time model
-    num_reqs                  INTEGER,           -- requests scheduled
-    prefill_tokens            BIGINT,            -- prefill tokens scheduled
-    decode_tokens             BIGINT,            -- decode tokens scheduled
-    num_new                   INTEGER,           -- requests admitted from waiting
-    num_resumed               INTEGER,           -- preempted requests resumed
-    num_preempted             INTEGER,           -- requests preempted
-    num_finished              INTEGER,           -- requests finished
-    running                   INTEGER,           -- requests running after the step
-    waiting                   INTEGER,           -- requests waiting after the step
-    free_blocks_sched         INTEGER,           -- free blocks after schedule()
-    free_blocks               INTEGER,           -- free blocks after the step's update
-    cached_blocks             INTEGER,           -- free blocks that still hold a cached prefix
-    prefix_queries            BIGINT,            -- prefix-cache lookup tokens this step
-    prefix_hits               BIGINT,            -- of those, hits
-    preempted_prefix_queries  BIGINT,            -- lookups of resumed requests
-    preempted_prefix_hits     BIGINT,            -- of those, hits
-    active_blocks             INTEGER,           -- blocks referenced by requests
-    empty_blocks              INTEGER,           -- free blocks holding nothing
-    kv_usage                  DOUBLE,            -- vLLM's kv_usage: active / usable blocks
-    physical_usage            DOUBLE,            -- (active + cached) / usable blocks
-    kv_cache_active_bytes     BIGINT,            -- bytes of active blocks
-    kv_cache_cached_bytes     BIGINT,            -- bytes of cached blocks
-    spec_tokens               BIGINT,            -- speculative decoding: draft tokens verified in this step (counted in decode_tokens)
-    spec_accepted             BIGINT,            -- of those, accepted
-    offload_lookups           INTEGER,           -- connector lookups (get_num_new_matched_tokens) this step; NULL without a KV offload tier
-    offload_lookup_hits       INTEGER,           -- of those, offering CPU-tier tokens; NULL without a KV offload tier
-    offload_lookups_deferred  INTEGER,           -- of those, answered 'ask again' (None); NULL without a KV offload tier
-    offload_loads             INTEGER,           -- load jobs issued (CPU tier to GPU); NULL without a KV offload tier
-    offload_load_tokens       BIGINT,            -- tokens those loads bring; NULL without a KV offload tier
-    offload_load_chunks       BIGINT,            -- CPU-tier blocks they read; NULL without a KV offload tier
-    offload_load_bytes        BIGINT,            -- bytes they read; NULL without a KV offload tier
-    offload_stores            INTEGER,           -- store jobs issued (GPU to CPU tier); NULL without a KV offload tier
-    offload_store_chunks      BIGINT,            -- CPU-tier blocks they write; NULL without a KV offload tier
-    offload_store_bytes       BIGINT,            -- bytes they write; NULL without a KV offload tier
-    offload_flushed           INTEGER,           -- jobs flushed (jobs_to_flush); NULL without a KV offload tier
-    offload_cpu_evicted       BIGINT,            -- CPU-tier blocks evicted by this step's stores; NULL without a KV offload tier
-    offload_completed         INTEGER,           -- jobs the worker reported finished; NULL without a KV offload tier
-    offload_recving           INTEGER,           -- loads reported finished (finished_recving); NULL without a KV offload tier
-    offload_remote_wait       INTEGER,           -- requests in WAITING_FOR_REMOTE_KVS after schedule(); NULL without a KV offload tier
-    offload_cpu_used          BIGINT,            -- CPU-tier blocks holding data after the step; NULL without a KV offload tier
-    offload_cpu_evictable     BIGINT             -- of those, evictable (stored, not being read); NULL without a KV offload tier
+    run_id                     VARCHAR NOT NULL,  -- runs.run_id
+    shard_id                   INTEGER NOT NULL,  -- shards.shard_id
+    replica                    INTEGER,           -- replica that ran the step; NULL without a deployment
+    step                       BIGINT NOT NULL,   -- engine iteration (unique within a shard's engine or replica)
+    kind                       VARCHAR,           -- 'step', or 'drain' (async scheduling's last output)
+    updated_step               BIGINT,            -- the step whose output this line applied
+    clock_s                    DOUBLE,            -- start of the step
+    duration_s                 DOUBLE,            -- step time from the engine's time model
+    num_reqs                   INTEGER,           -- requests scheduled
+    prefill_tokens             BIGINT,            -- prefill tokens scheduled
+    decode_tokens              BIGINT,            -- decode tokens scheduled
+    num_new                    INTEGER,           -- requests admitted from waiting
+    num_resumed                INTEGER,           -- preempted requests resumed
+    num_preempted              INTEGER,           -- requests preempted
+    num_finished               INTEGER,           -- requests finished
+    running                    INTEGER,           -- requests running after the step
+    waiting                    INTEGER,           -- requests waiting after the step
+    free_blocks_sched          INTEGER,           -- free blocks after schedule()
+    free_blocks                INTEGER,           -- free blocks after the step's update
+    cached_blocks              INTEGER,           -- free blocks that still hold a cached prefix
+    prefix_queries             BIGINT,            -- prefix-cache lookup tokens this step
+    prefix_hits                BIGINT,            -- of those, hits
+    preempted_prefix_queries   BIGINT,            -- lookups of resumed requests
+    preempted_prefix_hits      BIGINT,            -- of those, hits
+    active_blocks              INTEGER,           -- blocks referenced by requests
+    empty_blocks               INTEGER,           -- free blocks holding nothing
+    kv_usage                   DOUBLE,            -- vLLM's kv_usage: active / usable blocks
+    physical_usage             DOUBLE,            -- (active + cached) / usable blocks
+    kv_cache_active_bytes      BIGINT,            -- bytes of active blocks
+    kv_cache_cached_bytes      BIGINT,            -- bytes of cached blocks
+    spec_tokens                BIGINT,            -- speculative decoding: draft tokens verified in this step (counted in decode_tokens)
+    spec_accepted              BIGINT,            -- of those, accepted
+    offload_lookups            INTEGER,           -- connector lookups (get_num_new_matched_tokens) this step; NULL without a KV offload tier
+    offload_lookup_hits        INTEGER,           -- of those, offering CPU-tier tokens; NULL without a KV offload tier
+    offload_lookups_deferred   INTEGER,           -- of those, answered 'ask again' (None); NULL without a KV offload tier
+    offload_loads              INTEGER,           -- load jobs issued (CPU tier to GPU); NULL without a KV offload tier
+    offload_load_tokens        BIGINT,            -- tokens those loads bring; NULL without a KV offload tier
+    offload_load_chunks        BIGINT,            -- CPU-tier blocks they read; NULL without a KV offload tier
+    offload_load_bytes         BIGINT,            -- bytes they read; NULL without a KV offload tier
+    offload_stores             INTEGER,           -- store jobs issued (GPU to CPU tier); NULL without a KV offload tier
+    offload_store_chunks       BIGINT,            -- CPU-tier blocks they write; NULL without a KV offload tier
+    offload_store_bytes        BIGINT,            -- bytes they write; NULL without a KV offload tier
+    offload_flushed            INTEGER,           -- jobs flushed (jobs_to_flush); NULL without a KV offload tier
+    offload_cpu_evicted        BIGINT,            -- CPU-tier blocks evicted by this step's stores; NULL without a KV offload tier
+    offload_completed          INTEGER,           -- jobs the worker reported finished; NULL without a KV offload tier
+    offload_recving            INTEGER,           -- loads reported finished (finished_recving); NULL without a KV offload tier
+    offload_remote_wait        INTEGER,           -- requests in WAITING_FOR_REMOTE_KVS after schedule(); NULL without a KV offload tier
+    offload_cpu_used           BIGINT,            -- CPU-tier blocks holding data after the step; NULL without a KV offload tier
+    offload_cpu_evictable      BIGINT,            -- of those, evictable (stored, not being read); NULL without a KV offload tier
+    offload_disk_queries       INTEGER,           -- chunk lookups that reached the disk tier (CPU misses); NULL without a disk tier
+    offload_disk_hits          INTEGER,           -- of those, found on disk (each read back into the CPU tier); NULL without a disk tier
+    offload_disk_read_chunks   BIGINT,            -- blocks this step's reads bring from disk to the CPU tier; NULL without a disk tier
+    offload_disk_read_bytes    BIGINT,            -- bytes they read; NULL without a disk tier
+    offload_disk_write_chunks  BIGINT,            -- blocks written from the CPU tier to disk (not on disk yet); NULL without a disk tier
+    offload_disk_write_bytes   BIGINT,            -- bytes they write; NULL without a disk tier
+    offload_disk_chunks        BIGINT             -- blocks on disk after the step (the tier never evicts); NULL without a disk tier
 );

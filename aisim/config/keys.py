@@ -260,6 +260,19 @@ OFFLOAD_KEYS = (
     ConfigKey("extra", None, "further `kv_connector_extra_config` entries: `offload_prompt_only` (default true: "
               "only prompt tokens are stored), `store_threshold` (0 or 1: every new block is stored)",
               shown="empty"),
+    # The disk tier: vLLM's TieringOffloadingSpec with one `fs` secondary tier (docs/kv-offload.md).
+    ConfigKey("disk_tier", False, "a disk tier behind the CPU tier, as vLLM's `TieringOffloadingSpec` with one "
+              "`fs` secondary tier runs it: every block stored to the CPU tier is written to disk, a CPU miss "
+              "found on disk is read back into the CPU tier, then loaded; files are never deleted"),
+    ConfigKey("disk_read_delay_steps", 1, "disk tier on the step clock: a read issued in step N is reported by "
+              "the schedule of step N + this", low=1, high=INT32_MAX),
+    ConfigKey("disk_write_delay_steps", 1, "disk tier on the step clock: a write issued in step N's output is "
+              "reported by the schedule of step N + this", low=1, high=INT32_MAX),
+    # NVMe defaults: Samsung PM9A3 U.2 data sheet, sequential read 6,900 MB/s and write 4,100 MB/s.
+    ConfigKey("disk_read_gbps", 6.9, "disk tier on the clock (with `pcie_gen`): NVMe read rate in GB/s (1e9 "
+              "bytes), one read at a time (default: a PCIe 4.0 data-centre NVMe drive's sequential read)"),
+    ConfigKey("disk_write_gbps", 4.1, "... and write rate in GB/s, one write at a time (default: the same "
+              "drive's sequential write)"),
 )
 
 # Keys of ``speculative.acceptance``.  A request's trace field ``accept`` (a list) comes first; then

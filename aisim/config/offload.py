@@ -26,6 +26,7 @@ _O = defaults(OFFLOAD_KEYS)
 # vLLM's CPU tier pages: a chunk's bytes are rounded up to this (SharedOffloadRegion.BLOCK_SIZE_ALIGNMENT).
 CPU_PAGE_BYTES = 4096
 EXTRA_KEYS = ("offload_prompt_only", "store_threshold")
+DISK_KEYS = ("disk_read_delay_steps", "disk_write_delay_steps", "disk_read_gbps", "disk_write_gbps")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,12 @@ class OffloadConfig:
         ``lru``.
     extra : dict
         ``offload_prompt_only`` and ``store_threshold``.
+    disk_tier : bool
+        A disk tier behind the CPU tier (vLLM's ``fs`` secondary tier).
+    disk_read_delay_steps, disk_write_delay_steps : int
+        The disk's reads and writes in engine steps (transfers on the step clock).
+    disk_read_gbps, disk_write_gbps : float
+        The disk's rates in GB/s (transfers on the clock).
     """
 
     cpu_blocks: int | None = None
@@ -67,6 +74,11 @@ class OffloadConfig:
     pcie_efficiency: float = _O["pcie_efficiency"]
     eviction_policy: str = _O["eviction_policy"]
     extra: dict | None = None
+    disk_tier: bool = _O["disk_tier"]
+    disk_read_delay_steps: int = _O["disk_read_delay_steps"]
+    disk_write_delay_steps: int = _O["disk_write_delay_steps"]
+    disk_read_gbps: float = _O["disk_read_gbps"]
+    disk_write_gbps: float = _O["disk_write_gbps"]
 
     @property
     def prompt_only(self) -> bool:
@@ -96,7 +108,8 @@ class OffloadConfig:
 
     def to_dict(self) -> dict:
         """The section as written in a configuration (every key, defaults filled in)."""
-        return {k.name: getattr(self, k.name) for k in OFFLOAD_KEYS}
+        return {k.name: getattr(self, k.name) for k in OFFLOAD_KEYS
+                if self.disk_tier or not k.name.startswith("disk_")}
 
 
 def _int(raw: dict, name: str, at: str) -> int | None:
@@ -173,7 +186,30 @@ def parse_offload(raw, source: str | None = None) -> OffloadConfig:
     if thr >= 2:
         raise ConfigError(f"'kv_offload.extra.store_threshold'{at} of {thr} is not modelled (0 or 1: every new "
                           "block is stored)")
+    kw.update(_disk(raw, at))
     return OffloadConfig(eviction_policy=policy, extra=dict(extra), **kw)
+
+
+def _disk(raw: dict, at: str) -> dict:
+    """The disk tier's keys, validated (none of them without ``disk_tier``)."""
+    on = raw.get("disk_tier", False)
+    if not isinstance(on, bool):
+        raise ConfigError(f"'kv_offload.disk_tier'{at} must be true or false, got {on!r}")
+    given = [k for k in DISK_KEYS if k in raw and raw[k] is not None]
+    if not on:
+        if given:
+            raise ConfigError(f"'kv_offload.{given[0]}'{at} sets the disk tier; it needs 'kv_offload.disk_tier': "
+                              "true")
+        return {}
+    out = {"disk_tier": True}
+    for n in ("disk_read_delay_steps", "disk_write_delay_steps"):
+        out[n] = _int(raw, n, at)
+    for n in ("disk_read_gbps", "disk_write_gbps"):
+        v = raw.get(n, _O[n])
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ConfigError(f"'kv_offload.{n}'{at} must be a positive number of GB/s, got {v!r}")
+        out[n] = float(v)
+    return out
 
 
 def check_offload(cfg, source: str | None = None) -> None:

@@ -37,7 +37,46 @@ EXTRA_CONFIG = {
     "spec_name": "",
     "max_tracker_size": "",
     "self_describing_kv_events": "",
+    "secondary_tiers": "disk_tier",
+    "tier_poll_interval_s": "",
+    "backpressure": "",
 }
+# The spec with secondary tiers behind the CPU tier (vllm/v1/kv_offload/tiering/spec.py); aisim replays one
+# `fs` tier (tiering/fs/manager.py, FileSystemTierManager), whose settings below change no scheduling decision.
+TIERING_SPEC = "TieringOffloadingSpec"
+FS_TIER_KEYS = ("type", "root_dir", "n_read_threads", "n_write_threads", "enable_kv_events", "locality")
+
+
+def _disk_tier(extra: dict, at: str) -> bool:
+    """Whether ``kv_connector_extra_config`` asks for the disk tier (TieringOffloadingSpec with one `fs`
+    secondary tier); anything else behind the CPU tier is refused with the reason."""
+    spec = extra.get("spec_name", "CPUOffloadingSpec")
+    if spec not in ("CPUOffloadingSpec", TIERING_SPEC):
+        raise ConfigError(f"'{_EXTRA}.spec_name'{at} is {spec!r}: aisim replays the CPU tier "
+                          f"(CPUOffloadingSpec) and a disk tier behind it ({TIERING_SPEC} with an 'fs' tier)")
+    tiers = extra.get("secondary_tiers", []) if spec == TIERING_SPEC else []
+    if spec != TIERING_SPEC and "secondary_tiers" in extra:
+        raise ConfigError(f"'{_EXTRA}.secondary_tiers'{at} needs spec_name {TIERING_SPEC!r} (vLLM's CPUOffloadingSpec "
+                          "ignores it)")
+    if not isinstance(tiers, list):
+        raise ConfigError(f"'{_EXTRA}.secondary_tiers'{at} must be a list of tier configurations (vLLM refuses "
+                          f"anything else), got {tiers!r}")
+    if "backpressure" in extra:
+        raise ConfigError(f"'{_EXTRA}.backpressure'{at}: a tier's back-pressure detector (it drops stores by "
+                          "measured latency) is not modelled")
+    if len(tiers) > 1:
+        raise ConfigError(f"'{_EXTRA}.secondary_tiers'{at} has {len(tiers)} tiers; aisim replays one 'fs' tier")
+    for t in tiers:
+        if not isinstance(t, dict) or t.get("type") != "fs":
+            kind = t.get("type") if isinstance(t, dict) else t
+            raise ConfigError(f"'{_EXTRA}.secondary_tiers'{at}: tier {kind!r} is not modelled; aisim replays the "
+                              "file-system tier ('type': 'fs')")
+        for k in t:
+            if k not in FS_TIER_KEYS:
+                why = ("a back-pressure detector is not modelled" if k == "backpressure"
+                       else f"known: {', '.join(FS_TIER_KEYS)}")
+                raise ConfigError(f"'{_EXTRA}.secondary_tiers[0].{k}'{at}: {why}")
+    return bool(tiers)
 
 
 def tier_bytes_per_block(groups, tp: int = 1) -> int:
@@ -130,22 +169,21 @@ def from_transfer_config(ktc, bytes_per_block: int, at: str = ""):
         if k not in EXTRA_CONFIG:
             raise ConfigError(f"'{_EXTRA}.{k}'{at} is not an OffloadingConnector setting "
                               f"aisim knows; known: {', '.join(EXTRA_CONFIG)}")
-    spec = extra.get("spec_name", "CPUOffloadingSpec")
-    if spec != "CPUOffloadingSpec":
-        raise ConfigError(f"'{_EXTRA}.spec_name'{at} is {spec!r}: aisim replays the CPU tier "
-                          "(CPUOffloadingSpec)")
+    disk = _disk_tier(extra, at)
     cpu_bytes = extra.get("cpu_bytes_to_use")
     if isinstance(cpu_bytes, bool) or not isinstance(cpu_bytes, (int, float)) or cpu_bytes <= 0:
         raise ConfigError(f"'{_EXTRA}.cpu_bytes_to_use'{at} must be a positive number of "
                           f"bytes (vLLM refuses the connector without it), got {cpu_bytes!r}")
     section = offload_section(cpu_bytes / 2**30, "native", bytes_per_block, where=f"'{_EXTRA}.cpu_bytes_to_use'{at}")
     for k, target in EXTRA_CONFIG.items():
-        if k == "cpu_bytes_to_use" or not target or k not in extra:
+        if k in ("cpu_bytes_to_use", "secondary_tiers") or not target or k not in extra:
             continue
         if target.startswith("extra."):
             section.setdefault("extra", {})[target[len("extra."):]] = extra[k]
         else:
             section[target] = extra[k]
+    if disk:
+        section["disk_tier"] = True
     return section, None
 
 

@@ -212,7 +212,8 @@ def offload_note(cfg: EngineConfig, what: str) -> str:
     """One line on ``cfg``'s KV offload tier: its size and chunks."""
     off = cfg.kv_offload
     size = f"{off.size_gib:g} GiB, " if off.size_gib is not None else ""
-    return f"{what}: vLLM's CPU OffloadingConnector, {size}{off.num_chunks(cfg.block_size):,} chunks"
+    disk = ", a disk tier behind it (TieringOffloadingSpec, fs)" if off.disk_tier else ""
+    return f"{what}: vLLM's CPU OffloadingConnector, {size}{off.num_chunks(cfg.block_size):,} chunks{disk}"
 
 
 def with_offload(cfg: EngineConfig, section: dict, notes: list, what: str) -> tuple[EngineConfig, list[str]]:

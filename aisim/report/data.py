@@ -33,6 +33,7 @@ STEP_COLUMNS = (
     "num_resumed", "num_finished", "running", "waiting", "active_blocks", "cached_blocks", "kv_usage",
     "physical_usage", "kv_cache_active_bytes", "kv_cache_cached_bytes", "prefix_queries", "prefix_hits",
     "spec_tokens", "spec_accepted", "offload_cpu_used", "offload_load_chunks", "offload_store_chunks",
+    "offload_disk_read_chunks", "offload_disk_write_chunks", "offload_disk_chunks",
 )
 REQUEST_COLUMNS = ("arrival_s", "ttft_s", "tpot_s", "e2e_s", "prompt_tokens", "output_tokens", "cached_tokens",
                    "preemptions", "spec_drafts", "spec_accepted", "offload_hit_tokens")

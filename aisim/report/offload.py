@@ -1,7 +1,7 @@
 """The report's KV offload panel: the GPU prefix cache and the CPU tier behind it.
 
 A shard whose engine had a KV offload tier (``summaries.offload_cpu_chunks`` > 0) gets a panel in
-its section: the hit rate per tier (the share of prompt tokens served at a request's first
+its section: the hit rate per tier (and the disk tier's reads and writes when it had one) (the share of prompt tokens served at a request's first
 admission from the GPU prefix cache, ``cached_tokens``, and from the CPU tier,
 ``offload_hit_tokens``), the tier's traffic (tokens loaded, blocks stored and evicted), the tier's
 occupancy over simulated time against its size, and its loads and stores per time window.  When the
@@ -50,6 +50,14 @@ def offload_panel(sd: ShardData, mp: int) -> str:
               f"{fmt_count(s['offload_cpu_evicted'])}", f"offloaded blocks, of a tier of {fmt_count(size)}",
               "offload_store_chunks", float(s["offload_store_chunks"])),
     ]
+    disk = st["offload_disk_chunks"]
+    if np.any(~np.isnan(np.asarray(disk, dtype=float))):
+        # A disk tier behind the CPU tier (its columns are NULL without one).
+        reads = float(np.nansum(st["offload_disk_read_chunks"]))
+        stats.append(_stat("Disk tier reads / writes", f"{fmt_count(reads)} / "
+                           f"{fmt_count(float(np.nansum(st['offload_disk_write_chunks'])))}",
+                           f"offloaded blocks; {fmt_count(float(np.nanmax(disk)))} on disk (never evicted)",
+                           "offload_disk_read_chunks", reads))
     t = st["clock_s"]
     end = float(np.nanmax(t + np.nan_to_num(st["duration_s"])))
     t0 = min(float(np.nanmin(t)), 0.0)

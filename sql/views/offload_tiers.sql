@@ -1,8 +1,9 @@
 -- view: offload_tiers
 -- purpose: each shard's KV cache tiers side by side: the GPU prefix cache (vLLM's PrefixCacheStats)
 --          and the KV offload CPU tier behind it (vLLM's connector_prefix_cache_stats, the
---          OffloadingConnector's loads, stores and evictions), with TTFT.  A shard replayed without a
---          tier has cpu_chunks = 0 and NULL CPU rates.
+--          OffloadingConnector's loads, stores and evictions), the disk tier behind the CPU tier when
+--          there is one (vLLM's tiering manager with an fs tier), with TTFT.  A shard replayed without a
+--          tier has cpu_chunks = 0 and NULL CPU rates; without a disk tier the disk columns are NULL.
 -- grain:   one row per (run_id, shard_id).
 -- sources: run_shards (runs, shards), summaries, steps.
 -- The CPU tier's hit rate is tokens the tier offered over tokens asked of it, as vLLM reports it;
@@ -12,7 +13,14 @@ WITH st AS (
     SELECT
         run_id, shard_id,
         max(offload_cpu_used) AS cpu_used_max,
-        max(offload_remote_wait) AS remote_wait_max
+        max(offload_remote_wait) AS remote_wait_max,
+        sum(offload_disk_queries) AS disk_queries,
+        sum(offload_disk_hits) AS disk_hits,
+        sum(offload_disk_read_chunks) AS disk_read_chunks,
+        sum(offload_disk_read_bytes) AS disk_read_bytes,
+        sum(offload_disk_write_chunks) AS disk_write_chunks,
+        sum(offload_disk_write_bytes) AS disk_write_bytes,
+        max(offload_disk_chunks) AS disk_chunks
     FROM steps
     GROUP BY run_id, shard_id
 )
@@ -40,6 +48,14 @@ SELECT
     s.offload_cpu_evicted AS cpu_evicted,                                  -- offloaded blocks evicted
     st.cpu_used_max,                                                       -- CPU tier blocks holding data, peak
     st.remote_wait_max,                                                    -- requests waiting for a load, peak
+    st.disk_queries,                                                       -- chunk lookups that reached the disk tier
+    st.disk_hits,                                                          -- of those, found on disk
+    st.disk_hits / nullif(st.disk_queries, 0) AS disk_hit_rate,           -- disk tier hit rate (per chunk lookup)
+    st.disk_read_chunks,                                                   -- offloaded blocks read back from disk
+    st.disk_read_bytes,                                                    -- bytes read from disk
+    st.disk_write_chunks,                                                  -- offloaded blocks written to disk
+    st.disk_write_bytes,                                                   -- bytes written to disk
+    st.disk_chunks,                                                        -- offloaded blocks on disk at the end
     s.ttft_p50_s,                                                          -- TTFT median
     s.ttft_p99_s                                                           -- TTFT 99th percentile
 FROM run_shards AS rs
