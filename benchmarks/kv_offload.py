@@ -10,7 +10,8 @@ with a GPU pool that churns, replayed without a KV offload tier and with each of
 (vLLM's ``--kv-offloading-size``; loads and stores timed on the H100's PCIe 5.0 x16 link).  For each
 it prints the hit rate per tier -- the share of prompt
 tokens served at a request's first admission from the GPU prefix cache (``cached_tokens``) and
-from the CPU tier (``offload_hit_tokens``) -- TTFT p50/p99, and the replay's wall time with the tier
+from the CPU tier (``offload_hit_tokens``) -- TTFT p50/p99, the engine steps (transfers add some),
+and the replay's wall time with the tier
 over without it (best of ``--repeat`` alternated runs in this process: a shared machine's noise
 only slows a run down).  The target is a wall-time ratio of at most 1.5.
 
@@ -67,7 +68,7 @@ def _figures(result) -> dict:
     s = result.summary
     rq = result.requests
     prompt = sum(rq.column("prompt_tokens").to_pylist())
-    out = {"requests": s["requests"], "finished": s["finished"], "prompt_tokens": prompt,
+    out = {"requests": s["requests"], "finished": s["finished"], "prompt_tokens": prompt, "steps": result.steps.num_rows,
            "gpu_hit_rate": sum(rq.column("cached_tokens").to_pylist()) / prompt,
            "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"], "preemptions": s["preemptions"]}
     off = s.get("kv_offload")
@@ -112,15 +113,16 @@ def _pct(x) -> str:
 
 def markdown(rows: list) -> str:
     """The results as the table of docs/kv-offload.md."""
-    lines = ["| trace | GPU pool | CPU tier | GPU hit rate | CPU hit rate | TTFT p50 | TTFT p99 | replay wall time |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| trace | GPU pool | CPU tier | GPU hit rate | CPU hit rate | TTFT p50 | TTFT p99 | engine steps "
+             "| replay wall time |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         tier = "none" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB ({r['cpu_chunks']:,} chunks)"
         tier += " + disk" if r.get("disk") else ""
         cpu = "—" if r["tier_gib"] is None else _pct(r["cpu_hit_rate"])
         wall = f"{r['wall_s']:.2f} s" + ("" if r["tier_gib"] is None else f" ({r['wall_ratio']:.2f}x)")
         lines.append(f"| {r['workload']} | {r['gpu_blocks']:,} blocks | {tier} | {_pct(r['gpu_hit_rate'])} | {cpu} "
-                     f"| {r['ttft_p50_s']:.2f} s | {r['ttft_p99_s']:.2f} s | {wall} |")
+                     f"| {r['ttft_p50_s']:.2f} s | {r['ttft_p99_s']:.2f} s | {r['steps']:,} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +142,7 @@ def main(argv=None) -> int:
         tier = "no tier" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB tier" + (" + disk" if r["disk"] else "")
         cpu = "" if r["tier_gib"] is None else f", CPU hit {_pct(r['cpu_hit_rate'])}"
         print(f"{r['workload']}, {tier}: GPU hit {_pct(r['gpu_hit_rate'])}{cpu}, TTFT p50 {r['ttft_p50_s']:.3f} s, "
-              f"p99 {r['ttft_p99_s']:.3f} s; wall {r['wall_s']:.2f} s"
+              f"p99 {r['ttft_p99_s']:.3f} s; {r['steps']:,} steps, wall {r['wall_s']:.2f} s"
               + ("" if r["tier_gib"] is None else f", ratio {r['wall_ratio']:.2f} (target <= 1.5)"))
     if args.markdown:
         print(markdown(rows))

@@ -377,9 +377,10 @@ cdef class Engine:
             next_think[has] = np.asarray(th_raw, dtype=np.float64)[nt_local[has]]
         cdef const flag_t[::1] fol = _c_array(follows, np.int8)
         cdef const sec_t[::1] nth = _c_array(next_think, np.float64)
-        # Requests sharing no block with any other are keyed lazily where the cache allows it.
-        cdef bint lazy_ok = (kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
-                             and not self.offload)  # the connector reads every request's keys
+        # Requests sharing no block with any other are keyed lazily where the cache allows it.  A KV
+        # offload tier too: its connector reads a request's own hashes (hash_extend), never the GPU
+        # pool's keys, and only another request's GPU lookup could need a lazily cached block's key.
+        cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
         # ... past the leading tokens another request shares (the rest of every request is its own).
         shared = getattr(trace, "shared_tokens", None) if lazy_ok else None

@@ -132,15 +132,33 @@ cdef int _off_req_row(Engine e, const ReqC* r) except -1 nogil:
 
 
 cdef object _off_take(const int64_t* rows, Py_ssize_t n, int32_t width, columns):
-    # The first n rows as one numpy array per column (copied; the rows are written again from 0).
-    cdef const int64_t[:, ::1] view
+    # The first n rows as one numpy array per column (fresh arrays; the rows are written again
+    # from 0), filled in one pass over the rows: a strided copy per column reads them all each time.
+    cdef void* col[32]
+    cdef bint wide[32]
+    cdef Py_ssize_t i
+    cdef int32_t k
+    cdef const int64_t* src
     out = {}
     if n == 0 or rows == NULL:
         for name, dtype in columns:
             out[name] = np.zeros(0, dtype)
         return out
-    view = <const int64_t[:n, :width]>rows
-    arr = np.asarray(view)
+    if width > 32:
+        raise ValueError("aisim._core.engine: too many offload columns")
     for k, (name, dtype) in enumerate(columns):
-        out[name] = np.array(arr[:, k], dtype=dtype, copy=True)  # never a view of the rows
+        if dtype not in ("int32", "int64"):
+            raise ValueError(f"aisim._core.engine: offload column {name} of dtype {dtype}")
+        arr = np.empty(n, dtype=dtype)
+        out[name] = arr
+        col[k] = <void*><size_t>arr.ctypes.data
+        wide[k] = dtype == "int64"
+    with nogil:
+        for i in range(n):
+            src = rows + i * width
+            for k in range(width):
+                if wide[k]:
+                    (<int64_t*>col[k])[i] = src[k]
+                else:
+                    (<int32_t*>col[k])[i] = <int32_t>src[k]
     return out

@@ -23,12 +23,18 @@ cdef struct OffChunkC:
     # One chunk of the CPU tier (ChunkStatus plus the LRU policy's per-key state).
     hash_t key                   # the offload key it holds (a block hash)
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
-    flag_t used                  # holds a key (stored or being stored)
     flag_t evictable             # LRUCachePolicy._evictable
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
     flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
+    flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
+
+
+cdef struct OffLinkC:
+    # A node's neighbours in the tier's LRU list (both in one fetch).
+    int32_t prev
+    int32_t next
 
 
 cdef struct OffMapE:
@@ -49,7 +55,9 @@ cdef struct OffJobC:
     sec_t due_s                  # when it lands (transfers on the clock; -1: at once)
     int32_t n_keys
     int32_t keys_cap
-    hash_t* keys                 # [keys_cap] the chunks it reads or writes, in order
+    hash_t* keys                 # [keys_cap] the keys it reads or writes, in order
+    int32_t* cids                # [keys_cap] the chunks holding them (pinned or being stored: they
+                                 # stay in the tier until the job is reported)
     # A store's GPU source blocks (deferred_fence_block_ids), watched once its request finished
     # (ext/offload_fence.pxi).
     flag_t fenced                # its blocks are in _block_id_to_pending_jobs
@@ -161,8 +169,7 @@ cdef struct OffloadC:
     # evicted first).  Nodes 0 .. cpu_chunks - 1 are the chunks holding keys, node cpu_chunks is
     # the list's root, the nodes after it mark where each ranked request's chunks go (its rank's
     # anchor, off_node of the request).
-    int32_t* lru_prev            # [cpu_chunks + 1 + anchor_cap]
-    int32_t* lru_next            # [cpu_chunks + 1 + anchor_cap]
+    OffLinkC* lru                # [cpu_chunks + 1 + anchor_cap]
     int32_t* free_anchors        # [anchor_cap] stack of unused anchor nodes
     int32_t n_free_anchors
     int32_t anchor_cap
@@ -203,6 +210,23 @@ cdef struct OffloadC:
     flag_t* seen                 # [seen_slots * chunk_row]
     int32_t seen_slots
     int32_t chunk_row            # chunks a request can have
+    # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a
+    # request held at the waiting queue's head asks again every step.  Dropped when one of the
+    # chunks it found (``watch``) is evicted, pinned or completed, or the key where it stopped is
+    # stored (_off_map_put, _off_map_del, off_load, _off_complete).
+    flag_t memo_on
+    req_t memo_req               # the request (engine slot) with its KV row, arrival and id rank
+    int32_t memo_slot
+    sec_t memo_arrival
+    int32_t memo_rank
+    int32_t memo_start           # the chunks scanned: memo_start .. memo_end - 1
+    int32_t memo_end
+    int32_t memo_hits            # consecutive chunks present from memo_start
+    flag_t memo_pending          # one of them is being stored
+    flag_t memo_loading          # one of them is being loaded
+    flag_t memo_missed           # the scan stopped at a key not in the tier: memo_miss
+    hash_t memo_miss
+    int32_t* memo_chunks         # [chunk_row] the chunks found (memo_hits)
     # --- this step, for the decision log and the step columns (reset by each schedule())
     OffRecC* recs                # [recs_cap] what the connector did, in order
     int32_t n_recs

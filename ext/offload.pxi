@@ -9,6 +9,7 @@
 # Files below are relative to the vllm package.
 
 cdef int32_t OFF_EMPTY = -1
+cdef int32_t OFF_AHEAD = 24  # probes fetched this far ahead of a run of them (a memory round trip)
 
 
 # ------------------------------------------------------------------ set-up
@@ -32,10 +33,9 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     for i in range(m):
         o.map[i].chunk = OFF_EMPTY
     o.anchor_cap = 16
-    o.lru_prev = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
-    o.lru_next = <int32_t*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(int32_t))
-    o.lru_prev[conf.cpu_chunks] = conf.cpu_chunks
-    o.lru_next[conf.cpu_chunks] = conf.cpu_chunks
+    o.lru = <OffLinkC*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(OffLinkC))
+    o.lru[conf.cpu_chunks].prev = conf.cpu_chunks
+    o.lru[conf.cpu_chunks].next = conf.cpu_chunks
     o.free_anchors = <int32_t*>mem_calloc(o.anchor_cap, sizeof(int32_t))
     for i in range(o.anchor_cap):
         o.free_anchors[i] = conf.cpu_chunks + o.anchor_cap - i
@@ -45,6 +45,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
+    o.memo_chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
     o.recs_cap = 64
@@ -58,6 +59,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     if o.jobs != NULL:
         for i in range(o.jobs_cap):
             mem_free(o.jobs[i].keys)
+            mem_free(o.jobs[i].cids)
             mem_free(o.jobs[i].blocks)
     mem_free(o.alloc_mark)
     mem_free(o.jobs)
@@ -71,8 +73,8 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.free_chunks)
     mem_free(o.map)
     mem_free(o.found)
-    mem_free(o.lru_prev)
-    mem_free(o.lru_next)
+    mem_free(o.memo_chunks)
+    mem_free(o.lru)
     mem_free(o.free_anchors)
     mem_free(o.scratch)
     mem_free(o.seen)
@@ -151,54 +153,6 @@ cdef inline hash_t _off_key(const SchedC* s, const ReqC* r, int32_t i) noexcept 
     return s.kv.hashes[<int64_t>r.slot * s.kv.hash_row + (<int64_t>i + 1) * s.off.conf.hashes_per_chunk - 1]
 
 
-# ------------------------------------------------------------------ the tier's key map
-
-cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
-    return <int64_t>(mix64(key) & <hash_t>o.map_mask)
-
-
-cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
-    """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
-    cdef int64_t i = _off_bucket(o, key)
-    cdef int32_t c
-    while True:
-        c = o.map[i].chunk
-        if c == OFF_EMPTY:
-            return -1
-        if o.map[i].key == key:
-            return c
-        i = (i + 1) & o.map_mask
-
-
-cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
-    cdef int64_t i = _off_bucket(o, key)
-    while o.map[i].chunk != OFF_EMPTY:
-        i = (i + 1) & o.map_mask
-    o.map[i].chunk = chunk
-    o.map[i].key = key
-
-
-cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
-    # Linear probing with backward-shift deletion: no tombstones.
-    cdef int64_t i = _off_bucket(o, key)
-    cdef int64_t j, home
-    cdef int32_t c
-    while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
-        i = (i + 1) & o.map_mask
-    j = i
-    while True:
-        j = (j + 1) & o.map_mask
-        c = o.map[j].chunk
-        if c == OFF_EMPTY:
-            break
-        home = _off_bucket(o, o.map[j].key)
-        # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
-        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
-            o.map[i] = o.map[j]
-            i = j
-    o.map[i].chunk = OFF_EMPTY
-
-
 # ------------------------------------------------------------------ the LRU policy
 
 # LRUCachePolicy (kv_offload/cpu/policies/lru.py) evicts the evictable chunks of smallest rank
@@ -210,15 +164,15 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
 # Pinned chunks stay in place (their rank is kept); eviction walks from the head.
 
 cdef inline void _lru_unlink(OffloadC* o, int32_t x) noexcept nogil:
-    o.lru_next[o.lru_prev[x]] = o.lru_next[x]
-    o.lru_prev[o.lru_next[x]] = o.lru_prev[x]
+    o.lru[o.lru[x].prev].next = o.lru[x].next
+    o.lru[o.lru[x].next].prev = o.lru[x].prev
 
 
 cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
-    o.lru_prev[x] = p
-    o.lru_next[x] = o.lru_next[p]
-    o.lru_prev[o.lru_next[p]] = x
-    o.lru_next[p] = x
+    o.lru[x].prev = p
+    o.lru[x].next = o.lru[p].next
+    o.lru[o.lru[p].next].prev = x
+    o.lru[p].next = x
 
 
 cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
@@ -228,11 +182,11 @@ cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
     cdef OffChunkC* ch = &o.chunks[c]
     cdef int32_t p, x
     if ch.rank_lo == 0:
-        _lru_after(o, o.lru_prev[o.conf.cpu_chunks], c)
+        _lru_after(o, o.lru[o.conf.cpu_chunks].prev, c)
         return
     p = anchor
     while True:
-        x = o.lru_next[p]
+        x = o.lru[p].next
         if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
             break
         p = x
@@ -243,8 +197,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
     """An anchor node at the list's tail (for a rank larger than every rank so far)."""
     cdef int32_t base = o.conf.cpu_chunks + 1, old = o.anchor_cap, i, x
     if o.n_free_anchors == 0:
-        mem_grow(<void**>&o.lru_prev, base + old, base + 2 * old, sizeof(int32_t))
-        mem_grow(<void**>&o.lru_next, base + old, base + 2 * old, sizeof(int32_t))
+        mem_grow(<void**>&o.lru, base + old, base + 2 * old, sizeof(OffLinkC))
         mem_grow(<void**>&o.free_anchors, old, 2 * old, sizeof(int32_t))
         for i in range(2 * old - 1, old - 1, -1):
             o.free_anchors[o.n_free_anchors] = base + i
@@ -252,7 +205,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
         o.anchor_cap = 2 * old
     o.n_free_anchors -= 1
     x = o.free_anchors[o.n_free_anchors]
-    _lru_after(o, o.lru_prev[o.conf.cpu_chunks], x)
+    _lru_after(o, o.lru[o.conf.cpu_chunks].prev, x)
     return x
 
 
@@ -311,24 +264,27 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
     (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int32_t n_sel = 0, i, x = o.lru_next[o.conf.cpu_chunks]
+    cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
     cdef OffChunkC* ch
     while x != o.conf.cpu_chunks and n_sel < n:
         if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
             o.chunks[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
-        x = o.lru_next[x]
+        x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.chunks[o.scratch[i]].mark = 0
         return 0
+    for i in range(tmin(OFF_AHEAD, n_sel)):
+        _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
+        if i + OFF_AHEAD < n_sel:
+            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
         _lru_unlink(o, o.scratch[i])
         ch.mark = 0
-        ch.used = 0
         ch.evictable = 0
         o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
@@ -366,23 +322,31 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         return 0
     end = <int32_t>tmin(cdiv(max_hit, tpc), n_keys)
     start = <int32_t>(local // tpc)
-    # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
-    for i in range(start, end):
-        c = _off_find(o, _off_key(s, r, i))
-        if c < 0 and o.disk != NULL:
-            # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
-            # and the scan goes on; a disk hit's promotion is a chunk being written.
-            c = disk_lookup(s, r, i)
-            if c == DISK_RETRY:
+    if o.disk == NULL:
+        # _maximal_prefix_lookup over the CPU tier alone (_off_scan: kept while nothing it read
+        # changed); the disk tier's lookup promotes chunks, so with one every lookup scans anew.
+        _off_scan(s, r, start, end)
+        hits = o.memo_hits
+        pending = o.memo_pending
+        loading = o.memo_loading
+    else:
+        # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
+        for i in range(start, end):
+            c = _off_find(o, _off_key(s, r, i))
+            if c < 0:
+                # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
+                # and the scan goes on; a disk hit's promotion is a chunk being written.
+                c = disk_lookup(s, r, i)
+                if c == DISK_RETRY:
+                    pending = True
+                    continue
+            if c < 0:
+                break
+            hits += 1
+            if o.chunks[c].ref < 0:
                 pending = True
-                continue
-        if c < 0:
-            break
-        hits += 1
-        if o.chunks[c].ref < 0:
-            pending = True
-        if o.chunks[c].loading:
-            loading = True
+            if o.chunks[c].loading:
+                loading = True
     if pending:
         o.lookups_deferred += 1
         return -1
@@ -427,12 +391,16 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     return j
 
 
-cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key) except -1 nogil:
+cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
     cdef OffJobC* jb = &o.jobs[j]
+    cdef int32_t new
     if jb.n_keys == jb.keys_cap:
-        mem_grow(<void**>&jb.keys, jb.keys_cap, 2 * jb.keys_cap if jb.keys_cap > 0 else 16, sizeof(hash_t))
-        jb.keys_cap = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+        new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+        mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
+        mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
+        jb.keys_cap = new
     jb.keys[jb.n_keys] = key
+    jb.cids[jb.n_keys] = c
     jb.n_keys += 1
     return 0
 
@@ -453,12 +421,14 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
     for i in range(start, end):
         c = _off_find(o, _off_key(s, r, i))
         ch = &o.chunks[c]
+        if ch.watch:
+            _off_memo_drop(o)
         if ch.ref == 0:
             ch.evictable = 0  # mark_non_evictable
             o.n_evictable -= 1
         ch.ref += 1
         ch.loading = 1
-        _off_job_key(o, j, ch.key)
+        _off_job_key(o, j, ch.key, c)
     _off_access(s, r, start, end, NULL)
     r.off_next = end
     o.step_loads[o.n_step_loads] = j
@@ -473,6 +443,17 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
 
 
 # ------------------------------------------------------------------ stores (build_connector_meta)
+
+cdef inline bint _off_store_due(const SchedC* s, const ReqC* r, tok_t after, int32_t n_blocks) noexcept nogil:
+    """Whether _off_store has a chunk to offer: its computed tokens ``after`` (clamped as there)
+    and its ``n_blocks`` blocks both reach past chunk next_stored_chunk_idx (most calls: decodes
+    do not; checked without a division)."""
+    cdef tok_t need = (<tok_t>r.off_next + 1) * s.off.conf.tokens_per_chunk
+    cdef tok_t offloadable = tmin(after, num_tokens(r))
+    if s.off.conf.prompt_only:
+        offloadable = tmin(offloadable, r.prompt_len)
+    return offloadable >= need and <tok_t>n_blocks * s.kv.sched_block_size >= need
+
 
 cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks) except -1 nogil:
     """OffloadingConnectorScheduler._build_store_jobs for one request: the chunks newly covered by
@@ -498,11 +479,17 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
+    for i in range(start, tmin(start + OFF_AHEAD, n_chunks)):
+        _off_prefetch(o, _off_key(s, r, i))
     for i in range(start, n_chunks):
+        if i + OFF_AHEAD < n_chunks:
+            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
         c = _off_find(o, _off_key(s, r, i))
         o.found[i - start] = c
         if c < 0:
             n_new += 1
+        else:
+            __builtin_prefetch(&o.chunks[c])
     _off_access(s, r, start, n_chunks, o.found)
     if n_new == 0:
         r.off_next = n_chunks
@@ -525,6 +512,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     rank = _off_req_rank(o, r)
     j = _off_new_job(o, r, ri, True)
     for i in range(start, n_chunks):
+        if i + OFF_AHEAD < n_chunks and o.found[i + OFF_AHEAD - start] < 0:
+            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
         if o.found[i - start] >= 0:
             continue
         o.n_free_chunks -= 1
@@ -532,15 +521,15 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch = &o.chunks[c]
         ch.key = _off_key(s, r, i)
         ch.ref = -1
-        ch.used = 1
         ch.evictable = 0
         ch.loading = 0
         ch.mark = 0
+        ch.watch = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
         _lru_place(o, c, r.off_node)
         _off_map_put(o, ch.key, c)
-        _off_job_key(o, j, ch.key)
+        _off_job_key(o, j, ch.key, c)
         _off_job_blocks(s, j, r, i)
     o.n_used += n_new
     r.off_next = n_chunks
@@ -573,11 +562,26 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
+    cdef int32_t m = 0, k
     cdef OffChunkC* ch
+    # The seen chunks, tail first, into ``found``; then each one's chunk, its bucket fetched
+    # ahead, and its chunk and links fetched for the relinking pass.
     for i in range(n - 1, -1, -1):
-        if not seen[i]:
-            continue
-        c = _off_find(o, _off_key(s, r, i))
+        if seen[i]:
+            o.found[m] = i
+            m += 1
+    for k in range(tmin(OFF_AHEAD, m)):
+        _off_prefetch(o, _off_key(s, r, o.found[k]))
+    for k in range(m):
+        if k + OFF_AHEAD < m:
+            _off_prefetch(o, _off_key(s, r, o.found[k + OFF_AHEAD]))
+        c = _off_find(o, _off_key(s, r, o.found[k]))
+        o.found[k] = c
+        if c >= 0:
+            __builtin_prefetch(&o.chunks[c])
+            __builtin_prefetch(&o.lru[c])
+    for k in range(m):
+        c = o.found[k]
         if c < 0:
             continue
         ch = &o.chunks[c]
@@ -623,7 +627,8 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     off_flush_fenced(s, b.step)
     for i in range(b.n):
         r = &s.reqs[b.req[i]]
-        _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
+        if _off_store_due(s, r, r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r)):
+            _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
     if s.finished_pending:
         for i in range(s.n_finished):
             r = &s.reqs[s.finished[i]]

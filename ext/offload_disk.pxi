@@ -219,7 +219,7 @@ cdef int32_t _disk_promote(SchedC* s, ReqC* r, int32_t i, hash_t key) except -3 
     ch = &o.chunks[c]
     ch.key = key
     ch.ref = -1
-    ch.used = 1
+    ch.watch = 0
     ch.evictable = 0
     ch.loading = 0
     ch.mark = 0

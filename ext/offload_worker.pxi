@@ -11,11 +11,15 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef ReqC* r = &s.reqs[jb.req]
     cdef int32_t i, c
     cdef OffChunkC* ch
+    for i in range(tmin(OFF_AHEAD, jb.n_keys)):
+        __builtin_prefetch(&o.chunks[jb.cids[i]])
     for i in range(jb.n_keys):
-        c = _off_find(o, jb.keys[i])
-        if c < 0:
-            continue
+        if i + OFF_AHEAD < jb.n_keys:
+            __builtin_prefetch(&o.chunks[jb.cids[i + OFF_AHEAD]])
+        c = jb.cids[i]  # pinned or being stored since the job was issued: still jb.keys[i]'s chunk
         ch = &o.chunks[c]
+        if ch.watch:
+            _off_memo_drop(o)
         if jb.store:
             if ch.ref < 0:
                 ch.ref = 0

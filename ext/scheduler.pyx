@@ -36,7 +36,7 @@ from aisim._core.hashing cimport hash_extend
 from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
     OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, OffChunkC,
-    OffConfC, OffJobC, OffMapE, OffloadC, OffRecC,
+    OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t,
@@ -406,6 +406,7 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 include "waiting_pass.pxi"
 # KV offload behind the GPU cache, and its waiting pass: compiled into this module.
 include "offload.pxi"
+include "offload_map.pxi"
 include "offload_worker.pxi"
 include "offload_fence.pxi"
 include "offload_disk.pxi"

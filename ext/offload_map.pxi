@@ -1,0 +1,120 @@
+# Included by scheduler.pyx after offload.pxi: the CPU tier's key map (open addressing, probes
+# fetched ahead) and the connector lookup's scan over it, kept while nothing it read changed
+# (structs: ext/offload.pxd).
+
+
+# ------------------------------------------------------------------ the tier's key map
+
+cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
+    return <int64_t>(mix64(key) & <hash_t>o.map_mask)
+
+
+cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
+    """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
+    cdef int64_t i = _off_bucket(o, key)
+    cdef int32_t c
+    while True:
+        c = o.map[i].chunk
+        if c == OFF_EMPTY:
+            return -1
+        if o.map[i].key == key:
+            return c
+        i = (i + 1) & o.map_mask
+
+
+cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
+    # The key's bucket and the next fetched ahead of its probe (a probe or a deletion's shift
+    # usually reads both): a run of probes then overlaps its memory misses.
+    cdef int64_t i = _off_bucket(o, key)
+    __builtin_prefetch(&o.map[i])
+    __builtin_prefetch(&o.map[(i + 1) & o.map_mask])
+
+
+cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
+    cdef int64_t i = _off_bucket(o, key)
+    if o.memo_on and o.memo_missed and o.memo_miss == key:
+        _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
+    while o.map[i].chunk != OFF_EMPTY:
+        i = (i + 1) & o.map_mask
+    o.map[i].chunk = chunk
+    o.map[i].key = key
+
+
+cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
+    # Linear probing with backward-shift deletion: no tombstones.
+    cdef int64_t i = _off_bucket(o, key)
+    cdef int64_t j, home
+    cdef int32_t c
+    while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
+        i = (i + 1) & o.map_mask
+    if o.chunks[o.map[i].chunk].watch:
+        _off_memo_drop(o)  # the last lookup's scan found this chunk
+    j = i
+    while True:
+        j = (j + 1) & o.map_mask
+        c = o.map[j].chunk
+        if c == OFF_EMPTY:
+            break
+        home = _off_bucket(o, o.map[j].key)
+        # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
+        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
+            o.map[i] = o.map[j]
+            i = j
+    o.map[i].chunk = OFF_EMPTY
+
+
+cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
+    """The last lookup's scan is forgotten (its chunks no longer watched)."""
+    cdef int32_t i
+    if not o.memo_on:
+        return
+    for i in range(o.memo_hits):
+        o.chunks[o.memo_chunks[i]].watch = 0
+    o.memo_on = 0
+
+
+# ------------------------------------------------------------------ the lookup's scan
+
+cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
+    """_maximal_prefix_lookup from chunk ``start`` to ``end``: the consecutive chunks present (one
+    being stored or loaded defers the lookup), into ``memo_hits``, ``memo_pending`` and
+    ``memo_loading``; the last scan's answer when it asked the same of the same request and none of
+    the chunks it read changed since."""
+    cdef OffloadC* o = s.off
+    cdef req_t ri = <req_t>(r - s.reqs)
+    cdef int32_t i, c, d = OFF_AHEAD
+    cdef hash_t key
+    if (o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
+            and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
+        return 0
+    _off_memo_drop(o)
+    o.memo_req = ri
+    o.memo_slot = r.slot
+    o.memo_arrival = r.arrival_key
+    o.memo_rank = r.id_rank
+    o.memo_start = start
+    o.memo_end = end
+    o.memo_hits = 0
+    o.memo_pending = 0
+    o.memo_loading = 0
+    o.memo_missed = 0
+    for i in range(start, tmin(start + d, end)):
+        _off_prefetch(o, _off_key(s, r, i))
+    for i in range(start, end):
+        if i + d < end:
+            _off_prefetch(o, _off_key(s, r, i + d))
+        key = _off_key(s, r, i)
+        c = _off_find(o, key)
+        if c < 0:
+            o.memo_missed = 1
+            o.memo_miss = key
+            break
+        o.memo_chunks[o.memo_hits] = c
+        o.memo_hits += 1
+        o.chunks[c].watch = 1
+        if o.chunks[c].ref < 0:
+            o.memo_pending = 1
+        if o.chunks[c].loading:
+            o.memo_loading = 1
+    o.memo_on = 1
+    return 0
