@@ -12,10 +12,20 @@ cdef struct BlockC:
     int32_t key_tokens         # prefix length the primary key covers (max_model_len fits)
     int32_t ref_cnt            # requests (and copy retentions) holding the block
     int32_t sec_head           # first secondary-key entry of the block; -1 = none
-    block_id_t prev_free       # free-queue links (-1: not in the queue)
-    block_id_t next_free
+    int32_t run                # the free-queue run holding the block (-1: not in the queue)
     int32_t tag                # what a deployment's router calls the primary key (its index id;
                                # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up)
+
+cdef struct RunC:
+    # A run of the free queue: blocks ``first, first + step, ..., last`` in queue order, one
+    # extent of vLLM's doubly linked free list (FreeKVCacheBlockQueue) whose consecutive entries
+    # are consecutive block ids.  Runs are linked in queue order (sentinels RUN_HEAD, RUN_TAIL);
+    # a free run's ``next`` links the pool of unused runs.
+    block_id_t first
+    block_id_t last
+    int32_t step               # +1 or -1; meaningless for a run of one block
+    int32_t prev
+    int32_t next
 
 cdef struct MapEntC:
     # One slot of the key map (BlockHashToBlockMap): a key, its earliest-inserted block and the
@@ -34,7 +44,9 @@ cdef struct DeferC:
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
     bint caching               # prefix caching on
-    BlockC* blk                # [num_blocks + 2] the blocks; HEAD and TAIL (free-queue sentinels) last
+    BlockC* blk                # [num_blocks] the blocks
+    RunC* runs                 # [num_blocks + 2] the free queue as runs; RUN_HEAD and RUN_TAIL first
+    int32_t run_free           # first unused run (its ``next`` the next one; -1: none)
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
     MapEntC* map               # [map_cap] open addressing, linear probing
     hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
@@ -67,6 +79,11 @@ cdef struct BlockPoolC:
     block_id_t* node_tail      # [n_nodes] last one
     DeferC* defer              # [num_blocks] each block's place on a node's list
 
+# The sentinels of the run list (BlockPoolC.runs).
+cdef enum:
+    RUN_HEAD = 0
+    RUN_TAIL = 1
+
 # BlockC.tag values that are not a router's key id.
 cdef enum:
     TAG_NONE = -1              # no router reads this key
@@ -83,6 +100,7 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
 cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil
 cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil
+cdef Py_ssize_t bp_free_queue(const BlockPoolC* bp, block_id_t* out) noexcept nogil
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil
 cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens,

@@ -13,8 +13,8 @@ import numpy as np
 from aisim.config.versions import core_rules
 
 from aisim._core.blockpool cimport (
-    BlockPoolC, bp_cache, bp_free_reversed, bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release,
-    bp_remove_hashes, bp_touch, bp_usage,
+    RUN_HEAD, RUN_TAIL, BlockPoolC, bp_cache, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
+    bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
     EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
@@ -82,6 +82,34 @@ def enum_codes():
         "RC_SPEC_DRAFTS": RC_SPEC_DRAFTS, "RC_SPEC_ACCEPTED": RC_SPEC_ACCEPTED,
         "N_REQ_COLS": N_REQ_COLS,
     }
+
+
+cdef list _free_queue(const BlockPoolC* bp):
+    # The free queue head to tail (bp_free_queue).
+    cdef block_id_t[::1] out = np.zeros(max(bp.num_free, 1), dtype=np.int32)
+    cdef Py_ssize_t n = bp_free_queue(bp, &out[0])
+    assert n == bp.num_free, (n, bp.num_free)
+    return [out[i] for i in range(n)]
+
+
+cdef list _free_runs(const BlockPoolC* bp):
+    # The runs of the free queue, each block's run checked.
+    runs = []
+    cdef int32_t r = bp.runs[RUN_HEAD].next
+    cdef block_id_t b
+    while r != RUN_TAIL:
+        assert bp.runs[bp.runs[r].next].prev == r
+        b = bp.runs[r].first
+        if bp.runs[r].first != bp.runs[r].last:
+            assert bp.runs[r].step in (1, -1)
+        while True:
+            assert bp.blk[b].run == r and bp.blk[b].ref_cnt == 0, (b, r)
+            if b == bp.runs[r].last:
+                break
+            b += bp.runs[r].step
+        runs.append((bp.runs[r].first, bp.runs[r].last))
+        r = bp.runs[r].next
+    return runs
 
 
 cdef class BlockPool:
@@ -168,21 +196,38 @@ cdef class BlockPool:
 
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.blk[self.c.num_blocks].next_free
-        while b != self.c.num_blocks + 1:
-            out.append(b)
-            b = self.c.blk[b].next_free
-        return out
+        return _free_queue(&self.c)
 
     def free_queue_backward(self):
-        """Block ids of the free queue from tail to head, by the backward links."""
+        """Block ids of the free queue from tail to head, by the backward links of its runs."""
         out = []
-        cdef block_id_t b = self.c.blk[self.c.num_blocks + 1].prev_free
-        while b != self.c.num_blocks:
-            out.append(b)
-            b = self.c.blk[b].prev_free
+        cdef int32_t r = self.c.runs[RUN_TAIL].prev
+        cdef block_id_t b
+        while r != RUN_HEAD:
+            b = self.c.runs[r].last
+            while True:
+                out.append(b)
+                if b == self.c.runs[r].first:
+                    break
+                b -= self.c.runs[r].step
+            r = self.c.runs[r].prev
         return out
+
+    def free_runs(self):
+        """The runs of the free queue, head to tail, as (first, last) block ids; checks that every
+        block names the run holding it and that no run continues the one before it."""
+        return _free_runs(&self.c)
+
+    def free_blocks_one_by_one(self, ordered_blocks):
+        """Free blocks given in eviction order, one call per block (bp_free_one, one cursor)."""
+        cdef block_id_t front = bp_head(&self.c)
+        blocks = list(ordered_blocks)
+        for b in blocks:
+            self._check(b)
+            if self.c.blk[b].ref_cnt <= 0:
+                raise ValueError(f"block {b} is not held")
+        for b in blocks:
+            bp_free_one(&self.c, b, &front)
 
     @property
     def cached_free(self):
@@ -299,12 +344,7 @@ cdef class KVCache:
 
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.pool.blk[self.c.pool.num_blocks].next_free
-        while b != self.c.pool.num_blocks + 1:
-            out.append(b)
-            b = self.c.pool.blk[b].next_free
-        return out
+        return _free_queue(&self.c.pool)
 
     def ref_cnt(self, int b):
         return self.c.pool.blk[b].ref_cnt

@@ -139,7 +139,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.held = []
 
     @initialize(
-        num_blocks=st.integers(min_value=2, max_value=14),
+        num_blocks=st.one_of(st.integers(min_value=2, max_value=14), st.integers(min_value=15, max_value=40)),
         caching=st.sampled_from([True, True, True, False]),  # mostly caching on
     )
     def init_pools(self, num_blocks, caching):
@@ -199,6 +199,33 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.pool.free_blocks(ordered)
         self.ref.free_blocks(ordered)
 
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free_a_table(self, data):
+        # A request's table (a slice of the held references in allocation order) freed tail
+        # first, as vLLM frees a request: runs of consecutive ids enter the queue together.
+        lo = data.draw(st.integers(min_value=0, max_value=len(self.held) - 1), label="from")
+        hi = data.draw(st.integers(min_value=lo + 1, max_value=len(self.held)), label="to")
+        ordered = self.held[lo:hi][::-1]
+        del self.held[lo:hi]
+        self.pool.free_blocks(ordered)
+        self.ref.free_blocks(ordered)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free_one_by_one(self, data):
+        # The same through one bp_free_one call per block (window and retention releases): a
+        # cached block appended to the tail may continue the run of a block freed to the head.
+        idx = data.draw(
+            st.lists(st.sampled_from(range(len(self.held))), unique=True, min_size=1),
+            label="held indices",
+        )
+        ordered = [self.held[i] for i in idx]
+        for i in sorted(idx, reverse=True):
+            del self.held[i]
+        self.pool.free_blocks_one_by_one(ordered)
+        self.ref.free_blocks(ordered)
+
     @precondition(lambda self: any(self.ref.key[b] for b in range(1, self.ref.num_blocks)))
     @rule(data=st.data())
     def touch_cached(self, data):
@@ -236,6 +263,9 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert self.pool.free_queue() == self.ref.queue
         # The backward links agree (a batch of pops or frees relinks the queue in one splice).
         assert self.pool.free_queue_backward() == self.ref.queue[::-1]
+        # Every free block names its run; the runs cover the queue in order.
+        runs = self.pool.free_runs()
+        assert [b for f, l in runs for b in range(f, l + (1 if l >= f else -1), 1 if l >= f else -1)] == self.ref.queue
         assert self.pool.cached_free == sum(1 for b in self.ref.queue if self.ref.key[b])
         assert self.pool.evictions == self.ref.evictions
         assert self.pool.num_free == self.ref.num_free == len(self.ref.queue)
@@ -380,3 +410,43 @@ def test_errors_leave_state_unchanged():
     assert bp.ref_cnt(1) == 0
     with pytest.raises(ValueError):
         BlockPool(1)
+
+
+def test_runs_split_where_touched_and_grow_when_continued():
+    """The queue as runs: a request's table freed tail first is one run; touches split it; a block
+    continuing the last run extends it; a cached block continuing a head run is cut from it."""
+    bp = BlockPool(12)
+    blocks = bp.get_new_blocks(11)
+    for b in blocks[:8]:
+        bp.cache_block(b, 300 + b)
+    assert bp.free_runs() == []
+    bp.free_blocks(blocks[:8][::-1])
+    assert bp.free_runs() == [(8, 1)]
+    bp.touch([5])
+    assert bp.free_queue() == [8, 7, 6, 4, 3, 2, 1]
+    assert bp.free_runs() == [(8, 6), (4, 1)]
+    bp.touch([8, 1])
+    assert bp.free_runs() == [(7, 6), (4, 2)]
+    bp.free_blocks([1])  # cached, to the tail: continues the last run (4, 3, 2, 1)
+    assert bp.free_runs() == [(7, 6), (4, 1)]
+    bp.free_blocks([9, 10, 11])  # uncached: first, in this order
+    assert bp.free_queue() == [9, 10, 11, 7, 6, 4, 3, 2, 1]
+    assert bp.free_runs() == [(9, 11), (7, 6), (4, 1)]
+    assert bp.get_new_blocks(4) == [9, 10, 11, 7]
+    assert bp.free_runs() == [(6, 6), (4, 1)]
+    # One call per block: 11 to the head, then cached 5 to the tail, then 10 after 11.
+    bp.touch([6, 4, 3, 2, 1])
+    assert bp.free_runs() == []
+    bp.free_blocks_one_by_one([11, 5, 10])
+    assert bp.free_queue() == [11, 10, 5]
+    bp.free_blocks_one_by_one([4, 9, 3])
+    assert bp.free_queue() == [9, 11, 10, 5, 4, 3]
+    assert bp.free_runs() == [(9, 9), (11, 10), (5, 3)]
+    # Into an empty queue: 9 to the head, cached 8 to the tail continues 9's run, 10 goes after 9.
+    bp.touch([9, 11, 10, 5, 4, 3])
+    bp.get_new_blocks(0)
+    bp.free_blocks([11, 10, 9])
+    bp.touch([9, 10, 11])
+    bp.free_blocks_one_by_one([9, 8, 10])
+    assert bp.free_queue() == [9, 10, 8]
+    assert bp.free_runs() == [(9, 10), (8, 8)]
