@@ -12,20 +12,9 @@ cdef struct BlockC:
     int32_t key_tokens         # prefix length the primary key covers (max_model_len fits)
     int32_t ref_cnt            # requests (and copy retentions) holding the block
     int32_t sec_head           # first secondary-key entry of the block; -1 = none
-    int32_t run                # the free-queue run holding the block (-1: not in the queue)
+    int32_t qpos               # its slot of the free queue's ring (BlockPoolC.queue; -1: not in the queue)
     int32_t tag                # what a deployment's router calls the primary key (its index id;
                                # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up)
-
-cdef struct RunC:
-    # A run of the free queue: blocks ``first, first + step, ..., last`` in queue order, one
-    # extent of vLLM's doubly linked free list (FreeKVCacheBlockQueue) whose consecutive entries
-    # are consecutive block ids.  Runs are linked in queue order (sentinels RUN_HEAD, RUN_TAIL);
-    # a free run's ``next`` links the pool of unused runs.
-    block_id_t first
-    block_id_t last
-    int32_t step               # +1 or -1; meaningless for a run of one block
-    int32_t prev
-    int32_t next
 
 cdef struct MapEntC:
     # One slot of the key map (BlockHashToBlockMap): a key, its earliest-inserted block and the
@@ -45,8 +34,13 @@ cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
     bint caching               # prefix caching on
     BlockC* blk                # [num_blocks] the blocks
-    RunC* runs                 # [num_blocks + 2] the free queue as runs; RUN_HEAD and RUN_TAIL first
-    int32_t run_free           # first unused run (its ``next`` the next one; -1: none)
+    # The free queue (freequeue.pxi): block ids in queue order in the ring slots q_head .. q_tail - 1
+    # (positions count up forever; a slot is the position & q_mask).  A slot whose block's qpos is
+    # another slot is stale: the block left the queue from there.
+    int32_t* queue             # [q_mask + 1] the ring, q_mask + 1 >= 2 * num_blocks a power of two
+    int64_t q_mask
+    int64_t q_head             # position of the first slot (stale or not)
+    int64_t q_tail             # one past the last
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
     MapEntC* map               # [map_cap] open addressing, linear probing
     hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
@@ -78,11 +72,6 @@ cdef struct BlockPoolC:
     block_id_t* node_head      # [n_nodes] first deferred block of the run (-1: none), in caching order
     block_id_t* node_tail      # [n_nodes] last one
     DeferC* defer              # [num_blocks] each block's place on a node's list
-
-# The sentinels of the run list (BlockPoolC.runs).
-cdef enum:
-    RUN_HEAD = 0
-    RUN_TAIL = 1
 
 # BlockC.tag values that are not a router's key id.
 cdef enum:

@@ -28,8 +28,8 @@ request no other request can share a block with, whose keys no lookup could
 find; ``bp_key_lazy`` gives such a block its real key when a lookup could
 (kvcache's ``kv_key_lazy``).
 
-The free queue is a list of runs of consecutive block ids, in exactly the order
-of vLLM's linked list (freequeue.pxi).  The map is open addressing with linear
+The free queue is a ring of block ids in exactly the order of vLLM's linked
+list, where a block leaving from the middle leaves a stale slot (freequeue.pxi).  The map is open addressing with linear
 probing and backward-shift deletion (no tombstones), sized to a power of two at least twice the block count so the
 load factor stays at or below one half; a slot holds its key and the earliest
 block cached under it, and heads a chain of entries for the later ones (in
@@ -54,14 +54,13 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     while cap < <hash_t>(2 * num_blocks):
         cap <<= 1
     bp.blk = <BlockC*>mem_calloc(num_blocks, sizeof(BlockC))
-    bp.runs = <RunC*>mem_calloc(num_blocks + 2, sizeof(RunC))
     bp.map = <MapEntC*>mem_calloc(cap, sizeof(MapEntC))
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
     for i in range(num_blocks):
         bp.blk[i].sec_head = -1
-    _runs_init(bp)
+    _queue_init(bp)
     bp.ent_free = -1
     bp.sec_free = -1
     _grow_entries(bp, num_blocks + 16)
@@ -71,7 +70,7 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
 
 cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.blk)
-    mem_free(bp.runs)
+    mem_free(bp.queue)
     mem_free(bp.ent_block)
     mem_free(bp.ent_next)
     mem_free(bp.sec_key)

@@ -1,14 +1,15 @@
-# vLLM's free block queue as runs of consecutive block ids (included by blockpool.pyx).
+# vLLM's free block queue as a ring of block ids with stale slots (included by blockpool.pyx).
 #
 # The order is exactly that of vLLM's doubly linked free list (vllm/v1/core/kv_cache_utils.py
-# FreeKVCacheBlockQueue): the queue is the runs of BlockPoolC.runs, head to tail, each run the
-# blocks first, first + step, ..., last.  A request's blocks are mostly allocated from one run
-# and freed together, so a run holds hundreds of blocks: popping n blocks reads the run list
-# once per run, and the blocks' own states at addresses known in advance, where the linked list
-# had one dependent load per block.  A block's ``run`` names the run holding it, so touch
-# (FreeKVCacheBlockQueue.remove) finds its place in one read and splits the run there; the
-# shorter side of a split moves to a new run (each block is relabelled O(log n) times in all).
-# Appending a block to the end of a run it continues (its id one step on) extends the run.
+# FreeKVCacheBlockQueue): the blocks of the live slots of BlockPoolC.queue from q_head to q_tail.
+# A block's ``qpos`` names its live slot; a block leaving the queue from the middle (touch,
+# FreeKVCacheBlockQueue.remove) only clears its ``qpos``, leaving its slot stale, so it reads no
+# neighbour; popping from the head (popleft_n) reads the ring in order and skips stale slots,
+# so the blocks' states are loads at addresses known in advance, where following the linked list
+# made each block's load wait for the one before.  Block ids scatter through the queue as it
+# serves requests (a queue of 8,192 blocks settles into runs of one or two consecutive ids), so
+# the queue keeps ids, not runs.  When the ring is full its live slots are packed in order; the
+# ring holds twice the blocks, so packing is rare.
 
 
 cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
@@ -16,136 +17,76 @@ cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
     return bp.num_blocks
 
 
+cdef inline bint _live(const BlockPoolC* bp, int64_t pos) noexcept nogil:
+    # Whether the slot at ``pos`` holds its block's place in the queue.
+    cdef int32_t s = <int32_t>(pos & bp.q_mask)
+    return bp.blk[bp.queue[s]].qpos == s
+
+
 cdef Py_ssize_t bp_free_queue(const BlockPoolC* bp, block_id_t* out) noexcept nogil:
     """The free queue head to tail into ``out`` (room for ``num_free``); returns its length."""
-    cdef int32_t r = bp.runs[RUN_HEAD].next
+    cdef int64_t pos
     cdef Py_ssize_t n = 0
-    cdef block_id_t b
-    while r != RUN_TAIL:
-        b = bp.runs[r].first
-        while True:
-            out[n] = b
+    for pos in range(bp.q_head, bp.q_tail):
+        if _live(bp, pos):
+            out[n] = bp.queue[pos & bp.q_mask]
             n += 1
-            if b == bp.runs[r].last:
-                break
-            b += bp.runs[r].step
-        r = bp.runs[r].next
     return n
 
 
-cdef void _runs_init(BlockPoolC* bp) noexcept nogil:
-    # The queue 1 .. N-1 as one run (kv_cache_utils.py FreeKVCacheBlockQueue.__init__ links the
-    # blocks in id order; block 0, the null block, is popped at once: BlockPool.__init__).
-    cdef int32_t i, cap = bp.num_blocks + 2
-    for i in range(2, cap):
-        bp.runs[i].next = i + 1 if i + 1 < cap else -1
-    bp.run_free = 2 if cap > 2 else -1
-    bp.runs[RUN_HEAD].next = RUN_TAIL
-    bp.runs[RUN_TAIL].prev = RUN_HEAD
-    bp.runs[RUN_HEAD].prev = -1
-    bp.runs[RUN_TAIL].next = -1
-    for i in range(bp.num_blocks):
-        bp.blk[i].run = -1
-    if bp.num_blocks > 1:
-        i = _run_new(bp, RUN_HEAD, 1)
-        bp.runs[i].last = bp.num_blocks - 1
-        for i in range(1, bp.num_blocks):
-            bp.blk[i].run = bp.runs[RUN_HEAD].next
-        bp.num_free = bp.num_blocks - 1
+cdef int _queue_init(BlockPoolC* bp) except -1 nogil:
+    # The queue 1 .. N-1 (kv_cache_utils.py FreeKVCacheBlockQueue.__init__ links the blocks in id
+    # order; block 0, the null block, is popped at once: BlockPool.__init__).
+    cdef int64_t cap = 16
+    cdef block_id_t b
+    while cap < 2 * (<int64_t>bp.num_blocks + 1):
+        cap <<= 1
+    bp.queue = <int32_t*>mem_calloc(cap, sizeof(int32_t))
+    bp.q_mask = cap - 1
+    bp.q_head = 0
+    bp.q_tail = 0
+    bp.blk[0].qpos = -1
+    for b in range(1, bp.num_blocks):
+        bp.queue[bp.q_tail] = b
+        bp.blk[b].qpos = <int32_t>bp.q_tail
+        bp.q_tail += 1
+    bp.num_free = bp.num_blocks - 1 if bp.num_blocks > 1 else 0
+    return 0
 
 
-cdef inline int32_t _run_new(BlockPoolC* bp, int32_t after, block_id_t b) noexcept nogil:
-    # A run of the one block ``b`` right after run ``after`` (never short: runs <= free blocks + 2).
-    cdef int32_t r = bp.run_free
-    cdef RunC* x = &bp.runs[r]
-    cdef int32_t nxt = bp.runs[after].next
-    bp.run_free = x.next
-    x.first = b
-    x.last = b
-    x.step = 1
-    x.prev = after
-    x.next = nxt
-    bp.runs[after].next = r
-    bp.runs[nxt].prev = r
-    return r
+cdef void _pack(BlockPoolC* bp) noexcept nogil:
+    # The live slots moved to the front of the ring, in order (a write never passes a read).
+    cdef int64_t pos, w = bp.q_head
+    cdef int32_t s, b
+    for pos in range(bp.q_head, bp.q_tail):
+        s = <int32_t>(pos & bp.q_mask)
+        b = bp.queue[s]
+        if bp.blk[b].qpos == s:
+            s = <int32_t>(w & bp.q_mask)
+            bp.queue[s] = b
+            bp.blk[b].qpos = s
+            w += 1
+    bp.q_tail = w
 
 
-cdef inline void _run_drop(BlockPoolC* bp, int32_t r) noexcept nogil:
-    # Unlink the emptied run ``r`` and return it to the unused ones.
-    cdef RunC* x = &bp.runs[r]
-    bp.runs[x.prev].next = x.next
-    bp.runs[x.next].prev = x.prev
-    x.next = bp.run_free
-    bp.run_free = r
+cdef inline void _room(BlockPoolC* bp, int64_t k) noexcept nogil:
+    # Room for ``k`` more slots (k <= blocks not in the queue, so packing always makes it).
+    if bp.q_tail - bp.q_head + k > bp.q_mask + 1:
+        _pack(bp)
 
 
-cdef inline void _run_label(BlockPoolC* bp, block_id_t first, block_id_t last, int32_t step,
-                            int32_t r) noexcept nogil:
-    # Blocks first, first + step, ..., last now belong to run ``r``.
-    cdef block_id_t b = first
-    while True:
-        bp.blk[b].run = r
-        if b == last:
-            return
-        b += step
-
-
-cdef void _run_split(BlockPoolC* bp, int32_t r, block_id_t b) noexcept nogil:
-    # Split run ``r`` just before its block ``b`` (not its first): two runs, in the same order.
-    # The shorter side moves to the new run.
-    cdef RunC* x = &bp.runs[r]
-    cdef int32_t st = x.step
-    cdef block_id_t left = (b - x.first) * st           # blocks before b
-    cdef block_id_t right = (x.last - b) * st + 1       # b and the blocks after it
-    cdef int32_t y
-    if right <= left:
-        y = _run_new(bp, r, b)
-        bp.runs[y].last = x.last
-        bp.runs[y].step = st
-        x.last = b - st
-        _run_label(bp, b, bp.runs[y].last, st, y)
-    else:
-        y = _run_new(bp, x.prev, x.first)
-        bp.runs[y].last = b - st
-        bp.runs[y].step = st
-        x.first = b
-        _run_label(bp, bp.runs[y].first, b - st, st, y)
-
-
-cdef inline int32_t _run_append(BlockPoolC* bp, int32_t r, block_id_t b) noexcept nogil:
-    # Put block ``b`` into the queue right after the last block of run ``r`` (RUN_HEAD: first in
-    # the queue): run ``r`` grows when ``b`` continues it, else a new run follows it.  Returns
-    # the run holding ``b``.
-    cdef RunC* x = &bp.runs[r]
-    cdef block_id_t d = b - x.last
-    if r != RUN_HEAD and (d == 1 or d == -1) and (x.first == x.last or d == x.step):
-        x.step = d
-        x.last = b
-    else:
-        r = _run_new(bp, r, b)
-    bp.blk[b].run = r
-    bp.num_free += 1
-    return r
+cdef inline void _put(BlockPoolC* bp, int64_t pos, block_id_t b) noexcept nogil:
+    cdef int32_t s = <int32_t>(pos & bp.q_mask)
+    bp.queue[s] = b
+    bp.blk[b].qpos = s
 
 
 cdef inline void _unlink(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    # FreeKVCacheBlockQueue.remove: ``b`` leaves the queue wherever it sits, the others keep
-    # their order.
-    cdef int32_t r = bp.blk[b].run
-    cdef RunC* x = &bp.runs[r]
+    # FreeKVCacheBlockQueue.remove: ``b`` leaves the queue wherever it sits (its slot goes stale),
+    # the others keep their order.
     if bp.blk[b].key != 0:
         bp.cached_free -= 1
-    if x.first == x.last:
-        _run_drop(bp, r)
-    elif b == x.first:
-        x.first += x.step
-    elif b == x.last:
-        x.last -= x.step
-    else:
-        _run_split(bp, r, b)
-        x = &bp.runs[bp.blk[b].run]
-        x.first += x.step
-    bp.blk[b].run = -1
+    bp.blk[b].qpos = -1
     bp.num_free -= 1
 
 
@@ -154,7 +95,11 @@ cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
 
     The caller has checked that a free block exists.
     """
-    cdef block_id_t b = bp.runs[bp.runs[RUN_HEAD].next].first
+    cdef block_id_t b
+    while not _live(bp, bp.q_head):
+        bp.q_head += 1
+    b = bp.queue[bp.q_head & bp.q_mask]
+    bp.q_head += 1
     _unlink(bp, b)
     _take(bp, b)
     return b
@@ -181,38 +126,29 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     """FreeKVCacheBlockQueue.popleft_n (BlockPool.get_new_blocks): the first ``n`` free blocks
     into ``out``, as ``bp_pop_free`` pops them one by one.  The caller has checked that ``n``
     are free."""
-    cdef Py_ssize_t i = 0, m
-    cdef int32_t r
-    cdef RunC* x
+    cdef Py_ssize_t i = 0
+    cdef int64_t pos = bp.q_head
+    cdef int32_t s
     cdef block_id_t b
-    cdef int32_t st
     cdef BlockC* k
-    # Whole runs from the head, the last one cut where the n blocks end.
+    # One read of the ring from the head takes the live slots' blocks out of the queue, fetching
+    # the map slot of every key it will evict; a second pass takes them in the same order,
+    # evicting their keys from slots already in cache.
     while i < n:
-        r = bp.runs[RUN_HEAD].next
-        x = &bp.runs[r]
-        b = x.first
-        st = x.step
-        m = (x.last - b) * st + 1
-        if m > n - i:
-            m = n - i
-            x.first = b + <block_id_t>m * st
-        else:
-            _run_drop(bp, r)
-        while m > 0:
-            out[i] = b
-            b += st
-            i += 1
-            m -= 1
-    # The blocks leave the queue, fetching the map slot of every key to evict; a second pass
-    # takes them in the same order, evicting their keys from slots already in cache.
-    for i in range(n):
-        k = &bp.blk[out[i]]
-        k.run = -1
+        s = <int32_t>(pos & bp.q_mask)
+        pos += 1
+        b = bp.queue[s]
+        k = &bp.blk[b]
+        if k.qpos != s:
+            continue
+        k.qpos = -1
+        out[i] = b
+        i += 1
         if k.key != 0:
             bp.cached_free -= 1
             if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
                 bp_prefetch_key(bp, k.key)
+    bp.q_head = pos
     for i in range(n):
         _take(bp, out[i])
     bp.num_free -= <block_id_t>n
@@ -230,27 +166,30 @@ cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:
 cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil:
     # BlockPool.free_blocks: blocks reaching ref count 0 without a key go to the head after the
     # ones freed before them in this call (prepend_n), blocks with a key to the tail (append_n).
-    # ``front``: the block freed last to the head in this call (bp_head: none yet).
-    cdef int32_t r
+    # ``front``: the block freed last to the head in this call (bp_head: none yet); the blocks
+    # freed to the head in this call hold the first slots, q_head to front's, and move down one.
+    cdef int64_t pos, end
     if b == 0:
         return
     bp.blk[b].ref_cnt -= 1
     if bp.blk[b].ref_cnt != 0:
         return
+    _room(bp, 1)
     if bp.blk[b].key == 0 or not bp.caching:
         if front[0] == bp.num_blocks:
-            r = RUN_HEAD
+            end = bp.q_head
         else:
-            r = bp.blk[front[0]].run
-            if bp.runs[r].last != front[0]:
-                # A block appended to the tail continued front's run: cut it after front.
-                _run_split(bp, r, front[0] + bp.runs[r].step)
-                r = bp.blk[front[0]].run
-        _run_append(bp, r, b)
+            end = bp.q_head + ((bp.blk[front[0]].qpos - bp.q_head) & bp.q_mask) + 1
+        for pos in range(bp.q_head, end):
+            _put(bp, pos - 1, bp.queue[pos & bp.q_mask])
+        bp.q_head -= 1
+        _put(bp, end - 1, b)
         front[0] = b
     else:
-        _run_append(bp, bp.runs[RUN_TAIL].prev, b)
+        _put(bp, bp.q_tail, b)
+        bp.q_tail += 1
         bp.cached_free += 1
+    bp.num_free += 1
 
 
 cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
@@ -260,12 +199,11 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     """
     cdef Py_ssize_t i
     cdef block_id_t b
-    cdef int32_t front = RUN_HEAD
-    cdef bint tail = False
+    cdef int64_t n_front = 0, n_back = 0, pos
     # vLLM's free_blocks: the blocks reaching ref count 0 without a key go first in the queue
     # (prepend_n), in this order; those with a key go last (append_n), in this order.  The first
-    # pass places the former and marks each of the latter with where it reached 0 (run -2 - i: a
-    # block listed twice goes where its second entry is), the second pass appends them.
+    # pass counts them and marks each with where it reached 0 (qpos -2 - i: a block listed twice
+    # goes where its second entry is), the second pass writes them to their slots.
     for i in range(n - 1, -1, -1):
         b = blocks[i]
         if b == 0:
@@ -273,18 +211,28 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
         bp.blk[b].ref_cnt -= 1
         if bp.blk[b].ref_cnt != 0:
             continue
+        bp.blk[b].qpos = <int32_t>(-2 - i)
         if bp.blk[b].key == 0 or not bp.caching:
-            front = _run_append(bp, front, b)
+            n_front += 1
         else:
-            bp.blk[b].run = <int32_t>(-2 - i)
-            tail = True
-    if not tail:
+            n_back += 1
+    if n_front + n_back == 0:
         return
+    _room(bp, n_front + n_back)
+    pos = bp.q_head - n_front
+    bp.q_head = pos
     for i in range(n - 1, -1, -1):
         b = blocks[i]
-        if b != 0 and bp.blk[b].run == <int32_t>(-2 - i):
-            _run_append(bp, bp.runs[RUN_TAIL].prev, b)
-            bp.cached_free += 1
+        if b == 0 or bp.blk[b].qpos != <int32_t>(-2 - i):
+            continue
+        if bp.blk[b].key == 0 or not bp.caching:
+            _put(bp, pos, b)
+            pos += 1
+        else:
+            _put(bp, bp.q_tail, b)
+            bp.q_tail += 1
+    bp.cached_free += <block_id_t>n_back
+    bp.num_free += <block_id_t>(n_front + n_back)
 
 
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:

@@ -13,7 +13,7 @@ import numpy as np
 from aisim.config.versions import core_rules
 
 from aisim._core.blockpool cimport (
-    RUN_HEAD, RUN_TAIL, BlockPoolC, bp_cache, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
+    BlockPoolC, bp_cache, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
     bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
@@ -40,7 +40,7 @@ from aisim._core.request cimport (
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
-from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
+from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
 from aisim._core.util cimport num_tokens
 
 
@@ -90,26 +90,6 @@ cdef list _free_queue(const BlockPoolC* bp):
     cdef Py_ssize_t n = bp_free_queue(bp, &out[0])
     assert n == bp.num_free, (n, bp.num_free)
     return [out[i] for i in range(n)]
-
-
-cdef list _free_runs(const BlockPoolC* bp):
-    # The runs of the free queue, each block's run checked.
-    runs = []
-    cdef int32_t r = bp.runs[RUN_HEAD].next
-    cdef block_id_t b
-    while r != RUN_TAIL:
-        assert bp.runs[bp.runs[r].next].prev == r
-        b = bp.runs[r].first
-        if bp.runs[r].first != bp.runs[r].last:
-            assert bp.runs[r].step in (1, -1)
-        while True:
-            assert bp.blk[b].run == r and bp.blk[b].ref_cnt == 0, (b, r)
-            if b == bp.runs[r].last:
-                break
-            b += bp.runs[r].step
-        runs.append((bp.runs[r].first, bp.runs[r].last))
-        r = bp.runs[r].next
-    return runs
 
 
 cdef class BlockPool:
@@ -199,24 +179,25 @@ cdef class BlockPool:
         return _free_queue(&self.c)
 
     def free_queue_backward(self):
-        """Block ids of the free queue from tail to head, by the backward links of its runs."""
+        """Block ids of the free queue from tail to head, reading its ring backwards."""
         out = []
-        cdef int32_t r = self.c.runs[RUN_TAIL].prev
-        cdef block_id_t b
-        while r != RUN_HEAD:
-            b = self.c.runs[r].last
-            while True:
-                out.append(b)
-                if b == self.c.runs[r].first:
-                    break
-                b -= self.c.runs[r].step
-            r = self.c.runs[r].prev
+        cdef int64_t pos = self.c.q_tail - 1
+        cdef int32_t s
+        while pos >= self.c.q_head:
+            s = <int32_t>(pos & self.c.q_mask)
+            if self.c.blk[self.c.queue[s]].qpos == s:
+                out.append(self.c.queue[s])
+            pos -= 1
         return out
 
-    def free_runs(self):
-        """The runs of the free queue, head to tail, as (first, last) block ids; checks that every
-        block names the run holding it and that no run continues the one before it."""
-        return _free_runs(&self.c)
+    @property
+    def ring_slots(self):
+        """Slots of the free queue's ring in use, stale ones included."""
+        return self.c.q_tail - self.c.q_head
+
+    @property
+    def ring_capacity(self):
+        return self.c.q_mask + 1
 
     def free_blocks_one_by_one(self, ordered_blocks):
         """Free blocks given in eviction order, one call per block (bp_free_one, one cursor)."""

@@ -263,9 +263,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert self.pool.free_queue() == self.ref.queue
         # The backward links agree (a batch of pops or frees relinks the queue in one splice).
         assert self.pool.free_queue_backward() == self.ref.queue[::-1]
-        # Every free block names its run; the runs cover the queue in order.
-        runs = self.pool.free_runs()
-        assert [b for f, l in runs for b in range(f, l + (1 if l >= f else -1), 1 if l >= f else -1)] == self.ref.queue
+        assert self.pool.ring_slots <= self.pool.ring_capacity
         assert self.pool.cached_free == sum(1 for b in self.ref.queue if self.ref.key[b])
         assert self.pool.evictions == self.ref.evictions
         assert self.pool.num_free == self.ref.num_free == len(self.ref.queue)
@@ -412,41 +410,33 @@ def test_errors_leave_state_unchanged():
         BlockPool(1)
 
 
-def test_runs_split_where_touched_and_grow_when_continued():
-    """The queue as runs: a request's table freed tail first is one run; touches split it; a block
-    continuing the last run extends it; a cached block continuing a head run is cut from it."""
+def test_ring_stale_slots_and_packing_keep_the_order():
+    """The queue as a ring: a touched block leaves a stale slot that popping skips; a full ring is
+    packed in order; a block freed to the head after others of its call goes after them."""
     bp = BlockPool(12)
+    assert bp.ring_capacity == 32 and bp.ring_slots == 11
     blocks = bp.get_new_blocks(11)
+    assert bp.ring_slots == 0
     for b in blocks[:8]:
         bp.cache_block(b, 300 + b)
-    assert bp.free_runs() == []
     bp.free_blocks(blocks[:8][::-1])
-    assert bp.free_runs() == [(8, 1)]
-    bp.touch([5])
-    assert bp.free_queue() == [8, 7, 6, 4, 3, 2, 1]
-    assert bp.free_runs() == [(8, 6), (4, 1)]
-    bp.touch([8, 1])
-    assert bp.free_runs() == [(7, 6), (4, 2)]
-    bp.free_blocks([1])  # cached, to the tail: continues the last run (4, 3, 2, 1)
-    assert bp.free_runs() == [(7, 6), (4, 1)]
+    bp.touch([5, 8, 1])
+    assert bp.free_queue() == [7, 6, 4, 3, 2]
+    assert bp.ring_slots == 8  # three stale
+    bp.free_blocks([1])  # cached: to the tail
     bp.free_blocks([9, 10, 11])  # uncached: first, in this order
     assert bp.free_queue() == [9, 10, 11, 7, 6, 4, 3, 2, 1]
-    assert bp.free_runs() == [(9, 11), (7, 6), (4, 1)]
-    assert bp.get_new_blocks(4) == [9, 10, 11, 7]
-    assert bp.free_runs() == [(6, 6), (4, 1)]
+    assert bp.free_queue_backward() == [1, 2, 3, 4, 6, 7, 11, 10, 9]
+    assert bp.get_new_blocks(5) == [9, 10, 11, 7, 6]  # skips 8's stale slot
+    # Churn until the ring fills: packing keeps the order.
+    for _ in range(12):
+        bp.touch([4])
+        bp.free_blocks([4])
+    assert bp.free_queue() == [3, 2, 1, 4]
+    assert bp.ring_slots <= bp.ring_capacity
     # One call per block: 11 to the head, then cached 5 to the tail, then 10 after 11.
-    bp.touch([6, 4, 3, 2, 1])
-    assert bp.free_runs() == []
     bp.free_blocks_one_by_one([11, 5, 10])
-    assert bp.free_queue() == [11, 10, 5]
-    bp.free_blocks_one_by_one([4, 9, 3])
-    assert bp.free_queue() == [9, 11, 10, 5, 4, 3]
-    assert bp.free_runs() == [(9, 9), (11, 10), (5, 3)]
-    # Into an empty queue: 9 to the head, cached 8 to the tail continues 9's run, 10 goes after 9.
-    bp.touch([9, 11, 10, 5, 4, 3])
-    bp.get_new_blocks(0)
-    bp.free_blocks([11, 10, 9])
-    bp.touch([9, 10, 11])
-    bp.free_blocks_one_by_one([9, 8, 10])
-    assert bp.free_queue() == [9, 10, 8]
-    assert bp.free_runs() == [(9, 10), (8, 8)]
+    assert bp.free_queue() == [11, 10, 3, 2, 1, 4, 5]
+    bp.free_blocks_one_by_one([9, 8, 7])  # 7's key went when it was popped: to the head
+    assert bp.free_queue() == [9, 7, 11, 10, 3, 2, 1, 4, 5, 8]
+    assert bp.get_new_blocks(10) == [9, 7, 11, 10, 3, 2, 1, 4, 5, 8]
