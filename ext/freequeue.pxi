@@ -197,42 +197,43 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
 
     vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
     """
-    cdef Py_ssize_t i
+    cdef Py_ssize_t i, lo = n, hi = -1
     cdef block_id_t b
-    cdef int64_t n_front = 0, n_back = 0, pos
-    # vLLM's free_blocks: the blocks reaching ref count 0 without a key go first in the queue
-    # (prepend_n), in this order; those with a key go last (append_n), in this order.  The first
-    # pass counts them and marks each with where it reached 0 (qpos -2 - i: a block listed twice
-    # goes where its second entry is), the second pass writes them to their slots.
+    cdef int64_t n_front = 0, pos
+    cdef BlockC* k
+    # vLLM's free_blocks: the blocks reaching ref count 0 with a key go last in the queue
+    # (append_n), in this order: written at once; those without one go first (prepend_n), in this
+    # order: counted and marked with where they reached 0 (qpos -2 - i: a block listed twice
+    # goes where its second entry is), then written in front of the head.
+    _room(bp, n if n < bp.num_blocks else bp.num_blocks)
     for i in range(n - 1, -1, -1):
         b = blocks[i]
         if b == 0:
             continue
-        bp.blk[b].ref_cnt -= 1
-        if bp.blk[b].ref_cnt != 0:
+        k = &bp.blk[b]
+        k.ref_cnt -= 1
+        if k.ref_cnt != 0:
             continue
-        bp.blk[b].qpos = <int32_t>(-2 - i)
-        if bp.blk[b].key == 0 or not bp.caching:
+        if k.key == 0 or not bp.caching:
+            k.qpos = <int32_t>(-2 - i)
             n_front += 1
-        else:
-            n_back += 1
-    if n_front + n_back == 0:
-        return
-    _room(bp, n_front + n_back)
-    pos = bp.q_head - n_front
-    bp.q_head = pos
-    for i in range(n - 1, -1, -1):
-        b = blocks[i]
-        if b == 0 or bp.blk[b].qpos != <int32_t>(-2 - i):
-            continue
-        if bp.blk[b].key == 0 or not bp.caching:
-            _put(bp, pos, b)
-            pos += 1
+            lo = i
+            if hi < 0:
+                hi = i
         else:
             _put(bp, bp.q_tail, b)
             bp.q_tail += 1
-    bp.cached_free += <block_id_t>n_back
-    bp.num_free += <block_id_t>(n_front + n_back)
+            bp.cached_free += 1
+        bp.num_free += 1
+    if n_front == 0:
+        return
+    pos = bp.q_head - n_front
+    bp.q_head = pos
+    for i in range(hi, lo - 1, -1):
+        b = blocks[i]
+        if b != 0 and bp.blk[b].qpos == <int32_t>(-2 - i):
+            _put(bp, pos, b)
+            pos += 1
 
 
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
