@@ -128,27 +128,31 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     are free."""
     cdef Py_ssize_t i = 0
     cdef int64_t pos = bp.q_head
+    cdef int64_t mask = bp.q_mask
+    cdef const int32_t* q = bp.queue
+    cdef BlockC* blk = bp.blk
     cdef int32_t s
-    cdef block_id_t b
+    cdef block_id_t b, keyed = 0
     cdef BlockC* k
     # One read of the ring from the head takes the live slots' blocks out of the queue, fetching
     # the map slot of every key it will evict; a second pass takes them in the same order,
     # evicting their keys from slots already in cache.
     while i < n:
-        s = <int32_t>(pos & bp.q_mask)
+        s = <int32_t>(pos & mask)
         pos += 1
-        b = bp.queue[s]
-        k = &bp.blk[b]
+        b = q[s]
+        k = &blk[b]
         if k.qpos != s:
             continue
         k.qpos = -1
         out[i] = b
         i += 1
         if k.key != 0:
-            bp.cached_free -= 1
+            keyed += 1
             if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
                 bp_prefetch_key(bp, k.key)
     bp.q_head = pos
+    bp.cached_free -= keyed
     for i in range(n):
         _take(bp, out[i])
     bp.num_free -= <block_id_t>n
@@ -199,32 +203,45 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     """
     cdef Py_ssize_t i, lo = n, hi = -1
     cdef block_id_t b
-    cdef int64_t n_front = 0, pos
+    cdef int64_t n_front = 0, pos, tail
+    cdef int32_t s
+    cdef block_id_t added = 0, keyed = 0
     cdef BlockC* k
+    cdef BlockC* blk = bp.blk
+    cdef int32_t* q
+    cdef int64_t mask = bp.q_mask
+    cdef bint caching = bp.caching
     # vLLM's free_blocks: the blocks reaching ref count 0 with a key go last in the queue
     # (append_n), in this order: written at once; those without one go first (prepend_n), in this
     # order: counted and marked with where they reached 0 (qpos -2 - i: a block listed twice
-    # goes where its second entry is), then written in front of the head.
+    # goes where its second entry is), then written in front of the head.  Counts in locals.
     _room(bp, n if n < bp.num_blocks else bp.num_blocks)
+    q = bp.queue
+    tail = bp.q_tail
     for i in range(n - 1, -1, -1):
         b = blocks[i]
         if b == 0:
             continue
-        k = &bp.blk[b]
+        k = &blk[b]
         k.ref_cnt -= 1
         if k.ref_cnt != 0:
             continue
-        if k.key == 0 or not bp.caching:
+        added += 1
+        if k.key == 0 or not caching:
             k.qpos = <int32_t>(-2 - i)
             n_front += 1
             lo = i
             if hi < 0:
                 hi = i
         else:
-            _put(bp, bp.q_tail, b)
-            bp.q_tail += 1
-            bp.cached_free += 1
-        bp.num_free += 1
+            s = <int32_t>(tail & mask)
+            q[s] = b
+            k.qpos = s
+            tail += 1
+            keyed += 1
+    bp.q_tail = tail
+    bp.cached_free += keyed
+    bp.num_free += added
     if n_front == 0:
         return
     pos = bp.q_head - n_front
