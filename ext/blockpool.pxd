@@ -12,8 +12,7 @@ cdef struct BlockC:
     int32_t key_tokens         # prefix length the primary key covers (max_model_len fits)
     int32_t ref_cnt            # requests (and copy retentions) holding the block
     int32_t sec_head           # first secondary-key entry of the block; -1 = none
-    block_id_t prev_free       # free-queue links (-1: not in the queue)
-    block_id_t next_free
+    int32_t qpos               # its slot of the free queue's ring (BlockPoolC.queue; -1: not in the queue)
     int32_t tag                # what a deployment's router calls the primary key (its index id;
                                # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up)
 
@@ -34,7 +33,14 @@ cdef struct DeferC:
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
     bint caching               # prefix caching on
-    BlockC* blk                # [num_blocks + 2] the blocks; HEAD and TAIL (free-queue sentinels) last
+    BlockC* blk                # [num_blocks] the blocks
+    # The free queue (freequeue.pxi): block ids in queue order in the ring slots q_head .. q_tail - 1
+    # (positions count up forever; a slot is the position & q_mask).  A slot whose block's qpos is
+    # another slot is stale: the block left the queue from there.
+    int32_t* queue             # [q_mask + 1] the ring, q_mask + 1 >= 2 * num_blocks a power of two
+    int64_t q_mask
+    int64_t q_head             # position of the first slot (stale or not)
+    int64_t q_tail             # one past the last
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
     MapEntC* map               # [map_cap] open addressing, linear probing
     hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
@@ -83,6 +89,7 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
 cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil
 cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil
 cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil
+cdef Py_ssize_t bp_free_queue(const BlockPoolC* bp, block_id_t* out) noexcept nogil
 cdef block_id_t bp_lookup(const BlockPoolC* bp, hash_t key) noexcept nogil
 cdef bint bp_contains(const BlockPoolC* bp, hash_t key, block_id_t b) noexcept nogil
 cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens,

@@ -28,9 +28,9 @@ request no other request can share a block with, whose keys no lookup could
 find; ``bp_key_lazy`` gives such a block its real key when a lookup could
 (kvcache's ``kv_key_lazy``).
 
-The free queue is intrusive (links in the blocks, sentinels HEAD = N, TAIL = N + 1).
-The map is open addressing with linear probing and backward-shift deletion
-(no tombstones), sized to a power of two at least twice the block count so the
+The free queue is a ring of block ids in exactly the order of vLLM's linked
+list, where a block leaving from the middle leaves a stale slot (freequeue.pxi).  The map is open addressing with linear
+probing and backward-shift deletion (no tombstones), sized to a power of two at least twice the block count so the
 load factor stays at or below one half; a slot holds its key and the earliest
 block cached under it, and heads a chain of entries for the later ones (in
 insertion order) drawn from a pooled free list.
@@ -46,40 +46,6 @@ cdef enum:
     LAZY_KEY = 1
 
 
-cdef inline block_id_t _head(const BlockPoolC* bp) noexcept nogil:
-    return bp.num_blocks
-
-
-cdef inline block_id_t _tail(const BlockPoolC* bp) noexcept nogil:
-    return bp.num_blocks + 1
-
-
-cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
-    """The HEAD sentinel: the starting ``front`` cursor of one free call."""
-    return bp.num_blocks
-
-
-cdef inline void _unlink(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    cdef block_id_t p = bp.blk[b].prev_free
-    if bp.blk[b].key != 0:
-        bp.cached_free -= 1
-    cdef block_id_t n = bp.blk[b].next_free
-    bp.blk[p].next_free = n
-    bp.blk[n].prev_free = p
-    bp.blk[b].prev_free = -1
-    bp.blk[b].next_free = -1
-    bp.num_free -= 1
-
-
-cdef inline void _insert_after(BlockPoolC* bp, block_id_t at, block_id_t b) noexcept nogil:
-    cdef block_id_t n = bp.blk[at].next_free
-    bp.blk[b].prev_free = at
-    bp.blk[b].next_free = n
-    bp.blk[at].next_free = b
-    bp.blk[n].prev_free = b
-    bp.num_free += 1
-
-
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil:
     """Allocate and reset the pool (MemoryError when memory runs out)."""
     cdef block_id_t i
@@ -87,30 +53,14 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     memset(bp, 0, sizeof(BlockPoolC))
     while cap < <hash_t>(2 * num_blocks):
         cap <<= 1
-    bp.blk = <BlockC*>mem_calloc(num_blocks + 2, sizeof(BlockC))
+    bp.blk = <BlockC*>mem_calloc(num_blocks, sizeof(BlockC))
     bp.map = <MapEntC*>mem_calloc(cap, sizeof(MapEntC))
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
-    # Free queue HEAD <-> 1 <-> 2 ... <-> N-1 <-> TAIL; block 0 (null) stays out.  Linked in
-    # one pass (HEAD is block N, TAIL N + 1: block 1's predecessor and block N-1's successor).
     for i in range(num_blocks):
         bp.blk[i].sec_head = -1
-        bp.blk[i].prev_free = i - 1
-        bp.blk[i].next_free = i + 1
-    if num_blocks > 1:
-        bp.blk[1].prev_free = _head(bp)
-        bp.blk[num_blocks - 1].next_free = _tail(bp)
-        bp.blk[_head(bp)].next_free = 1
-        bp.blk[_tail(bp)].prev_free = num_blocks - 1
-        bp.num_free = num_blocks - 1
-    else:
-        bp.blk[_head(bp)].next_free = _tail(bp)
-        bp.blk[_tail(bp)].prev_free = _head(bp)
-    bp.blk[_head(bp)].prev_free = -1
-    bp.blk[_tail(bp)].next_free = -1
-    bp.blk[0].prev_free = -1
-    bp.blk[0].next_free = -1
+    _queue_init(bp)
     bp.ent_free = -1
     bp.sec_free = -1
     _grow_entries(bp, num_blocks + 16)
@@ -120,6 +70,7 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
 
 cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.blk)
+    mem_free(bp.queue)
     mem_free(bp.ent_block)
     mem_free(bp.ent_next)
     mem_free(bp.sec_key)
@@ -511,140 +462,4 @@ cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -
 
 # ---------------------------------------------------------------- free queue
 
-cdef block_id_t bp_pop_free(BlockPoolC* bp) noexcept nogil:
-    """Pop the head of the free queue, evicting its key; ref count becomes 1.
-
-    The caller has checked that a free block exists.
-    """
-    cdef block_id_t b = bp.blk[_head(bp)].next_free
-    _unlink(bp, b)
-    _take(bp, b)
-    return b
-
-
-cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    # A block out of the free queue for reuse (unlinked, counts updated): one reference, and
-    # its keys evicted now (vLLM's lazy eviction, BlockPool._maybe_evict_cached_block).
-    cdef BlockC* k = &bp.blk[b]
-    k.ref_cnt = 1
-    if k.key != 0 and (k.tag == TAG_LAZY or k.tag == TAG_DEFER):
-        # Cached lazily (bp_cache_lazily, bp_defer): evicted with no map entry to drop.
-        if k.tag == TAG_DEFER:
-            _undefer(bp, b)
-        k.key = 0
-        k.key_tokens = 0
-        bp.evictions += 1
-    elif k.key != 0 or k.sec_head != -1:
-        if bp_remove_hashes(bp, b) > 0:
-            bp.evictions += 1
-
-
-cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
-    """FreeKVCacheBlockQueue.popleft_n: the first ``n`` free blocks into ``out``, as
-    ``bp_pop_free`` pops them one by one.  The caller has checked that ``n`` are free."""
-    cdef Py_ssize_t i
-    cdef block_id_t head = _head(bp)
-    cdef block_id_t b = bp.blk[head].next_free
-    cdef BlockC* k
-    # One walk from the head unlinks the run (the queue is relinked once, behind the last block
-    # taken), fetching the map slot of every key it will evict; a second pass takes the blocks in
-    # the same order, evicting their keys from slots already in cache.
-    for i in range(n):
-        k = &bp.blk[b]
-        out[i] = b
-        b = k.next_free
-        k.prev_free = -1
-        k.next_free = -1
-        if k.key != 0:
-            bp.cached_free -= 1
-            if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
-                bp_prefetch_key(bp, k.key)
-    for i in range(n):
-        _take(bp, out[i])
-    bp.blk[head].next_free = b
-    bp.blk[b].prev_free = head
-    bp.num_free -= <block_id_t>n
-
-
-cdef void bp_touch(BlockPoolC* bp, block_id_t b) noexcept nogil:
-    """A prefix hit takes a reference (BlockPool.touch)."""
-    if b == 0:
-        return
-    if bp.blk[b].ref_cnt == 0:
-        _unlink(bp, b)
-    bp.blk[b].ref_cnt += 1
-
-
-cdef void bp_free_one(BlockPoolC* bp, block_id_t b, block_id_t* front) noexcept nogil:
-    # BlockPool.free_blocks: blocks reaching ref count 0 without a key go to the
-    # head after the ones freed before them in this call (prepend_n), blocks
-    # with a key to the tail (append_n).
-    if b == 0:
-        return
-    bp.blk[b].ref_cnt -= 1
-    if bp.blk[b].ref_cnt != 0:
-        return
-    if bp.blk[b].key == 0 or not bp.caching:
-        _insert_after(bp, front[0], b)
-        front[0] = b
-    else:
-        _insert_after(bp, bp.blk[_tail(bp)].prev_free, b)
-        bp.cached_free += 1
-
-
-cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
-    """Free ``blocks[n-1], ..., blocks[0]`` in that eviction order.
-
-    vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
-    """
-    cdef Py_ssize_t i
-    cdef block_id_t b
-    # The blocks bp_free_one would put behind the head (no key) and before the tail (keyed),
-    # each gathered as a chain in that order, then spliced in once each.
-    cdef block_id_t f_first = -1, f_last = -1, t_first = -1, t_last = -1
-    cdef block_id_t added = 0
-    for i in range(n - 1, -1, -1):
-        b = blocks[i]
-        if b == 0:
-            continue
-        bp.blk[b].ref_cnt -= 1
-        if bp.blk[b].ref_cnt != 0:
-            continue
-        added += 1
-        if bp.blk[b].key == 0 or not bp.caching:
-            _chain_add(bp, &f_first, &f_last, b)
-        else:
-            _chain_add(bp, &t_first, &t_last, b)
-            bp.cached_free += 1
-    if f_first != -1:
-        _splice_after(bp, _head(bp), f_first, f_last)
-    if t_first != -1:
-        _splice_after(bp, bp.blk[_tail(bp)].prev_free, t_first, t_last)
-    bp.num_free += added
-
-
-cdef inline void _chain_add(BlockPoolC* bp, block_id_t* first, block_id_t* last, block_id_t b) noexcept nogil:
-    # Append ``b`` to a chain of blocks linked among themselves, not yet in the queue.
-    bp.blk[b].prev_free = last[0]
-    if last[0] == -1:
-        first[0] = b
-    else:
-        bp.blk[last[0]].next_free = b
-    last[0] = b
-
-
-cdef inline void _splice_after(BlockPoolC* bp, block_id_t at, block_id_t first, block_id_t last) noexcept nogil:
-    # Link the chain ``first .. last`` into the free queue right after ``at`` (the caller counts it).
-    cdef block_id_t nxt = bp.blk[at].next_free
-    bp.blk[first].prev_free = at
-    bp.blk[at].next_free = first
-    bp.blk[last].next_free = nxt
-    bp.blk[nxt].prev_free = last
-
-
-cdef void bp_free_ordered(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t n) noexcept nogil:
-    """Free ``blocks[0], ..., blocks[n-1]`` in that eviction order."""
-    cdef Py_ssize_t i
-    cdef block_id_t front = _head(bp)
-    for i in range(n):
-        bp_free_one(bp, blocks[i], &front)
+include "freequeue.pxi"

@@ -299,17 +299,16 @@ cdef int _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) exc
     cdef block_id_t front
     if g.spec.kind == GK_FULL or g.spec.kind == GK_RING:
         return 0
-    front = bp_head(&kv.pool)
     if skipped > 0:
         sb = <int32_t>tmin(skipped // g.spec.block_size, n)
         if g.spec.kind == GK_MAMBA and g.spec.align_mode:
             # Skip over nulls; remember how far blocks were retired.
             first = g.retired[s]
             if first < sb:
-                for i in range(sb - 1, first - 1, -1):
-                    if table[i] == 0:
-                        continue
-                    bp_free_one(&kv.pool, table[i], &front)
+                # One free_blocks call: table[sb - 1] down to table[first], nulls skipped
+                # (MambaManager._remove_blocks_in_range, single_type_kv_cache_manager.py).
+                bp_free_reversed(&kv.pool, &table[first], sb - first)
+                for i in range(first, sb):
                     table[i] = 0
                 g.retired[s] = sb
         else:
@@ -317,14 +316,17 @@ cdef int _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) exc
                 # Freed blocks leave the request's table: those cached lazily get their keys now,
                 # which its lookup after a preemption could find (kv_key_lazy keys the rest).
                 hash_extend(kv, r, sb)
-            # Highest index first, stopping at the first null.
-            for i in range(sb - 1, -1, -1):
-                if table[i] == 0:
-                    break
+            # Highest index first, stopping at the first null: one free_blocks call
+            # (SingleTypeKVCacheManager._remove_blocks_in_range).
+            first = sb
+            while first > 0 and table[first - 1] != 0:
+                first -= 1
                 if r.lazy_keys:
-                    _key_lazy_block(kv, gi, r, i, table[i])
-                bp_free_one(&kv.pool, table[i], &front)
-                table[i] = 0
+                    _key_lazy_block(kv, gi, r, first, table[first])
+            if first < sb:
+                bp_free_reversed(&kv.pool, &table[first], sb - first)
+                for i in range(first, sb):
+                    table[i] = 0
     if g.spec.kind == GK_MAMBA and g.spec.align_mode:
         # The previous chunk's state, kept one step as the next initial state.
         i = g.last_state[s]

@@ -13,8 +13,8 @@ import numpy as np
 from aisim.config.versions import core_rules
 
 from aisim._core.blockpool cimport (
-    BlockPoolC, bp_cache, bp_free_reversed, bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release,
-    bp_remove_hashes, bp_touch, bp_usage,
+    BlockPoolC, bp_cache, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
+    bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
     EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
@@ -40,7 +40,7 @@ from aisim._core.request cimport (
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
-from aisim._core.types cimport block_id_t, hash_t, int32_t, tok_t
+from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
 from aisim._core.util cimport num_tokens
 
 
@@ -82,6 +82,14 @@ def enum_codes():
         "RC_SPEC_DRAFTS": RC_SPEC_DRAFTS, "RC_SPEC_ACCEPTED": RC_SPEC_ACCEPTED,
         "N_REQ_COLS": N_REQ_COLS,
     }
+
+
+cdef list _free_queue(const BlockPoolC* bp):
+    # The free queue head to tail (bp_free_queue).
+    cdef block_id_t[::1] out = np.zeros(max(bp.num_free, 1), dtype=np.int32)
+    cdef Py_ssize_t n = bp_free_queue(bp, &out[0])
+    assert n == bp.num_free, (n, bp.num_free)
+    return [out[i] for i in range(n)]
 
 
 cdef class BlockPool:
@@ -168,21 +176,39 @@ cdef class BlockPool:
 
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.blk[self.c.num_blocks].next_free
-        while b != self.c.num_blocks + 1:
-            out.append(b)
-            b = self.c.blk[b].next_free
-        return out
+        return _free_queue(&self.c)
 
     def free_queue_backward(self):
-        """Block ids of the free queue from tail to head, by the backward links."""
+        """Block ids of the free queue from tail to head, reading its ring backwards."""
         out = []
-        cdef block_id_t b = self.c.blk[self.c.num_blocks + 1].prev_free
-        while b != self.c.num_blocks:
-            out.append(b)
-            b = self.c.blk[b].prev_free
+        cdef int64_t pos = self.c.q_tail - 1
+        cdef int32_t s
+        while pos >= self.c.q_head:
+            s = <int32_t>(pos & self.c.q_mask)
+            if self.c.blk[self.c.queue[s]].qpos == s:
+                out.append(self.c.queue[s])
+            pos -= 1
         return out
+
+    @property
+    def ring_slots(self):
+        """Slots of the free queue's ring in use, stale ones included."""
+        return self.c.q_tail - self.c.q_head
+
+    @property
+    def ring_capacity(self):
+        return self.c.q_mask + 1
+
+    def free_blocks_one_by_one(self, ordered_blocks):
+        """Free blocks given in eviction order, one call per block (bp_free_one, one cursor)."""
+        cdef block_id_t front = bp_head(&self.c)
+        blocks = list(ordered_blocks)
+        for b in blocks:
+            self._check(b)
+            if self.c.blk[b].ref_cnt <= 0:
+                raise ValueError(f"block {b} is not held")
+        for b in blocks:
+            bp_free_one(&self.c, b, &front)
 
     @property
     def cached_free(self):
@@ -299,12 +325,7 @@ cdef class KVCache:
 
     def free_queue(self):
         """Block ids of the free queue from head to tail."""
-        out = []
-        cdef block_id_t b = self.c.pool.blk[self.c.pool.num_blocks].next_free
-        while b != self.c.pool.num_blocks + 1:
-            out.append(b)
-            b = self.c.pool.blk[b].next_free
-        return out
+        return _free_queue(&self.c.pool)
 
     def ref_cnt(self, int b):
         return self.c.pool.blk[b].ref_cnt

@@ -139,7 +139,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.held = []
 
     @initialize(
-        num_blocks=st.integers(min_value=2, max_value=14),
+        num_blocks=st.one_of(st.integers(min_value=2, max_value=14), st.integers(min_value=15, max_value=40)),
         caching=st.sampled_from([True, True, True, False]),  # mostly caching on
     )
     def init_pools(self, num_blocks, caching):
@@ -199,6 +199,33 @@ class BlockPoolMachine(RuleBasedStateMachine):
         self.pool.free_blocks(ordered)
         self.ref.free_blocks(ordered)
 
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free_a_table(self, data):
+        # A request's table (a slice of the held references in allocation order) freed tail
+        # first, as vLLM frees a request: runs of consecutive ids enter the queue together.
+        lo = data.draw(st.integers(min_value=0, max_value=len(self.held) - 1), label="from")
+        hi = data.draw(st.integers(min_value=lo + 1, max_value=len(self.held)), label="to")
+        ordered = self.held[lo:hi][::-1]
+        del self.held[lo:hi]
+        self.pool.free_blocks(ordered)
+        self.ref.free_blocks(ordered)
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def free_one_by_one(self, data):
+        # The same through one bp_free_one call per block (window and retention releases): a
+        # cached block appended to the tail may continue the run of a block freed to the head.
+        idx = data.draw(
+            st.lists(st.sampled_from(range(len(self.held))), unique=True, min_size=1),
+            label="held indices",
+        )
+        ordered = [self.held[i] for i in idx]
+        for i in sorted(idx, reverse=True):
+            del self.held[i]
+        self.pool.free_blocks_one_by_one(ordered)
+        self.ref.free_blocks(ordered)
+
     @precondition(lambda self: any(self.ref.key[b] for b in range(1, self.ref.num_blocks)))
     @rule(data=st.data())
     def touch_cached(self, data):
@@ -236,6 +263,7 @@ class BlockPoolMachine(RuleBasedStateMachine):
         assert self.pool.free_queue() == self.ref.queue
         # The backward links agree (a batch of pops or frees relinks the queue in one splice).
         assert self.pool.free_queue_backward() == self.ref.queue[::-1]
+        assert self.pool.ring_slots <= self.pool.ring_capacity
         assert self.pool.cached_free == sum(1 for b in self.ref.queue if self.ref.key[b])
         assert self.pool.evictions == self.ref.evictions
         assert self.pool.num_free == self.ref.num_free == len(self.ref.queue)
@@ -380,3 +408,35 @@ def test_errors_leave_state_unchanged():
     assert bp.ref_cnt(1) == 0
     with pytest.raises(ValueError):
         BlockPool(1)
+
+
+def test_ring_stale_slots_and_packing_keep_the_order():
+    """The queue as a ring: a touched block leaves a stale slot that popping skips; a full ring is
+    packed in order; a block freed to the head after others of its call goes after them."""
+    bp = BlockPool(12)
+    assert bp.ring_capacity == 32 and bp.ring_slots == 11
+    blocks = bp.get_new_blocks(11)
+    assert bp.ring_slots == 0
+    for b in blocks[:8]:
+        bp.cache_block(b, 300 + b)
+    bp.free_blocks(blocks[:8][::-1])
+    bp.touch([5, 8, 1])
+    assert bp.free_queue() == [7, 6, 4, 3, 2]
+    assert bp.ring_slots == 8  # three stale
+    bp.free_blocks([1])  # cached: to the tail
+    bp.free_blocks([9, 10, 11])  # uncached: first, in this order
+    assert bp.free_queue() == [9, 10, 11, 7, 6, 4, 3, 2, 1]
+    assert bp.free_queue_backward() == [1, 2, 3, 4, 6, 7, 11, 10, 9]
+    assert bp.get_new_blocks(5) == [9, 10, 11, 7, 6]  # skips 8's stale slot
+    # Churn until the ring fills: packing keeps the order.
+    for _ in range(12):
+        bp.touch([4])
+        bp.free_blocks([4])
+    assert bp.free_queue() == [3, 2, 1, 4]
+    assert bp.ring_slots <= bp.ring_capacity
+    # One call per block: 11 to the head, then cached 5 to the tail, then 10 after 11.
+    bp.free_blocks_one_by_one([11, 5, 10])
+    assert bp.free_queue() == [11, 10, 3, 2, 1, 4, 5]
+    bp.free_blocks_one_by_one([9, 8, 7])  # 7's key went when it was popped: to the head
+    assert bp.free_queue() == [9, 7, 11, 10, 3, 2, 1, 4, 5, 8]
+    assert bp.get_new_blocks(10) == [9, 7, 11, 10, 3, 2, 1, 4, 5, 8]

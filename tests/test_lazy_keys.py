@@ -318,15 +318,16 @@ family = st.lists(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(reqs=family, block=st.sampled_from([2, 4, 8]), spare=st.integers(0, 10), seqs=st.integers(2, 6),
-       budget=st.sampled_from([3, 8, 16, 64]), chunked=st.booleans(), version=st.sampled_from(["0.31.0", "0.32.0",
-                                                                                              "0.33.0"]),
+       budget=st.sampled_from([3, 8, 16, 64]), chunked=st.booleans(), version=st.sampled_from(SUPPORTED_VLLM_VERSIONS),
        macro=st.booleans(), second=st.sampled_from([None, {"type": "sliding_window", "sliding_window": 8},
                                                     {"type": "chunked_local", "attention_chunk_size": 8},
-                                                    {"type": "ring"}]),
-       mml=st.sampled_from([32, 64, 96]))
-def test_random_families_identical(reqs, block, spare, seqs, budget, chunked, version, macro, second, mml,
+                                                    {"type": "ring"},
+                                                    {"type": "mamba", "prefill_checkpoint_blocks": 0}]),
+       mml=st.sampled_from([32, 64, 96]), drafts=st.sampled_from([0, 0, 2]))
+def test_random_families_identical(reqs, block, spare, seqs, budget, chunked, version, macro, second, mml, drafts,
                                    monkeypatch):
-    # A pool that churns: evictions, preemptions and resumed requests finding their own blocks.
+    # A pool that churns: evictions, partial blocks, session turns, preemptions and resumed
+    # requests finding their own blocks; hybrid groups and speculative decoding on every release.
     groups = [{"type": "full", "page_size_bytes": 1, "prefix_cacheable": True}]
     if second:
         groups.append(dict(second, page_size_bytes=1, prefix_cacheable=second["type"] != "ring"))
@@ -334,6 +335,8 @@ def test_random_families_identical(reqs, block, spare, seqs, budget, chunked, ve
               max_num_batched_tokens=max(budget, 1 if chunked else mml), max_num_seqs=seqs, max_model_len=mml,
               kv_cache_groups=groups, enable_chunked_prefill=chunked, vllm_version=version,
               time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 0.001})
+    if drafts:
+        kw["speculative"] = {"num_speculative_tokens": drafts, "method": "eagle", "acceptance": {"counts": [0, 2, 1]}}
     if second:
         kw["cache_extra"] = {"prefix_match_unit": block}
     try:
