@@ -169,35 +169,17 @@ def test_a_pipeline_lands_the_disk_columns_and_the_view_reads_them(tmp_path):
     # The demo pipeline's first source on the churning pool of tests/test_offload_results.py, its CPU
     # tier with the disk tier behind it: the landed step and request columns are the replay's, and
     # offload_tiers adds them up per shard.
-    import copy
     import os
-    import tempfile
 
     import duckdb
 
-    from aisim.pipeline import graph, spec_from_dict
-    from aisim.pipeline.run import build_plan
-    from aisim.pipeline.runkey import resolve_inputs, run_key
-    from aisim.pipeline.staging import Staging
     from aisim.traces import read_trace
-    from test_offload_results import TIER
-    from test_pipeline_common import EXAMPLES, PIPELINES, demo_dict
-    from test_sql_library import land_staged_results
+    from test_offload_results import TIER, land_engines
+    from test_pipeline_common import EXAMPLES
 
     disk = dict(TIER, kv_offload=dict(TIER["kv_offload"], cpu_blocks=500, disk_tier=True))
-    raw = demo_dict(":memory:", name="disk")
-    raw["sources"] = raw["sources"][:1]
-    raw["deployments"] = [{"model": "llama-3.1-8b", "engines": {"disk": copy.deepcopy(disk)}}]
-    spec = spec_from_dict(raw, source="test-spec.toml", base_dir=PIPELINES)
     con = duckdb.connect()
-    with tempfile.TemporaryDirectory(prefix="aisim-stage-") as tmp:
-        inputs = resolve_inputs(spec)
-        key = run_key(spec, inputs)
-        stage = Staging(tmp)
-        results, _, _ = graph.execute(build_plan(spec, inputs, key, stage), scheduler="sync")
-        for r in results:
-            r["stage"] = stage
-        land_staged_results(con, key, "disk", results)
+    key = land_engines(con, "disk", {"disk": disk})
     trace = read_trace(os.path.join(EXAMPLES, "trace.jsonl"), "oracle", max_model_len=8192)
     d = replay(trace, engine_config_from_dict(disk)).summary["kv_offload"]["disk"]
     assert d["hits"] > 0 and d["disk_chunks"] > 500  # the disk serves and outgrows the CPU tier

@@ -31,11 +31,12 @@ SMALL = dict(BASE, num_gpu_blocks=600)
 TIER = dict(SMALL, kv_offload={"cpu_blocks": 4000, "kv_bytes_per_block": 2097152})
 
 
-def _run(con):
-    raw = demo_dict(":memory:", name="tiers")
+def land_engines(con, name, engines):
+    """The demo spec's first source replayed on ``engines`` (name -> engine dict) and landed in
+    ``con`` as run ``name``; returns the run key."""
+    raw = demo_dict(":memory:", name=name)
     raw["sources"] = raw["sources"][:1]
-    raw["deployments"] = [{"model": "llama-3.1-8b", "engines": {"small": copy.deepcopy(SMALL),
-                                                                 "tier": copy.deepcopy(TIER)}}]
+    raw["deployments"] = [{"model": "llama-3.1-8b", "engines": copy.deepcopy(engines)}]
     spec = spec_from_dict(raw, source="test-spec.toml", base_dir=PIPELINES)
     with tempfile.TemporaryDirectory(prefix="aisim-stage-") as tmp:
         inputs = resolve_inputs(spec)
@@ -44,8 +45,12 @@ def _run(con):
         results, _, _ = graph.execute(build_plan(spec, inputs, key, stage), scheduler="sync")
         for r in results:
             r["stage"] = stage
-        land_staged_results(con, key, "tiers", results)
+        land_staged_results(con, key, name, results)
     return key
+
+
+def _run(con):
+    return land_engines(con, "tiers", {"small": SMALL, "tier": TIER})
 
 
 @pytest.fixture(scope="module")
