@@ -254,6 +254,10 @@ class CoreTrace:
     frontend_s : numpy.ndarray of float64 or None
         The API server's seconds for each request before the engine sees it
         (:func:`aisim.perf.frontend.request_costs`); None: engine only.
+    shared_block : int
+        Tokens per block hash at which :meth:`with_shared_runs` computes
+        ``private``, ``shared_tokens``, ``run_node`` and ``node_longest`` when
+        the core asks for them (0: never).
     """
 
     prompt_len: np.ndarray
@@ -281,6 +285,14 @@ class CoreTrace:
     run_node: np.ndarray | None = None
     node_longest: np.ndarray | None = None
     frontend_s: np.ndarray | None = None
+    shared_block: int = 0
+
+    def with_shared_runs(self) -> "CoreTrace":
+        """This trace with the arrays lazily keyed blocks read (:func:`shared_runs` at
+        ``shared_block``), computed only when the core's cache can key blocks lazily (the core
+        asks: a replay whose cache keys every block skips the pass); ``self`` when
+        ``shared_block`` is 0."""
+        return shared_runs(self, self.shared_block) if self.shared_block else self
 
 
 def private_requests(trace: CoreTrace, hash_block_size: int) -> np.ndarray:

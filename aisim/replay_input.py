@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
-from aisim.core_input import CoreTrace, private_requests, shared_runs
+from aisim.core_input import CoreTrace, private_requests
 from aisim.errors import ConfigError, TraceError
 from aisim.perf.frontend import request_costs
 from aisim.trace_checks import _segments_arrays
@@ -151,8 +151,8 @@ def _with_private(core_trace: CoreTrace, *configs, shared: bool = False) -> Core
     caching = [c.hash_block_size for c in configs if c.enable_prefix_caching]
     if not caching or len(core_trace.prompt_len) == 0:
         return core_trace
-    if shared:
-        return shared_runs(core_trace, min(caching))
+    if shared:  # computed when the core asks (CoreTrace.with_shared_runs)
+        return replace(core_trace, shared_block=min(caching))
     return replace(core_trace, private=private_requests(core_trace, min(caching)))
 
 

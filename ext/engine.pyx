@@ -380,7 +380,10 @@ cdef class Engine:
         # Requests sharing no block with any other are keyed lazily where the cache allows it.  A KV
         # offload tier too: its connector reads a request's own hashes (hash_extend), never the GPU
         # pool's keys, and only another request's GPU lookup could need a lazily cached block's key.
-        cdef bint lazy_ok = kv_lazy_ok(&self.kv) and getattr(trace, "private", None) is not None
+        cdef bint lazy_ok = kv_lazy_ok(&self.kv)
+        if lazy_ok and getattr(trace, "shared_block", 0):
+            trace = trace.with_shared_runs()  # the trace's shared runs, found only when used here
+        lazy_ok = lazy_ok and getattr(trace, "private", None) is not None
         cdef const flag_t[::1] priv = _c_array(trace.private if lazy_ok else np.zeros(n), np.int8)
         # ... past the leading tokens another request shares (the rest of every request is its own).
         shared = getattr(trace, "shared_tokens", None) if lazy_ok else None
