@@ -247,9 +247,6 @@ def check_offload(cfg, source: str | None = None) -> None:
                "full-attention group)")
     elif not cfg.enable_prefix_caching:
         why = "prefix caching off"
-    elif cfg.async_scheduling and off.disk_tier:
-        why = ("async scheduling with the disk tier (the CPU tier alone replays asynchronously; "
-               "`--set async_scheduling=false` replays the disk tier)")
     if why is not None:
         raise ConfigError(f"'kv_offload'{at} is replayed with FCFS, one full-attention "
                           f"group and prefix caching; this engine has {why}")
