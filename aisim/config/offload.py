@@ -9,8 +9,8 @@ N + ``load_delay_steps``, a store by N + ``store_delay_steps``.  Keys, defaults 
 :data:`aisim.config.keys.OFFLOAD_KEYS`; the model: ``docs/kv-offload.md``.
 
 What the replay does not model is refused here, with the reason: the ARC policy, a store
-threshold of 2 or more (the manager's access counter), the priority policy, speculative decoding,
-grouped (hybrid) KV caches and the disk tier under asynchronous scheduling.
+threshold of 2 or more (the manager's access counter), the priority policy, speculative decoding
+and grouped (hybrid) KV caches.
 """
 
 from __future__ import annotations
