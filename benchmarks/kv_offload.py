@@ -58,7 +58,7 @@ def _engines(w: dict, async_scheduling: bool = False) -> dict:
     # some CPU tiers (the NVMe defaults of kv_offload.disk_read_gbps / disk_write_gbps).
     out = {"none": cfg, **{gib: cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5})
                            for gib in w["tiers_gib"]}}
-    for gib in () if async_scheduling else w.get("disk_gib", ()):  # the disk tier replays synchronously
+    for gib in w.get("disk_gib", ()):
         out[f"{gib:g}+disk"] = cfg.replace(kv_offload={**offload_flags(cfg, gib), "pcie_gen": 5, "disk_tier": True})
     return out
 

@@ -131,7 +131,7 @@ cdef struct DiskC:
     flag_t* looked               # [looked_slots * chunk_row] chunks a request's lookup took to the disk
     int32_t looked_slots
     step_t step                  # the step being scheduled (set by its first poll)
-    step_t out_step              # the step whose output is being processed
+    step_t out_step              # the engine line processing the output (async: its step + 1)
     sec_t out_s                  # ... and when that output came
     sec_t read_free_s
     sec_t write_free_s

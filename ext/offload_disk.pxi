@@ -7,6 +7,8 @@
 #   in the CPU tier (CPUPrimaryTierOffloadingManager.prepare_read: ref + 1, no recency change) and
 #   written to disk; the pin goes when the write is reported (complete_read).  A chunk already on
 #   disk is not written again (tiering/fs/io.py, _store_block).  Promoted chunks are not cascaded.
+#   The write is issued where update_connector_output runs: asynchronous, a line after the step
+#   whose output reported the store (off_worker_output sets out_step).
 # - No eviction: the fs tier (tiering/fs/manager.py, FileSystemTierManager) never deletes a file.
 # - Lookup (TieringOffloadingManager.lookup): the CPU tier first; on its miss the disk tier, whose
 #   answer is asynchronous (tiering/async_lookup.py, AsyncLookupManager.lookup / flush /

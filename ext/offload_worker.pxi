@@ -87,7 +87,11 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
     cdef int32_t i, j, n_keep = 0, n_later = 0
     cdef OffJobC* jb
     if o.disk != NULL:
-        o.disk.out_step = step
+        # The engine line processing this output: the write a reported store cascades to
+        # (TieringOffloadingManager.complete_store, called from update_connector_output) is issued
+        # there, and the schedule() calls after it poll it.  Asynchronous, the output of step N is
+        # processed in line N + 1 (after the schedule() of step N + 1: EngineCore.step_with_batch_queue).
+        o.disk.out_step = step + 1 if s.conf.async_scheduling else step
         o.disk.out_s = end_s
     for i in range(o.n_deferred):
         j = o.deferred[i]

@@ -179,11 +179,3 @@ def test_a_victim_in_the_step_in_flight_is_not_preempted():
     eng = _async(11)
     steps, _, _ = run_log(eng, [_req("A", 0, 64, max_tokens=20), _req("B", 0, 80, max_tokens=20)])
     assert steps[1]["sched"] == {"A": 1} and steps[1]["preempted"] == ["B"]
-
-
-def test_the_disk_tier_under_async_scheduling_is_refused():
-    from aisim.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="this engine has async scheduling with the disk tier"):
-        engine_config_from_dict(_async(11, cpu_blocks=9, disk_tier=True))
-    assert engine_config_from_dict(_async(11, cpu_blocks=9)).kv_offload.disk_tier is False

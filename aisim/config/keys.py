@@ -272,7 +272,8 @@ OFFLOAD_KEYS = (
     ConfigKey("disk_read_delay_steps", 1, "disk tier on the step clock: a read issued in step N is reported by "
               "the schedule of step N + this", low=1, high=INT32_MAX),
     ConfigKey("disk_write_delay_steps", 1, "disk tier on the step clock: a write issued in step N's output is "
-              "reported by the schedule of step N + this", low=1, high=INT32_MAX),
+              "reported by the schedule of step N + this (asynchronous scheduling processes that output "
+              "after the schedule of step N + 1: N + 1 + this)", low=1, high=INT32_MAX),
     # NVMe defaults: Samsung PM9A3 U.2 data sheet, sequential read 6,900 MB/s and write 4,100 MB/s.
     ConfigKey("disk_read_gbps", 6.9, "disk tier on the clock (with `pcie_gen`): NVMe read rate in GB/s (1e9 "
               "bytes), one read at a time (default: a PCIe 4.0 data-centre NVMe drive's sequential read)"),

@@ -9,8 +9,8 @@ N + ``load_delay_steps``, a store by N + ``store_delay_steps``.  Keys, defaults 
 :data:`aisim.config.keys.OFFLOAD_KEYS`; the model: ``docs/kv-offload.md``.
 
 What the replay does not model is refused here, with the reason: the ARC policy, a store
-threshold of 2 or more (the manager's access counter), the priority policy, speculative decoding,
-grouped (hybrid) KV caches and the disk tier under asynchronous scheduling.
+threshold of 2 or more (the manager's access counter), the priority policy, speculative decoding
+and grouped (hybrid) KV caches.
 """
 
 from __future__ import annotations
@@ -247,9 +247,6 @@ def check_offload(cfg, source: str | None = None) -> None:
                "full-attention group)")
     elif not cfg.enable_prefix_caching:
         why = "prefix caching off"
-    elif cfg.async_scheduling and off.disk_tier:
-        why = ("async scheduling with the disk tier (the CPU tier alone replays asynchronously; "
-               "`--set async_scheduling=false` replays the disk tier)")
     if why is not None:
         raise ConfigError(f"'kv_offload'{at} is replayed with FCFS, one full-attention "
                           f"group and prefix caching; this engine has {why}")
