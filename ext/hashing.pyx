@@ -243,6 +243,61 @@ cdef int64_t hash_prompt(const hash_t* stream, const tok_t* first, const tok_t* 
     return n
 
 
+cdef struct TraceColsC:
+    # A whole trace's request and segment columns (CoreTrace) as the hashing passes read them.
+    Py_ssize_t n                 # requests
+    Py_ssize_t n_runs            # prompt segments
+    const tok_t* max_tokens
+    const int32_t* seg_off
+    const int32_t* seg_cnt
+    const hash_t* out_stream
+    const hash_t* seg_stream     # NULL when no request has a segment
+    const tok_t* seg_first
+    const tok_t* seg_len
+
+
+cdef list _trace_cols(trace, TraceColsC* c):
+    """Point ``c`` at ``trace``'s columns (contiguous, in the core's types); returns the arrays,
+    which the caller holds while it reads ``c``."""
+    held = [np.ascontiguousarray(trace.max_tokens, dtype=np.int64),
+            np.ascontiguousarray(trace.seg_off, dtype=np.int32),
+            np.ascontiguousarray(trace.seg_cnt, dtype=np.int32),
+            np.ascontiguousarray(trace.out_stream, dtype=np.uint64),
+            np.ascontiguousarray(trace.seg_stream, dtype=np.uint64),
+            np.ascontiguousarray(trace.seg_first, dtype=np.int64),
+            np.ascontiguousarray(trace.seg_len, dtype=np.int64)]
+    cdef const tok_t[::1] m_tok = held[0]
+    cdef const int32_t[::1] s_off = held[1]
+    cdef const int32_t[::1] s_cnt = held[2]
+    cdef const hash_t[::1] o_str = held[3]
+    cdef const hash_t[::1] g_str = held[4]
+    cdef const tok_t[::1] g_first = held[5]
+    cdef const tok_t[::1] g_len = held[6]
+    c.n = m_tok.shape[0]
+    c.n_runs = g_str.shape[0]
+    c.max_tokens = &m_tok[0] if c.n else NULL
+    c.seg_off = &s_off[0] if c.n else NULL
+    c.seg_cnt = &s_cnt[0] if c.n else NULL
+    c.out_stream = &o_str[0] if c.n else NULL
+    c.seg_stream = &g_str[0] if c.n_runs else NULL
+    c.seg_first = &g_first[0] if c.n_runs else NULL
+    c.seg_len = &g_len[0] if c.n_runs else NULL
+    return held
+
+
+cdef inline TokensC _request_tokens(const TraceColsC* c, Py_ssize_t i) noexcept nogil:
+    # Request i's tokens: its prompt segments, then its output stream.
+    cdef TokensC t
+    cdef int32_t off = c.seg_off[i]
+    t.n_seg = c.seg_cnt[i]
+    t.stream = c.seg_stream + off if t.n_seg else NULL
+    t.first = c.seg_first + off if t.n_seg else NULL
+    t.length = c.seg_len + off if t.n_seg else NULL
+    t.out_stream = c.out_stream[i]
+    t.n_out = c.max_tokens[i]
+    return t
+
+
 def first_block_keys(trace, tok_t size):
     """The chain hash (before ``group_key``) of every request's first block of ``size`` tokens,
     prompt then output stream (``trace`` a CoreTrace of a whole trace); 0 where the request's
@@ -252,14 +307,9 @@ def first_block_keys(trace, tok_t size):
     request whose first block's hash no other request has shares no block with any.
     """
     cdef const tok_t[::1] p_len = np.ascontiguousarray(trace.prompt_len, dtype=np.int64)
-    cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
-    cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
-    cdef const int32_t[::1] s_cnt = np.ascontiguousarray(trace.seg_cnt, dtype=np.int32)
-    cdef const hash_t[::1] o_str = np.ascontiguousarray(trace.out_stream, dtype=np.uint64)
-    cdef const hash_t[::1] g_str = np.ascontiguousarray(trace.seg_stream, dtype=np.uint64)
-    cdef const tok_t[::1] g_first = np.ascontiguousarray(trace.seg_first, dtype=np.int64)
-    cdef const tok_t[::1] g_len = np.ascontiguousarray(trace.seg_len, dtype=np.int64)
-    cdef Py_ssize_t i, n = p_len.shape[0]
+    cdef TraceColsC c
+    cdef list held = _trace_cols(trace, &c)
+    cdef Py_ssize_t i, n = c.n
     out = np.zeros(n, dtype=np.uint64)
     cdef hash_t[::1] keys = out
     cdef hash_t mixed_size = length_mix(size)
@@ -268,14 +318,9 @@ def first_block_keys(trace, tok_t size):
     cdef tok_t off
     with nogil:
         for i in range(n):
-            if p_len[i] + m_tok[i] < size:
+            if p_len[i] + c.max_tokens[i] < size:
                 continue
-            t.stream = &g_str[s_off[i]] if s_cnt[i] else NULL
-            t.first = &g_first[s_off[i]] if s_cnt[i] else NULL
-            t.length = &g_len[s_off[i]] if s_cnt[i] else NULL
-            t.n_seg = s_cnt[i]
-            t.out_stream = o_str[i]
-            t.n_out = m_tok[i]
+            t = _request_tokens(&c, i)
             seg = 0
             off = 0
             keys[i] = hash_finish(_hash_block(&t, <hash_t>NONE_HASH_SEED, size, mixed_size, &seg, &off))
@@ -346,17 +391,12 @@ def shared_prefix_tokens(trace, bint nodes=False):
     before it, its stream and first offset), -1 for one only that request holds; and the longest
     run of each node.  Returns (shared tokens, nodes, longest runs).
     """
-    cdef const tok_t[::1] m_tok = np.ascontiguousarray(trace.max_tokens, dtype=np.int64)
-    cdef const int32_t[::1] s_off = np.ascontiguousarray(trace.seg_off, dtype=np.int32)
-    cdef const int32_t[::1] s_cnt = np.ascontiguousarray(trace.seg_cnt, dtype=np.int32)
-    cdef const hash_t[::1] o_str = np.ascontiguousarray(trace.out_stream, dtype=np.uint64)
-    cdef const hash_t[::1] g_str = np.ascontiguousarray(trace.seg_stream, dtype=np.uint64)
-    cdef const tok_t[::1] g_first = np.ascontiguousarray(trace.seg_first, dtype=np.int64)
-    cdef const tok_t[::1] g_len = np.ascontiguousarray(trace.seg_len, dtype=np.int64)
-    cdef Py_ssize_t i, n = m_tok.shape[0]
+    cdef TraceColsC c
+    cdef list held = _trace_cols(trace, &c)
+    cdef Py_ssize_t i, n = c.n
     out = np.zeros(n, dtype=np.int64)
     cdef tok_t[::1] shared = out
-    cdef int64_t runs = g_str.shape[0] + n
+    cdef int64_t runs = c.n_runs + n
     cdef hash_t cap = 16, mask
     while cap < <hash_t>(2 * runs):
         cap <<= 1
@@ -376,30 +416,14 @@ def shared_prefix_tokens(trace, bint nodes=False):
     try:
         with nogil:
             for i in range(n):
-                _share_count(starts, wholes, mask, _trace_tokens(&g_str[0] if g_str.shape[0] else NULL,
-                             &g_first[0] if g_str.shape[0] else NULL, &g_len[0] if g_str.shape[0] else NULL,
-                             s_off[i], s_cnt[i], o_str[i], m_tok[i]))
+                _share_count(starts, wholes, mask, _request_tokens(&c, i))
             for i in range(n):
-                shared[i] = _share_of(starts, wholes, mask, _trace_tokens(
-                    &g_str[0] if g_str.shape[0] else NULL, &g_first[0] if g_str.shape[0] else NULL,
-                    &g_len[0] if g_str.shape[0] else NULL, s_off[i], s_cnt[i], o_str[i], m_tok[i]),
-                    &node_of[s_off[i] + i] if nodes else NULL, &node_top[0], &n_nodes)
+                shared[i] = _share_of(starts, wholes, mask, _request_tokens(&c, i),
+                                      &node_of[c.seg_off[i] + i] if nodes else NULL, &node_top[0], &n_nodes)
     finally:
         mem_free(starts)
         mem_free(wholes)
     return (out, node_arr, top_arr[:n_nodes]) if nodes else out
-
-
-cdef inline TokensC _trace_tokens(const hash_t* stream, const tok_t* first, const tok_t* length, int32_t off,
-                                  int32_t cnt, hash_t out_stream, tok_t n_out) noexcept nogil:
-    cdef TokensC t
-    t.stream = stream + off if cnt else NULL
-    t.first = first + off if cnt else NULL
-    t.length = length + off if cnt else NULL
-    t.n_seg = cnt
-    t.out_stream = out_stream
-    t.n_out = n_out
-    return t
 
 
 cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
