@@ -19,7 +19,8 @@ The engine is what ``aisim plan --model M --gpu G --tp N`` writes (vllm serve's 
 limits for the GPU, the KV cache left by the weights at the point's
 ``gpu_memory_utilization``), with the roofline's efficiencies and overhead.  The script
 prints predicted against published TTFT, TPOT and output throughput (the statistic each
-source published: mean, median or p99) and the median absolute error per metric, for the
+source published: mean, median or p99), the mean end-to-end latency where the published means
+imply it exactly (:func:`published_e2e`), and the median absolute error per metric, for the
 sources the defaults were fitted on and for the held-out ones.
 
     python benchmarks/timing_accuracy.py            # with the defaults of aisim/config/keys.py
@@ -59,7 +60,7 @@ DATA = os.path.join(HERE, "data", "published_vllm.csv")
 
 # Which sources the defaults are fitted on; every other source is held out.
 FIT_SOURCES = ("cssnoeasy", "kvcached", "vllm-pr", "inferencex")
-METRICS = ("ttft", "tpot", "throughput")
+METRICS = ("ttft", "tpot", "e2e", "throughput")
 
 
 def load_points(path: str = DATA, fit_sources=FIT_SOURCES) -> list[dict]:
@@ -221,9 +222,10 @@ def predict(point: dict, efficiencies: dict) -> dict:
         ids = np.array(rq.column("request_id").to_pylist(), dtype=object)
         mine = np.array([i.startswith("r") for i in ids])
         col = {c: rq.column(c).to_numpy(zero_copy_only=False)[mine]
-               for c in ("ttft_s", "tpot_s", "arrival_s", "finish_s", "output_tokens")}
+               for c in ("ttft_s", "tpot_s", "e2e_s", "arrival_s", "finish_s", "output_tokens")}
         out["ttft"] += _stat(col["ttft_s"], point["ttft_stat"]) * 1e3 / len(runs)
         out["tpot"] += _stat(col["tpot_s"], point["tpot_stat"]) * 1e3 / len(runs)
+        out["e2e"] += _stat(col["e2e_s"], "mean") * 1e3 / len(runs)
         span = Span()
         span.add(col["arrival_s"], col["finish_s"])
         done = ~np.isnan(col["finish_s"])
@@ -233,10 +235,28 @@ def predict(point: dict, efficiencies: dict) -> dict:
 
 
 def published(point: dict) -> dict:
-    return {"ttft": point["ttft_ms"], "tpot": point["tpot_ms"], "throughput": point["throughput_tok_s"]}
+    """The point's published metrics; ``e2e`` derived where that is exact, else ``None``."""
+    return {"ttft": point["ttft_ms"], "tpot": point["tpot_ms"], "e2e": published_e2e(point),
+            "throughput": point["throughput_tok_s"]}
+
+
+def published_e2e(point: dict) -> float | None:
+    """The mean end-to-end latency (ms) the point's mean TTFT and mean TPOT imply, where they imply it exactly.
+
+    ``vllm bench serve`` takes a request's TPOT as ``(latency - ttft) / (output_tokens - 1)``, so a
+    request's latency is ``ttft + tpot * (output_tokens - 1)``; averaged over requests that all generate
+    the same ``output_len`` tokens (the run asked for them and got them: ``--ignore-eos``), the mean
+    latency is ``mean TTFT + (output_len - 1) * mean TPOT``.  No source publishes E2E itself; a point
+    published as medians, or whose requests stopped early, has none.
+    """
+    fixed = point["output_len"] and point["output_len"] == point["requested_output_len"]
+    if not fixed or point["ttft_stat"] != "mean" or point["tpot_stat"] != "mean":
+        return None
+    return point["ttft_ms"] + (point["output_len"] - 1) * point["tpot_ms"]
 
 
 def errors(points, preds) -> list[dict]:
+    """Each point's absolute relative error (%) per metric it has a published value of."""
     out = []
     for p, q in zip(points, preds):
         pub = published(p)
@@ -367,12 +387,13 @@ def _fmt(v: float) -> str:
 
 
 def report(points, preds, errs) -> None:
-    head = f"{'point':44s} {'split':8s} {'TTFT ms pub/aisim':>24s} {'TPOT ms pub/aisim':>20s} {'tok/s pub/aisim':>20s}"
+    head = (f"{'point':44s} {'split':8s} {'TTFT ms pub/aisim':>24s} {'TPOT ms pub/aisim':>20s} "
+            f"{'E2E ms pub/aisim':>26s} {'tok/s pub/aisim':>20s}")
     print(head)
     for p, q, e in zip(points, preds, errs):
         pub = published(p)
-        cells = [f"{_fmt(pub[m])}/{_fmt(q[m])} {e[m]:4.0f}%" for m in METRICS]
-        print(f"{p['point'][:44]:44s} {p['split']:8s} {cells[0]:>24s} {cells[1]:>20s} {cells[2]:>20s}")
+        cells = [f"{_fmt(pub[m])}/{_fmt(q[m])} {e[m]:4.0f}%" if m in e else "-" for m in METRICS]
+        print(f"{p['point'][:44]:44s} {p['split']:8s} {cells[0]:>24s} {cells[1]:>20s} {cells[2]:>26s} {cells[3]:>20s}")
     print()
     for split in ("fit", "held-out"):
         _medians(f"{split}", [e for p, e in zip(points, errs) if p["split"] == split])
@@ -440,11 +461,15 @@ def group(point: dict) -> str:
 
 
 def _medians(label: str, rows: list) -> None:
+    """Print the median error per metric over the rows that have it (E2E: ``published_e2e``'s points)."""
     if not rows:
         return
-    med = {m: float(np.median([e[m] for e in rows])) for m in METRICS}
-    print(f"median absolute error, {label} ({len(rows)} points): TTFT {med['ttft']:.1f}%, "
-          f"TPOT {med['tpot']:.1f}%, throughput {med['throughput']:.1f}%")
+    cells = []
+    for m, name in zip(METRICS, ("TTFT", "TPOT", "E2E", "throughput")):
+        have = [e[m] for e in rows if m in e]
+        n = "" if len(have) == len(rows) else f" of {len(have)}"
+        cells.append(f"{name} {float(np.median(have)):.1f}%{n}" if have else f"{name} -")
+    print(f"median absolute error, {label} ({len(rows)} points): " + ", ".join(cells))
 
 
 def main(argv=None) -> int:

@@ -122,7 +122,8 @@ def test_cross_validation_predicts_each_source_by_a_fit_that_never_saw_it(monkey
     # Three sources of two, one and one points; the fit and the prediction are stand-ins that say
     # what each fold was given: a fold's fit sees every other source's points and none of its own.
     h = _harness()
-    points = [dict(point=f"{s}{i}", source=s, ttft_ms=10.0, tpot_ms=10.0, throughput_tok_s=10.0)
+    points = [dict(point=f"{s}{i}", source=s, ttft_ms=10.0, tpot_ms=10.0, throughput_tok_s=10.0, ttft_stat="p50",
+                   tpot_stat="p50", output_len=10, requested_output_len=10)
               for s, n in (("a", 2), ("b", 1), ("c", 1)) for i in range(n)]
     seen = {}
 
@@ -139,7 +140,7 @@ def test_cross_validation_predicts_each_source_by_a_fit_that_never_saw_it(monkey
     # Source a's points are predicted by the fit on 2 points (TTFT +20 %), b's and c's on 3 (+30 %).
     assert "a, fitted on the other sources (2 points): TTFT 20.0%" in out
     assert "b, fitted on the other sources (1 points): TTFT 30.0%" in out
-    assert "every source, each fitted on the others (4 points): TTFT 25.0%, TPOT 0.0%, throughput 0.0%" in out
+    assert "every source, each fitted on the others (4 points): TTFT 25.0%, TPOT 0.0%, E2E -, throughput 0.0%" in out
     with pytest.raises(SystemExit, match="two sources or more"):
         h.cross_validate(points[:2], {}, iters=3)
 
@@ -163,3 +164,16 @@ def test_the_docs_state_the_fitted_numbers_the_code_holds():
             f"{d['overhead_per_req_s'] * 1e6:.0f} us a scheduled request, {d['executor_per_req_s'] * 1e6:.0f} us more "
             f"on more than one GPU (`aisim/config/keys.py`); the API server "
             f"{server}") in text("benchmarks", "data", "README.md")
+
+
+def test_published_e2e_follows_from_mean_ttft_and_tpot():
+    # nerdalert at 10 req/s: 100 tokens each (--ignore-eos), mean TTFT 56.9 ms, mean TPOT 11.84 ms:
+    # 56.9 + 99 x 11.84 = 1,229.06 ms a request on average.
+    h = _harness()
+    points = {p["point"]: p for p in h.load_points()}
+    assert h.published_e2e(points["nerdalert-llama-3.1-8b-h100-rate10"]) == pytest.approx(1229.06)
+    # cssnoeasy publishes medians: no exact mean latency follows.
+    assert h.published_e2e(points["cssnoeasy-tp1-2048x128-c16"]) is None
+    # A run whose requests stopped early (mean output below the requested length) has none either.
+    early = dict(points["nerdalert-llama-3.1-8b-h100-rate10"], output_len=97)
+    assert h.published_e2e(early) is None
