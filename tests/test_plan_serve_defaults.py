@@ -87,3 +87,24 @@ def test_a_written_plan_holds_no_absolute_path_and_loads_from_any_directory(tmp_
     assert r.exit_code == 0, r.output
     assert tomllib.loads((elsewhere / "sub" / "p.toml").read_text())["model"] == "../../b/nested/config.json"
     assert load_engine_config(elsewhere / "sub" / "p.toml").time_model.model == str(dst / "config.json")
+
+
+@pytest.mark.parametrize("name", ["plan.json", "plan.yaml"])
+def test_a_plan_written_to_a_json_or_yaml_name_is_what_engine_reads(tmp_path, name):
+    # --engine reads a file by its suffix (TOML only for .toml): a plan named .json is --format json's
+    # output, byte for byte, and replays; a .toml name keeps the TOML with its notes as comments.
+    import json
+
+    out = tmp_path / name
+    r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--out", out)
+    assert r.exit_code == 0, r.output
+    printed = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--format", "json"])
+    assert out.read_text() == printed.stdout
+    doc = json.loads(out.read_text())
+    assert (doc["num_gpu_blocks"], doc["block_size"], doc["max_model_len"]) == (8197, 64, 131072)
+    cfg = load_engine_config(out)
+    assert (cfg.num_gpu_blocks, cfg.block_size, cfg.max_num_seqs) == (8197, 64, 1024)
+    toml_out = tmp_path / "plan.toml"
+    assert _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--out", toml_out).exit_code == 0
+    assert toml_out.read_text().startswith("# Engine configuration planned by aisim.\n")
+    assert tomllib.loads(toml_out.read_text()) == doc

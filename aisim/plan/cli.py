@@ -28,7 +28,8 @@ from aisim.config.versions import SUPPORTED_VLLM_VERSIONS
                    "(block size, gpu_memory_utilization, async scheduling, batch limits) are the plan's.")
 @offload_options
 @set_option()
-@out_option("--out", "out_path", help="Write the engine configuration (TOML; paths relative to it).")
+@out_option("--out", "out_path", help="Write the engine configuration (paths relative to it): JSON when the name ends "
+                                       "in .json, .yaml or .yml (as --engine reads it), else TOML.")
 @format_option("toml", default="toml")
 def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_version, kv_offloading_size,
          kv_offloading_backend, sets, out_path, fmt):
@@ -77,7 +78,7 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
                 notes = [*notes, f"changed with --set: {describe_sets(overrides)}"]
         text = engine_toml(cfg, notes, os.path.dirname(os.path.abspath(out_path)) if out_path else None)
         if out_path:
-            write_text(out_path, text, "--out", inputs=inputs)
+            write_text(out_path, file_text(text, out_path), "--out", inputs=inputs)
     except AisimError as exc:
         fail(exc)
     # The notes and where the plan went are messages: on stdout beside a table, else on stderr.  TOML on
@@ -96,3 +97,15 @@ def plan(probe_path, model, gpu, gpu_memory_gib, tp, dtype, max_model_len, vllm_
         from aisim.config.cli import print_config
 
         print_config(tomllib.loads(text), fmt, title="planned engine configuration")
+
+
+def file_text(toml_text: str, path: str) -> str:
+    """The plan as the file ``path`` holds it: JSON (``--format json``'s, keys sorted) when ``--engine``
+    reads ``path`` as JSON or YAML (by its suffix, :func:`aisim.config.engine.read_config_file`), else the
+    TOML with its notes as comments."""
+    if os.path.splitext(os.fspath(path))[1].lower() not in (".json", ".yaml", ".yml"):
+        return toml_text
+    import json
+    import tomllib
+
+    return json.dumps(tomllib.loads(toml_text), indent=2, sort_keys=True) + "\n"
