@@ -289,3 +289,23 @@ def test_a_step_past_a_float_is_a_rejected_step_not_a_traceback(tmp_path):
     assert r.exit_code == 0, r.output
     tm = load_engine_config(out).time_model
     assert all(math.isfinite(getattr(tm, k)) for k in fitted_keys())
+
+
+def test_fit_iterations_show_on_a_terminal_or_with_progress_only(tmp_path):
+    # As every long command: --progress/--no-progress, default on a terminal (CliRunner's stderr is not one).
+    files = [os.path.join(HERE, s + ".json") for s in ("cap1-128x200", "cap64-256x256")]
+    args = ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len", "8192",
+            "--max-iter", "3", "--format", "json"]
+    quiet = CliRunner().invoke(main, args)
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == "" and CliRunner().invoke(main, [*args, "--no-progress"]).stderr == ""
+    shown = CliRunner().invoke(main, [*args, "--progress"])
+    assert shown.exit_code == 0 and shown.stdout == quiet.stdout
+    lines = shown.stderr.splitlines()
+    by_fit = {}
+    for line in lines:
+        label, _, rest = line.partition(": iteration ")
+        by_fit.setdefault(label, []).append(int(rest.split(",")[0]))
+    # The fit on both files, then one fit without each file; each counts its iterations from 1.
+    assert list(by_fit) == ["fit", "without cap1-128x200.json", "without cap64-256x256.json"]
+    assert all(its == list(range(1, len(its) + 1)) and 1 <= len(its) <= 3 for its in by_fit.values())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
+from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option, progress_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -26,8 +26,9 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 @click.option("--db", "db_path", type=click.Path(dir_okay=False),
               help="Also land the measured runs in this DuckDB file (table measured_runs).")
 @format_option()
+@progress_option()
 def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_keys, name, max_iter, seed, out_path,
-              db_path, fmt):
+              db_path, fmt, progress):
     """Fit the time model's fitted constants to vllm bench serve RESULTS (--save-result JSON files;
     AIPerf's profile_export_aiperf.json too).
 
@@ -36,9 +37,11 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
     throughput compared with the measured ones; the constants are fitted by least squares on the
     log errors.  Every point's error is printed twice: from the fit on every file, and held out
     (from the fit on every other file).  The held-out errors' quantiles go into the calibration
-    record of the written time model, and give capacity answers their band.  Progress on stderr.
+    record of the written time model, and give capacity answers their band.  Each fit's iterations
+    on stderr with --progress (default: on a terminal).
     """
     import os
+    import sys
 
     from aisim.calibrate.benchserve import read_bench_serve
     from aisim.calibrate.fit import calibrate as run_calibration
@@ -61,7 +64,8 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
         keys = tuple(k.strip() for k in fit_keys.split(",") if k.strip()) if fit_keys else None
         label = name or (os.path.splitext(os.path.basename(out_path))[0] if out_path else "calibrated")
         result = run_calibration(runs, engine, name=label, keys=keys, max_iter=max_iter, seed=seed,
-                                 progress=lambda line: click.echo(line, err=True))
+                                 progress=_progress_line if (sys.stderr.isatty() if progress is None else progress)
+                                 else None)
         if out_path:
             from aisim.calibrate.output import write_engine
 
@@ -77,6 +81,10 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
         click.echo(f"calibrated engine written to {out_path}", err=fmt != "table")
     if db_path:
         click.echo(f"{len(runs)} measured runs landed in {db_path}", err=fmt != "table")
+
+
+def _progress_line(line: str) -> None:
+    click.echo(line, err=True)
 
 
 def _print(result, fmt: str) -> None:
