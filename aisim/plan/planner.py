@@ -472,4 +472,6 @@ def engine_toml(cfg: EngineConfig, notes, base_dir: str | os.PathLike | None = N
     for k in cfg.raw:  # any other key the plan declares (aisim plan --set): written, never dropped
         if k not in doc and d.get(k) is not None:
             doc[k] = d[k]
+    if cfg.kv_offload is not None:  # the section as a file writes it: no disk tier's keys without the disk tier
+        doc["kv_offload"] = cfg.kv_offload.to_dict()
     return dumps(doc, header_comments=["Engine configuration planned by aisim."] + list(notes))
