@@ -120,3 +120,31 @@ def test_a_planned_engine_gives_the_same_search_as_its_written_files(inputs):
     assert unwritten.stdout == r.stdout
     r = _run(*flags, "--engine", "engine.json")
     assert r.exit_code == 2 and "give the engine once" in r.output
+
+
+def test_a_planned_config_json_and_a_refused_set_name_what_the_user_gave(inputs):
+    # The plan of a config.json path names it relative to the plan's file: from a temporary folder, and
+    # beside a written spec in another folder, the search finds the model.
+    import os
+    import shutil
+
+    (inputs / "m").mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "hf", "llama-3.1-8b.json"), inputs / "m" / "config.json")
+    flags = ("--model", "m/config.json", "--gpu", "H100", "--trace", "trace.jsonl", "--slo", "ttft_s=0.5",
+             "--slo", "attainment=1.0", "--rate", "by=rate_scale", "--rate", "rel_tol=0.25", "--format", "json")
+    unwritten = _run(*flags)
+    assert unwritten.exit_code == 0, unwritten.output
+    written = _run(*flags, "--write-spec", "plan/cap.toml")
+    assert written.exit_code == 0, written.output
+    assert 'model = "../m/config.json"' in (inputs / "plan" / "cap.engine.toml").read_text()
+    again = _run("plan/cap.toml", "--format", "json")
+    assert again.exit_code == 0 and again.stdout == written.stdout
+    assert json.loads(unwritten.stdout)["points"][0]["rate_req_s"] == json.loads(written.stdout)["points"][0][
+        "rate_req_s"]
+    # 500 blocks of 64 tokens hold 499 usable; a 131,072-token request needs 2,048.
+    r = _run(*flags, "--set", "num_gpu_blocks=500")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[-1] == (
+        "error: 'num_gpu_blocks' (500) in the engine planned for m/config.json leaves 499 usable blocks, but one "
+        "request of max_model_len (131072) needs 2048 blocks; the estimated maximum model length is 31936; vLLM "
+        "refuses to start such an engine")
