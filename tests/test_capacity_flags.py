@@ -148,3 +148,19 @@ def test_a_planned_config_json_and_a_refused_set_name_what_the_user_gave(inputs)
         "error: 'num_gpu_blocks' (500) in the engine planned for m/config.json leaves 499 usable blocks, but one "
         "request of max_model_len (131072) needs 2048 blocks; the estimated maximum model length is 31936; vLLM "
         "refuses to start such an engine")
+
+
+def test_progress_gives_every_point_its_verdict(inputs):
+    # A p99 SLO has no attainment: each point still ends its progress line with its verdict.
+    import re
+
+    r = _run("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_p99_s=0.215", "--rate",
+             "by=rate_scale", "--rate", "rel_tol=0.01", "--progress", "--format", "json")
+    assert r.exit_code == 0, r.output
+    points = json.loads(r.stdout)["points"]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("point ")]
+    assert len(lines) == len(points) >= 3
+    for line, p in zip(lines, points):
+        m = re.fullmatch(r"point (\d+) \((\w+)\): .*: (meets|fails), [0-9.]+ [mµ]?s", line)
+        assert m is not None, line
+        assert (int(m.group(1)), m.group(2), m.group(3)) == (p["point"], p["phase"], p["verdict"])
