@@ -164,3 +164,9 @@ def test_progress_gives_every_point_its_verdict(inputs):
         m = re.fullmatch(r"point (\d+) \((\w+)\): .*: (meets|fails), [0-9.]+ [mµ]?s", line)
         assert m is not None, line
         assert (int(m.group(1)), m.group(2), m.group(3)) == (p["point"], p["phase"], p["verdict"])
+
+
+def test_the_table_is_titled_by_the_search_s_name(inputs):
+    args = ("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_p99_s=0.215", "--rate", "rel_tol=0.25")
+    assert _run(*args).stdout.splitlines()[0] == "capacity: SLO ttft_p99_s <= 0.215"
+    assert _run(*args, "--name", "llama").stdout.splitlines()[0] == "capacity llama: SLO ttft_p99_s <= 0.215"

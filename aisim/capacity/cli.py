@@ -36,6 +36,11 @@ def _cell(name: str, v) -> str:
     return str(v)
 
 
+def _title(name: str) -> str:
+    """``capacity NAME``; the flags' default name (``capacity``) once."""
+    return "capacity" if name == "capacity" else f"capacity {name}"
+
+
 def _gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
@@ -215,7 +220,7 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
     t, cut = fit_table([(_HEADINGS.get(c, c), {"justify": "left" if c in ("phase", "candidate", "knobs", "verdict")
                                                else "right"}) for c in _SHOWN + ("answer",)],
                        [[_cell(c, r[c]) for c in _SHOWN + ("answer",)] for r in rows], keep=("point", "verdict", "answer"),
-                       title=f"capacity {spec.name}: SLO {spec.slo.describe()}")
+                       title=f"{_title(spec.name)}: SLO {spec.slo.describe()}")
     out.print(t)
     if cut:
         out.print(cut)
