@@ -309,3 +309,20 @@ def test_fit_iterations_show_on_a_terminal_or_with_progress_only(tmp_path):
     # The fit on both files, then one fit without each file; each counts its iterations from 1.
     assert list(by_fit) == ["fit", "without cap1-128x200.json", "without cap64-256x256.json"]
     assert all(its == list(range(1, len(its) + 1)) and 1 <= len(its) <= 3 for its in by_fit.values())
+
+
+def test_a_database_that_refuses_the_runs_leaves_no_engine_file(tmp_path):
+    files = [os.path.join(HERE, s + ".json") for s in ("cap1-128x200", "cap64-256x256")]
+    bad_db = tmp_path / "not.duckdb"
+    bad_db.write_text("hello\n")
+    out = tmp_path / "cal.toml"
+    args = ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len", "8192", "--max-iter", "2"]
+    r = CliRunner().invoke(main, [*args, "--out", str(out), "--db", str(bad_db)])
+    assert r.exit_code == 2 and r.stdout == "" and "error: cannot open database" in r.stderr
+    assert not out.exists() and bad_db.read_text() == "hello\n"
+    # An output that is an input, or two outputs in one file: refused before any fit.
+    r = CliRunner().invoke(main, [*args, "--db", files[0]])
+    assert r.exit_code == 2 and r.output == (f"error: --db {files[0]} is RESULTS {files[0]}, an input of this run; "
+                                             "aisim never writes over its inputs\n")
+    r = CliRunner().invoke(main, [*args, "--out", str(out), "--db", str(out)])
+    assert r.exit_code == 2 and r.output == f"error: --db {out} and --out {out} are the same file\n"

@@ -61,19 +61,25 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
             from aisim.plan import plan_from_model
 
             engine, _ = plan_from_model(model, tp=tp, max_model_len=max_model_len, gpu=gpu, dtype=dtype)
+        from aisim.files import check_outputs
+
+        # Refused before the fits: an output that is an input, or --out and --db in one file.
+        inputs = {"RESULTS": list(results), "--engine": engine_path}
+        check_outputs({"--out": out_path, "--db": db_path}, inputs)
         keys = tuple(k.strip() for k in fit_keys.split(",") if k.strip()) if fit_keys else None
         label = name or (os.path.splitext(os.path.basename(out_path))[0] if out_path else "calibrated")
         result = run_calibration(runs, engine, name=label, keys=keys, max_iter=max_iter, seed=seed,
                                  progress=_progress_line if (sys.stderr.isatty() if progress is None else progress)
                                  else None)
-        if out_path:
-            from aisim.calibrate.output import write_engine
-
-            write_engine(out_path, result, {"RESULTS": list(results), "--engine": engine_path})
+        # The database first, in its own transaction: a database that refuses the runs leaves no --out either.
         if db_path:
             from aisim.calibrate.measured import land_measured
 
             land_measured(db_path, runs, result.engine, result.record["name"])
+        if out_path:
+            from aisim.calibrate.output import write_engine
+
+            write_engine(out_path, result, inputs)
     except AisimError as exc:
         fail(exc)
     _print(result, fmt)
