@@ -43,7 +43,7 @@ class NargsOption(click.Option):
 
 def model_options(f):
     """``--model``, ``--gpu``, ``--tp``: an engine planned on the fly, as ``aisim plan`` plans it."""
-    f = click.option("--tp", type=int, default=None,
+    f = click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=int, default=None,
                      help="Tensor-parallel size of the planned engine (with --model; default 1).")(f)
     f = click.option("--gpu", help="Catalog GPU of the planned engine (with --model).")(f)
     f = click.option("--model", help="Plan the engine for this model (a catalog name, a Hugging Face id the "

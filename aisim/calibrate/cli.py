@@ -13,7 +13,8 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option, pr
               help="The engine the runs ran (an engine file); or give --model and --gpu.")
 @click.option("--model", help="Catalog model or config.json path, planned as `aisim plan --model` does.")
 @click.option("--gpu", help="Catalog GPU (with --model).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
+@click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True,
+              help="Tensor-parallel size (with --model).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp8"]), help="Weights as served (with --model).")
 @click.option("--max-model-len", type=int, help="As vllm serve was started (with --model).")
 @click.option("--fit", "fit_keys", help="Comma-separated constants to fit (default: every fitted time-model constant).")

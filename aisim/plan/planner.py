@@ -380,7 +380,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     # vllm serve's start-up defaults of the release (config/cache.py CacheConfig, config/vllm.py
     # VllmConfig.__post_init__).
     notes.append(f"vLLM {version} defaults: block size {rel.block_size}, gpu_memory_utilization "
-                 f"{gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
+                 f"{rel.gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
                                                    "weights and activations)" if rel.extensible_kv_cache else "")
                  + f", async scheduling {'on' if rel.async_scheduling else 'off'}"
                  + (", the API server in front of the engine" if spec is not None else ""))
