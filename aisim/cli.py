@@ -127,9 +127,15 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
             raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
         from aisim.traces.load import check_load
 
-        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed,
-                           "max_concurrency": max_concurrency},
-                          " (--rate-scale, --poisson-rate, --seed, --max-concurrency)")
+        flags = {"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed,
+                 "max_concurrency": max_concurrency}
+        try:
+            load = check_load(flags)
+        except ConfigError as exc:  # the keys' checks, in the flags' names
+            msg = str(exc)
+            for k in flags:
+                msg = msg.replace(f"'{k}'", f"--{k.replace('_', '-')}")
+            raise ConfigError(msg) from None
         if load and closed_loop:
             raise ConfigError("--rate-scale, --poisson-rate and --max-concurrency shape open-loop replays; a closed "
                               "loop paces each turn by the previous one")
