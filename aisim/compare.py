@@ -244,9 +244,8 @@ def _command():
             if report_path:
                 from aisim.files import write_text
                 from aisim.report.cli import parse_slo
-                from aisim.report.html import render
-
                 from aisim.report.folder import folder_files
+                from aisim.report.html import render
 
                 # A side's folder is its three files: the report never lands on one of them.
                 write_text(report_path, [render(compare_run(a, b, label_a, label_b, parse_slo(slo)))], "--report",
