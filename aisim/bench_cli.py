@@ -43,7 +43,7 @@ class NargsOption(click.Option):
 
 def model_options(f):
     """``--model``, ``--gpu``, ``--tp``: an engine planned on the fly, as ``aisim plan`` plans it."""
-    f = click.option("--tp", type=int, default=None,
+    f = click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=int, default=None,
                      help="Tensor-parallel size of the planned engine (with --model; default 1).")(f)
     f = click.option("--gpu", help="Catalog GPU of the planned engine (with --model).")(f)
     f = click.option("--model", help="Plan the engine for this model (a catalog name, a Hugging Face id the "
@@ -73,8 +73,11 @@ def bench_options(f):
     return f
 
 
-def plan_engine(model: str, gpu: str | None, tp: int | None):
-    """The engine ``aisim plan --model MODEL --gpu GPU --tp TP`` plans, and its notes.
+def plan_engine(model: str, gpu: str | None, tp: int | None, vllm_version: str | None = None):
+    """The engine ``aisim plan --model MODEL --gpu GPU --tp TP --vllm-version V`` plans, and its notes.
+
+    ``vllm_version`` (default the newest) picks the release whose ``vllm serve`` start-up defaults
+    (block size, ``gpu_memory_utilization``, batch limits) the plan takes.
 
     Raises
     ------
@@ -86,12 +89,29 @@ def plan_engine(model: str, gpu: str | None, tp: int | None):
 
     if gpu is None:
         raise ConfigError("--model plans the engine on a GPU: add --gpu (e.g. --gpu H100)")
-    return plan_from_model(model, None, 1 if tp is None else tp, None, gpu=gpu)
+    return plan_from_model(model, None, 1 if tp is None else tp, None, gpu=gpu, vllm_version=vllm_version)
 
 
-def show_plan(model: str, gpu: str, tp: int | None, notes) -> None:
+def show_plan(model: str, gpu: str, tp: int | None, notes, vllm_version: str | None = None) -> None:
     """The plan's notes on stderr, as ``aisim plan`` prints them."""
+    version = f" --vllm-version {vllm_version}" if vllm_version else ""
     click.echo(f"engine planned for {model} on {1 if tp is None else tp} x {gpu} (aisim plan --model {model} "
-               f"--gpu {gpu}{'' if tp is None else f' --tp {tp}'}):", err=True)
+               f"--gpu {gpu}{'' if tp is None else f' --tp {tp}'}{version}):", err=True)
     for n in notes:
         click.echo(f"- {n}", err=True)
+
+
+def changed_notes(engine, overrides, kv_offloading_size) -> list:
+    """Notes on what the flags changed in a planned engine (``aisim plan``'s own lines): the KV offload
+    tier of ``--kv-offloading-size`` and the engine keys of ``--set``."""
+    from aisim.config.overrides import describe_sets, split_sets
+
+    notes = []
+    if kv_offloading_size is not None:
+        from aisim.plan.planner import offload_note
+
+        notes.append(offload_note(engine, f"--kv-offloading-size {kv_offloading_size:g}"))
+    engine_sets = split_sets(overrides)[0]
+    if engine_sets:
+        notes.append(f"changed with --set: {describe_sets(engine_sets)}")
+    return notes

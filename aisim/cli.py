@@ -58,7 +58,9 @@ def _trace_formats() -> list:
 @out_option("--decision-log", "decision_log",
               help="Write one JSON line per schedule() call, in the format of vLLM decision logs.")
 @click.option("--vllm-version", type=click.Choice(SUPPORTED_VLLM_VERSIONS),
-              help="Override the configuration's vllm_version (validated again with the rules).")
+              help="With --model: plan the engine vllm serve of this release starts (its block size, "
+                   "gpu_memory_utilization and batch limits; default the newest); with --engine: override the "
+                   "file's vllm_version (validated again with the rules).")
 @click.option("--deployment", "deployment_path", type=click.Path(dir_okay=False),
               help="Deployment file (a 'deployment' section: replicas, router): replay through replicas of the "
                    "engine behind the router; --decision-log then writes one log per replica (LOG.replicaN.EXT).")
@@ -105,7 +107,7 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
         metrics = {"percentile_metrics": parse_percentile_metrics(percentile_metrics),
                    "metric_percentiles": parse_metric_percentiles(metric_percentiles),
                    "goodput": parse_goodput(goodput)}
-        overrides = parse_sets(sets)
+        overrides = user_sets = parse_sets(sets)
         bench_load = None
         if request_rate is not None or burstiness is not None:
             if request_rate is None:
@@ -125,9 +127,15 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
             raise ConfigError("--reject-too-long applies to a single engine's replay, not to a deployment")
         from aisim.traces.load import check_load
 
-        load = check_load({"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed,
-                           "max_concurrency": max_concurrency},
-                          " (--rate-scale, --poisson-rate, --seed, --max-concurrency)")
+        flags = {"rate_scale": rate_scale, "poisson_rate": poisson_rate, "seed": seed,
+                 "max_concurrency": max_concurrency}
+        try:
+            load = check_load(flags)
+        except ConfigError as exc:  # the keys' checks, in the flags' names
+            msg = str(exc)
+            for k in flags:
+                msg = msg.replace(f"'{k}'", f"--{k.replace('_', '-')}")
+            raise ConfigError(msg) from None
         if load and closed_loop:
             raise ConfigError("--rate-scale, --poisson-rate and --max-concurrency shape open-loop replays; a closed "
                               "loop paces each turn by the previous one")
@@ -144,10 +152,10 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
                 deployment = load_deployment_config(deployment_path)
             deployment = apply_deployment(deployment, overrides, source=deployment_path)
             if model is not None:
-                from aisim.bench_cli import plan_engine, show_plan
+                from aisim.bench_cli import plan_engine
 
-                engine, notes = plan_engine(model, gpu, tp)
-                show_plan(model, gpu, tp, notes)
+                # vllm serve of --vllm-version: its block size, memory and batch limits, not only its rules.
+                engine, notes = plan_engine(model, gpu, tp, vllm_version)
             else:
                 engine = load_engine_config(engine_path)
             if kv_offloading_size is not None:
@@ -160,7 +168,12 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
                 raise ConfigError("--kv-offloading-backend goes with --kv-offloading-size (vLLM offloads only "
                                   "when a size is given)")
             engine = apply_engine(engine, overrides)
-            if vllm_version:
+            if model is not None:
+                from aisim.bench_cli import changed_notes, show_plan
+
+                show_plan(model, gpu, tp, [*notes, *changed_notes(engine, user_sets, kv_offloading_size)],
+                          vllm_version)
+            elif vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
             if engine_only:
                 engine = engine.replace(time_model=dict(engine.raw.get("time_model", {}), frontend=False))

@@ -244,11 +244,14 @@ def _command():
             if report_path:
                 from aisim.files import write_text
                 from aisim.report.cli import parse_slo
+                from aisim.report.folder import folder_files
                 from aisim.report.html import render
 
+                # A side's folder is its three files: the report never lands on one of them.
                 write_text(report_path, [render(compare_run(a, b, label_a, label_b, parse_slo(slo)))], "--report",
-                           inputs={"RUN_A": run_a if os.path.exists(run_a) else None,
-                                   "RUN_B": run_b if os.path.exists(run_b) else None, "--db": database})
+                           inputs={"RUN_A": folder_files(run_a) if os.path.exists(run_a) else None,
+                                   "RUN_B": folder_files(run_b) if os.path.exists(run_b) else None,
+                                   "--db": database})
         except AisimError as exc:
             fail(exc)
         several = len(a) > 1

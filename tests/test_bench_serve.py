@@ -179,6 +179,30 @@ def test_model_and_gpu_plan_the_engine_as_aisim_plan_does(tiny, tmp_path):
     assert "give the engine" in _run("replay", "--trace", trace).output
 
 
+def test_model_with_a_release_plans_that_release_s_serve_and_says_what_the_flags_changed(tiny, tmp_path):
+    # vllm serve 0.31.0 starts llama-3.1-8b on an H100 with 16-token blocks at gpu_memory_utilization 0.92:
+    # 29,513 blocks (tests/test_plan_serve_defaults.py), not 0.34.0's 8,197 of 64 tokens relabelled.
+    _, trace = tiny
+    r = _run("replay", "--model", "llama-3.1-8b", "--gpu", "H100", "--vllm-version", "0.31.0", "--trace", trace,
+             "--set", "max_num_seqs=128", "--kv-offloading-size", "16", "--format", "json")
+    assert r.exit_code == 0, r.output
+    planned = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--vllm-version", "0.31.0", "--set",
+                   "max_num_seqs=128", "--kv-offloading-size", "16", "--out", tmp_path / "p.toml")
+    assert planned.exit_code == 0, planned.output
+    from aisim.config.engine import load_engine_config
+
+    got = json.loads(r.stdout)["engine"]
+    assert got == load_engine_config(tmp_path / "p.toml").to_dict()
+    assert (got["vllm_version"], got["block_size"], got["num_gpu_blocks"], got["max_num_seqs"]) == (
+        "0.31.0", 16, 29513, 128)
+    lines = r.stderr.splitlines()
+    assert lines[0] == ("engine planned for llama-3.1-8b on 1 x H100 (aisim plan --model llama-3.1-8b --gpu H100 "
+                        "--vllm-version 0.31.0):")
+    # 16 GiB over 2 MiB a 16-token block (32 layers x 4,096 B x 16): 8,192 chunks.
+    assert lines[-2:] == ["- --kv-offloading-size 16: vLLM's CPU OffloadingConnector, 16 GiB, 8,192 chunks",
+                          "- changed with --set: max_num_seqs=128"]
+
+
 # ---------------------------------------------------------------- --set
 
 

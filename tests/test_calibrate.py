@@ -289,3 +289,40 @@ def test_a_step_past_a_float_is_a_rejected_step_not_a_traceback(tmp_path):
     assert r.exit_code == 0, r.output
     tm = load_engine_config(out).time_model
     assert all(math.isfinite(getattr(tm, k)) for k in fitted_keys())
+
+
+def test_fit_iterations_show_on_a_terminal_or_with_progress_only(tmp_path):
+    # As every long command: --progress/--no-progress, default on a terminal (CliRunner's stderr is not one).
+    files = [os.path.join(HERE, s + ".json") for s in ("cap1-128x200", "cap64-256x256")]
+    args = ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len", "8192",
+            "--max-iter", "3", "--format", "json"]
+    quiet = CliRunner().invoke(main, args)
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == "" and CliRunner().invoke(main, [*args, "--no-progress"]).stderr == ""
+    shown = CliRunner().invoke(main, [*args, "--progress"])
+    assert shown.exit_code == 0 and shown.stdout == quiet.stdout
+    lines = shown.stderr.splitlines()
+    by_fit = {}
+    for line in lines:
+        label, _, rest = line.partition(": iteration ")
+        by_fit.setdefault(label, []).append(int(rest.split(",")[0]))
+    # The fit on both files, then one fit without each file; each counts its iterations from 1.
+    assert list(by_fit) == ["fit", "without cap1-128x200.json", "without cap64-256x256.json"]
+    assert all(its == list(range(1, len(its) + 1)) and 1 <= len(its) <= 3 for its in by_fit.values())
+
+
+def test_a_database_that_refuses_the_runs_leaves_no_engine_file(tmp_path):
+    files = [os.path.join(HERE, s + ".json") for s in ("cap1-128x200", "cap64-256x256")]
+    bad_db = tmp_path / "not.duckdb"
+    bad_db.write_text("hello\n")
+    out = tmp_path / "cal.toml"
+    args = ["calibrate", *files, "--model", "qwen3-8b", "--gpu", "H100", "--max-model-len", "8192", "--max-iter", "2"]
+    r = CliRunner().invoke(main, [*args, "--out", str(out), "--db", str(bad_db)])
+    assert r.exit_code == 2 and r.stdout == "" and "error: cannot open database" in r.stderr
+    assert not out.exists() and bad_db.read_text() == "hello\n"
+    # An output that is an input, or two outputs in one file: refused before any fit.
+    r = CliRunner().invoke(main, [*args, "--db", files[0]])
+    assert r.exit_code == 2 and r.output == (f"error: --db {files[0]} is RESULTS {files[0]}, an input of this run; "
+                                             "aisim never writes over its inputs\n")
+    r = CliRunner().invoke(main, [*args, "--out", str(out), "--db", str(out)])
+    assert r.exit_code == 2 and r.output == f"error: --db {out} and --out {out} are the same file\n"

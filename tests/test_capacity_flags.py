@@ -120,3 +120,53 @@ def test_a_planned_engine_gives_the_same_search_as_its_written_files(inputs):
     assert unwritten.stdout == r.stdout
     r = _run(*flags, "--engine", "engine.json")
     assert r.exit_code == 2 and "give the engine once" in r.output
+
+
+def test_a_planned_config_json_and_a_refused_set_name_what_the_user_gave(inputs):
+    # The plan of a config.json path names it relative to the plan's file: from a temporary folder, and
+    # beside a written spec in another folder, the search finds the model.
+    import os
+    import shutil
+
+    (inputs / "m").mkdir()
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "hf", "llama-3.1-8b.json"), inputs / "m" / "config.json")
+    flags = ("--model", "m/config.json", "--gpu", "H100", "--trace", "trace.jsonl", "--slo", "ttft_s=0.5",
+             "--slo", "attainment=1.0", "--rate", "by=rate_scale", "--rate", "rel_tol=0.25", "--format", "json")
+    unwritten = _run(*flags)
+    assert unwritten.exit_code == 0, unwritten.output
+    written = _run(*flags, "--write-spec", "plan/cap.toml")
+    assert written.exit_code == 0, written.output
+    assert 'model = "../m/config.json"' in (inputs / "plan" / "cap.engine.toml").read_text()
+    again = _run("plan/cap.toml", "--format", "json")
+    assert again.exit_code == 0 and again.stdout == written.stdout
+    assert json.loads(unwritten.stdout)["points"][0]["rate_req_s"] == json.loads(written.stdout)["points"][0][
+        "rate_req_s"]
+    # 500 blocks of 64 tokens hold 499 usable; a 131,072-token request needs 2,048.
+    r = _run(*flags, "--set", "num_gpu_blocks=500")
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[-1] == (
+        "error: 'num_gpu_blocks' (500) in the engine planned for m/config.json leaves 499 usable blocks, but one "
+        "request of max_model_len (131072) needs 2048 blocks; the estimated maximum model length is 31936; vLLM "
+        "refuses to start such an engine")
+
+
+def test_progress_gives_every_point_its_verdict(inputs):
+    # A p99 SLO has no attainment: each point still ends its progress line with its verdict.
+    import re
+
+    r = _run("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_p99_s=0.215", "--rate",
+             "by=rate_scale", "--rate", "rel_tol=0.01", "--progress", "--format", "json")
+    assert r.exit_code == 0, r.output
+    points = json.loads(r.stdout)["points"]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("point ")]
+    assert len(lines) == len(points) >= 3
+    for line, p in zip(lines, points):
+        m = re.fullmatch(r"point (\d+) \((\w+)\): .*: (meets|fails), [0-9.]+ [mµ]?s", line)
+        assert m is not None, line
+        assert (int(m.group(1)), m.group(2), m.group(3)) == (p["point"], p["phase"], p["verdict"])
+
+
+def test_the_table_is_titled_by_the_search_s_name(inputs):
+    args = ("--engine", "engine.json", "--trace", "trace.jsonl", "--slo", "ttft_p99_s=0.215", "--rate", "rel_tol=0.25")
+    assert _run(*args).stdout.splitlines()[0] == "capacity: SLO ttft_p99_s <= 0.215"
+    assert _run(*args, "--name", "llama").stdout.splitlines()[0] == "capacity llama: SLO ttft_p99_s <= 0.215"

@@ -146,3 +146,14 @@ def test_version_and_help():
     r = _run("--help")
     for command in ("replay", "pipeline", "query", "report", "sweep", "trace", "config", "plan"):
         assert command in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--max-concurrency", "0"), "--max-concurrency must be a positive integer, got 0"),
+    (("--seed", "3"), "--seed seeds a Poisson re-timing; set --poisson-rate"),
+    (("--rate-scale", "2", "--poisson-rate", "3"), "--rate-scale and --poisson-rate are alternatives; give one"),
+    (("--rate-scale", "-1"), "--rate-scale must be a finite positive number, got -1.0"),
+])
+def test_bad_load_flags_are_named_as_flags(scenario, args, message):
+    r = _run("replay", "--engine", str(scenario / "engine.json"), "--trace", str(scenario / "trace.jsonl"), *args)
+    assert r.exit_code == 2 and r.output == f"error: {message}\n"

@@ -172,3 +172,36 @@ def test_compare_shows_the_disk_tier(tmp_path):
     # The CPU tier's hits: C's 64 tokens with the disk tier, none without.
     assert (m["offload_hits"]["a"], m["offload_hits"]["b"]) == (0, 64)
     assert "disk tier hit rate" in _run("compare", tmp_path / "cpu", tmp_path / "disk").stdout
+
+
+def test_a_report_never_lands_on_a_replay_folders_file(runs, tmp_path):
+    # A report written over a side's summary.json would leave that folder unreadable: refused, nothing written.
+    import shutil
+
+    a = tmp_path / "A"
+    shutil.copytree(runs / "A", a)
+    before = {f.name: f.read_bytes() for f in a.iterdir()}
+    for name in ("summary.json", "steps.parquet"):
+        r = _run("compare", a, runs / "B", "--report", a / name)
+        assert r.exit_code == 2
+        assert r.output == (f"error: --report {a / name} is RUN_A {a / name}, an input of this run; aisim never "
+                            "writes over its inputs\n")
+        r = _run("compare", runs / "B", a, "--report", a / name)
+        assert r.exit_code == 2 and f"is RUN_B {a / name}, an input" in r.output
+        r = _run("report", "--replay", a, "--out", a / name)
+        assert r.exit_code == 2
+        assert r.output == (f"error: --out {a / name} is --replay {a / name}, an input of this run; aisim never "
+                            "writes over its inputs\n")
+    assert {f.name: f.read_bytes() for f in a.iterdir()} == before
+
+
+def test_an_unreadable_summary_is_named_with_its_line(runs, tmp_path):
+    import shutil
+
+    a = tmp_path / "A"
+    shutil.copytree(runs / "A", a)
+    (a / "summary.json").write_text('{\n  "requests": 2,\n  oops\n}\n')
+    r = _run("compare", a, runs / "B")
+    assert r.exit_code == 2
+    assert r.output == (f"error: {a / 'summary.json'}:3: not valid JSON (Expecting property name enclosed in double "
+                        f"quotes); is {a} a folder aisim replay --out wrote?\n")

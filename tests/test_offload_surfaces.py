@@ -131,6 +131,27 @@ def test_plan_takes_vllms_flag(tmp_path):
     assert r.exit_code != 0 and "goes with --kv-offloading-size" in r.output
 
 
+@pytest.mark.parametrize("sets, disk", [((), False), (("--set", "kv_offload.disk_tier=true"), True)])
+def test_a_plan_with_a_tier_loads_back(tmp_path, sets, disk):
+    # The written section holds a disk tier's keys only with the disk tier, as the loader asks.
+    from aisim.config.engine import load_engine_config
+
+    out = tmp_path / "plan.toml"
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--kv-offloading-size", "16",
+                                  *sets, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    off = load_engine_config(out).kv_offload
+    # 16 GiB of 8 MiB blocks (32 layers x 4,096 B x 64 tokens): 2,048 chunks.
+    assert (off.size_gib, off.kv_bytes_per_block, off.num_chunks(64), off.disk_tier) == (16.0, 8388608, 2048, disk)
+    import tomllib
+
+    keys = set(tomllib.loads(out.read_text())["kv_offload"])
+    assert keys == {"size_gib", "kv_bytes_per_block", "load_delay_steps", "store_delay_steps", "pcie_lanes",
+                    "pcie_efficiency", "eviction_policy", "extra"} | (
+        {"disk_tier", "disk_read_delay_steps", "disk_write_delay_steps", "disk_read_gbps", "disk_write_gbps"}
+        if disk else set())
+
+
 def test_set_sizes_the_tier_one_way():
     cfg = engine_config_from_dict(_engine(size_gib=1.0, kv_bytes_per_block=2048))
     cfg = apply_engine(cfg, parse_sets(["kv_offload.cpu_blocks=20", "kv_offload.load_delay_steps=2"]))

@@ -87,3 +87,49 @@ def test_a_written_plan_holds_no_absolute_path_and_loads_from_any_directory(tmp_
     assert r.exit_code == 0, r.output
     assert tomllib.loads((elsewhere / "sub" / "p.toml").read_text())["model"] == "../../b/nested/config.json"
     assert load_engine_config(elsewhere / "sub" / "p.toml").time_model.model == str(dst / "config.json")
+
+
+@pytest.mark.parametrize("name", ["plan.json", "plan.yaml"])
+def test_a_plan_written_to_a_json_or_yaml_name_is_what_engine_reads(tmp_path, name):
+    # --engine reads a file by its suffix (TOML only for .toml): a plan named .json is --format json's
+    # output, byte for byte, and replays; a .toml name keeps the TOML with its notes as comments.
+    import json
+
+    out = tmp_path / name
+    r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--out", out)
+    assert r.exit_code == 0, r.output
+    printed = CliRunner().invoke(main, ["plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--format", "json"])
+    assert out.read_text() == printed.stdout
+    doc = json.loads(out.read_text())
+    assert (doc["num_gpu_blocks"], doc["block_size"], doc["max_model_len"]) == (8197, 64, 131072)
+    cfg = load_engine_config(out)
+    assert (cfg.num_gpu_blocks, cfg.block_size, cfg.max_num_seqs) == (8197, 64, 1024)
+    toml_out = tmp_path / "plan.toml"
+    assert _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--out", toml_out).exit_code == 0
+    assert toml_out.read_text().startswith("# Engine configuration planned by aisim.\n")
+    assert tomllib.loads(toml_out.read_text()) == doc
+
+
+def test_vllm_serve_s_memory_and_parallel_flags():
+    # --gpu-memory-utilization 0.92 on 0.34.0: 80 GiB x 0.92 - 16,059,990,016 B of weights - 1 GiB of
+    # activations = 61,893,657,395 B over 8,388,608 B a block: 7,378 (1 gives 8,197, above).
+    import json
+
+    r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--gpu-memory-utilization", "0.92",
+             "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["num_gpu_blocks"] == 7378
+    # The notes: the pool at the value given; the release's default named as its default.
+    assert "64.0" not in r.stderr and "at gpu_memory_utilization 0.92, 7378 blocks of 64 tokens" in r.stderr
+    assert "- vLLM 0.34.0 defaults: block size 64, gpu_memory_utilization 1 (the extensible" in r.stderr
+    # TP 2 at 0.9: 72 GiB - 8,029,995,008 B of weights - 1 GiB = 68,205,674,496 B over 4,194,304 B: 16,261.
+    by_name = {}
+    for flag in ("--tp", "--tensor-parallel-size", "-tp"):
+        r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--gpu-memory-utilization", "0.9", flag, "2",
+                 "--format", "json")
+        assert r.exit_code == 0, r.output
+        by_name[flag] = r.stdout
+    assert len(set(by_name.values())) == 1 and json.loads(by_name["--tp"])["num_gpu_blocks"] == 16261
+    for bad in ("0", "1.5"):
+        r = _run("plan", "--model", "llama-3.1-8b", "--gpu", "H100", "--gpu-memory-utilization", bad)
+        assert r.exit_code == 2 and f"{bad} is not in the range 0<x<=1" in r.output

@@ -150,3 +150,13 @@ def test_a_shards_step_times_name_their_calibration():
         "step times: roofline of m on 2 × A100-80GB, calibration 'mine' (held-out ITL errors -5% to +12% at "
         "quantiles 0.1-0.9), every step × 1.25")
     assert _time_model_text({"kind": "linear"}) == "step times: linear model (no calibration)"
+
+
+def test_a_capacity_database_reported_as_a_run_points_to_capacity(rate_search, tmp_path):
+    out = str(tmp_path / "x.html")
+    r = CliRunner().invoke(main, ["report", "--db", rate_search, "--out", out])
+    assert r.exit_code == 2
+    assert r.output == (f"error: {rate_search} is not an aisim run database (no table(s) replicas, requests, runs, "
+                        "shards, steps, summaries); run a pipeline into it first (aisim pipeline run SPEC --db FILE); "
+                        f"it holds capacity searches: aisim report --db {rate_search} --capacity SEARCH (the search "
+                        "id or name aisim capacity printed)\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
+from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option, progress_option
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -13,7 +13,8 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
               help="The engine the runs ran (an engine file); or give --model and --gpu.")
 @click.option("--model", help="Catalog model or config.json path, planned as `aisim plan --model` does.")
 @click.option("--gpu", help="Catalog GPU (with --model).")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel size (with --model).")
+@click.option("--tp", "--tensor-parallel-size", "-tp", "tp", type=int, default=1, show_default=True,
+              help="Tensor-parallel size (with --model).")
 @click.option("--dtype", type=click.Choice(["bf16", "fp8"]), help="Weights as served (with --model).")
 @click.option("--max-model-len", type=int, help="As vllm serve was started (with --model).")
 @click.option("--fit", "fit_keys", help="Comma-separated constants to fit (default: every fitted time-model constant).")
@@ -26,8 +27,9 @@ from aisim.cli_util import CONTEXT_SETTINGS, fail, format_option, out_option
 @click.option("--db", "db_path", type=click.Path(dir_okay=False),
               help="Also land the measured runs in this DuckDB file (table measured_runs).")
 @format_option()
+@progress_option()
 def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_keys, name, max_iter, seed, out_path,
-              db_path, fmt):
+              db_path, fmt, progress):
     """Fit the time model's fitted constants to vllm bench serve RESULTS (--save-result JSON files;
     AIPerf's profile_export_aiperf.json too).
 
@@ -36,9 +38,11 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
     throughput compared with the measured ones; the constants are fitted by least squares on the
     log errors.  Every point's error is printed twice: from the fit on every file, and held out
     (from the fit on every other file).  The held-out errors' quantiles go into the calibration
-    record of the written time model, and give capacity answers their band.  Progress on stderr.
+    record of the written time model, and give capacity answers their band.  Each fit's iterations
+    on stderr with --progress (default: on a terminal).
     """
     import os
+    import sys
 
     from aisim.calibrate.benchserve import read_bench_serve
     from aisim.calibrate.fit import calibrate as run_calibration
@@ -58,18 +62,25 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
             from aisim.plan import plan_from_model
 
             engine, _ = plan_from_model(model, tp=tp, max_model_len=max_model_len, gpu=gpu, dtype=dtype)
+        from aisim.files import check_outputs
+
+        # Refused before the fits: an output that is an input, or --out and --db in one file.
+        inputs = {"RESULTS": list(results), "--engine": engine_path}
+        check_outputs({"--out": out_path, "--db": db_path}, inputs)
         keys = tuple(k.strip() for k in fit_keys.split(",") if k.strip()) if fit_keys else None
         label = name or (os.path.splitext(os.path.basename(out_path))[0] if out_path else "calibrated")
         result = run_calibration(runs, engine, name=label, keys=keys, max_iter=max_iter, seed=seed,
-                                 progress=lambda line: click.echo(line, err=True))
-        if out_path:
-            from aisim.calibrate.output import write_engine
-
-            write_engine(out_path, result, {"RESULTS": list(results), "--engine": engine_path})
+                                 progress=_progress_line if (sys.stderr.isatty() if progress is None else progress)
+                                 else None)
+        # The database first, in its own transaction: a database that refuses the runs leaves no --out either.
         if db_path:
             from aisim.calibrate.measured import land_measured
 
             land_measured(db_path, runs, result.engine, result.record["name"])
+        if out_path:
+            from aisim.calibrate.output import write_engine
+
+            write_engine(out_path, result, inputs)
     except AisimError as exc:
         fail(exc)
     _print(result, fmt)
@@ -77,6 +88,10 @@ def calibrate(results, engine_path, model, gpu, tp, dtype, max_model_len, fit_ke
         click.echo(f"calibrated engine written to {out_path}", err=fmt != "table")
     if db_path:
         click.echo(f"{len(runs)} measured runs landed in {db_path}", err=fmt != "table")
+
+
+def _progress_line(line: str) -> None:
+    click.echo(line, err=True)
 
 
 def _print(result, fmt: str) -> None:

@@ -36,6 +36,11 @@ def _cell(name: str, v) -> str:
     return str(v)
 
 
+def _title(name: str) -> str:
+    """``capacity NAME``; the flags' default name (``capacity``) once."""
+    return "capacity" if name == "capacity" else f"capacity {name}"
+
+
 def _gpus(n: int) -> str:
     return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
@@ -99,6 +104,7 @@ def _planned(flags: dict, slo, rate, fleet, write_spec_path):
     --out`` writes it and read back as the spec's engine file (beside ``--write-spec``'s spec, as
     ``NAME.engine.toml``; else in a temporary folder), so the flags and the written files give one search."""
     import os
+    import shutil
     import tempfile
 
     from aisim.bench_cli import plan_engine, show_plan
@@ -107,20 +113,22 @@ def _planned(flags: dict, slo, rate, fleet, write_spec_path):
 
     cfg, notes = plan_engine(flags["model"], flags["gpu"], flags["tp"])
     show_plan(flags["model"], flags["gpu"], flags["tp"], notes)
-    text = engine_toml(cfg, notes)
     planned = dict(flags, model=None, gpu=None, tp=None)
+    # A path the plan names (a config.json) is written relative to the file that holds it.
     if write_spec_path:
         engine_file = os.path.splitext(write_spec_path)[0] + ".engine.toml"
         with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:  # validated before anything is written
             trial = os.path.join(tmp, "engine.toml")
-            write_text(trial, text)
+            write_text(trial, engine_toml(cfg, notes, tmp))
             _spec_from_flags(dict(planned, engine=trial), slo, rate, fleet, None)
-        write_text(engine_file, text)
+        write_text(engine_file, engine_toml(cfg, notes, os.path.dirname(os.path.abspath(engine_file))))
         return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, write_spec_path)
-    with tempfile.TemporaryDirectory(prefix=".aisim-") as tmp:
-        engine_file = os.path.join(tmp, "engine.toml")
-        write_text(engine_file, text)
-        return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, None)
+    # The engine file lives until the command ends: the search reads the plan's paths relative to it.
+    tmp = tempfile.mkdtemp(prefix=".aisim-")
+    click.get_current_context().call_on_close(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    engine_file = os.path.join(tmp, "engine.toml")
+    write_text(engine_file, engine_toml(cfg, notes, tmp))
+    return _spec_from_flags(dict(planned, engine=engine_file), slo, rate, fleet, None)
 
 
 @click.command(context_settings=CONTEXT_SETTINGS)
@@ -181,7 +189,13 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
             from aisim.config.overrides import apply_deployment, apply_engine, parse_sets
 
             overrides = parse_sets(sets)
-            spec.engine = apply_engine(spec.engine, overrides)
+            try:
+                spec.engine = apply_engine(spec.engine, overrides)
+            except AisimError as exc:
+                if model is None:
+                    raise
+                # A planned engine's file was temporary: the message names the plan, as replay's does.
+                raise type(exc)(str(exc).replace(spec.engine.source, f"the engine planned for {model}")) from None
             spec.deployment = apply_deployment(spec.deployment, overrides)
         with phases:
             result = run_capacity(spec, progress=phases)
@@ -206,7 +220,7 @@ def capacity(spec_path, name, database, engine_path, model, gpu, tp, deployment_
     t, cut = fit_table([(_HEADINGS.get(c, c), {"justify": "left" if c in ("phase", "candidate", "knobs", "verdict")
                                                else "right"}) for c in _SHOWN + ("answer",)],
                        [[_cell(c, r[c]) for c in _SHOWN + ("answer",)] for r in rows], keep=("point", "verdict", "answer"),
-                       title=f"capacity {spec.name}: SLO {spec.slo.describe()}")
+                       title=f"{_title(spec.name)}: SLO {spec.slo.describe()}")
     out.print(t)
     if cut:
         out.print(cut)

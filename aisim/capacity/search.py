@@ -168,9 +168,9 @@ class _Evaluator:
         n = deployment.replicas if deployment is not None else 0
         what = f"{n} replica{'s' if n != 1 else ''}" if deployment is not None else "one engine"
         last = self.points[-1] if self.points else None  # the running phase ends with its verdict
-        self.progress(f"point {len(self.points)} ({phase}): {_describe(load)} on {what}",
-                      f"{last['verdict']}, attainment {last['attainment']:.4g}" if last is not None
-                      and last["attainment"] is not None else "")
+        verdict = "" if last is None else last["verdict"] + (
+            f", attainment {last['attainment']:.4g}" if last["attainment"] is not None else "")  # p99 SLOs: none
+        self.progress(f"point {len(self.points)} ({phase}): {_describe(load)} on {what}", verdict)
         if deployment is None:
             from aisim.replay import replay
 

@@ -380,7 +380,7 @@ def plan_from_model(name: str, gpu_memory_gib: float | None = None, tp: int = 1,
     # vllm serve's start-up defaults of the release (config/cache.py CacheConfig, config/vllm.py
     # VllmConfig.__post_init__).
     notes.append(f"vLLM {version} defaults: block size {rel.block_size}, gpu_memory_utilization "
-                 f"{gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
+                 f"{rel.gpu_memory_utilization:g}" + (" (the extensible KV cache takes the memory left after the "
                                                    "weights and activations)" if rel.extensible_kv_cache else "")
                  + f", async scheduling {'on' if rel.async_scheduling else 'off'}"
                  + (", the API server in front of the engine" if spec is not None else ""))
@@ -472,4 +472,6 @@ def engine_toml(cfg: EngineConfig, notes, base_dir: str | os.PathLike | None = N
     for k in cfg.raw:  # any other key the plan declares (aisim plan --set): written, never dropped
         if k not in doc and d.get(k) is not None:
             doc[k] = d[k]
+    if cfg.kv_offload is not None:  # the section as a file writes it: no disk tier's keys without the disk tier
+        doc["kv_offload"] = cfg.kv_offload.to_dict()
     return dumps(doc, header_comments=["Engine configuration planned by aisim."] + list(notes))

@@ -81,11 +81,11 @@ def report(database, run, out, max_points, slo, search, folders):
                 raise ReportError("--replay reports replay output folders: --db, --run and --capacity are a "
                                   "database's options")
             from aisim.files import write_text
-            from aisim.report.folder import folders_run
+            from aisim.report.folder import folder_files, folders_run
             from aisim.report.html import render
 
             rd = folders_run(folders, slo=parse_slo(slo))
-            write_text(out, [render(rd, max_points)], "--out", inputs={"--replay": list(folders)})
+            write_text(out, [render(rd, max_points)], "--out", inputs={"--replay": [f for d in folders for f in folder_files(d)]})
             click.echo(f"report of {len(rd.shards)} replay{'s' if len(rd.shards) != 1 else ''} written to {out} "
                        f"({fmt_num(os.path.getsize(out) / 1024, 0)} KiB) in {fmt_seconds(time.perf_counter() - t0)}")
             return

@@ -180,10 +180,14 @@ def resolve_run(con, selector: str | None, path: str) -> tuple:
     ReportError
         No runs, no match, or an id prefix that matches several runs.
     """
-    missing = set(TABLES) - _tables(con)
+    tables = _tables(con)
+    missing = set(TABLES) - tables
     if missing:
+        # A capacity search's database (aisim capacity --db) is reported with --capacity.
+        hint = (f"; it holds capacity searches: aisim report --db {path} --capacity SEARCH (the search id or "
+                "name aisim capacity printed)" if "capacity_points" in tables else "")
         raise ReportError(f"{path} is not an aisim run database (no table(s) {', '.join(sorted(missing))}); "
-                          "run a pipeline into it first (aisim pipeline run SPEC --db FILE)")
+                          f"run a pipeline into it first (aisim pipeline run SPEC --db FILE){hint}")
     total = con.execute("SELECT count(*) FROM runs").fetchone()[0]
     if total == 0:
         raise ReportError(f"{path} holds no runs yet; run a pipeline first (aisim pipeline run SPEC --db {path})")

@@ -23,6 +23,12 @@ from aisim.report.data import REQUEST_COLUMNS, STEP_COLUMNS, RunData, ShardData
 FILES = ("requests.parquet", "steps.parquet", "summary.json")
 
 
+def folder_files(path: str) -> list:
+    """The files a replay folder's report reads (``path`` itself when it is not a folder), so that an
+    output is checked against each of them (:func:`aisim.files.check_outputs`)."""
+    return [os.path.join(path, f) for f in FILES] if os.path.isdir(path) else [path]
+
+
 def is_replay_folder(path: str) -> bool:
     """Whether ``path`` is a folder holding a replay's three result files."""
     return os.path.isdir(path) and all(os.path.isfile(os.path.join(path, f)) for f in FILES)
@@ -67,13 +73,21 @@ def load_folder(path: str, shard_id: int = 0, label: str | None = None) -> Shard
         what = f"lacks {', '.join(missing)}" if missing else "is not a folder"
         raise ReportError(f"{path} {what}: give a folder aisim replay --out wrote (requests.parquet, steps.parquet, "
                           "summary.json)")
+    name = os.path.join(path, "summary.json")  # the file being read, for the message
     try:
-        with open(os.path.join(path, "summary.json"), encoding="utf-8") as fh:
+        with open(name, encoding="utf-8") as fh:
             summary = json.load(fh)
-        steps_t = pq.read_table(os.path.join(path, "steps.parquet"))
-        req_t = pq.read_table(os.path.join(path, "requests.parquet"))
+        if not isinstance(summary, dict):
+            raise ValueError("not a JSON object")
+        name = os.path.join(path, "steps.parquet")
+        steps_t = pq.read_table(name)
+        name = os.path.join(path, "requests.parquet")
+        req_t = pq.read_table(name)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{name}:{exc.lineno}: not valid JSON ({exc.msg}); is {path} a folder aisim replay "
+                          "--out wrote?") from None
     except (OSError, ValueError) as exc:
-        raise ReportError(f"cannot read the replay in {path}: {exc}") from None
+        raise ReportError(f"cannot read the replay in {path}: {name}: {exc}") from None
     engine = summary.get("engine") or {}
     steps = _numbers(steps_t, STEP_COLUMNS)
     if "replica" in steps_t.schema.names:  # a deployment's steps, every replica's by start time
