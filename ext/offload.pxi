@@ -455,6 +455,42 @@ cdef inline bint _off_store_due(const SchedC* s, const ReqC* r, tok_t after, int
     return offloadable >= need and <tok_t>n_blocks * s.kv.sched_block_size >= need
 
 
+cdef int64_t off_quiet_bound(const SchedC* s, const ReqC* r) noexcept nogil:
+    """Quiet steps (the engine's macro-steps) running request ``r`` can take from the step about to
+    be scheduled before _off_store_due may hold for it (1 << 62: never).  In each quiet step it is
+    scheduled one decode token: at step k its offloadable tokens are min(num_computed + 1,
+    num_tokens) + k (synchronous: num_computed + 1 == num_tokens; asynchronous: num_computed ==
+    num_tokens, its placeholder in flight), clamped to its prompt with offload_prompt_only
+    (_build_store_jobs: a decoding request past its prompt never stores then).  Its block table
+    always covers num_computed + 1 tokens, so the table's reach is not what holds a store back;
+    ignoring it can only end a stretch early."""
+    cdef tok_t need = (<tok_t>r.off_next + 1) * s.off.conf.tokens_per_chunk
+    cdef tok_t base = tmin(r.num_computed + 1, num_tokens(r))
+    if s.off.conf.prompt_only and r.prompt_len < need:
+        return <int64_t>1 << 62
+    return need - base if need > base else 0
+
+
+cdef int off_stamp_one(SchedC* s, ReqC* r, step_t step) except -1 nogil:
+    """off_stamp_allocated for one running request scheduled in ``step``: its blocks past its last
+    schedule() stamped (a quiet step's only requests whose table grows are the ones whose decode
+    takes a block)."""
+    cdef OffloadC* o = s.off
+    cdef int32_t x, n = _off_table_len(s.kv, 0, r)
+    cdef const block_id_t* row
+    if r.off_tlen >= n:
+        return 0
+    if o.alloc_n < s.kv.pool.num_blocks:
+        mem_grow(<void**>&o.alloc_mark, o.alloc_n, s.kv.pool.num_blocks, sizeof(int64_t))
+        o.alloc_n = s.kv.pool.num_blocks
+    row = kv_table(s.kv, 0, r.slot)
+    for x in range(r.off_tlen, n):
+        if row[x] != 0:
+            o.alloc_mark[row[x]] = step + 1
+    r.off_tlen = n
+    return 0
+
+
 cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks) except -1 nogil:
     """OffloadingConnectorScheduler._build_store_jobs for one request: the chunks newly covered by
     its computed tokens ``after`` this step (its prompt only, with offload_prompt_only), from
@@ -608,7 +644,7 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     every scheduled request (scheduling order), then for the requests finished by the last update;
     then the finished requests are signalled to the manager."""
     cdef OffloadC* o = s.off
-    cdef int32_t i, k, j
+    cdef int32_t i, k
     cdef ReqC* r
     cdef req_t ri
     if o.disk != NULL:
@@ -629,6 +665,29 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
         r = &s.reqs[b.req[i]]
         if _off_store_due(s, r, r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r)):
             _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
+    return _off_meta_end(s, b)
+
+
+cdef int off_quiet_meta(SchedC* s, BatchC* b) except -1 nogil:
+    """build_connector_meta of a quiet step (the engine's macro-steps, ext/engine_macro.pxi): ``b``
+    schedules one decode token for each running request, none preempted, none admitted, no store of
+    them due (off_quiet_bound) and their new blocks already stamped (off_stamp_one).  Everything
+    else of off_build_meta runs as in any step: the disk tier's poll, the fenced flushes, the stores
+    of the requests finished by the last update, the manager's finish signals."""
+    if s.off.disk != NULL:
+        disk_poll(s.off, b.step, b.start_s)
+    s.off.cur_step = b.step
+    off_flush_fenced(s, b.step)
+    return _off_meta_end(s, b)
+
+
+cdef int _off_meta_end(SchedC* s, BatchC* b) except -1 nogil:
+    """The end of build_connector_meta: store jobs for the requests finished by the last update,
+    then the finished requests signalled to the manager (request_finished, in the order of
+    _off_finish_order), the high-water mark of parked requests, the disk tier's on_schedule_end."""
+    cdef OffloadC* o = s.off
+    cdef int32_t i, k
+    cdef ReqC* r
     if s.finished_pending:
         for i in range(s.n_finished):
             r = &s.reqs[s.finished[i]]
