@@ -246,10 +246,10 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             kv_allocate_slots(&e.kv, r, 1, 0, False, True, 0, False)
             if e.offload:
                 off_stamp_one(s, r, b.step)  # the blocks the scheduler output hands out
-        if s.n_waiting > 0 or e.offload:
+        if s.n_waiting > 0 or (e.offload and e.off.n_parked > 0):
             # The waiting pass, for real; the running requests' counters are not read there
-            # (with a tier, _off_reserved_blocks reads only in-flight prefills'; every step polls
-            # the disk tier and drains the requests parked for their loads).
+            # (with a tier, _off_reserved_blocks reads only in-flight prefills').  With a tier and
+            # nothing waiting or parked it would only poll the disk tier: off_quiet_meta does.
             sched_admit_waiting(s, b, lpt)
         if b.n > n or (k == length - 1 and not asy):
             # It admitted, or (synchronous) a request finishes: this step ends as any other (its

@@ -271,16 +271,13 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             o.chunks[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
+            _off_prefetch(o, o.chunks[x].key)  # its bucket, fetched while the walk goes on
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.chunks[o.scratch[i]].mark = 0
         return 0
-    for i in range(tmin(OFF_AHEAD, n_sel)):
-        _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
-        if i + OFF_AHEAD < n_sel:
-            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, ch.key)
         _lru_unlink(o, o.scratch[i])
