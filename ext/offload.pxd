@@ -3,7 +3,7 @@
 # OffloadingConnectorScheduler; vllm/v1/kv_offload/cpu/manager.py, CPUOffloadingManager;
 # cpu/policies/lru.py, LRUCachePolicy) and the worker's transfers on a step-driven clock.
 # Declarations only; the functions are ext/offload.pxi, compiled into the scheduler module.
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t, uint32_t
 
 
 cdef struct OffConfC:
@@ -38,8 +38,9 @@ cdef struct OffLinkC:
 
 
 cdef struct OffMapE:
-    # A bucket of the tier's key map.
-    hash_t key                   # the key (when full)
+    # A bucket of the tier's key map, eight bytes: the low 32 bits of the key's mix (its home
+    # bucket's bits among them) and the chunk holding the key, whose own key confirms a match.
+    uint32_t tag
     int32_t chunk                # the chunk holding it (-1: empty)
 
 

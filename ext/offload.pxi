@@ -26,8 +26,8 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     for i in range(conf.cpu_chunks):
         o.free_chunks[i] = conf.cpu_chunks - 1 - i
     o.n_free_chunks = conf.cpu_chunks
-    while m < 2 * (<int64_t>conf.cpu_chunks) + 2:
-        m *= 2
+    while m < 2 * (<int64_t>conf.cpu_chunks):
+        m *= 2  # at most half full
     o.map_mask = m - 1
     o.map = <OffMapE*>mem_calloc(m, sizeof(OffMapE))
     for i in range(m):
@@ -279,7 +279,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         return 0
     for i in range(n_sel):
         ch = &o.chunks[o.scratch[i]]
-        _off_map_del(o, ch.key)
+        _off_map_del(o, o.scratch[i])
         _lru_unlink(o, o.scratch[i])
         ch.mark = 0
         ch.evictable = 0
