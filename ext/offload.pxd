@@ -23,18 +23,19 @@ cdef struct OffChunkC:
     # One chunk of the CPU tier (ChunkStatus plus the LRU policy's per-key state).
     hash_t key                   # the offload key it holds (a block hash)
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
-    flag_t evictable             # LRUCachePolicy._evictable
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
-    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
     flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
 cdef struct OffLinkC:
-    # A node's neighbours in the tier's LRU list (both in one fetch).
+    # A node of the tier's LRU list: its neighbours and, for a chunk's node, what an eviction's walk
+    # reads of the chunk (all in one fetch).
     int32_t prev
     int32_t next
+    flag_t evictable             # LRUCachePolicy._evictable
+    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
 
 
 cdef struct OffMapE:

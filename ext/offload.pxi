@@ -211,7 +211,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
 
 cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
     # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
-    o.chunks[c].evictable = 1
+    o.lru[c].evictable = 1
     return 0
 
 
@@ -267,22 +267,26 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
     cdef OffChunkC* ch
     while x != o.conf.cpu_chunks and n_sel < n:
-        if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
-            o.chunks[x].mark = 2
+        if x < o.conf.cpu_chunks and o.lru[x].evictable and o.lru[x].mark == 0:
+            o.lru[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
-            _off_prefetch(o, o.chunks[x].key)  # its bucket, fetched while the walk goes on
+            __builtin_prefetch(&o.chunks[x])  # its key, for the map's deletion
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
-            o.chunks[o.scratch[i]].mark = 0
+            o.lru[o.scratch[i]].mark = 0
         return 0
+    for i in range(tmin(OFF_AHEAD, n_sel)):
+        _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
+        if i + OFF_AHEAD < n_sel:
+            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
         _off_map_del(o, o.scratch[i])
         _lru_unlink(o, o.scratch[i])
-        ch.mark = 0
-        ch.evictable = 0
+        o.lru[o.scratch[i]].mark = 0
+        o.lru[o.scratch[i]].evictable = 0
         o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
     o.n_used -= n_sel
@@ -421,7 +425,7 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
         if ch.watch:
             _off_memo_drop(o)
         if ch.ref == 0:
-            ch.evictable = 0  # mark_non_evictable
+            o.lru[c].evictable = 0  # mark_non_evictable
             o.n_evictable -= 1
         ch.ref += 1
         ch.loading = 1
@@ -535,11 +539,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         # (Eviction takes none of them, so ``found`` stays true.)
         for i in range(n_chunks - start):
             if o.found[i] >= 0:
-                o.chunks[o.found[i]].mark = 1
+                o.lru[o.found[i]].mark = 1
         c = _off_evict(o, n_evict)
         for i in range(n_chunks - start):
             if o.found[i] >= 0:
-                o.chunks[o.found[i]].mark = 0
+                o.lru[o.found[i]].mark = 0
         if c == 0:
             return 0
     rank = _off_req_rank(o, r)
@@ -554,9 +558,9 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch = &o.chunks[c]
         ch.key = _off_key(s, r, i)
         ch.ref = -1
-        ch.evictable = 0
+        o.lru[c].evictable = 0
         ch.loading = 0
-        ch.mark = 0
+        o.lru[c].mark = 0
         ch.watch = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
