@@ -9,12 +9,15 @@ hand-derived cases also pin how many stretches were taken and how many steps the
 """
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from aisim.config.engine import engine_config_from_dict
+from aisim.replay import replay
+from aisim.traces.synth import synth_trace
 
 from helpers import make_trace
-from test_macro_steps import _macro_counts, _same_both_ways
+from test_macro_steps import _deploy_both_ways, _macro_counts, _same_both_ways
 
 
 def _engine(blocks=40, asynchronous=False, **offload):
@@ -135,9 +138,30 @@ def test_random_traces_with_a_tier_identical_both_ways(reqs, blocks, cpu, seqs, 
         rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"],
                          at=r["at"] / 100 if timed else r["at"], segments=[s for s in segs if s[2] > 0]))
     trace = make_trace(rows, clock="time" if timed else "step")
-    from aisim.replay import replay
     try:
         replay(trace, eng, macro_steps=False)
     except Exception:
         return  # refused (a request that can never fit): nothing to compare
     _same_both_ways(trace, eng)
+
+
+def _deploy_engine(**offload):
+    # A pool that churns behind each replica (99 usable blocks of 16 tokens), a tier of 120 chunks
+    # on the PCIe link.
+    return engine_config_from_dict(dict(
+        num_gpu_blocks=100, max_model_len=1584, max_num_seqs=8, max_num_batched_tokens=512, startup_check=False,
+        vllm_version="0.34.0", kv_cache_groups=[{"type": "full"}],
+        time_model={"kind": "linear", "base_s": 0.01, "per_token_s": 1e-5},
+        kv_offload={"cpu_blocks": 120, "pcie_gen": 4, "kv_bytes_per_block": 64 << 20, **offload}))
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_loaded", "kv_aware"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_deployments_with_a_tier_identical_both_ways(router, asynchronous, monkeypatch):
+    # Each replica runs its own stretches, its connector in every step of them, up to the
+    # deployment's next event.  The next turns come back after their prefixes left the GPU pool:
+    # some are loaded from the tier (10 loads with round-robin, synchronous), which evicts.
+    eng = _deploy_engine().replace(async_scheduling=asynchronous)
+    trace = synth_trace(160, seed=3, rate=40.0, prompt="lognormal:200:0.5", output="lognormal:60:0.5", turns=2,
+                        think_time_s=1.0, prefix_groups=3, prefix_len=128, prefix_fraction=0.6)
+    assert _deploy_both_ways(trace, eng, {"replicas": 2, "router": router}, monkeypatch) > 0
