@@ -462,9 +462,10 @@ cdef int64_t off_quiet_bound(const SchedC* s, const ReqC* r) noexcept nogil:
     scheduled one decode token: at step k its offloadable tokens are min(num_computed + 1,
     num_tokens) + k (synchronous: num_computed + 1 == num_tokens; asynchronous: num_computed ==
     num_tokens, its placeholder in flight), clamped to its prompt with offload_prompt_only
-    (_build_store_jobs: a decoding request past its prompt never stores then).  Its block table
-    always covers num_computed + 1 tokens, so the table's reach is not what holds a store back;
-    ignoring it can only end a stretch early."""
+    (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py, _build_store_jobs and
+    _calc_num_offloadable_tokens: a decoding request past its prompt never stores then).  Its block
+    table always covers num_computed + 1 tokens, so the table's reach is not what holds a store
+    back; ignoring it can only end a stretch early."""
     cdef tok_t need = (<tok_t>r.off_next + 1) * s.off.conf.tokens_per_chunk
     cdef tok_t base = tmin(r.num_computed + 1, num_tokens(r))
     if s.off.conf.prompt_only and r.prompt_len < need:
