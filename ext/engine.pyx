@@ -39,7 +39,7 @@ from aisim._core.scheduler cimport (
     BatchC, SchedC, SchedConfC, batch_grow, batch_init, batch_release, disk_init, off_init, off_next_landing, off_release,
     sched_add_request,
     sched_admit_waiting, sched_cap, sched_end_schedule, sched_has_requests, sched_init, sched_release,
-    sched_schedule, sched_step_lpt, sched_update,
+    sched_schedule, sched_step_lpt, sched_update, off_quiet_bound, off_quiet_meta, off_stamp_one, off_worker_output,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t,
@@ -225,7 +225,6 @@ cdef class Engine:
         self.sched.gaps = &self.gaps
         if config.kv_offload is not None:
             self._set_offload(config.kv_offload, config.hash_block_size, max_model_len)
-            macro_steps = False  # every step of the connector is its own
         _point_at_arenas(self)
         batch_init(&self.batches[0], self.sched.cap)
         batch_init(&self.batches[1], self.sched.cap)

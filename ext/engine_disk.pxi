@@ -42,7 +42,7 @@ cdef int _disk_row(Engine e, int64_t row) except -1 nogil:
     """The disk-tier columns of step row ``row``, from the tier's counters of this step."""
     cdef DiskC* d = e.off.disk
     cdef int64_t* v
-    _off_room(&e.disk_steps, &e.disk_steps_cap, row + 1, N_DISK_STEP)
+    _off_room(&e.disk_steps, &e.disk_steps_cap, e.cols.cap if e.cols.cap > row else row + 1, N_DISK_STEP)
     v = e.disk_steps + row * N_DISK_STEP
     v[0] = d.st_queries
     v[1] = d.st_hits

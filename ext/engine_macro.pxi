@@ -14,6 +14,14 @@
 # iteration schedules every running request's next token while the previous batch's tokens are
 # in flight (one placeholder each) and processes that batch's output; its stretch ends before
 # the step at which a request's last token is in flight (the scheduler's async guard skips it).
+#
+# With a KV offload tier the connector runs every step of a stretch for real, save for what a
+# quiet step provably leaves alone: its waiting pass (lookups, loads, the requests parked for
+# them, the disk tier's poll), build_connector_meta (fenced flushes, the stores of requests
+# finished by the last update, on_schedule_end) and the worker's output (landings, by step count
+# or clock) all run as in any step.  Skipped: the store check of each running request, since the
+# stretch ends before any of them could get a store job (offload.pxi off_quiet_bound), and the
+# stamping of blocks handed out, done for the decodes that take one (off_stamp_one).
 
 # A stretch of one step (the step in which a request finishes) is taken from this many running
 # requests on: its running pass then costs less than a single step's, set-up included.
@@ -115,6 +123,12 @@ cdef int64_t _quiet_length(Engine e) noexcept nogil:
             f = c.max_model_len - num_tokens(r)
         if asy:
             f -= 1
+        if e.offload:
+            # Decoding, out of Scheduler._inflight_prefills; the stretch ends before a step whose
+            # build_connector_meta could give it a store job (offload.pxi off_quiet_bound).
+            if r.off_inflight:
+                return 0
+            f = tmin(f, off_quiet_bound(s, r))
         if f < length:
             length = f
             if length < 1 or (length == 1 and n < MIN_ONE_STEP):
@@ -230,8 +244,12 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             r = &s.reqs[s.running[i]]
             _at_step(m, r, i, k)
             kv_allocate_slots(&e.kv, r, 1, 0, False, True, 0, False)
-        if s.n_waiting > 0:
-            # The waiting pass, for real; the running requests' counters are not read there.
+            if e.offload:
+                off_stamp_one(s, r, b.step)  # the blocks the scheduler output hands out
+        if s.n_waiting > 0 or (e.offload and e.off.n_parked > 0):
+            # The waiting pass, for real; the running requests' counters are not read there
+            # (with a tier, _off_reserved_blocks reads only in-flight prefills').  With a tier and
+            # nothing waiting or parked it would only poll the disk tier: off_quiet_meta does.
             sched_admit_waiting(s, b, lpt)
         if b.n > n or (k == length - 1 and not asy):
             # It admitted, or (synchronous) a request finishes: this step ends as any other (its
@@ -251,6 +269,8 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
             closed = True
             break
         kv_end_schedule(&e.kv)
+        if e.offload:
+            off_quiet_meta(s, b)  # build_connector_meta: no store of a running request is due
         if e.time_model.kind != TM_LINEAR:
             for i in range(n):
                 b.ctx[i] = m.c0[i] + k + 1
@@ -266,6 +286,10 @@ cdef int64_t _stretch(Engine e, sec_t until) except -1 nogil:
         else:
             ob = b
         _stretch_outputs(e, ob.end_s, out_s, k, n)
+        if e.offload:
+            # _update_from_kv_xfer_finished: the worker's output of ob, for real (a landing may
+            # unpark a request, admitted by the next step's waiting pass, which ends the stretch).
+            off_worker_output(s, ob.step, ob.start_s, ob.end_s)
         out_s = ob.end_s
         _log_line(e, e.step, LINE_STEP, e.clock, b, ob, e.kv.pool.num_free)
         e.clock = b.end_s

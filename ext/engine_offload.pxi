@@ -60,7 +60,8 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     cdef int32_t i, k
     cdef const OffRecC* rec
     cdef req_t g
-    _off_room(&e.off_steps, &e.off_steps_cap, row + 1, N_OFF_STEP)
+    # As many rows as the step columns hold (a whole trace's are sized once): grown with them.
+    _off_room(&e.off_steps, &e.off_steps_cap, e.cols.cap if e.cols.cap > row else row + 1, N_OFF_STEP)
     v = e.off_steps + row * N_OFF_STEP
     memset(v, 0, N_OFF_STEP * sizeof(int64_t))
     for i in range(o.n_recs):

@@ -3,7 +3,7 @@
 # OffloadingConnectorScheduler; vllm/v1/kv_offload/cpu/manager.py, CPUOffloadingManager;
 # cpu/policies/lru.py, LRUCachePolicy) and the worker's transfers on a step-driven clock.
 # Declarations only; the functions are ext/offload.pxi, compiled into the scheduler module.
-from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, step_t, tok_t, uint32_t
 
 
 cdef struct OffConfC:
@@ -23,23 +23,25 @@ cdef struct OffChunkC:
     # One chunk of the CPU tier (ChunkStatus plus the LRU policy's per-key state).
     hash_t key                   # the offload key it holds (a block hash)
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
-    flag_t evictable             # LRUCachePolicy._evictable
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
-    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
     flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
 cdef struct OffLinkC:
-    # A node's neighbours in the tier's LRU list (both in one fetch).
+    # A node of the tier's LRU list: its neighbours and, for a chunk's node, what an eviction's walk
+    # reads of the chunk (all in one fetch).
     int32_t prev
     int32_t next
+    flag_t evictable             # LRUCachePolicy._evictable
+    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
 
 
 cdef struct OffMapE:
-    # A bucket of the tier's key map.
-    hash_t key                   # the key (when full)
+    # A bucket of the tier's key map, eight bytes: the low 32 bits of the key's mix (its home
+    # bucket's bits among them) and the chunk holding the key, whose own key confirms a match.
+    uint32_t tag
     int32_t chunk                # the chunk holding it (-1: empty)
 
 

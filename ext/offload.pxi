@@ -26,8 +26,8 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     for i in range(conf.cpu_chunks):
         o.free_chunks[i] = conf.cpu_chunks - 1 - i
     o.n_free_chunks = conf.cpu_chunks
-    while m < 2 * (<int64_t>conf.cpu_chunks) + 2:
-        m *= 2
+    while m < 2 * (<int64_t>conf.cpu_chunks):
+        m *= 2  # at most half full
     o.map_mask = m - 1
     o.map = <OffMapE*>mem_calloc(m, sizeof(OffMapE))
     for i in range(m):
@@ -211,7 +211,7 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
 
 cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
     # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
-    o.chunks[c].evictable = 1
+    o.lru[c].evictable = 1
     return 0
 
 
@@ -267,14 +267,15 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
     cdef OffChunkC* ch
     while x != o.conf.cpu_chunks and n_sel < n:
-        if x < o.conf.cpu_chunks and o.chunks[x].evictable and o.chunks[x].mark == 0:
-            o.chunks[x].mark = 2
+        if x < o.conf.cpu_chunks and o.lru[x].evictable and o.lru[x].mark == 0:
+            o.lru[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
+            __builtin_prefetch(&o.chunks[x])  # its key, for the map's deletion
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
-            o.chunks[o.scratch[i]].mark = 0
+            o.lru[o.scratch[i]].mark = 0
         return 0
     for i in range(tmin(OFF_AHEAD, n_sel)):
         _off_prefetch(o, o.chunks[o.scratch[i]].key)
@@ -282,10 +283,10 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         if i + OFF_AHEAD < n_sel:
             _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
-        _off_map_del(o, ch.key)
+        _off_map_del(o, o.scratch[i])
         _lru_unlink(o, o.scratch[i])
-        ch.mark = 0
-        ch.evictable = 0
+        o.lru[o.scratch[i]].mark = 0
+        o.lru[o.scratch[i]].evictable = 0
         o.free_chunks[o.n_free_chunks] = o.scratch[i]
         o.n_free_chunks += 1
     o.n_used -= n_sel
@@ -424,7 +425,7 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
         if ch.watch:
             _off_memo_drop(o)
         if ch.ref == 0:
-            ch.evictable = 0  # mark_non_evictable
+            o.lru[c].evictable = 0  # mark_non_evictable
             o.n_evictable -= 1
         ch.ref += 1
         ch.loading = 1
@@ -453,6 +454,43 @@ cdef inline bint _off_store_due(const SchedC* s, const ReqC* r, tok_t after, int
     if s.off.conf.prompt_only:
         offloadable = tmin(offloadable, r.prompt_len)
     return offloadable >= need and <tok_t>n_blocks * s.kv.sched_block_size >= need
+
+
+cdef int64_t off_quiet_bound(const SchedC* s, const ReqC* r) noexcept nogil:
+    """Quiet steps (the engine's macro-steps) running request ``r`` can take from the step about to
+    be scheduled before _off_store_due may hold for it (1 << 62: never).  In each quiet step it is
+    scheduled one decode token: at step k its offloadable tokens are min(num_computed + 1,
+    num_tokens) + k (synchronous: num_computed + 1 == num_tokens; asynchronous: num_computed ==
+    num_tokens, its placeholder in flight), clamped to its prompt with offload_prompt_only
+    (distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py, _build_store_jobs and
+    _calc_num_offloadable_tokens: a decoding request past its prompt never stores then).  Its block
+    table always covers num_computed + 1 tokens, so the table's reach is not what holds a store
+    back; ignoring it can only end a stretch early."""
+    cdef tok_t need = (<tok_t>r.off_next + 1) * s.off.conf.tokens_per_chunk
+    cdef tok_t base = tmin(r.num_computed + 1, num_tokens(r))
+    if s.off.conf.prompt_only and r.prompt_len < need:
+        return <int64_t>1 << 62
+    return need - base if need > base else 0
+
+
+cdef int off_stamp_one(SchedC* s, ReqC* r, step_t step) except -1 nogil:
+    """off_stamp_allocated for one running request scheduled in ``step``: its blocks past its last
+    schedule() stamped (a quiet step's only requests whose table grows are the ones whose decode
+    takes a block)."""
+    cdef OffloadC* o = s.off
+    cdef int32_t x, n = _off_table_len(s.kv, 0, r)
+    cdef const block_id_t* row
+    if r.off_tlen >= n:
+        return 0
+    if o.alloc_n < s.kv.pool.num_blocks:
+        mem_grow(<void**>&o.alloc_mark, o.alloc_n, s.kv.pool.num_blocks, sizeof(int64_t))
+        o.alloc_n = s.kv.pool.num_blocks
+    row = kv_table(s.kv, 0, r.slot)
+    for x in range(r.off_tlen, n):
+        if row[x] != 0:
+            o.alloc_mark[row[x]] = step + 1
+    r.off_tlen = n
+    return 0
 
 
 cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks) except -1 nogil:
@@ -502,11 +540,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         # (Eviction takes none of them, so ``found`` stays true.)
         for i in range(n_chunks - start):
             if o.found[i] >= 0:
-                o.chunks[o.found[i]].mark = 1
+                o.lru[o.found[i]].mark = 1
         c = _off_evict(o, n_evict)
         for i in range(n_chunks - start):
             if o.found[i] >= 0:
-                o.chunks[o.found[i]].mark = 0
+                o.lru[o.found[i]].mark = 0
         if c == 0:
             return 0
     rank = _off_req_rank(o, r)
@@ -521,9 +559,9 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch = &o.chunks[c]
         ch.key = _off_key(s, r, i)
         ch.ref = -1
-        ch.evictable = 0
+        o.lru[c].evictable = 0
         ch.loading = 0
-        ch.mark = 0
+        o.lru[c].mark = 0
         ch.watch = 0
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
@@ -608,7 +646,7 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
     every scheduled request (scheduling order), then for the requests finished by the last update;
     then the finished requests are signalled to the manager."""
     cdef OffloadC* o = s.off
-    cdef int32_t i, k, j
+    cdef int32_t i, k
     cdef ReqC* r
     cdef req_t ri
     if o.disk != NULL:
@@ -629,6 +667,29 @@ cdef int off_build_meta(SchedC* s, BatchC* b) except -1 nogil:
         r = &s.reqs[b.req[i]]
         if _off_store_due(s, r, r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r)):
             _off_store(s, r, b.req[i], r.num_computed + b.tokens[i], _off_table_len(s.kv, 0, r))
+    return _off_meta_end(s, b)
+
+
+cdef int off_quiet_meta(SchedC* s, BatchC* b) except -1 nogil:
+    """build_connector_meta of a quiet step (the engine's macro-steps, ext/engine_macro.pxi): ``b``
+    schedules one decode token for each running request, none preempted, none admitted, no store of
+    them due (off_quiet_bound) and their new blocks already stamped (off_stamp_one).  Everything
+    else of off_build_meta runs as in any step: the disk tier's poll, the fenced flushes, the stores
+    of the requests finished by the last update, the manager's finish signals."""
+    if s.off.disk != NULL:
+        disk_poll(s.off, b.step, b.start_s)
+    s.off.cur_step = b.step
+    off_flush_fenced(s, b.step)
+    return _off_meta_end(s, b)
+
+
+cdef int _off_meta_end(SchedC* s, BatchC* b) except -1 nogil:
+    """The end of build_connector_meta: store jobs for the requests finished by the last update,
+    then the finished requests signalled to the manager (request_finished, in the order of
+    _off_finish_order), the high-water mark of parked requests, the disk tier's on_schedule_end."""
+    cdef OffloadC* o = s.off
+    cdef int32_t i, k
+    cdef ReqC* r
     if s.finished_pending:
         for i in range(s.n_finished):
             r = &s.reqs[s.finished[i]]

@@ -222,9 +222,9 @@ cdef int32_t _disk_promote(SchedC* s, ReqC* r, int32_t i, hash_t key) except -3 
     ch.key = key
     ch.ref = -1
     ch.watch = 0
-    ch.evictable = 0
+    o.lru[c].evictable = 0
     ch.loading = 0
-    ch.mark = 0
+    o.lru[c].mark = 0
     ch.rank_hi = _off_req_rank(o, r)
     ch.rank_lo = -(<int64_t>i + 1) * o.conf.tokens_per_chunk
     _lru_place(o, c, r.off_node)
@@ -334,7 +334,7 @@ cdef int disk_cascade(OffloadC* o, const OffJobC* sj) except -1 nogil:
             continue
         ch = &o.chunks[c]
         if ch.ref == 0:
-            ch.evictable = 0  # mark_non_evictable
+            o.lru[c].evictable = 0  # mark_non_evictable
             o.n_evictable -= 1
         ch.ref += 1
         _disk_job_key(jb, sj.keys[i])

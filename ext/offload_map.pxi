@@ -10,14 +10,17 @@ cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
 
 
 cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
-    """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
-    cdef int64_t i = _off_bucket(o, key)
+    """The chunk holding ``key`` (LRUCachePolicy.get), or -1.  A bucket keeps 32 bits of the key's
+    mix: the chunk's key is read only where they match (the chunk a hit returns)."""
+    cdef hash_t h = mix64(key)
+    cdef uint32_t tag = <uint32_t>h
+    cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
     cdef int32_t c
     while True:
         c = o.map[i].chunk
         if c == OFF_EMPTY:
             return -1
-        if o.map[i].key == key:
+        if o.map[i].tag == tag and o.chunks[c].key == key:
             return c
         i = (i + 1) & o.map_mask
 
@@ -31,23 +34,26 @@ cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
 
 
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
-    cdef int64_t i = _off_bucket(o, key)
+    """``chunk`` (its key already ``key``) holds ``key`` from now on."""
+    cdef hash_t h = mix64(key)
+    cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
     if o.memo_on and o.memo_missed and o.memo_miss == key:
         _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
     while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
     o.map[i].chunk = chunk
-    o.map[i].key = key
+    o.map[i].tag = <uint32_t>h
 
 
-cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
-    # Linear probing with backward-shift deletion: no tombstones.
-    cdef int64_t i = _off_bucket(o, key)
+cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
+    # Linear probing with backward-shift deletion: no tombstones.  An entry's home bucket is its
+    # tag's low bits (at most 2^32 buckets: off_init sizes the map from an int32 count).
+    cdef int64_t i = _off_bucket(o, o.chunks[chunk].key)
     cdef int64_t j, home
     cdef int32_t c
-    while o.map[i].key != key or o.map[i].chunk == OFF_EMPTY:
+    while o.map[i].chunk != chunk:
         i = (i + 1) & o.map_mask
-    if o.chunks[o.map[i].chunk].watch:
+    if o.chunks[chunk].watch:
         _off_memo_drop(o)  # the last lookup's scan found this chunk
     j = i
     while True:
@@ -55,7 +61,7 @@ cdef void _off_map_del(OffloadC* o, hash_t key) noexcept nogil:
         c = o.map[j].chunk
         if c == OFF_EMPTY:
             break
-        home = _off_bucket(o, o.map[j].key)
+        home = <int64_t>(o.map[j].tag & <uint32_t>o.map_mask)
         # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
         if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
             o.map[i] = o.map[j]

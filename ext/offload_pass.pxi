@@ -25,6 +25,16 @@ cdef int _admit(SchedC* s, BatchC* b, req_t ri, tok_t hit, tok_t n) except -1 no
     return 0
 
 
+cdef int _off_admit_waiting(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_budget,
+                            tok_t lpt) except -1 nogil:
+    """sched_admit_waiting with the connector (the engine's macro-steps): the step's records
+    started as Scheduler.schedule starts them (``_schedule``), then its waiting pass."""
+    s.off.n_recs = 0
+    s.off.step_evicted = 0
+    s.off.cur_step = b.step
+    return _waiting_pass_off(s, b, token_budget, input_budget, lpt)
+
+
 cdef int _waiting_pass_off(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_budget,
                            tok_t lpt) except -1 nogil:
     """Scheduler.schedule's waiting pass with a KV connector.  Requests holding blocks (loads

@@ -136,3 +136,8 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
 cdef void off_release(OffloadC* o) noexcept nogil
 cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil
 cdef sec_t off_next_landing(const OffloadC* o) noexcept nogil
+# A KV offload tier in the engine's macro-steps (ext/offload.pxi, ext/offload_worker.pxi).
+cdef int64_t off_quiet_bound(const SchedC* s, const ReqC* r) noexcept nogil
+cdef int off_stamp_one(SchedC* s, ReqC* r, step_t step) except -1 nogil
+cdef int off_quiet_meta(SchedC* s, BatchC* b) except -1 nogil
+cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) except -1 nogil

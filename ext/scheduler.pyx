@@ -39,7 +39,7 @@ from aisim._core.offload cimport (
     OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
 )
 from aisim._core.types cimport (
-    block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t,
+    block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t, uint32_t,
 )
 from aisim._core.util cimport __builtin_prefetch, cdiv, ckpt_position_v, mix64, num_tokens, splitmix64, tmax, tmin
 

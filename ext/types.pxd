@@ -1,6 +1,6 @@
 # Every C type name of the replay core, fixed in width and named for its meaning.
 # cimported by every other module of ext/; nothing else writes raw C integer types.
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 ctypedef uint64_t hash_t      # a block hash, a token-stream id, a map key
 ctypedef int32_t block_id_t   # a physical KV-cache block id; 0 is vLLM's null block

@@ -15,6 +15,10 @@ cdef int _waiting_pass(SchedC* s, BatchC* b, tok_t token_budget, tok_t input_bud
     cdef req_t ri
     cdef ReqC* r
     cdef bint ok, pad
+    if s.off != NULL:
+        # A KV offload tier: the connector's pass (a quiet step of the engine's macro-steps comes
+        # here through sched_admit_waiting; Scheduler.schedule goes there itself).
+        return _off_admit_waiting(s, b, token_budget, input_budget, lpt)
     if c.aware_window > 0:
         _reorder_by_cached_prefix(s)
     while token_budget > 0:
