@@ -61,6 +61,20 @@ def make_trace(requests, clock="step"):
     return trace_table(rows, clock)
 
 
+def drawn_rows(reqs, max_prompt, shared_stream=lambda r: "common", at=lambda r: r["at"], **extra):
+    """:func:`make_trace` rows from a property test's drawn requests (``prompt``, ``shared``,
+    ``max_tokens``, ``at``): each prompt capped at ``max_prompt``, its first ``shared`` tokens from
+    ``shared_stream(r)``, the rest its own; ``extra``: a function of (index, request) per further field."""
+    rows = []
+    for i, r in enumerate(reqs):
+        prompt = min(r["prompt"], max_prompt)
+        shared = min(r["shared"], prompt)
+        segs = ([(shared_stream(r), 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
+        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"], at=at(r),
+                         segments=[s for s in segs if s[2] > 0], **{k: f(i, r) for k, f in extra.items()}))
+    return rows
+
+
 def run_log(engine, requests, clock="step"):
     """Replay and return (step lines by step index, summary line, result)."""
     cfg = engine_config_from_dict(engine)

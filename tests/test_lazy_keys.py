@@ -34,7 +34,7 @@ from aisim.traces.schema import canonical_segments, output_stream, stream_id, tr
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE
-from helpers import ipc_bytes, make_trace, oracle_engine_dict
+from helpers import drawn_rows, ipc_bytes, make_trace, oracle_engine_dict
 
 TRACES = os.path.join(os.path.dirname(__file__), "data", "traces")
 
@@ -284,13 +284,7 @@ def test_random_traces_identical(reqs, block, spare, seqs, budget, chunked, vers
         eng = engine_config_from_dict(kw)
     except Exception:
         return  # a combination the configuration refuses
-    rows = []
-    for i, r in enumerate(reqs):
-        prompt = min(r["prompt"], mml - 1)
-        shared = min(r["shared"], prompt)
-        segs = ([("common", 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
-        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"], at=r["at"],
-                         segments=[s for s in segs if s[2] > 0], priority=i % 3))
+    rows = drawn_rows(reqs, mml - 1, priority=lambda i, r: i % 3)
     trace = make_trace(rows)
     try:
         replay(trace, eng)

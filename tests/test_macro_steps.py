@@ -27,7 +27,7 @@ from aisim.traces import read_oracle_trace, read_trace
 from aisim.traces.synth import synth_trace
 
 from conftest import ORACLE, SPEC_ORACLE
-from helpers import ipc_bytes, make_trace, oracle_engine_dict
+from helpers import drawn_rows, ipc_bytes, make_trace, oracle_engine_dict
 
 SCENARIOS = sorted(os.listdir(ORACLE))
 SPEC_SCENARIOS = sorted(os.listdir(SPEC_ORACLE))
@@ -365,14 +365,8 @@ def test_random_traces_identical_both_ways(reqs, layout, block, blocks, seqs, bu
         eng = engine_config_from_dict(kw)
     except Exception:
         return  # a combination the configuration refuses (e.g. a pool too small for one request)
-    rows = []
-    for i, r in enumerate(reqs):
-        prompt = min(r["prompt"], mml - 1)
-        shared = min(r["shared"], prompt)
-        segs = ([("common", 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
-        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"],
-                         at=r["at"] / 100 if timed else r["at"], segments=[s for s in segs if s[2] > 0],
-                         priority=r["priority"]))
+    rows = drawn_rows(reqs, mml - 1, at=lambda r: r["at"] / 100 if timed else r["at"],
+                      priority=lambda i, r: r["priority"])
     trace = make_trace(rows, clock="time" if timed else "step")
     try:
         replay(trace, eng, macro_steps=False, max_concurrency=cap)

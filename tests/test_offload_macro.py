@@ -16,7 +16,7 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 from aisim.traces.synth import synth_trace
 
-from helpers import make_trace
+from helpers import drawn_rows, make_trace
 from test_macro_steps import _deploy_both_ways, _macro_counts, _same_both_ways
 
 
@@ -130,13 +130,8 @@ def test_random_traces_with_a_tier_identical_both_ways(reqs, blocks, cpu, seqs, 
         eng = engine_config_from_dict(kw)
     except Exception:
         return  # a combination the configuration refuses
-    rows = []
-    for i, r in enumerate(reqs):
-        prompt = min(r["prompt"], 150)
-        shared = min(r["shared"], prompt)
-        segs = ([(f"p{r['prefix']}", 0, shared)] if shared else []) + [(f"own{i}", shared, prompt - shared)]
-        rows.append(dict(id=f"r{i:02d}", prompt=prompt, max_tokens=r["max_tokens"],
-                         at=r["at"] / 100 if timed else r["at"], segments=[s for s in segs if s[2] > 0]))
+    rows = drawn_rows(reqs, 150, shared_stream=lambda r: f"p{r['prefix']}",
+                      at=lambda r: r["at"] / 100 if timed else r["at"])
     trace = make_trace(rows, clock="time" if timed else "step")
     try:
         replay(trace, eng, macro_steps=False)

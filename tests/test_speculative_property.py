@@ -15,7 +15,7 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.decisionlog import decision_lines
 from aisim.replay import replay
 
-from helpers import make_trace
+from helpers import drawn_rows, make_trace
 
 requests = st.lists(
     st.fixed_dictionaries({
@@ -44,16 +44,12 @@ def test_outputs_never_exceed_max_tokens(reqs, acc, k, method, version, asynchro
         num_gpu_blocks=blocks, block_size=8, max_num_batched_tokens=48, max_num_seqs=6, max_model_len=160,
         vllm_version=version, kv_cache_groups=[{"type": "full"}], async_scheduling=asynchronous, policy=policy,
         speculative={"num_speculative_tokens": k, "method": method, "acceptance": acc}))
-    rows = []
-    for i, r in enumerate(reqs):
-        shared = min(r["shared"], r["prompt"])
-        segs = ([("common", 0, shared)] if shared else []) + [(f"own{i}", shared, r["prompt"] - shared)]
-        rows.append(dict(id=f"r{i}", prompt=r["prompt"], max_tokens=r["max_tokens"], at=r["at"],
-                         segments=[s for s in segs if s[2] > 0], accept=r["accept"], priority=i % 3))
+    rows = drawn_rows(reqs, max(r["prompt"] for r in reqs), accept=lambda i, r: r["accept"],
+                      priority=lambda i, r: i % 3)
     result = replay(make_trace(rows), eng, record_decisions=True)
     out = result.requests.to_pylist()
     assert all(q["status"] == "finished" for q in out)
-    assert {q["request_id"]: q["output_tokens"] for q in out} == {f"r{i}": r["max_tokens"] for i, r in enumerate(reqs)}
+    assert {q["request_id"]: q["output_tokens"] for q in out} == {f"r{i:02d}": r["max_tokens"] for i, r in enumerate(reqs)}
     assert all(0 <= q["spec_accepted"] <= q["spec_drafts"] for q in out)
     drafted = {q["request_id"]: 0 for q in out}
     for line in decision_lines(result):
