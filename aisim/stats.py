@@ -74,7 +74,8 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray, qs=(50, 90, 99)) -> t
         return float(x[np.searchsorted(cum, j, side="right")])
 
     mean = float((x * w).sum()) / n
-    std = math.sqrt(float((w * (x - mean) ** 2).sum()) / n)
+    with np.errstate(over="ignore"):   # a calibration's trial constants may price steps past 1e154 s: inf
+        std = math.sqrt(float((w * (x - mean) ** 2).sum()) / n)
     mid = n // 2
     median = at(mid) if n % 2 else (at(mid - 1) + at(mid)) / 2
     out = []
