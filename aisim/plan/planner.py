@@ -464,6 +464,7 @@ def engine_toml(cfg: EngineConfig, notes, base_dir: str | os.PathLike | None = N
         doc.pop("vllm_version")
     if not any(g["type"] in STATE_KINDS for g in d["resolved_groups"]):
         doc.pop("mamba_cache_mode")
+    doc["plan_notes"] = list(notes)  # the notes the comments carry, --set and offload lines included
     doc["time_model"] = cfg.time_model.relevant()
     for part, key in ((doc, "model"), (doc["time_model"], "model"), (doc["time_model"], "path")):
         if isinstance(part.get(key), str) and os.path.isabs(part[key]):
