@@ -134,9 +134,10 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef int32_t s
     cdef block_id_t b, keyed = 0
     cdef BlockC* k
+    cdef bint far = bp.far_map
     # One read of the ring from the head takes the live slots' blocks out of the queue, fetching
-    # the map slot of every key it will evict; a second pass takes them in the same order,
-    # evicting their keys from slots already in cache.
+    # the map slot of every key it will evict when the map is past the near caches
+    # (BlockPoolC.far_map); a second pass takes them in the same order, evicting their keys.
     while i < n:
         s = <int32_t>(pos & mask)
         pos += 1
@@ -149,7 +150,7 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
         i += 1
         if k.key != 0:
             keyed += 1
-            if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
+            if far and k.tag != TAG_LAZY and k.tag != TAG_DEFER:
                 bp_prefetch_key(bp, k.key)
     bp.q_head = pos
     bp.cached_free -= keyed
@@ -202,7 +203,7 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
     """
     cdef Py_ssize_t i, lo = n, hi = -1
-    cdef block_id_t b
+    cdef block_id_t b, front
     cdef int64_t n_front = 0, pos, tail
     cdef int32_t s
     cdef block_id_t added = 0, keyed = 0
@@ -215,6 +216,11 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     # (append_n), in this order: written at once; those without one go first (prepend_n), in this
     # order: counted and marked with where they reached 0 (qpos -2 - i: a block listed twice
     # goes where its second entry is), then written in front of the head.  Counts in locals.
+    if n == 1:
+        # One block (a Mamba state retired): the general moves, without their bookkeeping.
+        front = bp_head(bp)
+        bp_free_one(bp, blocks[0], &front)
+        return
     _room(bp, n if n < bp.num_blocks else bp.num_blocks)
     q = bp.queue
     tail = bp.q_tail
