@@ -125,8 +125,15 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
 cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
     """FreeKVCacheBlockQueue.popleft_n (BlockPool.get_new_blocks): the first ``n`` free blocks
     into ``out``, as ``bp_pop_free`` pops them one by one.  The caller has checked that ``n``
-    are free."""
-    cdef Py_ssize_t i = 0
+    are free.
+
+    One read of the ring from the head takes the live slots' blocks out of the queue; a second
+    pass takes them for reuse in the same order, evicting their keys.  With a map past the near
+    caches (BlockPoolC.far_map) the first read already takes the blocks with no key in the map
+    (none, or cached lazily: their evictions touch no map slot) and fetches the map slot of every
+    other key, and the second pass covers only the span of those.
+    """
+    cdef Py_ssize_t i = 0, lo = n
     cdef int64_t pos = bp.q_head
     cdef int64_t mask = bp.q_mask
     cdef const int32_t* q = bp.queue
@@ -134,28 +141,48 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef int32_t s
     cdef block_id_t b, keyed = 0
     cdef BlockC* k
-    cdef bint far = bp.far_map
-    # One read of the ring from the head takes the live slots' blocks out of the queue, fetching
-    # the map slot of every key it will evict when the map is past the near caches
-    # (BlockPoolC.far_map); a second pass takes them in the same order, evicting their keys.
-    while i < n:
-        s = <int32_t>(pos & mask)
-        pos += 1
-        b = q[s]
-        k = &blk[b]
-        if k.qpos != s:
-            continue
-        k.qpos = -1
-        out[i] = b
-        i += 1
-        if k.key != 0:
-            keyed += 1
-            if far and k.tag != TAG_LAZY and k.tag != TAG_DEFER:
-                bp_prefetch_key(bp, k.key)
-    bp.q_head = pos
-    bp.cached_free -= keyed
-    for i in range(n):
-        _take(bp, out[i])
+    if bp.far_map:
+        while i < n:
+            s = <int32_t>(pos & mask)
+            pos += 1
+            b = q[s]
+            k = &blk[b]
+            if k.qpos != s:
+                continue
+            k.qpos = -1
+            out[i] = b
+            if k.key != 0:
+                keyed += 1
+            if (k.key != 0 and k.tag != TAG_LAZY and k.tag != TAG_DEFER) or k.sec_head != -1:
+                if k.key != 0:
+                    bp_prefetch_key(bp, k.key)
+                if lo == n:
+                    lo = i
+            else:
+                _take(bp, b)
+            i += 1
+        bp.q_head = pos
+        bp.cached_free -= keyed
+        for i in range(lo, n):
+            if blk[out[i]].ref_cnt == 0:
+                _take(bp, out[i])
+    else:
+        while i < n:
+            s = <int32_t>(pos & mask)
+            pos += 1
+            b = q[s]
+            k = &blk[b]
+            if k.qpos != s:
+                continue
+            k.qpos = -1
+            out[i] = b
+            i += 1
+            if k.key != 0:
+                keyed += 1
+        bp.q_head = pos
+        bp.cached_free -= keyed
+        for i in range(n):
+            _take(bp, out[i])
     bp.num_free -= <block_id_t>n
 
 
