@@ -179,10 +179,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
             i += 1
             if k.key != 0:
                 keyed += 1
+            _take(bp, b)
         bp.q_head = pos
         bp.cached_free -= keyed
-        for i in range(n):
-            _take(bp, out[i])
     bp.num_free -= <block_id_t>n
 
 
