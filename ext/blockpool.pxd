@@ -44,6 +44,8 @@ cdef struct BlockPoolC:
     block_id_t num_free        # blocks in the free queue (evictable cached blocks included)
     MapEntC* map               # [map_cap] open addressing, linear probing
     hash_t map_mask            # map_cap - 1; map_cap is a power of two >= 2 * num_blocks
+    bint far_map               # the map outgrows a core's near caches (NEAR_MAP_BYTES): fetching a
+                               # run's slots ahead of its inserts pays
     int32_t* ent_block         # [ent_cap] chain entry: a later block cached under a key
     int32_t* ent_next          # [ent_cap] next entry of the chain, or of the free list; -1 ends
     int32_t ent_cap

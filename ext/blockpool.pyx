@@ -45,6 +45,11 @@ from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok
 cdef enum:
     LAZY_KEY = 1
 
+# A map of at most this many bytes stays in a core's near caches while a replay runs (a typical
+# 256 KiB to 2 MiB second level): its slots are not fetched ahead (BlockPoolC.far_map).
+cdef enum:
+    NEAR_MAP_BYTES = 256 * 1024
+
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil:
     """Allocate and reset the pool (MemoryError when memory runs out)."""
@@ -58,6 +63,7 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     bp.num_blocks = num_blocks
     bp.caching = caching
     bp.map_mask = cap - 1
+    bp.far_map = cap * sizeof(MapEntC) > NEAR_MAP_BYTES
     for i in range(num_blocks):
         bp.blk[i].sec_head = -1
     _queue_init(bp)

@@ -125,8 +125,15 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
 cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
     """FreeKVCacheBlockQueue.popleft_n (BlockPool.get_new_blocks): the first ``n`` free blocks
     into ``out``, as ``bp_pop_free`` pops them one by one.  The caller has checked that ``n``
-    are free."""
-    cdef Py_ssize_t i = 0
+    are free.
+
+    One read of the ring from the head takes the live slots' blocks out of the queue; a second
+    pass takes them for reuse in the same order, evicting their keys.  With a map past the near
+    caches (BlockPoolC.far_map) the first read already takes the blocks with no key in the map
+    (none, or cached lazily: their evictions touch no map slot) and fetches the map slot of every
+    other key, and the second pass covers only the span of those.
+    """
+    cdef Py_ssize_t i = 0, lo = n
     cdef int64_t pos = bp.q_head
     cdef int64_t mask = bp.q_mask
     cdef const int32_t* q = bp.queue
@@ -134,27 +141,47 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef int32_t s
     cdef block_id_t b, keyed = 0
     cdef BlockC* k
-    # One read of the ring from the head takes the live slots' blocks out of the queue, fetching
-    # the map slot of every key it will evict; a second pass takes them in the same order,
-    # evicting their keys from slots already in cache.
-    while i < n:
-        s = <int32_t>(pos & mask)
-        pos += 1
-        b = q[s]
-        k = &blk[b]
-        if k.qpos != s:
-            continue
-        k.qpos = -1
-        out[i] = b
-        i += 1
-        if k.key != 0:
-            keyed += 1
-            if k.tag != TAG_LAZY and k.tag != TAG_DEFER:
-                bp_prefetch_key(bp, k.key)
-    bp.q_head = pos
-    bp.cached_free -= keyed
-    for i in range(n):
-        _take(bp, out[i])
+    if bp.far_map:
+        while i < n:
+            s = <int32_t>(pos & mask)
+            pos += 1
+            b = q[s]
+            k = &blk[b]
+            if k.qpos != s:
+                continue
+            k.qpos = -1
+            out[i] = b
+            if k.key != 0:
+                keyed += 1
+            if (k.key != 0 and k.tag != TAG_LAZY and k.tag != TAG_DEFER) or k.sec_head != -1:
+                if k.key != 0:
+                    bp_prefetch_key(bp, k.key)
+                if lo == n:
+                    lo = i
+            else:
+                _take(bp, b)
+            i += 1
+        bp.q_head = pos
+        bp.cached_free -= keyed
+        for i in range(lo, n):
+            if blk[out[i]].ref_cnt == 0:
+                _take(bp, out[i])
+    else:
+        while i < n:
+            s = <int32_t>(pos & mask)
+            pos += 1
+            b = q[s]
+            k = &blk[b]
+            if k.qpos != s:
+                continue
+            k.qpos = -1
+            out[i] = b
+            i += 1
+            if k.key != 0:
+                keyed += 1
+            _take(bp, b)
+        bp.q_head = pos
+        bp.cached_free -= keyed
     bp.num_free -= <block_id_t>n
 
 
@@ -202,7 +229,7 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     vLLM passes a request's table reversed to ``BlockPool.free_blocks``.
     """
     cdef Py_ssize_t i, lo = n, hi = -1
-    cdef block_id_t b
+    cdef block_id_t b, front
     cdef int64_t n_front = 0, pos, tail
     cdef int32_t s
     cdef block_id_t added = 0, keyed = 0
@@ -215,6 +242,11 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     # (append_n), in this order: written at once; those without one go first (prepend_n), in this
     # order: counted and marked with where they reached 0 (qpos -2 - i: a block listed twice
     # goes where its second entry is), then written in front of the head.  Counts in locals.
+    if n == 1:
+        # One block (a Mamba state retired): the general moves, without their bookkeeping.
+        front = bp_head(bp)
+        bp_free_one(bp, blocks[0], &front)
+        return
     _room(bp, n if n < bp.num_blocks else bp.num_blocks)
     q = bp.queue
     tail = bp.q_tail

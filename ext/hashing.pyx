@@ -190,7 +190,7 @@ cdef int32_t _extend_shared(KVCacheC* kv, ReqC* r, const TokensC* t, hash_t* has
     cdef hash_t mixed_size = length_mix(size)
     cdef hash_t stream
     cdef tok_t first, run_start = 0, run_end = _run_at(t, 0, &stream, &first)
-    cdef int32_t m = 0, node = kv.run_node[r.node_off], k
+    cdef int32_t m = 0, node = kv.run_node[r.node_off], k, c
     cdef int64_t base = kv.node_hash_base[node], first_block = 0
     while j < n_hashes:
         if run_end <= (j + 1) * size - 1:
@@ -205,8 +205,13 @@ cdef int32_t _extend_shared(KVCacheC* kv, ReqC* r, const TokensC* t, hash_t* has
             first_block = run_start // size  # the block holding the run's first token
         k = <int32_t>(j - first_block)
         if k < kv.node_hash_n[node]:
-            hashes[j] = kv.node_hash[base + k]
-            _skip(t, seg, off, size)
+            # The run's hashes left by others, as many as end in the run at once: copied, and
+            # the cursor moved past their tokens in one move.
+            c = <int32_t>min(kv.node_hash_n[node] - k, run_end // size - j, n_hashes - j)
+            memcpy(&hashes[j], &kv.node_hash[base + k], c * sizeof(hash_t))
+            _skip(t, seg, off, c * size)
+            j += c
+            continue
         else:
             hashes[j] = hash_finish(_hash_block(t, hashes[j - 1] if j > 0 else <hash_t>NONE_HASH_SEED, size,
                                                 mixed_size, seg, off))

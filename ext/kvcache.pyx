@@ -295,7 +295,7 @@ cdef int _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) exc
     cdef slot_t s = r.slot
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t skipped = _skipped_tokens(g, processed)
-    cdef int32_t sb, i, first, n = g.table_len[s]
+    cdef int32_t sb, i, first, last, n = g.table_len[s]
     cdef block_id_t front
     if g.spec.kind == GK_FULL or g.spec.kind == GK_RING:
         return 0
@@ -306,10 +306,17 @@ cdef int _remove_skipped(KVCacheC* kv, int32_t gi, ReqC* r, tok_t processed) exc
             first = g.retired[s]
             if first < sb:
                 # One free_blocks call: table[sb - 1] down to table[first], nulls skipped
-                # (MambaManager._remove_blocks_in_range, single_type_kv_cache_manager.py).
-                bp_free_reversed(&kv.pool, &table[first], sb - first)
-                for i in range(first, sb):
-                    table[i] = 0
+                # (MambaManager._remove_blocks_in_range, single_type_kv_cache_manager.py); the
+                # nulls at either end, most of the range in align mode, are not passed.
+                last = sb
+                while first < last and table[first] == 0:
+                    first += 1
+                while first < last and table[last - 1] == 0:
+                    last -= 1
+                if first < last:
+                    bp_free_reversed(&kv.pool, &table[first], last - first)
+                    for i in range(first, last):
+                        table[i] = 0
                 g.retired[s] = sb
         else:
             if r.lazy_keys and sb > 0:
@@ -475,9 +482,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef bint defer
     cdef bint masked
     cdef block_id_t blk
-    cdef hash_t key
     cdef tok_t b, pos
-    cdef int32_t tag = TAG_NONE
     if g.spec.kind == GK_RING or not g.spec.cacheable:
         return 0
     before = g.num_cached[s] if g.num_cached[s] > 0 else 0
@@ -502,43 +507,47 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
                 for i in range(keyed, f):
                     if kv.mask[i - c]:
                         bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
-        # The run's keys in one pass, each one's map slot fetched ahead of its insertion: the
-        # inserts below then find their slots in cache rather than one memory round trip each.
-        # A lazily keyed request's shared blocks: those of a run no other request in the engine
-        # holds wait outside the map until one arrives (kv_arrive), so most never reach it (no
-        # slot is fetched for them); the run cursor (m, end) follows each block's last token.
         defer = r.lazy_keys and kv.pool.n_nodes > 0
-        keys = kv.tmp_keys
-        for i in range(c, keyed):
-            keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
-            if not defer:
-                bp_prefetch_key(&kv.pool, keys[i - c])
-        m = 0
-        end = _run_length(kv, r, 0)
-        for i in range(c, keyed):
-            blk = table[i]
-            if blk == 0 or (masked and not kv.mask[i - c]):
-                continue
-            key = keys[i - c]
-            if defer:
+        if defer:
+            # A lazily keyed request's shared blocks: those of a run no other request in the
+            # engine holds wait outside the map until one arrives (kv_arrive), so most never reach
+            # it; the run cursor (m, end) follows each block's last token.  The keys first, in one
+            # pass.
+            keys = kv.tmp_keys
+            for i in range(c, keyed):
+                keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
+            m = 0
+            end = _run_length(kv, r, 0)
+            for i in range(c, keyed):
+                blk = table[i]
+                if blk == 0 or (masked and not kv.mask[i - c]):
+                    continue
                 while end <= (i + 1) * bs - 1:
                     m += 1
                     end += _run_length(kv, r, m)
                 if m >= r.node_n:
                     bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)  # a run no other request holds
-                    continue
-                if kv.pool.node_present[kv.run_node[r.node_off + m]] <= 1:
-                    bp_defer(&kv.pool, blk, key, (i + 1) * bs, kv.run_node[r.node_off + m])
-                    continue
-            if kv.pool.blk[blk].key != 0:
-                # A partial entry is promoted to a full one.
-                bp_remove_hashes(&kv.pool, blk)
-            if gi == kv.tag_group:
-                # The router's id of a prompt block; a block past the prompt holds output tokens,
-                # which only a later prompt that quotes them can share (tag_look).
-                tag = (kv.tag_ids[r.tag_off + i] if i < r.tag_n
-                       else (TAG_LOOKUP if r.tag_look else TAG_NONE))
-            bp_insert_block_hash(&kv.pool, blk, key, (i + 1) * bs, tag)
+                elif kv.pool.node_present[kv.run_node[r.node_off + m]] <= 1:
+                    bp_defer(&kv.pool, blk, keys[i - c], (i + 1) * bs, kv.run_node[r.node_off + m])
+                else:
+                    _insert_key(kv, gi, r, i, blk, keys[i - c])
+        elif kv.pool.far_map:
+            # A map past the near caches: the run's keys in one pass, each one's map slot fetched
+            # ahead of its insertion, so the inserts find their slots in cache rather than one
+            # memory round trip each.
+            keys = kv.tmp_keys
+            for i in range(c, keyed):
+                keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
+                bp_prefetch_key(&kv.pool, keys[i - c])
+            for i in range(c, keyed):
+                blk = table[i]
+                if blk != 0 and not (masked and not kv.mask[i - c]):
+                    _insert_key(kv, gi, r, i, blk, keys[i - c])
+        else:
+            for i in range(c, keyed):
+                blk = table[i]
+                if blk != 0 and not (masked and not kv.mask[i - c]):
+                    _insert_key(kv, gi, r, i, blk, group_key(kv_view(kv, r, g.ratio, i), gi))
         g.num_cached[s] = f
     if g.spec.kind == GK_FULL:
         if bs == h:
@@ -562,6 +571,21 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     if g.spec.kind != GK_MAMBA:
         return 0
     return state_cache_tail(kv, gi, r, n, before, mode)
+
+
+cdef inline int _insert_key(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, block_id_t blk,
+                            hash_t key) except -1 nogil:
+    # Block i of group gi enters the map under ``key`` (BlockPool.cache_full_blocks).
+    cdef int32_t tag = TAG_NONE
+    if kv.pool.blk[blk].key != 0:
+        # A partial entry is promoted to a full one.
+        bp_remove_hashes(&kv.pool, blk)
+    if gi == kv.tag_group:
+        # The router's id of a prompt block; a block past the prompt holds output tokens,
+        # which only a later prompt that quotes them can share (tag_look).
+        tag = (kv.tag_ids[r.tag_off + i] if i < r.tag_n
+               else (TAG_LOOKUP if r.tag_look else TAG_NONE))
+    return bp_insert_block_hash(&kv.pool, blk, key, (i + 1) * kv.groups[gi].spec.block_size, tag)
 
 
 cdef inline tok_t _run_length(const KVCacheC* kv, const ReqC* r, int32_t m) noexcept nogil:
@@ -730,8 +754,12 @@ cdef void kv_free(KVCacheC* kv, ReqC* r) noexcept nogil:
 cdef void kv_end_schedule(KVCacheC* kv) noexcept nogil:
     """Release the copy-on-write retentions of this step, group by group, in one call."""
     cdef int32_t gi, i
-    cdef block_id_t front = bp_head(&kv.pool)
+    cdef block_id_t front = -1  # bp_head's cursor, taken at the first retention (most steps have none)
     for gi in range(kv.n_groups):
+        if kv.groups[gi].ret_n == 0:
+            continue
+        if front == -1:
+            front = bp_head(&kv.pool)
         for i in range(kv.groups[gi].ret_n):
             bp_free_one(&kv.pool, kv.groups[gi].retained[i], &front)
         kv.groups[gi].ret_n = 0
