@@ -171,8 +171,9 @@ def replay(engine_path, model, gpu, tp, trace_path, trace_format, closed_loop, t
             if model is not None:
                 from aisim.bench_cli import changed_notes, show_plan
 
-                show_plan(model, gpu, tp, [*notes, *changed_notes(engine, user_sets, kv_offloading_size)],
-                          vllm_version)
+                notes = [*notes, *changed_notes(engine, user_sets, kv_offloading_size)]
+                engine = engine.replace(plan_notes=notes)  # as the plan aisim plan writes carries them
+                show_plan(model, gpu, tp, notes, vllm_version)
             elif vllm_version:
                 engine = engine.replace(vllm_version=vllm_version)
             if engine_only:
