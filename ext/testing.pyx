@@ -101,6 +101,9 @@ cdef class BlockPool:
         Blocks in the pool including the null block 0.
     enable_caching : bool
         Prefix caching on.
+    far_map : bool, optional
+        Take the path of a key map past the near caches (``BlockPoolC.far_map``) whatever the
+        pool's size, so that a small pool tests it too; default: as the size says.
 
     Notes
     -----
@@ -110,10 +113,12 @@ cdef class BlockPool:
 
     cdef BlockPoolC c              # the pool
 
-    def __cinit__(self, int num_blocks, bint enable_caching=True):
+    def __cinit__(self, int num_blocks, bint enable_caching=True, far_map=None):
         if num_blocks < 2:
             raise ValueError("num_blocks must be at least 2 (the null block and one usable block)")
         bp_init(&self.c, num_blocks, enable_caching)
+        if far_map is not None:
+            self.c.far_map = bool(far_map)
 
     def __dealloc__(self):
         bp_release(&self.c)

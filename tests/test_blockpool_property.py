@@ -141,9 +141,12 @@ class BlockPoolMachine(RuleBasedStateMachine):
     @initialize(
         num_blocks=st.one_of(st.integers(min_value=2, max_value=14), st.integers(min_value=15, max_value=40)),
         caching=st.sampled_from([True, True, True, False]),  # mostly caching on
+        # Both ways of popping the free queue: a map within the near caches, and one past them (a
+        # pool of over 8,192 blocks takes that path; forced here on small pools).
+        far=st.booleans(),
     )
-    def init_pools(self, num_blocks, caching):
-        self.pool = BlockPool(num_blocks, enable_caching=caching)
+    def init_pools(self, num_blocks, caching, far):
+        self.pool = BlockPool(num_blocks, enable_caching=caching, far_map=far)
         self.ref = RefBlockPool(num_blocks, enable_caching=caching)
         self.held = []
 
