@@ -20,6 +20,12 @@ from test_kv_offload import _engine, _req
 
 # A (p, 64 tokens) at step 0, B (159 tokens of its own) at step 5, C (p + 16 of its own) at step 10.
 REQS = [_req("A", 0, 64, "p", 64), _req("B", 5, 159), _req("C", 10, 80, "p", 64)]
+# The disk tier's totals over REQS. Queries: A 4 + 1, B 9 + 1, C 5 + 5 + 1; RETRY 4 + 9 + 5; writes
+# 4 + 9 + 1 (promoted chunks are not written again); the disk keeps all 14 while the CPU tier holds 9.
+DISK_TOTALS = {
+    "queries": 26, "retries": 18, "hits": 4, "promotions": 1, "promoted_chunks": 4, "promote_failed": 0,
+    "cascades": 3, "cascade_chunks": 14, "written_chunks": 14, "disk_chunks": 14, "read_bytes": 0,
+    "write_bytes": 0}
 
 
 def test_a_prefix_evicted_from_gpu_and_cpu_is_read_back_from_disk():
@@ -52,12 +58,7 @@ def test_a_prefix_evicted_from_gpu_and_cpu_is_read_back_from_disk():
     assert steps[12]["free_blocks"] == 6 and off[13]["done"] == [2]
     assert steps[14]["new"] == {"C": 64} and steps[14]["sched"] == {"C": 16}
     assert off[14]["stores"] == {"3": ["C", 1]} and off[14]["cpu_evicted"] == 1
-    # Queries: A 4 + 1, B 9 + 1, C 5 + 5 + 1; RETRY 4 + 9 + 5; writes 4 + 9 + 1 (promoted chunks are
-    # not written again); the disk keeps all 14 while the CPU tier holds 9.
-    assert summary["kv_offload"]["disk"] == {
-        "queries": 26, "retries": 18, "hits": 4, "promotions": 1, "promoted_chunks": 4, "promote_failed": 0,
-        "cascades": 3, "cascade_chunks": 14, "written_chunks": 14, "disk_chunks": 14, "read_bytes": 0,
-        "write_bytes": 0}
+    assert summary["kv_offload"]["disk"] == DISK_TOTALS
     assert res.requests.column("offload_hit_tokens").to_pylist() == [0, 0, 64]
     assert res.requests.column("offload_disk_read_chunks").to_pylist() == [0, 0, 4]
     # The step columns: queries as above, the writes issued by the outputs of steps 2, 7 and 15 and on
