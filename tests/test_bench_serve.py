@@ -87,6 +87,19 @@ def test_metrics_by_hand(tiny):
     assert "ITL mean / median / P99" in table and "within ttft 60 ms, tpot 11.8 ms" in table
 
 
+def test_a_spread_past_float_range_is_inf_without_a_warning():
+    import warnings
+
+    from aisim.stats import weighted_stats
+
+    # Gaps of 1e200 s and 0 (a calibration's trial constants can price steps so): mean 5e199, the
+    # squared deviations 2.5e399 overflow, so the spread is inf; the percentiles stay exact.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mean, median, std, ps = weighted_stats(np.array([0.0, 1e200]), np.array([1, 1]), [0, 100])
+    assert (mean, median, std, ps) == (5e199, 5e199, math.inf, [0.0, 1e200])
+
+
 def test_weighted_itl_statistics_equal_numpy_on_the_repeated_gaps():
     from aisim.stats import Tally, weighted_stats
 
