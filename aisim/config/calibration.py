@@ -24,7 +24,9 @@ from aisim.errors import ConfigError
 QUANTILES = (0.1, 0.5, 0.9)
 # The metrics a record may hold errors of, in the order ``aisim calibrate`` prints them
 # (vllm bench serve's mean TTFT, TPOT, ITL, E2E latency and its output throughput).
-METRICS = ("ttft", "tpot", "itl", "e2el", "throughput")
+# Each with the unit of its measured and predicted values.
+METRIC_UNITS = {"ttft": "ms", "tpot": "ms", "itl": "ms", "e2el": "ms", "throughput": "tok/s"}
+METRICS = tuple(METRIC_UNITS)
 # The metrics whose errors are step-time errors (a sum of step times each): the band's.
 STEP_METRICS = ("tpot", "itl")
 _KEYS = ("name", "method", "sources", "points", "fitted", "quantiles", "held_out")
