@@ -40,13 +40,15 @@ cdef sec_t _off_idle_until_landing(Engine e, BatchC* b) noexcept nogil:
 
 
 cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:
-    # Rows grown geometrically to hold ``need`` rows.
+    # Rows grown geometrically to hold ``need`` rows, not zeroed: every row is written whole before
+    # it is read (_off_row, _off_req_row, _disk_row, _disk_req_row), so a row never written costs
+    # no page.
     cdef int64_t new = cap[0] if cap[0] > 0 else 1024
     if need <= cap[0]:
         return 0
     while new < need:
         new *= 2
-    mem_grow(<void**>rows, <size_t>cap[0] * width, <size_t>new * width, sizeof(int64_t))
+    mem_resize(<void**>rows, <size_t>new * width, sizeof(int64_t))
     cap[0] = new
     return 0
 

@@ -112,7 +112,21 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
     return 0
 
 
-cdef int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
+# Off only in tests: every chunk found through the key map, the reference the hints must match
+# (tests/test_offload_hints.py).
+cdef bint _off_hints_on = True
+
+
+def _set_offload_hints(bint on):
+    """Tests only: whether _off_hinted asks a request's hint before the key map (the results are
+    byte-identical either way).  Returns the previous setting."""
+    global _off_hints_on
+    old = _off_hints_on
+    _off_hints_on = on
+    return old
+
+
+cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     """_off_find of the key of the request's chunk ``i`` (LRUCachePolicy.get), asking first the chunk
     the request last found it in: a key is in at most one chunk and a chunk in use holds one key, so
     a chunk in use holding the key is the map's answer."""
@@ -120,7 +134,7 @@ cdef int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     cdef int64_t at = <int64_t>r.slot * o.chunk_row + i
     cdef hash_t key = _off_key(s, r, i)
     cdef int32_t c = o.hint[at]
-    if c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+    if _off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
         return c
     c = _off_find(o, key)
     if c >= 0:
