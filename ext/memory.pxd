@@ -40,5 +40,21 @@ cdef inline int mem_grow(void** p, size_t old_n, size_t new_n, size_t item) exce
     return 0
 
 
+cdef inline int mem_resize(void** p, size_t new_n, size_t item) except -1 nogil:
+    """Resize ``p[0]`` to ``new_n`` items, items past the old size left unwritten (for rows the
+    caller writes whole before any is read: untouched memory costs no page).
+
+    ``p[0]`` is left untouched when the allocation fails.
+    """
+    cdef void* q
+    if new_n > (<size_t>-1) // item:
+        _raise_no_memory(new_n, item)
+    q = PyMem_RawRealloc(p[0], new_n * item if new_n > 0 else item)
+    if q == NULL:
+        _raise_no_memory(new_n, item)
+    p[0] = q
+    return 0
+
+
 cdef inline void mem_free(void* p) noexcept nogil:
     PyMem_RawFree(p)
