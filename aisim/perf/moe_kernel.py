@@ -27,6 +27,11 @@ sources prefer the factor to none (benchmarks/data/README.md).  FP8 weights on a
 tensor cores run at the BF16 rate and share.  The small slices of tensor parallelism 4-8 (``N``
 96-384) lie below every published run at a prefill-sized batch: their share is the line's,
 extrapolated.
+
+A decode-sized batch reads the experts it touches and multiplies few rows: the kernel is bound by
+its reads, at :data:`READ_SHARE` of the GPU's peak bandwidth (:func:`read_share`), measured from
+the published decode-sized runs of the same benchmark (:data:`DECODE_KERNEL_RUNS`), not the fitted
+``bandwidth_efficiency`` of the dense products, whose weights stream through one GEMM each.
 """
 
 from __future__ import annotations
@@ -73,6 +78,33 @@ FP8_KERNEL_RUNS = (
 )
 
 
+# Decode-sized runs of the Triton kernel with per-tensor FP8 weights and activations (the same run of pull
+# request 24700 as the first FP8 run, vLLM's main branch of 2025-09, Qwen3-30B-A3B on an H100), at the batches
+# where random routing touches all but a few of the 128 experts and the products are small: the kernel reads
+# every touched expert's 3 x hidden x N FP8 weights once.
+DECODE_KERNEL_RUNS = (
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 64, 262.73),
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 96, 270.98),
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 128, 273.72),
+)
+
+
+def touched_experts(experts: float, top_k: float, tokens: float) -> float:
+    """Distinct experts ``tokens`` tokens picking ``top_k`` of ``experts`` uniformly touch, on average."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def run_read_share(run: KernelRun) -> float:
+    """The run's weight reads (every touched expert's FP8 weights once) as a share of its GPU's peak bandwidth."""
+    weights = touched_experts(run.experts, run.top_k, run.m) * 3.0 * run.hidden * run.n
+    return weights / (run.us * 1e-6) / get_gpu(run.gpu).hbm_bytes_per_s
+
+
+def read_share(runs=DECODE_KERNEL_RUNS) -> float:
+    """Geometric mean of the runs' read shares: the share of peak bandwidth the kernel reads experts at."""
+    return math.exp(sum(math.log(run_read_share(r)) for r in runs) / len(runs))
+
+
 def run_share(run: KernelRun, dtype: str = "bf16") -> float:
     """The run's FLOP/s as a share of its GPU's achievable matmul rate in ``dtype``."""
     return run.flops / (run.us * 1e-6) / get_gpu(run.gpu).achievable_flops(dtype)
@@ -101,6 +133,7 @@ def _fp8_factor(runs) -> float:
 
 
 FP8_FACTOR = _fp8_factor(FP8_KERNEL_RUNS)
+READ_SHARE = read_share()
 
 
 def expert_share(n: float, fp8: bool = False) -> float:

@@ -25,7 +25,8 @@ on its share) costs
   share of the achievable rate vLLM's fused-MoE kernel reaches for its ``N`` columns
   (:func:`aisim.perf.moe_kernel.expert_kernel`), against reading the experts the step touches
   (``T`` tokens picking ``k`` of ``E`` uniformly touch ``E (1 - (1 - k/E)^T)`` a layer; ``T`` the
-  step's own tokens, a CUDA graph's alike padding rows adding none).
+  step's own tokens, a CUDA graph's alike padding rows adding none) at the share of peak bandwidth
+  the kernel's published decode-sized runs read them at (:data:`aisim.perf.moe_kernel.READ_SHARE`).
 * **attention**, per layer kind and per request, in two kernels: the prefill chunks
   (FlashAttention-like: ``2 (qk + v)`` FLOPs per head per (new token, key) pair, the pairs of
   ``n`` new tokens ending at context ``c`` being ``sum min(position, window)``) and the decodes
@@ -77,7 +78,7 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
-from aisim.perf.moe_kernel import expert_kernel
+from aisim.perf.moe_kernel import READ_SHARE, expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
 ALLREDUCE_BYTES = 2
@@ -237,6 +238,7 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "sample_bytes": t["sample_bytes"],
         "expert_flops_per_token": t["expert_flops_per_token"],
         "expert_rate": t["matmul_flops"] * share,
+        "expert_bytes_rate": t["peak_bytes"] * READ_SHARE,
         "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "attn_rate": t["attention_flops"] * tm.attention_efficiency,
