@@ -566,9 +566,8 @@ cdef class Engine:
             # for this many iterations in a row can never make progress.
             if self.stalled > STALL_LIMIT:
                 with gil:
-                    raise RuntimeError(
-                        f"replay stalled at engine step {self.step}: {self.sched.n_running} running and "
-                        f"{self.sched.n_waiting} waiting requests cannot be scheduled")
+                    raise RuntimeError(_stall_reason(self.sched.off, self.step, self.sched.n_running,
+                                                     self.sched.n_waiting))
             self._retire(False)
             if self.cols.n >= self.out_rows or self.rcols.n >= self.out_rows or self.gaps.n >= self.out_rows:
                 return ADV_OUTPUT

@@ -63,3 +63,24 @@ cdef int _disk_req_row(Engine e, const ReqC* r) except -1 nogil:
     _off_room(&e.disk_reqs, &e.disk_reqs_cap, e.rcols.n + 1, N_DISK_REQ)
     e.disk_reqs[e.rcols.n * N_DISK_REQ] = r.off_disk_read
     return 0
+
+
+cdef object _stall_reason(const OffloadC* o, step_t step, int64_t n_running, int64_t n_waiting):
+    """The replay's stall error: which requests cannot be scheduled, and with the disk tier the state
+    that holds them when a promotion of the last step evicted a hit of its own request.
+
+    That state is vLLM 0.34.0's as well: the waiting request's disk hits are read back into a full
+    CPU tier (TieringOffloadingManager.lookup, _initiate_promotion: prepare_write, the CPU tier's
+    CPUOffloadingManager.prepare_store), whose LRU victims are the request's own ready hits, ranked
+    under its old request rank (LRUCachePolicy._get_request_rank, evict); so each lookup finds a hit
+    being written (HIT_PENDING), the connector defers it (_maximal_prefix_lookup returns None) and
+    the scheduler skips the request (Scheduler.schedule, skip_request) every step, for good."""
+    msg = (f"replay stalled at engine step {step}: {n_running} running and {n_waiting} waiting "
+           f"requests cannot be scheduled")
+    if o == NULL or o.disk == NULL or o.disk.self_evict_step < 0 or o.disk.self_evict_step < o.disk.step - 1:
+        return msg
+    return (msg + ": each step a waiting request's disk hits are read back into the full CPU tier, whose "
+            "least recently used chunks are that request's own hits, so each read evicts a hit the last "
+            "one brought and its lookup waits for ever (vLLM 0.34.0 does the same: its LRU policy ranks "
+            "a waiting request's chunks below every finished request's; docs/kv-offload.md, \"The disk "
+            "tier\"); give `kv_offload` a larger CPU tier (`cpu_blocks` or `size_gib`)")

@@ -89,9 +89,7 @@ cdef int replica_step(Engine e, sec_t until) except -1 nogil:
     cdef req_t r_new
     if e.stalled > STALL_LIMIT:
         with gil:
-            raise RuntimeError(
-                f"replay stalled at engine step {e.step}: {e.sched.n_running} running and "
-                f"{e.sched.n_waiting} waiting requests cannot be scheduled")
+            raise RuntimeError(_stall_reason(e.sched.off, e.step, e.sched.n_running, e.sched.n_waiting))
     e._retire(False)
     if e.open_n > 0 and not sched_has_requests(&e.sched) and e.q_len == 0 \
             and e.slot_time[e.open_q[e.open_head]] > e.clock:

@@ -154,6 +154,9 @@ cdef struct DiskC:
     int32_t st_hits
     int64_t st_read                # chunks the step's promotions read
     int64_t st_written             # chunks the step's cascades write
+    # the last step whose promotion evicted a chunk of the promoting request (-1: none): its
+    # lookup cannot end (the replay's stall error names it, ext/engine_disk.pxi)
+    step_t self_evict_step
 
 
 cdef struct OffloadC:

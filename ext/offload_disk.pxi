@@ -42,6 +42,7 @@ cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil:
     d.looked_slots = slots if slots > 0 else 1
     d.looked = <flag_t*>mem_calloc(<size_t>d.looked_slots * o.chunk_row, sizeof(flag_t))
     d.step = -1
+    d.self_evict_step = -1
     o.disk = d
     return 0
 
@@ -216,6 +217,13 @@ cdef int32_t _disk_promote(SchedC* s, ReqC* r, int32_t i, hash_t key) except -3 
         if o.n_evictable < 1 or _off_evict(o, 1) == 0:
             d.promote_failed += 1
             return DISK_MISS
+        # The chunk just evicted (o.scratch[0]) was ranked under this request: one of its own
+        # hits, older than any finished request's chunk, goes first (LRUCachePolicy.evict
+        # protects only the promoted key).  Once in a while this is harmless; every step with
+        # nothing running, each promotion evicts a hit the last step read back and the
+        # request's lookup never ends, in vLLM too (the stall error names it: _stall_reason).
+        if o.chunks[o.scratch[0]].rank_hi == r.off_rank:
+            d.self_evict_step = d.step
     o.n_free_chunks -= 1
     c = o.free_chunks[o.n_free_chunks]
     ch = &o.chunks[c]
