@@ -28,7 +28,7 @@ from aisim._core.kvcache cimport (
     MAX_GROUPS, GroupSpecC, kv_allocate_slots, kv_decode_period, kv_end_schedule, kv_init,
     kv_lazy_ok, kv_new_step_starts, kv_node_hashes, kv_decode_settled, kv_release, specs_from_dicts,
 )
-from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow, mem_resize
 from aisim._core.util cimport num_tokens, tmin
 from aisim._core.steptime cimport TM_LINEAR, TimeModelC, tm_load, tm_step_time
 from aisim._core.request cimport ReqC, ST_FINISHED, ST_PENDING

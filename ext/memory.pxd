@@ -1,4 +1,5 @@
-# The one allocation pair of the replay core: overflow-checked, zero-filled.
+# The one allocation pair of the replay core: overflow-checked, zero-filled (and a resize that
+# leaves new items unwritten, for rows that are always written before they are read).
 # cimported by every module of ext/ that owns C arrays (blockpool, kvcache,
 # scheduler, engine, testing).  Inline, so a growth costs no cross-module call.
 # Memory comes from PyMem_Raw* (callable without the GIL, traced by tracemalloc).
@@ -36,6 +37,22 @@ cdef inline int mem_grow(void** p, size_t old_n, size_t new_n, size_t item) exce
         _raise_no_memory(new_n, item)
     if new_n > old_n:
         memset(<char*>q + old_n * item, 0, (new_n - old_n) * item)
+    p[0] = q
+    return 0
+
+
+cdef inline int mem_resize(void** p, size_t new_n, size_t item) except -1 nogil:
+    """Resize ``p[0]`` (NULL: none yet) to ``new_n`` items; items past the old end are left as
+    they come (no zeroing: the caller writes every item before it reads it).
+
+    ``p[0]`` is left untouched when the allocation fails.
+    """
+    cdef void* q
+    if new_n > (<size_t>-1) // item:
+        _raise_no_memory(new_n, item)
+    q = PyMem_RawRealloc(p[0], new_n * item if new_n > 0 else item)
+    if q == NULL:
+        _raise_no_memory(new_n, item)
     p[0] = q
     return 0
 
