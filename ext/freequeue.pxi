@@ -12,12 +12,6 @@
 # ring holds twice the blocks, so packing is rare.
 
 
-# How many blocks ahead popleft_n and free_blocks fetch a block's state: the queue's order
-# scatters block ids, so each block's state would be a memory round trip of its own.
-cdef enum:
-    POP_AHEAD = 16
-
-
 cdef block_id_t bp_head(const BlockPoolC* bp) noexcept nogil:
     """The head of the queue as a ``front`` cursor of bp_free_one (before every block)."""
     return bp.num_blocks
@@ -150,8 +144,6 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     if bp.far_map:
         while i < n:
             s = <int32_t>(pos & mask)
-            # The block POP_AHEAD slots on (stale or past the tail: still a block id) is fetched now.
-            __builtin_prefetch(&blk[q[(pos + POP_AHEAD) & mask]])
             pos += 1
             b = q[s]
             k = &blk[b]
@@ -161,11 +153,8 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
             out[i] = b
             if k.key != 0:
                 keyed += 1
-            if (k.key != 0 and k.tag != TAG_LAZY) or k.sec_head != -1:
-                # Its map slot, or its place on its deferred list, fetched for the second pass.
-                if k.tag == TAG_DEFER:
-                    __builtin_prefetch(&bp.defer[b])
-                elif k.key != 0:
+            if (k.key != 0 and k.tag != TAG_LAZY and k.tag != TAG_DEFER) or k.sec_head != -1:
+                if k.key != 0:
                     bp_prefetch_key(bp, k.key)
                 if lo == n:
                     lo = i
@@ -175,13 +164,6 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
         bp.q_head = pos
         bp.cached_free -= keyed
         for i in range(lo, n):
-            if i + POP_AHEAD < n:
-                # A deferred block's neighbours on its list, fetched before _undefer relinks them
-                # (written out here: a function of fetches alone is compiled away).
-                b = out[i + POP_AHEAD]
-                if blk[b].tag == TAG_DEFER and blk[b].ref_cnt == 0:
-                    __builtin_prefetch(&bp.defer[bp.defer[b].prev if bp.defer[b].prev >= 0 else 0])
-                    __builtin_prefetch(&bp.defer[bp.defer[b].next if bp.defer[b].next >= 0 else 0])
             if blk[out[i]].ref_cnt == 0:
                 _take(bp, out[i])
     else:
@@ -269,8 +251,6 @@ cdef void bp_free_reversed(BlockPoolC* bp, const block_id_t* blocks, Py_ssize_t 
     q = bp.queue
     tail = bp.q_tail
     for i in range(n - 1, -1, -1):
-        if i >= POP_AHEAD:
-            __builtin_prefetch(&blk[blocks[i - POP_AHEAD]])
         b = blocks[i]
         if b == 0:
             continue
