@@ -21,10 +21,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def main() -> int:
+def held_out_errors(progress=None) -> tuple[list, dict]:
+    """The held-out rows and, per metric, the signed relative errors (predicted / published - 1) of
+    the defaults on them; ``progress(i, n, point)`` after each row."""
     import timing_accuracy as ta
 
-    from aisim.config.calibration import QUANTILES
     from aisim.config.keys import TIME_MODEL_KEYS, defaults
     from aisim.perf import frontend
 
@@ -38,12 +39,26 @@ def main() -> int:
         for m in ta.METRICS:
             if pub[m]:
                 rel[m].append(q[m] / pub[m] - 1.0)
-        print(f"  {i + 1}/{len(held)} {p['point']}", file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(i, len(held), p)
+    return held, rel
+
+
+def record_quantiles(errors: list) -> list:
+    """The :data:`aisim.config.calibration.QUANTILES` of ``errors``, rounded as the record keeps them."""
+    from aisim.config.calibration import QUANTILES
+
+    return [round(float(x), 3) for x in np.percentile(np.array(errors), [100 * q for q in QUANTILES])]
+
+
+def main() -> int:
+    from aisim.config.calibration import QUANTILES
+
+    held, rel = held_out_errors(lambda i, n, p: print(f"  {i + 1}/{n} {p['point']}", file=sys.stderr, flush=True))
     print(f"held-out rows: {len(held)} of sources {', '.join(sorted({p['source'] for p in held}))}")
     print(f"quantiles: {list(QUANTILES)}")
     for m, v in rel.items():
-        qs = np.percentile(np.array(v), [100 * q for q in QUANTILES])
-        print(f"{m}: [{', '.join(f'{x:.3f}' for x in qs)}]  ({len(v)} points)")
+        print(f"{m}: [{', '.join(f'{x:.3f}' for x in record_quantiles(v))}]  ({len(v)} points)")
     return 0
 
 

@@ -27,6 +27,7 @@ sources the defaults were fitted on and for the held-out ones.
     python benchmarks/timing_accuracy.py --fit      # refit on the fitting sources, then report
     python benchmarks/timing_accuracy.py --cross-validate --iters 150 --jobs 2
                                                     # each source predicted by a fit on the others
+    python benchmarks/timing_accuracy.py --identify # which fitting points set each free number
 
 ``--fit`` searches the roofline's free numbers (compute, attention and bandwidth
 efficiencies, the overhead per step and per scheduled request, the executor's per scheduled
@@ -37,7 +38,8 @@ TPOT, throughput and the TTFT of bursts and of cold long prompts over the fittin
 points (absolute, not squared, so that a few points the model cannot reach do not steer the
 fit), and prints the values to write into ``TIME_MODEL_KEYS``.
 ``--cross-validate`` runs the same fit once per source on every other source's points and
-reports each source's errors from the fit that left it out.
+reports each source's errors from the fit that left it out.  ``--identify`` raises each free number
+alone and prints the fitting points' terms whose log error moves most: which rows set it.
 """
 
 from __future__ import annotations
@@ -311,6 +313,46 @@ def loss(points, eff: dict) -> float:
     return total / count
 
 
+# How far --identify raises each free number: a share by 10 % (at most to 1), a cost by 20 %.
+IDENTIFY_SHARE, IDENTIFY_COST = 1.1, 1.2
+
+
+def identify(points, eff: dict, top: int = 4, predict_fn=None) -> dict:
+    """What sets each free number: the fitting terms whose log error moves most when it is raised.
+
+    Each :data:`FREE` number is raised alone (a share by ``IDENTIFY_SHARE``, at most to 1; a cost by
+    ``IDENTIFY_COST``) and every point's fitted metrics (:func:`_fitted_metrics`) replayed again.  A
+    term's change is its absolute log error's change over the number of terms, so a number's changes
+    add up to the change of :func:`loss`.
+
+    Returns
+    -------
+    dict
+        ``{name: (loss change, [(point, metric, change), ...])}``, the ``top`` largest changes first.
+    """
+    predict_fn = predict_fn or predict
+
+    def terms(e):
+        out = {}
+        for p in points:
+            q, pub = predict_fn(p, e), published(p)
+            for m in _fitted_metrics(p):
+                if pub[m] and q[m]:
+                    out[(p["point"], m)] = abs(math.log(q[m] / pub[m]))
+        return out
+
+    base = terms(eff)
+    out = {}
+    for i, k in enumerate(FREE):
+        e = dict(eff)
+        e[k] = min(1.0, eff[k] * IDENTIFY_SHARE) if i < SHARES else eff[k] * IDENTIFY_COST
+        moved = terms(e)
+        changes = [(pt, m, (moved[(pt, m)] - v) / len(base)) for (pt, m), v in base.items()]
+        changes.sort(key=lambda c: -abs(c[2]))
+        out[k] = (sum(c[2] for c in changes), changes[:top])
+    return out
+
+
 def fit(points, start: dict, iters: int = 80, label: str = "fit") -> dict:
     """Nelder-Mead over the :data:`FREE` numbers (overheads in logs) on ``points``; progress on stderr."""
     x0 = np.array([start[k] for k in FREE[:SHARES]]
@@ -483,6 +525,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cross-validate", action="store_true",
                     help="leave one source out: predict each source's points by a fit on the others (--iters each)")
     ap.add_argument("--jobs", type=int, default=1, help="processes for --cross-validate's folds")
+    ap.add_argument("--identify", action="store_true",
+                    help="which fitting points set each free number (the loss change when it alone is raised)")
     args = ap.parse_args(argv)
     d = defaults(TIME_MODEL_KEYS)
     eff = {k: d[k] for k in FREE}
@@ -492,6 +536,10 @@ def main(argv=None) -> int:
     points = [p for p in load_points(fit_sources=sources) if not args.only or args.only in p["point"]]
     if args.cross_validate:
         cross_validate(points, start, args.iters, args.jobs)
+        return 0
+    if args.identify:
+        for k, (total, changes) in identify([p for p in points if p["split"] == "fit"], eff).items():
+            print(f"{k}: loss {total:+.4f}; " + "; ".join(f"{pt} {m} {c:+.4f}" for pt, m, c in changes))
         return 0
     if args.fit:
         eff = fit([p for p in points if p["split"] == "fit"], start, args.iters)

@@ -97,6 +97,12 @@ cdef enum:
     N_DISK_STEP = 7            # with the disk tier too (engine_disk.pxi DISK_STEP_COLUMNS, DISK_REQ_COLUMNS)
     N_DISK_REQ = 1
 
+cdef struct OffColsC:
+    # The offload columns of the step rows (engine_offload.pxi OFF_STEP_COLUMNS), one buffer of its
+    # dtype each, handed over with the step columns.
+    int64_t cap                # rows allocated
+    void* col[N_OFF_STEP]      # column k: cap items (a row is written whole before it is read)
+
 cdef struct StepColsC:
     # One row per logged engine iteration; every column grown geometrically.
     int64_t n                  # rows written
@@ -243,8 +249,7 @@ cdef class Engine:
     # KV offload behind the GPU cache (ext/offload.pxi): the CPU tier and its rows
     cdef bint offload              # on
     cdef OffloadC off              # the connector's state (sched.off points here)
-    cdef int64_t* off_steps        # [off_steps_cap * N_OFF_STEP] the step rows' offload columns
-    cdef int64_t off_steps_cap
+    cdef OffColsC off_cols         # the step rows' offload columns
     cdef int64_t* off_reqs         # [off_reqs_cap * N_OFF_REQ] the request rows' offload columns
     cdef int64_t off_reqs_cap
     cdef int64_t* disk_steps       # [disk_steps_cap * N_DISK_STEP] the step rows' disk-tier columns

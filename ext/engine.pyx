@@ -322,7 +322,7 @@ cdef class Engine:
         _arena_release(&self.accs)
         if self.offload:
             off_release(&self.off)
-        mem_free(self.off_steps)
+        _off_cols_release(&self.off_cols)
         mem_free(self.off_reqs)
         mem_free(self.disk_steps)
         mem_free(self.disk_reqs)
@@ -681,7 +681,7 @@ cdef class Engine:
         """The step rows written since the last call (one array per step column), handed over;
         with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
-        off = _off_take(self.off_steps, n, N_OFF_STEP, OFF_STEP_COLUMNS) if self.offload else {}
+        off = _columns_handover(self.off_cols.col, OFF_ITEM, OFF_STEP_COLUMNS, n, &self.off_cols.cap) if self.offload else {}
         if self.offload and self.off.disk != NULL:
             off.update(_off_take(self.disk_steps, n, N_DISK_STEP, DISK_STEP_COLUMNS))
         out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)

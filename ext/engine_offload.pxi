@@ -19,6 +19,13 @@ OFF_REQ_COLUMNS = (
 if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ:
     raise ImportError("aisim._core.engine: offload column tables and enums disagree")
 
+# Bytes per item of each offload step column, from its dtype (set once at import).
+cdef size_t OFF_ITEM[N_OFF_STEP]
+for _k, (_name, _dtype) in enumerate(OFF_STEP_COLUMNS):
+    if _dtype not in ("int32", "int64"):
+        raise ImportError(f"aisim._core.engine: offload column {_name} of dtype {_dtype}")
+    OFF_ITEM[_k] = np.dtype(_dtype).itemsize
+
 
 cdef sec_t _off_idle_until_landing(Engine e, BatchC* b) noexcept nogil:
     """Transfers on the clock: an engine with nothing to compute polls until the next submitted copy
@@ -40,13 +47,15 @@ cdef sec_t _off_idle_until_landing(Engine e, BatchC* b) noexcept nogil:
 
 
 cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:
-    # Rows grown geometrically to hold ``need`` rows.
+    # Rows grown geometrically to hold ``need`` rows, not zeroed: every row is written whole before
+    # it is read (_off_row, _off_req_row, _disk_row, _disk_req_row), so a row never written costs
+    # no page.
     cdef int64_t new = cap[0] if cap[0] > 0 else 1024
     if need <= cap[0]:
         return 0
     while new < need:
         new *= 2
-    mem_grow(<void**>rows, <size_t>cap[0] * width, <size_t>new * width, sizeof(int64_t))
+    mem_resize(<void**>rows, <size_t>new * width, sizeof(int64_t))
     cap[0] = new
     return 0
 
@@ -55,14 +64,19 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     """The offload columns of step row ``row`` and, when recorded, its events, from the records the
     connector kept since this step's schedule()."""
     cdef OffloadC* o = &e.off
-    cdef int64_t* v
+    cdef int64_t v[N_OFF_STEP]
     cdef int64_t line = e.steps_taken + row
+    cdef int64_t new
     cdef int32_t i, k
     cdef const OffRecC* rec
     cdef req_t g
-    # As many rows as the step columns hold (a whole trace's are sized once): grown with them.
-    _off_room(&e.off_steps, &e.off_steps_cap, e.cols.cap if e.cols.cap > row else row + 1, N_OFF_STEP)
-    v = e.off_steps + row * N_OFF_STEP
+    if row >= e.off_cols.cap:
+        # As many rows as the step columns hold (a whole trace's are sized once): grown with them,
+        # not zeroed (each row is written whole below; a row never written costs no page).
+        new = e.cols.cap if e.cols.cap > row else row + 1
+        for k in range(N_OFF_STEP):
+            mem_resize(&e.off_cols.col[k], new, OFF_ITEM[k])
+        e.off_cols.cap = new
     memset(v, 0, N_OFF_STEP * sizeof(int64_t))
     for i in range(o.n_recs):
         rec = &o.recs[i]
@@ -114,10 +128,22 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     v[14] = k
     v[15] = o.n_used
     v[16] = o.n_evictable
+    for k in range(N_OFF_STEP):
+        if OFF_ITEM[k] == 8:
+            (<int64_t*>e.off_cols.col[k])[row] = v[k]
+        else:
+            (<int32_t*>e.off_cols.col[k])[row] = <int32_t>v[k]
     # A step that schedules nothing still reports its transfers: the records start again.
     o.n_recs = 0
     o.step_evicted = 0
     return 0
+
+
+cdef void _off_cols_release(OffColsC* c) noexcept nogil:
+    cdef int k
+    for k in range(N_OFF_STEP):
+        mem_free(c.col[k])
+    memset(c, 0, sizeof(OffColsC))
 
 
 cdef int _off_req_row(Engine e, const ReqC* r) except -1 nogil:

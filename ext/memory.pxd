@@ -1,5 +1,4 @@
-# The one allocation pair of the replay core: overflow-checked, zero-filled (and a resize that
-# leaves new items unwritten, for rows that are always written before they are read).
+# The one allocation pair of the replay core: overflow-checked, zero-filled.
 # cimported by every module of ext/ that owns C arrays (blockpool, kvcache,
 # scheduler, engine, testing).  Inline, so a growth costs no cross-module call.
 # Memory comes from PyMem_Raw* (callable without the GIL, traced by tracemalloc).
@@ -42,8 +41,8 @@ cdef inline int mem_grow(void** p, size_t old_n, size_t new_n, size_t item) exce
 
 
 cdef inline int mem_resize(void** p, size_t new_n, size_t item) except -1 nogil:
-    """Resize ``p[0]`` (NULL: none yet) to ``new_n`` items; items past the old end are left as
-    they come (no zeroing: the caller writes every item before it reads it).
+    """Resize ``p[0]`` to ``new_n`` items, items past the old size left unwritten (for rows the
+    caller writes whole before any is read: untouched memory costs no page).
 
     ``p[0]`` is left untouched when the allocation fails.
     """

@@ -25,6 +25,7 @@ cdef struct OffChunkC:
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
     flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
+    flag_t used                  # holds its key (taken from free_chunks, not evicted since)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
@@ -210,6 +211,8 @@ cdef struct OffloadC:
     sec_t store_free_s           # ... and for the next store
     # --- the chunks each request has seen (the manager's _RequestCacheAccess.seen_keys), by KV row
     flag_t* seen                 # [seen_slots * chunk_row]
+    int32_t* hint                # [seen_slots * chunk_row] the chunk a request's chunk position was last
+                                 # found in; a hint only, checked against the chunk (_off_hinted)
     int32_t seen_slots
     int32_t chunk_row            # chunks a request can have
     # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a

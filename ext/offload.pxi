@@ -44,6 +44,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
+    o.hint = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.memo_chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
@@ -78,6 +79,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.free_anchors)
     mem_free(o.scratch)
     mem_free(o.seen)
+    mem_free(o.hint)
     mem_free(o.parked)
     mem_free(o.recs)
     disk_release(o)
@@ -121,6 +123,7 @@ cdef int _off_seen_room(OffloadC* o, int32_t slots) except -1 nogil:
     while new < slots:
         new *= 2
     mem_grow(<void**>&o.seen, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(flag_t))
+    mem_grow(<void**>&o.hint, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(int32_t))
     o.seen_slots = new
     return 0
 
@@ -151,149 +154,6 @@ cdef inline int32_t _off_n_keys(SchedC* s, ReqC* r) noexcept nogil:
 cdef inline hash_t _off_key(const SchedC* s, const ReqC* r, int32_t i) noexcept nogil:
     # make_offload_key(block_hashes[hashes_per_chunk * (i + 1) - 1], group 0)
     return s.kv.hashes[<int64_t>r.slot * s.kv.hash_row + (<int64_t>i + 1) * s.off.conf.hashes_per_chunk - 1]
-
-
-# ------------------------------------------------------------------ the LRU policy
-
-# LRUCachePolicy (kv_offload/cpu/policies/lru.py) evicts the evictable chunks of smallest rank
-# (_ranks: a request's rank and -position while it runs, a fresh rank (next, 0) once it
-# finishes), popped from a lazy heap.  Every rank is either larger than all before it (a fresh
-# rank, a new request's rank) or a running request's (rank, -position); so aisim keeps the chunks
-# in one list in rank order: a fresh rank goes to the tail, a request's chunk after its rank's
-# anchor (appended when the request took its rank), among that request's chunks by position.
-# Pinned chunks stay in place (their rank is kept); eviction walks from the head.
-
-cdef inline void _lru_unlink(OffloadC* o, int32_t x) noexcept nogil:
-    o.lru[o.lru[x].prev].next = o.lru[x].next
-    o.lru[o.lru[x].next].prev = o.lru[x].prev
-
-
-cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
-    o.lru[x].prev = p
-    o.lru[x].next = o.lru[p].next
-    o.lru[o.lru[p].next].prev = x
-    o.lru[p].next = x
-
-
-cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
-    """Chunk ``c`` (not in the list) at its rank: the tail for a fresh rank, else among the
-    chunks after ``anchor``, its request's rank anchor, that have the same rank and a smaller
-    -position (usually none: a request reaches its chunks head first)."""
-    cdef OffChunkC* ch = &o.chunks[c]
-    cdef int32_t p, x
-    if ch.rank_lo == 0:
-        _lru_after(o, o.lru[o.conf.cpu_chunks].prev, c)
-        return
-    p = anchor
-    while True:
-        x = o.lru[p].next
-        if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
-            break
-        p = x
-    _lru_after(o, p, c)
-
-
-cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
-    """An anchor node at the list's tail (for a rank larger than every rank so far)."""
-    cdef int32_t base = o.conf.cpu_chunks + 1, old = o.anchor_cap, i, x
-    if o.n_free_anchors == 0:
-        mem_grow(<void**>&o.lru, base + old, base + 2 * old, sizeof(OffLinkC))
-        mem_grow(<void**>&o.free_anchors, old, 2 * old, sizeof(int32_t))
-        for i in range(2 * old - 1, old - 1, -1):
-            o.free_anchors[o.n_free_anchors] = base + i
-            o.n_free_anchors += 1
-        o.anchor_cap = 2 * old
-    o.n_free_anchors -= 1
-    x = o.free_anchors[o.n_free_anchors]
-    _lru_after(o, o.lru[o.conf.cpu_chunks].prev, x)
-    return x
-
-
-cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
-    # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
-    o.lru[c].evictable = 1
-    return 0
-
-
-cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
-    # LRUCachePolicy._get_request_rank: one rank per request, taken at its first use.
-    if r.off_rank == 0:
-        o.next_rank += 1
-        r.off_rank = o.next_rank
-        r.off_node = _off_new_anchor(o)
-    return r.off_rank
-
-
-cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* found) except -1 nogil:
-    """CPUOffloadingManager._record_request_cache_access over the request's chunks ``a`` .. ``b``
-    (with ``found``, the chunk of each key from ``a`` on, prepare_store's: those not in the tier
-    and those stored, not the ones another request is still storing): the ones it has not seen yet go to
-    LRUCachePolicy.on_request_access, which ranks each chunk in the tier (request rank, -position)
-    unless its rank is already higher."""
-    cdef OffloadC* o = s.off
-    cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
-    cdef int32_t i, c, n_new = 0
-    cdef int64_t rank = 0, lo
-    cdef OffChunkC* ch
-    for i in range(a, b):
-        if seen[i]:
-            continue
-        if found == NULL:
-            c = _off_find(o, _off_key(s, r, i))
-        else:
-            c = found[i - a]
-            if c >= 0 and o.chunks[c].ref < 0:
-                continue
-        seen[i] = 1
-        if n_new == 0:
-            rank = _off_req_rank(o, r)
-        n_new += 1
-        if c < 0:
-            continue
-        ch = &o.chunks[c]
-        lo = -(<int64_t>i + 1) * o.conf.tokens_per_chunk
-        if ch.rank_hi > rank or (ch.rank_hi == rank and ch.rank_lo >= lo):
-            continue
-        ch.rank_hi = rank
-        ch.rank_lo = lo
-        _lru_unlink(o, c)
-        _lru_place(o, c, r.off_node)
-    return 0
-
-
-cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
-    """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
-    (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
-    cdef OffChunkC* ch
-    while x != o.conf.cpu_chunks and n_sel < n:
-        if x < o.conf.cpu_chunks and o.lru[x].evictable and o.lru[x].mark == 0:
-            o.lru[x].mark = 2
-            o.scratch[n_sel] = x
-            n_sel += 1
-            __builtin_prefetch(&o.chunks[x])  # its key, for the map's deletion
-        x = o.lru[x].next
-    if n_sel < n:
-        for i in range(n_sel):
-            o.lru[o.scratch[i]].mark = 0
-        return 0
-    for i in range(tmin(OFF_AHEAD, n_sel)):
-        _off_prefetch(o, o.chunks[o.scratch[i]].key)
-    for i in range(n_sel):
-        if i + OFF_AHEAD < n_sel:
-            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
-        ch = &o.chunks[o.scratch[i]]
-        _off_map_del(o, o.scratch[i])
-        _lru_unlink(o, o.scratch[i])
-        o.lru[o.scratch[i]].mark = 0
-        o.lru[o.scratch[i]].evictable = 0
-        o.free_chunks[o.n_free_chunks] = o.scratch[i]
-        o.n_free_chunks += 1
-    o.n_used -= n_sel
-    o.n_evictable -= n_sel
-    o.step_evicted += n_sel
-    o.evicted += n_sel
-    return 1
 
 
 # ------------------------------------------------------------------ the connector's lookup
@@ -420,7 +280,7 @@ cdef int off_load(SchedC* s, ReqC* r, req_t ri, tok_t ext, step_t step) except -
     cdef OffChunkC* ch
     j = _off_new_job(o, r, ri, False)
     for i in range(start, end):
-        c = _off_find(o, _off_key(s, r, i))
+        c = _off_hinted(s, r, i)
         ch = &o.chunks[c]
         if ch.watch:
             _off_memo_drop(o)
@@ -563,6 +423,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch.loading = 0
         o.lru[c].mark = 0
         ch.watch = 0
+        ch.used = 1
+        o.hint[<int64_t>r.slot * o.chunk_row + i] = c
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
         _lru_place(o, c, r.off_node)
@@ -589,54 +451,6 @@ cdef int _off_forget(SchedC* s, ReqC* r) except -1 nogil:
     if not r.held:  # a prefill replica's request keeps its blocks for the transfer (sched_free_held)
         kv_release_slot(s.kv, r)
     r.off_hold = 0
-    return 0
-
-
-cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
-    """CPUOffloadingManager.on_request_finished with LRUCachePolicy.on_request_finished: every chunk
-    the request saw that is still in the tier gets a fresh rank, tail first, so its head is the most
-    recently used; then the request's state goes once no job of it is in flight."""
-    cdef OffloadC* o = s.off
-    cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
-    cdef int32_t i, c
-    cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
-    cdef int32_t m = 0, k
-    cdef OffChunkC* ch
-    # The seen chunks, tail first, into ``found``; then each one's chunk, its bucket fetched
-    # ahead, and its chunk and links fetched for the relinking pass.
-    for i in range(n - 1, -1, -1):
-        if seen[i]:
-            o.found[m] = i
-            m += 1
-    for k in range(tmin(OFF_AHEAD, m)):
-        _off_prefetch(o, _off_key(s, r, o.found[k]))
-    for k in range(m):
-        if k + OFF_AHEAD < m:
-            _off_prefetch(o, _off_key(s, r, o.found[k + OFF_AHEAD]))
-        c = _off_find(o, _off_key(s, r, o.found[k]))
-        o.found[k] = c
-        if c >= 0:
-            __builtin_prefetch(&o.chunks[c])
-            __builtin_prefetch(&o.lru[c])
-    for k in range(m):
-        c = o.found[k]
-        if c < 0:
-            continue
-        ch = &o.chunks[c]
-        o.next_rank += 1
-        ch.rank_hi = o.next_rank
-        ch.rank_lo = 0
-        _lru_unlink(o, c)
-        _lru_place(o, c, -1)
-    if r.off_rank > 0 and r.off_node >= 0:
-        # No chunk takes this request's rank any more: its anchor goes back.
-        _lru_unlink(o, r.off_node)
-        o.free_anchors[o.n_free_anchors] = r.off_node
-        o.n_free_anchors += 1
-        r.off_node = -1
-    r.off_hold = 2
-    if r.off_jobs == 0:
-        _off_forget(s, r)
     return 0
 
 

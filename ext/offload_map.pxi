@@ -116,6 +116,7 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
             o.memo_miss = key
             break
         o.memo_chunks[o.memo_hits] = c
+        o.hint[<int64_t>r.slot * o.chunk_row + i] = c  # the load that may follow reads it (_off_hinted)
         o.memo_hits += 1
         o.chunks[c].watch = 1
         if o.chunks[c].ref < 0:

@@ -46,6 +46,7 @@ cdef struct TimeModelC:
     double sample_bytes             # sampler bytes per scheduled request (float32 logits, several passes)
     double expert_flops_per_token   # routed experts' FLOPs per token (0: no routed experts)
     double expert_rate              # FLOP/s of vLLM's fused-MoE kernel at the experts' shape
+    double expert_bytes_rate        # bytes/s the fused-MoE kernel reads the touched experts at
     double moe_experts              # routed experts per MoE layer, E (0: no routed experts)
     double moe_log_miss             # log(1 - k / E): log of one token's chance to skip a given expert
     double moe_expert_bytes         # bytes of one routed expert over every MoE layer, per GPU

@@ -201,9 +201,11 @@ cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     if tm.moe_experts > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
         # E (1 - (1 - k/E)^T) distinct ones on average (the step's own tokens: a CUDA graph's padding
-        # rows are alike and pick the same k); the kernel multiplies every row, padding included.
+        # rows are alike and pick the same k); the kernel multiplies every row, padding included, and
+        # reads the touched experts at its own measured rate (aisim/perf/moe_kernel.py READ_SHARE).
         gpu += _bound(tm.expert_flops_per_token * m, tm.expert_rate,
-                      tm.moe_expert_bytes * tm.moe_experts * (1.0 - exp(tokens * tm.moe_log_miss)), tm.bytes_rate)
+                      tm.moe_expert_bytes * tm.moe_experts * (1.0 - exp(tokens * tm.moe_log_miss)),
+                      tm.expert_bytes_rate)
     for i in range(b.n):
         af = tm.attn_flops
         # vLLM's MLA metadata builder (MLACommonMetadataBuilder.build -> split_decodes_and_prefills,
@@ -304,6 +306,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.sample_bytes = m["sample_bytes"]
         tm.expert_flops_per_token = m["expert_flops_per_token"]
         tm.expert_rate = m["expert_rate"]
+        tm.expert_bytes_rate = m["expert_bytes_rate"]
         tm.moe_experts = m["moe_experts"]
         tm.moe_log_miss = m["moe_log_miss"]
         tm.moe_expert_bytes = m["moe_expert_bytes"]

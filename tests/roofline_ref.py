@@ -51,10 +51,11 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
         gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb)
     kernel = expert_kernel(spec, tp, g, dtype)
     if kernel is not None:
-        # the step's own tokens spread over the experts; a graph's padding rows are alike
+        # the step's own tokens spread over the experts; a graph's padding rows are alike; the kernel reads
+        # them at its own share of peak bandwidth
         touched = t["moe_experts"] * (1 - (1 - spec.experts_per_token / spec.num_experts) ** tokens)
         gpu_s += max(t["expert_flops_per_token"] * m / (t["matmul_flops"] * kernel.share),
-                     touched * t["moe_expert_bytes"] / bw)
+                     touched * t["moe_expert_bytes"] / (t["peak_bytes"] * kernel.read_share))
     kinds = {True: [0.0, 0.0], False: [0.0, 0.0]}   # decode?: [FLOPs, bytes]
     up = 0.0
     for n, c, dec in batch:

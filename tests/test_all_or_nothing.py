@@ -278,3 +278,33 @@ def test_sigterm_mid_replay_exits_143_and_leaves_nothing(tmp_path):
     assert proc.returncode == 143, stderr
     assert stderr.decode() == "error: terminated\n" and stdout == b""
     assert sorted(os.listdir(tmp_path)) == ["big.parquet"]
+
+
+def test_sigterm_while_the_local_cluster_starts_closes_it_then_stops(monkeypatch):
+    # A LocalCluster stopped half built cannot be closed (Dask's exit hook then prints a traceback):
+    # SIGTERM waits for the start to end, the cluster is closed, and the command's handler stops it.
+    import distributed
+
+    from aisim.pipeline import graph
+
+    events = []
+
+    class Cluster:
+        def __init__(self, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the workers start
+            events.append("started")
+
+        def close(self):
+            events.append("closed")
+
+    monkeypatch.setattr(distributed, "LocalCluster", Cluster)
+    before = signal.getsignal(signal.SIGTERM)
+    files.install_signal_handlers()
+    try:
+        with pytest.raises(files.Terminated):
+            graph._execute_distributed({}, [], [], {}, None, "local", 1, 0)
+        assert events == ["started", "closed"]
+        assert files.interrupt_status() == (143, "terminated")
+        assert signal.getsignal(signal.SIGTERM) is files._on_sigterm  # the command's handler is back
+    finally:
+        signal.signal(signal.SIGTERM, before)

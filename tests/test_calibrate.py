@@ -250,6 +250,9 @@ def test_cli_writes_an_engine_the_other_commands_take(tmp_path):
     assert getattr(eng.time_model, key) == doc["constants"][key]
     assert eng.time_model.calibration == doc["calibration"] and doc["calibration"]["name"] == "cal"
     assert len(doc["points"]) == 15  # three runs, five metrics each
+    # Each point says its unit: vllm bench serve's latencies in ms, its output throughput in tok/s.
+    assert [(p["metric"], p["unit"]) for p in doc["points"][:5]] == [
+        ("ttft", "ms"), ("tpot", "ms"), ("itl", "ms"), ("e2el", "ms"), ("throughput", "tok/s")]
     import duckdb
 
     con = duckdb.connect(str(tmp_path / "m.duckdb"))

@@ -127,7 +127,8 @@ def test_the_catalog_s_context_lengths():
     # skips the factor for Gemma 3).
     assert MODELS["gemma-3-27b"].context_key == "max_position_embeddings, Gemma3TextConfig's default"
     assert {k: m.context_len for k, m in MODELS.items()} == {
-        "llama-3.1-8b": 131072, "llama-3.1-70b": 131072, "mistral-7b-v0.1": 32768, "qwen2.5-7b": 32768,
+        "llama-3.1-8b": 131072, "llama-3.1-70b": 131072, "llama-3.2-3b": 131072, "mistral-7b-v0.1": 32768,
+        "qwen2.5-7b": 32768,
         "qwen2.5-32b": 131072, "qwen3-0.6b": 40960, "qwen3-8b": 40960, "qwen3-14b": 40960, "qwen3-32b": 40960,
         "qwen3-30b-a3b": 40960, "qwen3-235b-a22b": 262144, "glm-4.5-air": 131072, "glm-4.6": 202752,
         "deepseek-r1": 163840, "gemma-3-27b": 131072, "qwen3-next-80b-a3b": 262144, "glm-5.3-flash": 0}

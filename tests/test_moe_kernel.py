@@ -85,3 +85,60 @@ def test_fp8_products_run_at_the_fp8_runs_mean_share_of_the_bf16_line():
     assert moe_kernel.expert_share(768, fp8=True) == pytest.approx((r1 * r2) ** 0.5, rel=1e-12)
     assert moe_kernel.FP8_FACTOR == pytest.approx((r1 * r2) ** 0.5 / moe_kernel.expert_share(768), rel=1e-12)
     assert moe_kernel.expert_share(192, fp8=True) == pytest.approx(moe_kernel.FP8_FACTOR * moe_kernel.expert_share(192))
+
+
+def test_a_decode_runs_read_share_is_its_touched_experts_bytes_over_peak_bandwidth():
+    # Mixtral-8x7B at TP 2 on an H100, BF16, 64 tokens picking 2 of 8 experts: all 8 touched but for
+    # 8 x (3/4)^64 = 8.0e-8; each expert 3 x 4,096 x 7,168 x 2 B = 176,160,768 B, 1,409,286,144 B in all,
+    # read in 483.14 us: 2.917 TB/s, 0.871 of the H100's 3.35 TB/s.
+    mixtral = moe_kernel.DECODE_KERNEL_RUNS[0]
+    assert moe_kernel.touched_experts(8, 2, 64) == pytest.approx(8 - 8 * 0.75**64, rel=1e-15)
+    assert moe_kernel.run_read_share(mixtral, 2) == pytest.approx(
+        8 * (1 - 0.75**64) * 176_160_768 / 483.14e-6 / 3.35e12, rel=1e-12)
+    assert moe_kernel.run_read_share(mixtral, 2) == pytest.approx(0.8707, rel=1e-4)
+    # Qwen3-30B-A3B with FP8 weights, 128 tokens picking 8 of 128: 128 (1 - (15/16)^128) = 127.967 experts of
+    # 3 x 2,048 x 768 x 1 B = 4,718,592 B, 603.8 MB in 273.72 us: 2.206 TB/s, 0.659.
+    qwen = moe_kernel.FP8_DECODE_KERNEL_RUNS[2]
+    assert moe_kernel.touched_experts(128, 8, 128) == pytest.approx(127.9669, rel=1e-6)
+    assert moe_kernel.run_read_share(qwen, 1) == pytest.approx(0.6585, rel=1e-3)
+
+
+def test_the_kernel_reads_at_its_decode_runs_mean_share_by_dtype():
+    # Geometric means over the three runs of each kind (64, 96 and 128 tokens): BF16 0.871, 0.851, 0.856
+    # -> 0.859; FP8 0.675, 0.664, 0.659 -> 0.666.
+    assert moe_kernel.READ_SHARE == pytest.approx(0.8592, rel=1e-3)
+    assert moe_kernel.FP8_READ_SHARE == pytest.approx(0.6659, rel=1e-3)
+    from aisim.config.catalog import get_gpu
+
+    assert moe_kernel.expert_kernel(get_model("deepseek-r1"), 8, get_gpu("H200"), "fp8").read_share == \
+        moe_kernel.FP8_READ_SHARE
+    assert moe_kernel.expert_kernel(get_model("qwen3-30b-a3b"), 1, get_gpu("H100"), "bf16").read_share == \
+        moe_kernel.READ_SHARE
+    # FP8 weights on a GPU without FP8 tensor cores run the BF16 kernel (weights widened): its read share.
+    assert moe_kernel.expert_kernel(get_model("deepseek-r1"), 8, get_gpu("A100-80GB"), "fp8").read_share == \
+        moe_kernel.READ_SHARE
+
+
+def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
+    # 50 decodes on 8 x H200: 256 (1 - (31/32)^50) = 203.66 of a layer's 256 experts touched; one expert is
+    # 3 x 7,168 x 2,048 FP8 weights, an eighth of them on each GPU, over 58 MoE layers: 319,291,392 B, so
+    # 65.03 GB a step, read at 0.666 of 4.8 TB/s (3.196 TB/s): 20.35 ms (15.23 ms at the dense products'
+    # 0.89).  Their FLOPs (a graph of 56 rows, 5.11 GFLOP a row at 0.102 of 1,453.4 TFLOP/s: 1.94 ms) stay
+    # under the reads.
+    from aisim.config.catalog import get_gpu
+    from aisim.perf.roofline import roofline_args
+
+    class TM:
+        model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
+        compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
+        overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+
+    a = roofline_args(TM)
+    assert a["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 / 8 == 319_291_392
+    assert a["expert_bytes_rate"] == pytest.approx(4.8e12 * moe_kernel.FP8_READ_SHARE, rel=1e-15)
+    touched = 256 * (1 - (31 / 32) ** 50)
+    assert touched == pytest.approx(203.66, rel=1e-4)
+    reads = touched * 319_291_392 / a["expert_bytes_rate"]
+    assert reads == pytest.approx(20.35e-3, rel=1e-3)
+    assert a["expert_flops_per_token"] * 56 / a["expert_rate"] == pytest.approx(1.94e-3, rel=1e-2)
+    assert get_gpu("H200").hbm_bytes_per_s == 4.8e12

@@ -89,3 +89,39 @@ def test_the_harness_flags_a_queue_the_server_never_had():
     bad = h.false_saturation(points, preds)
     assert len(bad) == 1 and bad[0].startswith("r10 (held-out)")
     assert h.false_saturation(points, [{"ttft": 45.0}, {"ttft": 130.0}, {"ttft": 9000.0}, {"ttft": 1.0}]) == []
+
+
+def test_the_harness_names_the_points_that_set_each_free_number():
+    # Two Poisson points below 2,048 prompt tokens: TPOT and throughput are fitted (4 terms).  A stand-in
+    # model predicts TPOT 10,000 x overhead_s ms and throughput 100 x compute_efficiency / 0.5 tok/s, each
+    # exact at overhead_s 1 ms and compute efficiency 0.5.  Raised alone, overhead_s (1.2 ms) moves the two
+    # TPOT terms by |log 1.2| = 0.18232 each, over 4 terms 0.04558 each, 0.09116 in all; compute efficiency
+    # (0.55) moves the throughputs by log 1.1 = 0.09531, 0.02383 each, 0.04766 in all; the others nothing.
+    import importlib.util
+    import math
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "timing_accuracy.py")
+    spec = importlib.util.spec_from_file_location("timing_accuracy", path)
+    h = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(h)
+
+    def point(name):
+        return {"point": name, "workload": "rate", "cached_prefix_by_run": "", "input_len": 1000, "output_len": 100,
+                "requested_output_len": 100, "ttft_stat": "mean", "tpot_stat": "mean", "ttft_ms": 50.0,
+                "tpot_ms": 10.0, "throughput_tok_s": 100.0}
+
+    def model(p, e):
+        return {"ttft": 50.0, "tpot": 1e4 * e["overhead_s"], "e2e": 1040.0,
+                "throughput": 100.0 * e["compute_efficiency"] / 0.5}
+
+    eff = {k: 0.5 for k in h.FREE}
+    eff["overhead_s"] = 0.001
+    got = h.identify([point("a"), point("b")], eff, top=2, predict_fn=model)
+    total, changes = got["overhead_s"]
+    assert total == pytest.approx(math.log(1.2) / 2)
+    assert [(pt, m) for pt, m, _ in changes] == [("a", "tpot"), ("b", "tpot")]
+    assert [c for _, _, c in changes] == pytest.approx([math.log(1.2) / 4] * 2)
+    assert got["compute_efficiency"][0] == pytest.approx(math.log(1.1) / 2)
+    assert [m for _, m, _ in got["compute_efficiency"][1]] == ["throughput", "throughput"]
+    assert all(got[k][0] == 0.0 for k in h.FREE if k not in ("overhead_s", "compute_efficiency"))

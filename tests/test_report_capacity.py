@@ -152,6 +152,29 @@ def test_a_shards_step_times_name_their_calibration():
     assert _time_model_text({"kind": "linear"}) == "step times: linear model (no calibration)"
 
 
+def test_the_defaults_calibration_record_is_what_the_published_rows_give():
+    # The record capacity bands and reports quote is computed, not copied: the defaults replayed on
+    # every held-out row of benchmarks/data/published_vllm.csv (benchmarks/default_calibration.py).
+    import importlib.util
+    import os
+    import sys
+
+    from aisim.config.calibration import DEFAULT_CALIBRATION
+
+    bench = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+    sys.path.insert(0, bench)
+    try:
+        spec = importlib.util.spec_from_file_location("default_calibration", os.path.join(bench, "default_calibration.py"))
+        dc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(dc)
+        held, rel = dc.held_out_errors()
+    finally:
+        sys.path.remove(bench)
+    assert DEFAULT_CALIBRATION["points"] == len(held)
+    assert DEFAULT_CALIBRATION["held_out"] == {m: dc.record_quantiles(rel[m]) for m in DEFAULT_CALIBRATION["held_out"]}, \
+        "python benchmarks/default_calibration.py, and write what it prints into aisim/config/calibration.py"
+
+
 def test_a_capacity_database_reported_as_a_run_points_to_capacity(rate_search, tmp_path):
     out = str(tmp_path / "x.html")
     r = CliRunner().invoke(main, ["report", "--db", rate_search, "--out", out])

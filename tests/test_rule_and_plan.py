@@ -161,6 +161,18 @@ def test_plan_on_with_evidence():
     assert notes[0].startswith("prefix caching on")
 
 
+@pytest.mark.parametrize("recorded,planned", [(None, True), (False, False), (True, True)])
+def test_a_probe_without_async_scheduling_plans_the_release_default(recorded, planned):
+    # vllm/config/vllm.py VllmConfig.__post_init__ turns async scheduling on when unset (0.31.0-0.34.0):
+    # a probe that does not record it ran with it on; one that does is taken at its word.
+    p = probe() if recorded is None else probe(async_scheduling=recorded)
+    cfg, notes = plan_from_probe(p)
+    assert cfg.async_scheduling is planned
+    default_note = "async scheduling on: vLLM 0.31.0's default (the probe does not record it)"
+    assert (default_note in notes) is (recorded is None)
+    assert (default_note in cfg.plan_notes) is (recorded is None)
+
+
 @pytest.mark.parametrize("change,reason", [
     (dict(enable_prefix_caching=False), "ran with prefix caching off"),
     (dict(hash_block_size_tokens=None), "did not record hash_block_size_tokens"),

@@ -393,6 +393,24 @@ def test_agentic_bad_requests_name_file_line_position_and_field(tmp_path):
 
 # ------------------------------------------------------------------------------------------ Parquet
 
+def test_a_parquet_file_under_another_name_is_read_as_parquet(tmp_path, mooncake_table):
+    # The readers go by a file's first bytes (Parquet's magic "PAR1") where its name says nothing sure.
+    p = tmp_path / "m.parquet"
+    write_trace(mooncake_table, p)
+    renamed = tmp_path / "m.jsonl"
+    p.rename(renamed)
+    assert guess_format(str(renamed)) == "parquet"
+    assert read_trace(str(renamed)).equals(mooncake_table)
+
+
+@pytest.mark.parametrize("name", ["t.jsonl", "t.JSON", "t.csv", "t.txt"])
+def test_a_trace_is_not_written_under_a_text_format_s_name(tmp_path, mooncake_table, name):
+    with pytest.raises(TraceError) as err:
+        write_trace(mooncake_table, tmp_path / name)
+    assert str(err.value) == f"--out {tmp_path / name}: aisim writes traces as Parquet; name the file .parquet"
+    assert os.listdir(tmp_path) == []
+
+
 def test_parquet_round_trip_keeps_rows_and_metadata(tmp_path, mooncake_table):
     p = tmp_path / "m.parquet"
     write_trace(mooncake_table, p)

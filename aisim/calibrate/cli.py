@@ -97,26 +97,27 @@ def _progress_line(line: str) -> None:
 def _print(result, fmt: str) -> None:
     from aisim.cli_util import echo_csv, echo_json
 
-    cols = ("run", "metric", "measured", "fitted", "fitted_error", "held_out", "held_out_error")
+    from aisim.config.calibration import METRIC_UNITS, METRICS
+
+    # Values in the metric's unit (ms; tok/s for throughput), errors as predicted / measured - 1.
+    cols = ("run", "metric", "unit", "measured", "fitted", "fitted_error", "held_out", "held_out_error")
+    points = [{c: METRIC_UNITS[r["metric"]] if c == "unit" else r[c] for c in cols} for r in result.rows]
     if fmt == "json":
         echo_json({"constants": result.fit.values, "loss": result.fit.loss, "calibration": result.record,
-                   "folds": {f: r.values for f, r in result.folds.items()},
-                   "points": [{c: r[c] for c in cols} for r in result.rows]})
+                   "folds": {f: r.values for f, r in result.folds.items()}, "points": points})
         return
     if fmt == "csv":
-        echo_csv(cols, [[r[c] for c in cols] for r in result.rows])
+        echo_csv(cols, [[p[c] for c in cols] for p in points])
         return
     import numpy as np
 
-    from aisim.config.calibration import METRICS
     from aisim.cli_util import console, new_table
 
-    unit = {"throughput": "tok/s"}
     t = new_table("run", "metric", ("measured", {"justify": "right"}), ("fitted", {"justify": "right"}),
                   ("error", {"justify": "right"}), ("held out", {"justify": "right"}), ("error", {"justify": "right"}),
                   title="each point: fitted on every file, and held out (fitted on the other files)")
     for r in result.rows:
-        u = unit.get(r["metric"], "ms")
+        u = METRIC_UNITS[r["metric"]]
         t.add_row(r["run"], r["metric"], f"{r['measured']:,.2f} {u}", f"{r['fitted']:,.2f}",
                   f"{100 * r['fitted_error']:+.1f}%", f"{r['held_out']:,.2f}", f"{100 * r['held_out_error']:+.1f}%")
     con = console()

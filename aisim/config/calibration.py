@@ -24,25 +24,28 @@ from aisim.errors import ConfigError
 QUANTILES = (0.1, 0.5, 0.9)
 # The metrics a record may hold errors of, in the order ``aisim calibrate`` prints them
 # (vllm bench serve's mean TTFT, TPOT, ITL, E2E latency and its output throughput).
-METRICS = ("ttft", "tpot", "itl", "e2el", "throughput")
+# Each with the unit of its measured and predicted values.
+METRIC_UNITS = {"ttft": "ms", "tpot": "ms", "itl": "ms", "e2el": "ms", "throughput": "tok/s"}
+METRICS = tuple(METRIC_UNITS)
 # The metrics whose errors are step-time errors (a sum of step times each): the band's.
 STEP_METRICS = ("tpot", "itl")
 _KEYS = ("name", "method", "sources", "points", "fitted", "quantiles", "held_out")
 
 # The defaults' calibration (aisim/config/keys.py's fitted values): fitted on the sources
-# cssnoeasy, kvcached, vllm-pr and inferencex, held out gpustack, dennislee22, simon-mo and
-# nerdalert (benchmarks/data/README.md: 70 rows; their median absolute errors there, TTFT 16.7 %,
-# TPOT 9.9 %, throughput 7.1 %); the signed quantiles are what `python
-# benchmarks/default_calibration.py` prints for those defaults (rerun it after a refit).
+# cssnoeasy, kvcached, vllm-pr and inferencex, held out dennislee22, gpustack, michaelvll,
+# michaelvll-sgl, nerdalert and simon-mo (benchmarks/data/README.md: 94 rows; their median absolute
+# errors there, TTFT 20.1 %, TPOT 11.1 %, throughput 9.1 %); the signed quantiles are what `python
+# benchmarks/default_calibration.py` prints for those defaults (rerun it after a refit or a change
+# of the step-time model or of the published rows).
 DEFAULT_CALIBRATION = {
     "name": "aisim defaults",
     "method": "held-out sources of benchmarks/data/published_vllm.csv",
     "sources": ["cssnoeasy", "kvcached", "vllm-pr", "inferencex"],
-    "points": 70,
+    "points": 94,
     "fitted": [],
     "quantiles": list(QUANTILES),
-    "held_out": {"ttft": [-0.531, -0.031, 0.199], "tpot": [-0.272, -0.011, 0.271],
-                 "throughput": [-0.088, 0.019, 0.634]},
+    "held_out": {"ttft": [-0.539, -0.048, 0.274], "tpot": [-0.256, -0.006, 0.269],
+                 "throughput": [-0.088, 0.022, 0.638]},
 }
 
 

@@ -39,6 +39,11 @@ _CONFIGS = {
         "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
         "vocab_size": 128256, "tie_word_embeddings": False, "max_position_embeddings": 131072,
         "rope_scaling": _LLAMA3_ROPE}),
+    "llama-3.2-3b": ("llama-3.2-3b", {  # meta-llama/Llama-3.2-3B: tied embeddings, Llama 3.2's rope factor 32
+        "architectures": ["LlamaForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
+        "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+        "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+        "rope_scaling": dict(_LLAMA3_ROPE, factor=32.0)}),
     "mistral-7b-v0.1": ("mistral-7b-v0.1", {  # mistralai/Mistral-7B-Instruct-v0.1: a 4,096-token window everywhere
         "architectures": ["MistralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "sliding_window": 4096,
@@ -109,6 +114,7 @@ HF_IDS = {
                      "meta-llama/Meta-Llama-3.1-8B", "meta-llama/Meta-Llama-3.1-8B-Instruct"),
     "llama-3.1-70b": ("meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct",
                       "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-70B-Instruct"),
+    "llama-3.2-3b": ("meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"),
     "mistral-7b-v0.1": ("mistralai/Mistral-7B-v0.1", "mistralai/Mistral-7B-Instruct-v0.1"),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
     "qwen2.5-32b": ("Qwen/Qwen2.5-32B",),

@@ -171,8 +171,9 @@ ENGINE_KEYS = (
 # the API server's costs in front of the engine (aisim/perf/frontend.py) and the routed experts at their
 # kernel's published rate (aisim/perf/moe_kernel.py); the sources `gpustack` (vLLM 0.11.0), `dennislee22` (vLLM
 # 0.10.1.1, Qwen2-7B and Qwen2.5-32B on one A100 80GB SXM), `simon-mo` (vLLM 0.8.2-0.8.4, DeepSeek-R1 on
-# 8 H200, Llama-3.1-8B FP8 on one) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100) are held out.  The
-# points, their sources and the errors: benchmarks/data/README.md.
+# 8 H200, Llama-3.1-8B and Llama-3.2-3B FP8 on one, QwQ-32B on two H200 or H100), `michaelvll` and
+# `michaelvll-sgl` (vLLM 0.8.4, DeepSeek-R1 on 8 H200) and `nerdalert` (vLLM 0.8.3, Llama-3.1-8B on one H100)
+# are held out.  The points, their sources and the errors: benchmarks/data/README.md.
 # The time-model kinds a key acts on.
 LINEAR, ROOFLINE, TABLE = ("linear",), ("roofline",), ("table",)
 TIME_MODEL_KEYS = (

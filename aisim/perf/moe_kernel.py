@@ -27,6 +27,13 @@ sources prefer the factor to none (benchmarks/data/README.md).  FP8 weights on a
 tensor cores run at the BF16 rate and share.  The small slices of tensor parallelism 4-8 (``N``
 96-384) lie below every published run at a prefill-sized batch: their share is the line's,
 extrapolated.
+
+A decode-sized batch reads the experts it touches and multiplies few rows: the kernel is bound by
+its reads, at a share of the GPU's peak bandwidth measured from the published decode-sized runs of
+the same benchmark: :data:`READ_SHARE` with BF16 weights (:data:`DECODE_KERNEL_RUNS`),
+:data:`FP8_READ_SHARE` with FP8 weights and activations (:data:`FP8_DECODE_KERNEL_RUNS`: the
+activations quantized, the products scaled), not the fitted ``bandwidth_efficiency`` of the dense
+products.
 """
 
 from __future__ import annotations
@@ -73,6 +80,39 @@ FP8_KERNEL_RUNS = (
 )
 
 
+# Decode-sized runs of the kernel, at batches where random routing touches every expert (or all but a few)
+# and the products are small: the kernel reads every touched expert's 3 x hidden x N weights once.  Pull
+# request 24700 (H100, vLLM's main branch of 2025-09): Mixtral-8x7B in BF16 at TP 2 (the tuned configuration)
+# and Qwen3-30B-A3B with per-tensor FP8 weights and activations (the same run as the first FP8 run above).
+DECODE_KERNEL_RUNS = (
+    KernelRun("vLLM pull request 24700 (Mixtral-8x7B at TP 2, tuned)", "H100", 8, 7168, 4096, 2, 64, 483.14),
+    KernelRun("vLLM pull request 24700 (Mixtral-8x7B at TP 2, tuned)", "H100", 8, 7168, 4096, 2, 96, 494.42),
+    KernelRun("vLLM pull request 24700 (Mixtral-8x7B at TP 2, tuned)", "H100", 8, 7168, 4096, 2, 128, 491.39),
+)
+FP8_DECODE_KERNEL_RUNS = (
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 64, 262.73),
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 96, 270.98),
+    KernelRun("vLLM pull request 24700 (Qwen3-30B-A3B, main branch of 2025-09)", "H100", 128, 768, 2048, 8, 128, 273.72),
+)
+
+
+def touched_experts(experts: float, top_k: float, tokens: float) -> float:
+    """Distinct experts ``tokens`` tokens picking ``top_k`` of ``experts`` uniformly touch, on average."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def run_read_share(run: KernelRun, weight_bytes: int) -> float:
+    """The run's weight reads (every touched expert once, ``weight_bytes`` an element) as a share of its GPU's
+    peak bandwidth."""
+    weights = touched_experts(run.experts, run.top_k, run.m) * 3.0 * run.hidden * run.n * weight_bytes
+    return weights / (run.us * 1e-6) / get_gpu(run.gpu).hbm_bytes_per_s
+
+
+def _read_share(runs, weight_bytes: int) -> float:
+    """Geometric mean of the runs' read shares."""
+    return math.exp(sum(math.log(run_read_share(r, weight_bytes)) for r in runs) / len(runs))
+
+
 def run_share(run: KernelRun, dtype: str = "bf16") -> float:
     """The run's FLOP/s as a share of its GPU's achievable matmul rate in ``dtype``."""
     return run.flops / (run.us * 1e-6) / get_gpu(run.gpu).achievable_flops(dtype)
@@ -101,6 +141,8 @@ def _fp8_factor(runs) -> float:
 
 
 FP8_FACTOR = _fp8_factor(FP8_KERNEL_RUNS)
+READ_SHARE = _read_share(DECODE_KERNEL_RUNS, 2)
+FP8_READ_SHARE = _read_share(FP8_DECODE_KERNEL_RUNS, 1)
 
 
 def expert_share(n: float, fp8: bool = False) -> float:
@@ -123,11 +165,13 @@ def expert_columns(model, tp: int) -> float:
 
 
 class ExpertKernel(NamedTuple):
-    """How a model's routed experts run: the kernel's ``n`` columns, in FP8 or not, at ``share`` of the rate."""
+    """How a model's routed experts run: the kernel's ``n`` columns, in FP8 or not, at ``share`` of the matmul
+    rate, reading the touched experts at ``read_share`` of peak bandwidth."""
 
     n: float
     fp8: bool
     share: float
+    read_share: float
 
 
 def expert_kernel(model, tp: int, gpu, dtype: str) -> ExpertKernel | None:
@@ -139,4 +183,4 @@ def expert_kernel(model, tp: int, gpu, dtype: str) -> ExpertKernel | None:
     if not (model.moe_layers and model.expert_params):
         return None
     n, fp8 = expert_columns(model, tp), gpu.multiplies_fp8(dtype)
-    return ExpertKernel(n, fp8, expert_share(n, fp8))
+    return ExpertKernel(n, fp8, expert_share(n, fp8), FP8_READ_SHARE if fp8 else READ_SHARE)

@@ -25,7 +25,8 @@ on its share) costs
   share of the achievable rate vLLM's fused-MoE kernel reaches for its ``N`` columns
   (:func:`aisim.perf.moe_kernel.expert_kernel`), against reading the experts the step touches
   (``T`` tokens picking ``k`` of ``E`` uniformly touch ``E (1 - (1 - k/E)^T)`` a layer; ``T`` the
-  step's own tokens, a CUDA graph's alike padding rows adding none).
+  step's own tokens, a CUDA graph's alike padding rows adding none) at the share of peak bandwidth
+  the kernel's published decode-sized runs read them at (``ExpertKernel.read_share``).
 * **attention**, per layer kind and per request, in two kernels: the prefill chunks
   (FlashAttention-like: ``2 (qk + v)`` FLOPs per head per (new token, key) pair, the pairs of
   ``n`` new tokens ending at context ``c`` being ``sum min(position, window)``) and the decodes
@@ -219,6 +220,7 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
     t = roofline_terms(model, gpu, tm.tp, dtype)
     kernel = expert_kernel(model, tm.tp, gpu, dtype)
     share = kernel.share if kernel is not None else tm.compute_efficiency
+    read_share = kernel.read_share if kernel is not None else tm.bandwidth_efficiency
     g = t["gemms"]
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
@@ -237,6 +239,7 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "sample_bytes": t["sample_bytes"],
         "expert_flops_per_token": t["expert_flops_per_token"],
         "expert_rate": t["matmul_flops"] * share,
+        "expert_bytes_rate": t["peak_bytes"] * read_share,
         "flops_rate": t["matmul_flops"] * tm.compute_efficiency,
         "bytes_rate": t["peak_bytes"] * tm.bandwidth_efficiency,
         "attn_rate": t["attention_flops"] * tm.attention_efficiency,

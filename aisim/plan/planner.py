@@ -251,6 +251,12 @@ def _plan_probe_engine(probe: dict) -> tuple[EngineConfig, list[str]]:
     unmodeled = unmodeled_version_note(version)
     if unmodeled is None:
         raw["vllm_version"] = version
+        if probe.get("async_scheduling") is None:
+            # Unrecorded, the engine ran the release's start-up default (config/vllm.py
+            # VllmConfig.__post_init__ turns SchedulerConfig.async_scheduling on when unset).
+            raw["async_scheduling"] = release(version).async_scheduling
+            notes.append(f"async scheduling {'on' if raw['async_scheduling'] else 'off'}: vLLM {version}'s "
+                         "default (the probe does not record it)")
     else:
         notes.append(unmodeled)
     hash_block = probe.get("hash_block_size_tokens")

@@ -130,9 +130,10 @@ def guess_format(path: str) -> str:
     """The trace format a path suggests.
 
     ``.parquet`` is ``parquet``, ``.csv`` ``azure``, ``.json``, a directory or
-    a glob ``agentic``; a ``.jsonl`` file is ``mooncake`` when its first line
-    has ``input_length`` or ``hash_ids``, else ``oracle``.  ``mooncake-delta``
-    is never guessed.
+    a glob ``agentic``; another file is ``parquet`` when it starts with
+    Parquet's magic bytes, ``mooncake`` when its first line has
+    ``input_length`` or ``hash_ids``, else ``oracle``.  ``mooncake-delta`` is
+    never guessed.
     """
     lower = path.lower()
     if lower.endswith(".parquet"):
@@ -142,10 +143,13 @@ def guess_format(path: str) -> str:
     if lower.endswith(".json") or any(c in path for c in "*?[") or os.path.isdir(path):
         return "agentic"
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, "rb") as fh:
             first = fh.readline(1 << 20)
-    except (OSError, UnicodeDecodeError):
+    except OSError:
         return "oracle"
+    if first.startswith(b"PAR1"):  # a Parquet file under another name
+        return "parquet"
+    first = first.decode("utf-8", "replace")
     if '"input_length"' in first or '"hash_ids"' in first:
         return "mooncake"
     return "oracle"

@@ -27,6 +27,9 @@ from aisim.traces.schema import OPTIONAL_COLUMNS, TRACE_SCHEMA
 BATCH_ROWS = 65536
 
 
+_TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".txt")
+
+
 def write_trace(table: pa.Table, path: str | os.PathLike, inputs: dict | None = None) -> None:
     """Store a trace table as Parquet (schema metadata included).
 
@@ -42,6 +45,10 @@ def write_trace(table: pa.Table, path: str | os.PathLike, inputs: dict | None = 
     import pyarrow.parquet as pq
 
     path = os.fspath(path)
+    # A text format's name on a Parquet file would mislead whoever opens it (the readers look at its
+    # bytes, aisim.traces.guess_format, but people and other tools go by the name).
+    if path.lower().endswith(_TEXT_SUFFIXES):
+        raise TraceError(f"--out {path}: aisim writes traces as Parquet; name the file .parquet")
     try:
         # All or nothing: an interrupted write leaves no partial Parquet file.
         with open_output(path, "--out", inputs) as fh:
