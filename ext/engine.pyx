@@ -243,11 +243,9 @@ cdef class Engine:
         self.finished = False
         if self.whole:
             # A whole trace's result rows sized once: a row per request, and steps estimated as
-            # the requests' own plus their output tokens at a full batch, sixteen times over (grown
-            # if short: batches run far from full where arrivals or the KV cache limit them; rows
-            # not written are never touched, so room costs nothing until used).
+            # the requests' own plus their output tokens at a full batch (grown if short).
             _rcols_grow(&self.rcols, max(n, 1))
-            _cols_grow(&self.cols, min(16 * max(n + int(np.sum(trace.max_tokens)) // max(max_num_seqs, 1), 1024),
+            _cols_grow(&self.cols, min(max(n + int(np.sum(trace.max_tokens)) // max(max_num_seqs, 1), 1024),
                                        MAX_FIRST_STEP_ROWS))
             self.feed(trace)
             self.end_input()
