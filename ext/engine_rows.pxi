@@ -77,10 +77,11 @@ cdef int _grow_columns(void** col, int n_cols, const size_t* item, int64_t cap, 
 
 
 cdef inline int _cols_reserve(StepColsC* c) except -1 nogil:
-    # Room for one more row: every column doubles together.
+    # Room for one more row: every column quadruples together (a long replay's rows are copied
+    # at few growths; rows not yet written are never touched, so the room costs no page).
     if c.n < c.cap:
         return 0
-    return _cols_grow(c, c.cap * 2 if c.cap > 0 else 1024)
+    return _cols_grow(c, c.cap * 4 if c.cap > 0 else 1024)
 
 
 cdef int _cols_grow(StepColsC* c, int64_t new) except -1 nogil:
