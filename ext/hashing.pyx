@@ -9,7 +9,7 @@ functions and the chain rule are in ``hashing.pxd``; vLLM's counterpart is
 (vllm/v1/core/kv_cache_utils.py).
 """
 
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from aisim._core.kvrows cimport kv_hashes
 from aisim._core.request cimport ReqC
 from aisim._core.memory cimport mem_calloc, mem_free
 from aisim._core.types cimport hash_t, int32_t, int64_t, slot_t, tok_t
+from aisim._core.util cimport __builtin_prefetch
 
 
 cdef struct TokensC:
@@ -335,8 +336,8 @@ def first_block_keys(trace, tok_t size):
 # ---------------------------------------------------------------- shared prefixes of a whole trace
 
 cdef struct ShareEntC:
-    # One key of shared_prefix_tokens' start table: a run's start (the tokens before it, its
-    # stream and first offset).  Run lengths fit 32 bits (a request is at most max_model_len).
+    # One key of shared_prefix_tokens' table: a run's start (the tokens before it, its stream and
+    # first offset).  Run lengths fit 32 bits (a request is at most max_model_len).
     hash_t key                 # 0 = empty slot
     int32_t count              # requests holding the key
     int32_t top_n              # of those, how many have the longest run
@@ -345,21 +346,25 @@ cdef struct ShareEntC:
     int32_t node               # held by several requests: 1 + its node id (0: not numbered yet)
 
 
-cdef struct WholeEntC:
-    # One key of its whole-run table: a whole run with everything before it.
-    hash_t key                 # 0 = empty slot
-    int32_t count              # requests holding the key
+cdef struct ShareC:
+    # shared_prefix_tokens' passes: the table, and every request's runs as their start keys and
+    # lengths, request by request (request i's from ``first[i]``; ``first`` is padded past the
+    # last request with the end, so a look-ahead past it needs no bound check).
+    ShareEntC* starts
+    hash_t mask
+    hash_t* key
+    int32_t* length
+    int64_t* first
+    int64_t n                  # runs written
+
+
+# How many runs ahead shared_prefix_tokens fetches the table slot of (its table outgrows the caches).
+cdef enum:
+    SHARE_AHEAD = 8
 
 
 cdef inline ShareEntC* _share_slot(ShareEntC* table, hash_t mask, hash_t key) noexcept nogil:
     # The slot of ``key`` (open addressing, linear probing; the caller sized the table).
-    cdef hash_t s = key & mask
-    while table[s].key != 0 and table[s].key != key:
-        s = (s + 1) & mask
-    return &table[s]
-
-
-cdef inline WholeEntC* _whole_slot(WholeEntC* table, hash_t mask, hash_t key) noexcept nogil:
     cdef hash_t s = key & mask
     while table[s].key != 0 and table[s].key != key:
         s = (s + 1) & mask
@@ -401,50 +406,73 @@ def shared_prefix_tokens(trace, bint nodes=False):
     cdef Py_ssize_t i, n = c.n
     out = np.zeros(n, dtype=np.int64)
     cdef tok_t[::1] shared = out
-    cdef int64_t runs = c.n_runs + n
-    cdef hash_t cap = 16, mask
-    while cap < <hash_t>(2 * runs):
+    cdef int64_t runs = c.n_runs + n, counted = 0
+    cdef hash_t cap = 16
+    while 2 * cap < <hash_t>(3 * runs):  # at most two thirds full
         cap <<= 1
-    mask = cap - 1
-    cdef ShareEntC* starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
-    cdef WholeEntC* wholes
+    for i in range(n):
+        counted += c.seg_cnt[i] + 1
     node_arr = np.full(runs if nodes else 1, -1, dtype=np.int32)
     top_arr = np.zeros(runs if nodes else 1, dtype=np.int32)
     cdef int32_t[::1] node_of = node_arr
     cdef int32_t[::1] node_top = top_arr
     cdef int32_t n_nodes = 0
+    cdef ShareC sh
+    memset(&sh, 0, sizeof(ShareC))
+    sh.mask = cap - 1
     try:
-        wholes = <WholeEntC*>mem_calloc(cap, sizeof(WholeEntC))
-    except MemoryError:
-        mem_free(starts)
-        raise
-    try:
+        sh.starts = <ShareEntC*>mem_calloc(cap, sizeof(ShareEntC))
+        sh.key = <hash_t*>mem_calloc(counted, sizeof(hash_t))
+        sh.length = <int32_t*>mem_calloc(counted, sizeof(int32_t))
+        sh.first = <int64_t*>mem_calloc(n + SHARE_AHEAD + 1, sizeof(int64_t))
         with nogil:
             for i in range(n):
-                _share_count(starts, wholes, mask, _request_tokens(&c, i))
+                _share_keys(&sh, i, _request_tokens(&c, i))
+            for i in range(n, n + SHARE_AHEAD + 1):
+                sh.first[i] = sh.n
+            _share_count(&sh)
             for i in range(n):
-                shared[i] = _share_of(starts, wholes, mask, _request_tokens(&c, i),
-                                      &node_of[c.seg_off[i] + i] if nodes else NULL, &node_top[0], &n_nodes)
+                shared[i] = _share_of(&sh, i, &node_of[c.seg_off[i] + i] if nodes else NULL, &node_top[0],
+                                      &n_nodes)
     finally:
-        mem_free(starts)
-        mem_free(wholes)
+        mem_free(sh.starts)
+        mem_free(sh.key)
+        mem_free(sh.length)
+        mem_free(sh.first)
     return (out, node_arr, top_arr[:n_nodes]) if nodes else out
 
 
-cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t) noexcept nogil:
-    # Count one request's runs in both tables.
+cdef void _share_keys(ShareC* sh, Py_ssize_t i, TokensC t) noexcept nogil:
+    # Request i's runs as start keys and lengths, after those of the requests before it.  A run's
+    # key chains the whole runs before it, so a request's keys need no table.
     cdef int32_t m
     cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
     cdef tok_t first, length
-    cdef ShareEntC* e
-    cdef WholeEntC* w
+    sh.first[i] = sh.n
     for m in range(t.n_seg + 1):
         length = _share_run(&t, m, &stream, &first)
         if length <= 0 and m == t.n_seg:
             break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
         start = _start_key(before, stream, first)
-        e = _share_slot(starts, mask, start)
-        e.key = start
+        sh.key[sh.n] = start
+        sh.length[sh.n] = <int32_t>length
+        sh.n += 1
+        before = _whole_key(start, length)
+
+
+cdef void _share_count(ShareC* sh) noexcept nogil:
+    # Count every run in the table, its lengths' longest, how many have it and the second longest.
+    # The slot of the run SHARE_AHEAD on is fetched first (a fetch written in a helper function
+    # of its own is compiled away: the helper has no effect).
+    cdef int64_t x
+    cdef tok_t length
+    cdef ShareEntC* e
+    for x in range(sh.n):
+        if x + SHARE_AHEAD < sh.n:
+            __builtin_prefetch(&sh.starts[sh.key[x + SHARE_AHEAD] & sh.mask])
+        length = sh.length[x]
+        e = _share_slot(sh.starts, sh.mask, sh.key[x])
+        e.key = sh.key[x]
         e.count += 1
         if length > e.top:
             e.second = e.top
@@ -454,26 +482,28 @@ cdef void _share_count(ShareEntC* starts, WholeEntC* wholes, hash_t mask, Tokens
             e.top_n += 1
         elif length > e.second:
             e.second = <int32_t>length
-        before = _whole_key(start, length)
-        w = _whole_slot(wholes, mask, before)
-        w.key = before
-        w.count += 1
 
 
-cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC t, int32_t* node_of,
-                     int32_t* node_top, int32_t* n_nodes) noexcept nogil:
-    # The leading tokens of one request that another request has too; with ``node_of``, the node
-    # of each of its runs that several requests hold (numbered as first met).
-    cdef int32_t m
-    cdef hash_t before = <hash_t>NONE_HASH_SEED, stream, start
-    cdef tok_t first, length, done = 0, other
+cdef tok_t _share_of(ShareC* sh, Py_ssize_t i, int32_t* node_of, int32_t* node_top,
+                     int32_t* n_nodes) noexcept nogil:
+    # The leading tokens of request i that another request has too; with ``node_of``, the node
+    # of each of its runs that several requests hold (numbered as first met).  Another request
+    # that starts a run alike has as much of it as the longest other length: the second longest
+    # when this run is the only longest one, else the longest.  It goes on past the run only with
+    # this run's length, and then holds the next run's start too (the start chains the run): a
+    # run whose start no other request holds ends the count.  The slots of the first run of the
+    # request SHARE_AHEAD on and of this request's run SHARE_AHEAD on are fetched first (many
+    # requests stop at their first runs, others go on through all of them).
+    cdef int64_t x, lo = sh.first[i], hi = sh.first[i + 1], ahead = sh.first[i + SHARE_AHEAD]
+    cdef tok_t length, done = 0
     cdef ShareEntC* e
-    for m in range(t.n_seg + 1):
-        length = _share_run(&t, m, &stream, &first)
-        if length <= 0 and m == t.n_seg:
-            break  # no output (an empty prompt segment is a run of its own: it splits a block's runs)
-        start = _start_key(before, stream, first)
-        e = _share_slot(starts, mask, start)
+    if ahead < sh.n:
+        __builtin_prefetch(&sh.starts[sh.key[ahead] & sh.mask])
+    for x in range(lo, hi):
+        if x + SHARE_AHEAD < hi:
+            __builtin_prefetch(&sh.starts[sh.key[x + SHARE_AHEAD] & sh.mask])
+        length = sh.length[x]
+        e = _share_slot(sh.starts, sh.mask, sh.key[x])
         if e.count < 2:
             return done
         if node_of != NULL:
@@ -481,10 +511,8 @@ cdef tok_t _share_of(ShareEntC* starts, WholeEntC* wholes, hash_t mask, TokensC 
                 node_top[n_nodes[0]] = e.top
                 n_nodes[0] += 1
                 e.node = n_nodes[0]
-            node_of[m] = e.node - 1
-        other = e.second if (length == e.top and e.top_n == 1) else e.top
-        before = _whole_key(start, length)
-        if _whole_slot(wholes, mask, before).count < 2:
-            return done + (other if other < length else length)
+            node_of[x - lo] = e.node - 1
+        if length == e.top and e.top_n == 1:
+            return done + e.second
         done += length
     return done

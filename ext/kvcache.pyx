@@ -46,7 +46,7 @@ from aisim._core.kvrows cimport (
     kv_apply_cow, kv_evictable, kv_fill_null, kv_hashes, kv_n_hashes, kv_probe, kv_put_hit,
     kv_set_hit_n, kv_table, kv_view,
 )
-from aisim._core.memory cimport mem_free, mem_grow
+from aisim._core.memory cimport mem_free, mem_grow, mem_resize
 from aisim._core.request cimport ReqC
 from aisim._core.types cimport RulesC, block_id_t, flag_t, hash_t, int32_t, slot_t, spec_mode, spec_off_t, spec_on_t, tok_t
 from aisim._core.util cimport cdiv, num_tokens, tmax, tmin
@@ -64,14 +64,16 @@ cdef int _grow_slots(KVCacheC* kv, slot_t new_cap) except -1 nogil:
     cdef slot_t s
     cdef int32_t i
     cdef GroupC* g
-    mem_grow(<void**>&kv.hashes, <size_t>old * kv.hash_row, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
+    # The rows of hashes and block tables are read only below their counts (num_hashed, table_len,
+    # reset when a row is taken): a new row is not zeroed, as a row taken again is not.
+    mem_resize(<void**>&kv.hashes, <size_t>new_cap * kv.hash_row, sizeof(hash_t))
     mem_grow(<void**>&kv.num_hashed, old, new_cap, sizeof(int32_t))
     mem_grow(<void**>&kv.cur_seg, old, new_cap, sizeof(int32_t))
     mem_grow(<void**>&kv.cur_off, old, new_cap, sizeof(tok_t))
     mem_grow(<void**>&kv.free_slots, old, new_cap, sizeof(slot_t))
     for i in range(kv.n_groups):
         g = &kv.groups[i]
-        mem_grow(<void**>&g.tables, <size_t>old * g.table_row, <size_t>new_cap * g.table_row, sizeof(block_id_t))
+        mem_resize(<void**>&g.tables, <size_t>new_cap * g.table_row, sizeof(block_id_t))
         mem_grow(<void**>&g.table_len, old, new_cap, sizeof(int32_t))
         mem_grow(<void**>&g.num_cached, old, new_cap, sizeof(int32_t))
         mem_grow(<void**>&g.partial_idx, old, new_cap, sizeof(int32_t))
@@ -725,7 +727,7 @@ cdef int kv_node_hashes(KVCacheC* kv, int32_t n_nodes, const int32_t* longest) e
     mem_grow(<void**>&kv.node_hash_n, 0, n_nodes, sizeof(int32_t))
     for i in range(n_nodes):
         kv.node_hash_base[i + 1] = kv.node_hash_base[i] + longest[i] // kv.hash_block_size + 2
-    mem_grow(<void**>&kv.node_hash, 0, kv.node_hash_base[n_nodes], sizeof(hash_t))
+    mem_resize(<void**>&kv.node_hash, kv.node_hash_base[n_nodes], sizeof(hash_t))  # read below node_hash_n only
     return 0
 
 
