@@ -600,3 +600,7 @@ cdef int _off_park(SchedC* s, req_t ri) except -1 nogil:
     o.parked[o.n_parked] = ri
     o.n_parked += 1
     return 0
+
+
+# The CPU tier's LRU policy (vLLM's cpu/policies/lru.py), in the same module.
+include "offload_lru.pxi"

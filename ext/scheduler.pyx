@@ -406,7 +406,6 @@ cdef int sched_schedule(SchedC* s, BatchC* b) except -1 nogil:
 include "waiting_pass.pxi"
 # KV offload behind the GPU cache, and its waiting pass: compiled into this module.
 include "offload.pxi"
-include "offload_lru.pxi"
 include "offload_map.pxi"
 include "offload_worker.pxi"
 include "offload_fence.pxi"
