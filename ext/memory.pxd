@@ -23,23 +23,6 @@ cdef inline void* mem_calloc(size_t n, size_t item) except NULL nogil:
     return p
 
 
-cdef inline int mem_grow(void** p, size_t old_n, size_t new_n, size_t item) except -1 nogil:
-    """Resize ``p[0]`` from ``old_n`` to ``new_n`` items; items past ``old_n`` are zeroed.
-
-    ``p[0]`` is left untouched when the allocation fails.
-    """
-    cdef void* q
-    if new_n > (<size_t>-1) // item:
-        _raise_no_memory(new_n, item)
-    q = PyMem_RawRealloc(p[0], new_n * item if new_n > 0 else item)
-    if q == NULL:
-        _raise_no_memory(new_n, item)
-    if new_n > old_n:
-        memset(<char*>q + old_n * item, 0, (new_n - old_n) * item)
-    p[0] = q
-    return 0
-
-
 cdef inline int mem_resize(void** p, size_t new_n, size_t item) except -1 nogil:
     """Resize ``p[0]`` to ``new_n`` items, items past the old size left unwritten (for rows the
     caller writes whole before any is read: untouched memory costs no page).
@@ -53,6 +36,17 @@ cdef inline int mem_resize(void** p, size_t new_n, size_t item) except -1 nogil:
     if q == NULL:
         _raise_no_memory(new_n, item)
     p[0] = q
+    return 0
+
+
+cdef inline int mem_grow(void** p, size_t old_n, size_t new_n, size_t item) except -1 nogil:
+    """Resize ``p[0]`` from ``old_n`` to ``new_n`` items; items past ``old_n`` are zeroed.
+
+    ``p[0]`` is left untouched when the allocation fails.
+    """
+    mem_resize(p, new_n, item)
+    if new_n > old_n:
+        memset(<char*>p[0] + old_n * item, 0, (new_n - old_n) * item)
     return 0
 
 

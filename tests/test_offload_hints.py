@@ -11,7 +11,6 @@ asserts the step table, the request table, the summary and the decision log iden
 """
 
 import json
-import random
 
 import hypothesis.strategies as st
 import pytest
@@ -23,6 +22,7 @@ from aisim.replay import replay
 
 from helpers import drawn_rows, ipc_bytes, make_trace
 from test_macro_steps import _log
+from test_offload_lru import _churn
 
 
 def _both_ways(trace, eng):
@@ -48,20 +48,6 @@ def _engine(blocks, asynchronous=False, **offload):
         "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 0.0001}, "kv_offload": offload})
 
 
-def _churn(seed):
-    # 160 requests, two a step, over six shared prefixes of up to 11 blocks.
-    rnd = random.Random(seed)
-    reqs = []
-    for k in range(160):
-        shared_len = 16 * rnd.randrange(0, 12)
-        prompt = shared_len + rnd.randrange(1, 120)
-        segs = [(f"p{rnd.randrange(6)}", 0, shared_len)] if shared_len else []
-        segs.append((f"own{k}", shared_len, prompt - shared_len))
-        reqs.append({"id": f"r{k:03d}", "at": k // 2, "prompt": prompt, "max_tokens": rnd.randrange(1, 40),
-                     "segments": segs})
-    return make_trace(reqs)
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("asynchronous", [False, True])
 @pytest.mark.parametrize("offload", [
@@ -72,7 +58,8 @@ def _churn(seed):
 def test_churn_identical_both_ways(seed, asynchronous, offload):
     # A GPU pool of 30 blocks that preempts and a tier that evicts in most steps: the chunks a
     # request saw are evicted and their chunks reused for other keys before it finishes.
-    got = _both_ways(_churn(seed), _engine(30, asynchronous, **offload))
+    # The churn trace of test_offload_lru: 160 requests, two a step, over six shared prefixes.
+    got = _both_ways(make_trace(_churn(seed)), _engine(30, asynchronous, **offload))
     off = got.summary["kv_offload"]
     assert off["cpu_evicted_chunks"] > 200 and off["loads"] > 10
 
