@@ -129,3 +129,23 @@ def oracle_hash_id_trace(path):
             requests.append({"id": o["request_id"], "prompt": n, "max_tokens": o["max_tokens"],
                              "at": o["arrival_step"], "segments": segs})
     return make_trace(requests)
+
+
+def offload_requests(max_prompt, max_shared, max_size):
+    """A hypothesis strategy of drawn requests (for :func:`drawn_rows`) sharing one of three prefixes:
+    the random traces the KV offload tier's properties replay."""
+    import hypothesis.strategies as st
+
+    return st.lists(st.fixed_dictionaries({
+        "prompt": st.integers(1, max_prompt), "max_tokens": st.integers(1, 50), "at": st.integers(0, 60),
+        "shared": st.integers(0, max_shared), "prefix": st.integers(0, 2),
+    }), min_size=1, max_size=max_size)
+
+
+def offload_engine_dict(blocks, seqs, budget, asynchronous, offload):
+    """A small 0.34.0 engine (16-token blocks, 160 tokens a request, a linear time model) with the
+    ``kv_offload`` section ``offload``: the engines of the offload tier's properties."""
+    return {"num_gpu_blocks": blocks, "block_size": 16, "max_model_len": 160, "max_num_seqs": seqs,
+            "max_num_batched_tokens": budget, "startup_check": False, "vllm_version": "0.34.0",
+            "kv_cache_groups": [{"type": "full"}], "async_scheduling": asynchronous,
+            "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 0.0001}, "kv_offload": offload}

@@ -20,7 +20,7 @@ from aisim._core import scheduler
 from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 
-from helpers import drawn_rows, ipc_bytes, make_trace
+from helpers import drawn_rows, ipc_bytes, make_trace, offload_engine_dict, offload_requests
 from test_macro_steps import _log
 from test_offload_lru import _churn
 
@@ -64,16 +64,7 @@ def test_churn_identical_both_ways(seed, asynchronous, offload):
     assert off["cpu_evicted_chunks"] > 200 and off["loads"] > 10
 
 
-requests = st.lists(
-    st.fixed_dictionaries({
-        "prompt": st.integers(1, 150),
-        "max_tokens": st.integers(1, 50),
-        "at": st.integers(0, 60),
-        "shared": st.integers(0, 140),
-        "prefix": st.integers(0, 2),
-    }),
-    min_size=1, max_size=14,
-)
+requests = offload_requests(max_prompt=150, max_shared=140, max_size=14)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -85,13 +76,9 @@ def test_random_traces_identical_both_ways(reqs, blocks, cpu, seqs, budget, asyn
                                            per_chunk, delays):
     # A GPU pool that churns (8-40 blocks of 16 tokens), a CPU tier of 2-16 chunks (1 or 2 blocks each),
     # loads held in flight up to three steps while stores evict, with or without the disk tier.
-    kw = {"num_gpu_blocks": blocks, "block_size": 16, "max_model_len": 160, "max_num_seqs": seqs,
-          "max_num_batched_tokens": budget, "startup_check": False, "vllm_version": "0.34.0",
-          "kv_cache_groups": [{"type": "full"}], "async_scheduling": asynchronous,
-          "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 0.0001},
-          "kv_offload": {"cpu_blocks": cpu, "blocks_per_chunk": per_chunk, "disk_tier": disk,
-                         "load_delay_steps": delays[0], "store_delay_steps": delays[1],
-                         "extra": {"offload_prompt_only": prompt_only}}}
+    kw = offload_engine_dict(blocks, seqs, budget, asynchronous, {
+        "cpu_blocks": cpu, "blocks_per_chunk": per_chunk, "disk_tier": disk, "load_delay_steps": delays[0],
+        "store_delay_steps": delays[1], "extra": {"offload_prompt_only": prompt_only}})
     try:
         eng = engine_config_from_dict(kw)
     except Exception:

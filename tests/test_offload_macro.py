@@ -16,7 +16,7 @@ from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 from aisim.traces.synth import synth_trace
 
-from helpers import drawn_rows, make_trace
+from helpers import drawn_rows, make_trace, offload_engine_dict, offload_requests
 from test_macro_steps import _deploy_both_ways, _macro_counts, _same_both_ways
 
 
@@ -95,16 +95,7 @@ def test_a_load_issued_inside_a_stretch():
     assert _macro_counts(make_trace(reqs), eng) == {"stretches": 2, "steps": 7 + 21}
 
 
-requests = st.lists(
-    st.fixed_dictionaries({
-        "prompt": st.integers(1, 120),
-        "max_tokens": st.integers(1, 50),
-        "at": st.integers(0, 60),
-        "shared": st.integers(0, 100),
-        "prefix": st.integers(0, 2),
-    }),
-    min_size=1, max_size=12,
-)
+requests = offload_requests(max_prompt=120, max_shared=100, max_size=12)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,10 +113,7 @@ def test_random_traces_with_a_tier_identical_both_ways(reqs, blocks, cpu, seqs, 
            "extra": {"offload_prompt_only": prompt_only}}
     if link:
         off.update(pcie_gen=5, kv_bytes_per_block=64 << 20)
-    kw = {"num_gpu_blocks": blocks, "block_size": 16, "max_model_len": 160, "max_num_seqs": seqs,
-          "max_num_batched_tokens": budget, "startup_check": False, "vllm_version": "0.34.0",
-          "kv_cache_groups": [{"type": "full"}], "async_scheduling": asynchronous,
-          "time_model": {"kind": "linear", "base_s": 0.01, "per_token_s": 0.0001}, "kv_offload": off}
+    kw = offload_engine_dict(blocks, seqs, budget, asynchronous, off)
     try:
         eng = engine_config_from_dict(kw)
     except Exception:
