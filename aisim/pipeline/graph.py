@@ -44,17 +44,17 @@ _POLL_S = 0.5  # progress granularity; polling costs the driver CPU that workers
 
 
 @contextlib.contextmanager
-def _cluster_start_signals():
+def _cluster_signals():
     # Ctrl-C reaches every process of the terminal's group; a worker process
     # still importing when it arrives prints a KeyboardInterrupt traceback.
     # Processes started while SIGINT is ignored keep ignoring it (the
     # disposition survives exec), so only this process sees a Ctrl-C (one
     # line, exit 130) and closing the cluster stops the workers.  The price: a
     # Ctrl-C during the cluster's start or stop (seconds) is ignored too.
-    # SIGTERM waits for the start to end: a LocalCluster interrupted half
-    # built cannot be closed (Dask's exit hook then fails on workers still
-    # starting, with a traceback), one that exists can; the command's own
-    # handler runs once the block ends.
+    # SIGTERM waits for the start (or the stop) to end: a LocalCluster
+    # interrupted half built cannot be closed (Dask's exit hook then fails on
+    # workers still starting, with a traceback), one that exists can; the
+    # command's own handler runs once the block ends.
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -269,7 +269,7 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
         n = workers or default_workers()
         own = True
         try:
-            with _cluster_start_signals():
+            with _cluster_signals():
                 # CRITICAL: a worker's heartbeat that meets the closing scheduler logs a traceback at
                 # ERROR; a task's own failure reaches the driver through its future and is reported there.
                 cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
@@ -327,7 +327,7 @@ def _execute_distributed(plan, shards, stats, names, on_event, scheduler, worker
         return results[:n_shards], results[n_shards:], {"scheduler": label, "workers": used, "startup_s": startup}
     finally:
         # A second Ctrl-C while the workers stop would only interrupt the stopping.
-        with _cluster_start_signals():
+        with _cluster_signals():
             if own:
                 client.close()
             if cluster is not None:
