@@ -4,7 +4,8 @@
   right (the oracle recorder's formula);
 * roofline: the step's operators each at their own roofline
   (``aisim/perf/roofline.py`` states the model): every GEMM kind ``max(tiles in
-  waves x tile FLOPs / rate, (weights + activations) / bandwidth)`` times the
+  waves x tile FLOPs / rate, (weights + activations) / bandwidth)`` (a block-FP8
+  product on Hopper: or its waves' walk down ``K``, if longer) times the
   layers that run it, ``M`` the step's tokens padded to its CUDA graph (the LM
   head's the requests); the routed experts; attention in a prefill and a decode
   kernel; recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
@@ -173,14 +174,26 @@ cdef double _padded(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     return _smallest_holding(tm.graph_sizes, tm.n_graphs, tokens)
 
 
-cdef double _gemm_time(const TimeModelC* tm, double m, double n, double k) noexcept nogil:
-    """Seconds of one ``m x k`` by ``k x n`` product: its tiles in waves over the SMs, or its bytes."""
+cdef double _gemm_time(const TimeModelC* tm, double m, double n, double k, double walk,
+                       double factor) noexcept nogil:
+    """Seconds of one ``m x k`` by ``k x n`` product: its tiles in waves over the SMs, or its bytes,
+    or (``walk > 0``: vLLM's block-FP8 kernel, aisim/perf/block_fp8.py) each wave's walk down ``k``."""
     cdef double tiles = ceil(m / tm.tile) * ceil(n / tm.tile)
+    cdef double waves = ceil(tiles / tm.sms)
+    cdef double t
     if tiles > tm.sms:
-        tiles = ceil(tiles / tm.sms) * tm.sms   # whole waves once the grid exceeds the GPU
+        tiles = waves * tm.sms   # whole waves once the grid exceeds the GPU
     cdef double compute = tiles * 2.0 * tm.tile * tm.tile * k / tm.flops_rate
     cdef double memory = (n * k * tm.weight_elt + m * (k + n) * tm.act_bytes) / tm.bytes_rate
-    return compute if compute > memory else memory
+    if compute < memory:
+        compute = memory
+    if walk > 0.0:
+        # cutlass_gemm_blockwise_sm90_fp8_dispatch: a grid under one wave, under Stream-K, splits its depth
+        # over idle SMs (factor < 1); otherwise every wave's tiles walk the whole depth.
+        t = walk * factor if tiles < tm.sms else waves * walk
+        if t > compute:
+            return t
+    return compute
 
 
 cdef inline double _bound(double flops, double rate, double bytes_, double bw) noexcept nogil:
@@ -197,7 +210,8 @@ cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     cdef double p_flops = 0.0, p_bytes = 0.0, d_flops = 0.0, d_bytes = 0.0
     cdef const double* af
     for g in range(tm.n_gemms):
-        gpu += tm.gemm_count[g] * _gemm_time(tm, reqs if tm.gemm_per_req[g] else m, tm.gemm_n[g], tm.gemm_k[g])
+        gpu += tm.gemm_count[g] * _gemm_time(tm, reqs if tm.gemm_per_req[g] else m, tm.gemm_n[g], tm.gemm_k[g],
+                                             tm.gemm_walk_s[g], tm.gemm_walk_factor[g])
     if tm.moe_experts > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
         # E (1 - (1 - k/E)^T) distinct ones on average (the step's own tokens: a CUDA graph's padding
@@ -259,7 +273,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
     ``tm``; returns the arrays its pointers borrow, which the caller keeps alive."""
     cdef const double[::1] af, afp, kb, xs, ys, lat
     cdef const tok_t[::1] win, gs, dgs
-    cdef const double[::1] gn, gk, gc
+    cdef const double[::1] gn, gk, gc, gw, gf
     cdef const int32_t[::1] gr
     tm.kind = m["kind"]
     keep = []
@@ -272,9 +286,11 @@ cdef list tm_load(TimeModelC* tm, dict m):
         gk = np.ascontiguousarray(m["gemm_k"], dtype=np.float64)
         gc = np.ascontiguousarray(m["gemm_count"], dtype=np.float64)
         gr = np.ascontiguousarray(m["gemm_per_req"], dtype=np.int32)
+        gw = np.ascontiguousarray(m["gemm_walk_s"], dtype=np.float64)
+        gf = np.ascontiguousarray(m["gemm_walk_factor"], dtype=np.float64)
         gs = np.ascontiguousarray(m["graph_sizes"], dtype=np.int64)
         dgs = np.ascontiguousarray(m["decode_graph_sizes"], dtype=np.int64)
-        keep += [af, afp, kb, win, gn, gk, gc, gr, gs, dgs]
+        keep += [af, afp, kb, win, gn, gk, gc, gr, gw, gf, gs, dgs]
         tm.n_terms = <int32_t>af.shape[0]
         tm.attn_flops = <double*>&af[0] if af.shape[0] else NULL
         tm.attn_flops_prefill = <double*>&afp[0] if afp.shape[0] else NULL
@@ -289,6 +305,8 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.gemm_k = <double*>&gk[0] if gk.shape[0] else NULL
         tm.gemm_count = <double*>&gc[0] if gc.shape[0] else NULL
         tm.gemm_per_req = <int32_t*>&gr[0] if gr.shape[0] else NULL
+        tm.gemm_walk_s = <double*>&gw[0] if gw.shape[0] else NULL
+        tm.gemm_walk_factor = <double*>&gf[0] if gf.shape[0] else NULL
         tm.n_graphs = <int32_t>gs.shape[0]
         tm.graph_sizes = <tok_t*>&gs[0] if gs.shape[0] else NULL
         tm.n_decode_graphs = <int32_t>dgs.shape[0]

@@ -89,7 +89,8 @@ _CONFIGS = {
         "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
         "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
         "first_k_dense_replace": 3, "moe_layer_freq": 1, "vocab_size": 129280, "tie_word_embeddings": False,
-        "quantization_config": {"quant_method": "fp8"}, "max_position_embeddings": 163840,
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+        "max_position_embeddings": 163840,
         "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096}}),
     "gemma-3-27b": ("gemma-3-27b", {  # google/gemma-3-27b-it: five 1,024-token window layers per global one
         "architectures": ["Gemma3ForConditionalGeneration"], "text_config": {

@@ -22,7 +22,8 @@ A ``layer_types`` list, when present, names each layer's mixer and wins over the
 above.  Parameter counts follow vLLM's layers: gated MLPs of three matrices, one router
 per MoE layer and MLA's ``q_a``/``kv_a`` projections held whole by every tensor-parallel
 rank (``ReplicatedLinear``), everything else split.  Norms and biases are left out.
-Weights are BF16 unless ``quantization_config.quant_method`` is ``fp8``.  The context
+Weights are BF16 unless ``quantization_config.quant_method`` is ``fp8`` (in square blocks of
+``weight_block_size`` when given).  The context
 length is the ``max_model_len`` vLLM derives when none is given (length fields and RoPE
 scaling, :func:`_context_length`).  Anything else is refused with an error naming the field.
 """
@@ -103,6 +104,17 @@ def _weights_dtype(cfg: dict, f: _Fields) -> str:
         raise f.error("quantization_config.quant_method", f"must be fp8 (the only quantization modelled), "
                                                           f"got {method!r}")
     return "fp8"
+
+
+def _weight_block(cfg: dict, f: _Fields) -> int:
+    """The side of the square blocks of ``quantization_config.weight_block_size``; 0 without one."""
+    block = (cfg.get("quantization_config") or {}).get("weight_block_size")
+    if block is None:
+        return 0
+    if (not isinstance(block, list) or len(block) != 2 or block[0] != block[1]
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in block)):
+        raise f.error("quantization_config.weight_block_size", f"must be two equal positive integers, got {block!r}")
+    return block[0]
 
 
 def _mixers(cfg: dict, f: _Fields, arch: str, n: int) -> list:
@@ -408,7 +420,7 @@ def parse_hf_config(raw: dict, source: str, name: str | None = None) -> ModelSpe
     return ModelSpec(label, params=total, weight_bytes=DTYPE_BYTES[dtype], layers=tuple(layers), hidden_size=hidden,
                      num_heads=heads, active_params=active, vocab_size=vocab, tie_word_embeddings=tied,
                      dense_params=dense, replicated_params=whole, moe_layers=moe_layers, num_experts=experts,
-                     experts_per_token=top_k, expert_params=expert, dtype=dtype,
+                     experts_per_token=top_k, expert_params=expert, dtype=dtype, weight_block=_weight_block(raw, top),
                      context_len=context_len, context_key=context_key, gemms=tuple(gemms))
 
 

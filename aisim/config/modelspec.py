@@ -155,6 +155,9 @@ class ModelSpec:
         Parameters of one routed expert in one layer.
     dtype : str
         The checkpoint's weights: ``bf16`` or ``fp8``.
+    weight_block : int
+        The side of the square blocks an FP8 checkpoint's weights are scaled in
+        (``quantization_config.weight_block_size``: 128 for DeepSeek-V3/R1); 0 for none.
     context_len : int
         The longest sequence vLLM derives from the config (its default ``max_model_len``);
         0 when the spec has no config to derive it from.
@@ -181,6 +184,7 @@ class ModelSpec:
     experts_per_token: int = 0
     expert_params: float = 0.0
     dtype: str = "bf16"
+    weight_block: int = 0
     context_len: int = 0
     context_key: str = ""
     gemms: tuple = field(default_factory=tuple)

@@ -20,7 +20,10 @@ on its share) costs
   achievable matmul rate of the weights' dtype x ``compute_efficiency``; memory is the weight
   (``n k`` x its dtype's bytes) plus the activations in and out (``M (k + n)`` x
   :data:`ACT_BYTES`) over peak bandwidth x ``bandwidth_efficiency``.  A decode step is
-  thus bound by reading the weights, a large prefill chunk by its FLOPs.
+  thus bound by reading the weights, a large prefill chunk by its FLOPs.  A checkpoint of
+  128 x 128 FP8 blocks on Hopper runs its products in vLLM's block-FP8 kernel, whose tiles walk
+  the whole depth ``k`` at a pace measured from its published runs: each GEMM takes that walk
+  when longer (:mod:`aisim.perf.block_fp8`; a decode step of DeepSeek-R1 is bound by it).
 * **routed experts**: ``2 x k x 3 x hidden x N`` FLOPs per token (``k`` experts picked) at the
   share of the achievable rate vLLM's fused-MoE kernel reaches for its ``N`` columns
   (:func:`aisim.perf.moe_kernel.expert_kernel`), against reading the experts the step touches
@@ -78,6 +81,7 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
+from aisim.perf.block_fp8 import gemm_walks
 from aisim.perf.moe_kernel import expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
@@ -222,10 +226,12 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
     share = kernel.share if kernel is not None else tm.compute_efficiency
     read_share = kernel.read_share if kernel is not None else tm.bandwidth_efficiency
     g = t["gemms"]
+    walks = gemm_walks(model, gpu, tm.tp, dtype) if model.gemms else [(0.0, 1.0)] * len(g)
     return {
         "kind": TIME_MODEL_KINDS["roofline"],
         "gemm_n": [x[1] for x in g], "gemm_k": [x[2] for x in g], "gemm_count": [float(x[3]) for x in g],
         "gemm_per_req": [int(x[4] == "requests") for x in g],
+        "gemm_walk_s": [w[0] for w in walks], "gemm_walk_factor": [w[1] for w in walks],
         "sms": float(gpu.sms or 1), "tile": float(TILE), "act_bytes": float(ACT_BYTES),
         "weight_elt": float(DTYPE_BYTES[dtype]),
         "attn_flops": t["attn_flops"],

@@ -1,0 +1,146 @@
+"""The dense products of a block-FP8 checkpoint on Hopper, at the pace of vLLM's CUTLASS kernel.
+
+A checkpoint whose FP8 weights carry one scale per 128 x 128 block (``quantization_config.
+weight_block_size``, DeepSeek-V3/R1) runs its dense linear layers in vLLM's block-FP8 GEMM
+(``apply_w8a8_block_fp8_linear``, ``vllm/model_executor/layers/quantization/utils/fp8_utils.py``:
+the activations quantized per token and 128-wide group, then ``cutlass_scaled_mm`` when ``N``
+and ``K`` are multiples of 128, the Triton ``w8a8_block_fp8_matmul`` otherwise).  On Hopper the
+CUTLASS kernel (``cutlass_gemm_blockwise_sm90_fp8_dispatch``,
+``csrc/quantization/cutlass_w8a8/c3x/scaled_mm_blockwise_sm90_fp8_dispatch.cuh``, 2025) cuts the
+output into 128 x 128 tiles, each walking the whole depth ``K`` in 128-deep blocks with a scale a
+block, the tiles of the grid in waves over the SMs: the persistent scheduler when ``K <= 3 N``,
+else the Stream-K scheduler, which splits the depth of a small grid over idle SMs.
+
+At a decode-sized batch one row of tiles covers every token, and the kernel takes far longer
+than its weights' bytes: a tile's walk down ``K`` is bound by each block's latency, not by the
+GPU's bandwidth.  The published runs of the kernel at 64 rows (SGLang's
+``benchmark/bench_fp8_blockwise_gemm.py``, whose ``vllm`` column calls vLLM's
+``cutlass_scaled_mm``; the GPU is not named, a Hopper one: DeepGEMM reaches 1.3 PFLOP/s FP8
+beside them) lie on one line in the blocks walked: :data:`WALK_FIXED_S` plus
+:data:`WALK_PER_BLOCK_S` a 128-deep block (the least-squares line through the persistent
+scheduler's runs, :data:`PERSISTENT_RUNS`, all of one wave).  A grid of ``w`` waves takes ``w``
+times the line (:func:`walk_seconds`); under Stream-K a grid smaller than one wave takes
+:data:`STREAM_K_FACTOR` of it, the geometric mean of the published Stream-K runs
+(:data:`STREAM_K_RUNS`) over the line.  The roofline takes the longer of that walk and its own
+price of the product (its tiles' FLOPs, its bytes), for every product the kernel runs on a Hopper
+GPU (:func:`gemm_walks`): not the MoE router (``ReplicatedLinear`` without quantization in
+``DeepseekV2MoE``), the LM head (unquantized) nor ``kv_b`` (its decode form multiplies the
+absorbed weights in BF16: ``MLACommonImpl.process_weights_after_loading``, ``W_UK_T`` and
+``W_UV`` with ``torch.bmm``).  The Triton kernel of a product whose ``N`` is no multiple of 128
+(MLA's ``kv_a``, 576 columns) walks ``K`` the same way, a tile a program, without a split: it
+takes the persistent line (SGLang pull request 3893 timed vLLM's Triton kernel at ``N`` 576 x
+``K`` 7,168 on an H200 at 47.3 us for 64 rows; the line gives 43.1).  The activations'
+quantization kernels before each product are not priced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+# Output tile of the kernel (rows, columns) and its depth step: TileShape 128 x 128 x 128, one weight scale
+# a 128 x 128 block.
+TILE = 128
+# The products vLLM runs outside the block-FP8 kernel (see the module's docstring).
+UNQUANTIZED = ("router", "lm_head", "kv_b")
+
+
+class GemmRun(NamedTuple):
+    """One published timing of vLLM's CUTLASS block-FP8 GEMM: ``us`` microseconds for ``m`` x ``k`` by ``k`` x ``n``."""
+
+    source: str
+    n: int
+    k: int
+    m: int
+    us: float
+
+    @property
+    def blocks(self) -> float:
+        """128-deep blocks each tile walks."""
+        return self.k / TILE
+
+
+_PR5207 = "SGLang pull request 5207 (2025-04-09), vllm column"
+_PR5820 = "SGLang pull request 5820 (2025-04-28, main), vllm column"
+# Runs of the persistent scheduler (K <= 3 N) at 64 rows, every grid within one wave of a Hopper GPU's 132 SMs
+# (DeepSeek-V3's products at tensor parallelism 1-8).
+PERSISTENT_RUNS = (
+    GemmRun(_PR5207, 7168, 4096, 64, 30.912),
+    GemmRun(_PR5207, 4608, 7168, 64, 45.696),
+    GemmRun(_PR5207, 7168, 16384, 64, 91.040),
+    GemmRun(_PR5207, 7168, 18432, 64, 100.704),
+    GemmRun(_PR5820, 3072, 1536, 64, 14.592),
+    GemmRun(_PR5820, 7168, 2304, 64, 18.720),
+    GemmRun(_PR5820, 7168, 16384, 64, 76.448),
+)
+# Runs of the Stream-K scheduler (K > 3 N) at 64 rows.
+STREAM_K_RUNS = (
+    GemmRun(_PR5207, 2048, 7168, 64, 27.776),
+    GemmRun(_PR5820, 512, 7168, 64, 20.864),
+)
+
+
+def _line(runs) -> tuple[float, float]:
+    """Least squares of seconds on blocks walked: ``(fixed, per block)``."""
+    xs = [r.blocks for r in runs]
+    ys = [r.us * 1e-6 for r in runs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+WALK_FIXED_S, WALK_PER_BLOCK_S = _line(PERSISTENT_RUNS)
+
+
+def walk_seconds(k: float) -> float:
+    """Seconds one wave of tiles takes to walk depth ``k`` (the persistent scheduler's line)."""
+    return WALK_FIXED_S + WALK_PER_BLOCK_S * k / TILE
+
+
+def cutlass(n: float, k: float) -> bool:
+    """Whether vLLM runs an ``n`` x ``k`` weight in the CUTLASS kernel (``N`` and ``K`` multiples of 128:
+    ``apply_w8a8_block_fp8_linear``'s ``shape_supported_by_cutlass``), else in Triton."""
+    return n % TILE == 0 and k % TILE == 0
+
+
+def stream_k(n: float, k: float) -> bool:
+    """Whether the CUTLASS kernel takes the Stream-K scheduler for an ``n`` x ``k`` weight (``K > 3 N``)."""
+    return cutlass(n, k) and k > 3.0 * n
+
+
+def _stream_k_factor(runs) -> float:
+    logs = [math.log(r.us * 1e-6 / walk_seconds(r.k)) for r in runs]
+    return math.exp(sum(logs) / len(logs))
+
+
+STREAM_K_FACTOR = _stream_k_factor(STREAM_K_RUNS)
+
+
+def applies(model, gpu, dtype: str) -> bool:
+    """Whether ``model``'s dense products run in the block-FP8 kernel on ``gpu`` with ``dtype`` weights:
+    a checkpoint of 128 x 128 FP8 blocks served in FP8 on a Hopper GPU (compute capability 9, the runs')."""
+    return model.weight_block == TILE and dtype == "fp8" and gpu.capability == 9
+
+
+def gemm_walks(model, gpu, tp: int, dtype: str) -> list[tuple[float, float]]:
+    """``(walk seconds a wave, Stream-K factor)`` of each of ``model.gemms`` on one of ``tp`` GPUs.
+
+    ``(0, 1)`` for a product the kernel does not run (then the roofline alone prices it).
+    """
+    on = applies(model, gpu, dtype)
+    out = []
+    for g in model.gemms:
+        if not on or g.name in UNQUANTIZED:
+            out.append((0.0, 1.0))
+            continue
+        n, k = g.shape(tp)
+        out.append((walk_seconds(k), STREAM_K_FACTOR if stream_k(n, k) else 1.0))
+    return out
+
+
+def gemm_seconds(m: float, n: float, k: float, sms: float, walk: float, factor: float) -> float:
+    """Seconds of the kernel's walk for ``m`` rows (the core's rule, for inspection and tests)."""
+    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
+    if tiles < sms:
+        return walk * factor
+    return math.ceil(tiles / sms) * walk
