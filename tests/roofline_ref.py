@@ -1,7 +1,7 @@
 """A slow reference of the roofline step time (aisim/perf/roofline.py states the model), for tests only.
 
 Written from the model's statement, not from the core: each GEMM of the model's ``gemms`` at the
-roofline of its shape (tiles in waves over the SMs, or its bytes), the routed experts, attention
+roofline of its shape (tiles in waves over the SMs, or its bytes, or the block-FP8 kernel's walk), the routed experts, attention
 in a prefill and a decode kernel, the sampler, the all-reduces, then the CPU's time added (or
 overlapped under async scheduling).  The pieces it reads from ``roofline_terms`` (attention FLOPs
 a pair, KV bytes a token, experts' bytes) are pinned by hand counts in the tests.
@@ -11,17 +11,21 @@ import math
 
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.versions import release
+from aisim.perf.block_fp8 import gemm_walks
 from aisim.perf.graphs import graph_sizes, step_graph
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.perf.roofline import roofline_terms
 
 
-def gemm_s(m, n, k, sms, flops_rate, bytes_rate, weight_bytes, tile=128, act=2):
-    """One GEMM: its 128 x 128 tiles in whole waves (once there are more than SMs), or its bytes."""
+def gemm_s(m, n, k, sms, flops_rate, bytes_rate, weight_bytes, tile=128, act=2, walk=0.0, factor=1.0):
+    """One GEMM: its 128 x 128 tiles in whole waves (once there are more than SMs), or its bytes; with
+    ``walk`` (vLLM's block-FP8 kernel) or each wave's walk down ``k``, a grid under one wave at ``factor`` of it."""
     tiles = math.ceil(m / tile) * math.ceil(n / tile)
+    walked = walk * factor if tiles < sms else math.ceil(tiles / sms) * walk
     if tiles > sms:
         tiles = math.ceil(tiles / sms) * sms
-    return max(tiles * 2 * tile * tile * k / flops_rate, (n * k * weight_bytes + m * (k + n) * act) / bytes_rate)
+    return max(tiles * 2 * tile * tile * k / flops_rate, (n * k * weight_bytes + m * (k + n) * act) / bytes_rate,
+               walked)
 
 
 def pairs(n, c, w=0):
@@ -47,8 +51,9 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
     sizes = graph_sizes(release(version).cudagraph_rule, max_num_seqs, max_num_batched_tokens, g.capability)
     m = step_graph(tokens, all(n == 1 and dec and c > n for n, c, dec in batch), sizes)
     gpu_s = tm.get("layer_overhead_s", 0.0) * spec.num_layers
-    for _, n, k, count, rows in t["gemms"]:
-        gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb)
+    for (_, n, k, count, rows), (walk, factor) in zip(t["gemms"], gemm_walks(spec, g, tp, dtype)):
+        gpu_s += count * gemm_s(reqs if rows == "requests" else m, n, k, g.sms, matmul, bw, wb, walk=walk,
+                                factor=factor)
     kernel = expert_kernel(spec, tp, g, dtype)
     if kernel is not None:
         # the step's own tokens spread over the experts; a graph's padding rows are alike; the kernel reads
