@@ -188,9 +188,9 @@ cdef double _gemm_time(const TimeModelC* tm, double m, double n, double k, doubl
     if compute < memory:
         compute = memory
     if walk > 0.0:
-        # cutlass_gemm_blockwise_sm90_fp8_dispatch: a grid under one wave, under Stream-K, splits its depth
-        # over idle SMs (factor < 1); otherwise every wave's tiles walk the whole depth.
-        t = walk * factor if tiles < tm.sms else waves * walk
+        # cutlass_gemm_blockwise_sm90_fp8_dispatch: a persistent kernel set up once, each wave of tiles walking
+        # the whole depth; a grid under one wave, under Stream-K, splits its depth over idle SMs (factor < 1).
+        t = (tm.walk_fixed_s + walk) * factor if tiles < tm.sms else tm.walk_fixed_s + waves * walk
         if t > compute:
             return t
     return compute
@@ -313,6 +313,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.decode_graph_sizes = <tok_t*>&dgs[0] if dgs.shape[0] else NULL
         tm.decode_q = m["decode_q"]
         tm.sms = m["sms"]
+        tm.walk_fixed_s = m["walk_fixed_s"]
         tm.tile = m["tile"]
         tm.act_bytes = m["act_bytes"]
         tm.weight_elt = m["weight_elt"]

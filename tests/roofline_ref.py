@@ -11,7 +11,7 @@ import math
 
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.versions import release
-from aisim.perf.block_fp8 import gemm_walks
+from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks
 from aisim.perf.graphs import graph_sizes, step_graph
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.perf.roofline import roofline_terms
@@ -19,9 +19,11 @@ from aisim.perf.roofline import roofline_terms
 
 def gemm_s(m, n, k, sms, flops_rate, bytes_rate, weight_bytes, tile=128, act=2, walk=0.0, factor=1.0):
     """One GEMM: its 128 x 128 tiles in whole waves (once there are more than SMs), or its bytes; with
-    ``walk`` (vLLM's block-FP8 kernel) or each wave's walk down ``k``, a grid under one wave at ``factor`` of it."""
+    ``walk`` (vLLM's block-FP8 kernel) or its fixed part and each wave's walk down ``k``, a grid under one wave
+    at ``factor`` of that."""
     tiles = math.ceil(m / tile) * math.ceil(n / tile)
-    walked = walk * factor if tiles < sms else math.ceil(tiles / sms) * walk
+    walked = (WALK_FIXED_S + walk) * factor if tiles < sms else WALK_FIXED_S + math.ceil(tiles / sms) * walk
+    walked = walked if walk else 0.0
     if tiles > sms:
         tiles = math.ceil(tiles / sms) * sms
     return max(tiles * 2 * tile * tile * k / flops_rate, (n * k * weight_bytes + m * (k + n) * act) / bytes_rate,

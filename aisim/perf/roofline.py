@@ -81,7 +81,7 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
-from aisim.perf.block_fp8 import gemm_walks
+from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks
 from aisim.perf.moe_kernel import expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
@@ -232,6 +232,7 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "gemm_n": [x[1] for x in g], "gemm_k": [x[2] for x in g], "gemm_count": [float(x[3]) for x in g],
         "gemm_per_req": [int(x[4] == "requests") for x in g],
         "gemm_walk_s": [w[0] for w in walks], "gemm_walk_factor": [w[1] for w in walks],
+        "walk_fixed_s": WALK_FIXED_S,
         "sms": float(gpu.sms or 1), "tile": float(TILE), "act_bytes": float(ACT_BYTES),
         "weight_elt": float(DTYPE_BYTES[dtype]),
         "attn_flops": t["attn_flops"],
