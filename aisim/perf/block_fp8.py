@@ -20,8 +20,8 @@ beside them) lie on one line in the blocks walked: :data:`WALK_FIXED_S` plus
 :data:`WALK_PER_BLOCK_S` a 128-deep block (the least-squares line through the persistent
 scheduler's runs, :data:`PERSISTENT_RUNS`, all of one wave).  The kernel is persistent: it sets
 up once and each wave of tiles walks the depth again, so a grid of ``w`` waves takes the fixed
-part once and the walk ``w`` times (:func:`gemm_seconds`; the same tables at 512-4,096 rows lie
-within 10 % of it); under Stream-K a grid smaller than one wave takes
+part once and the walk ``w`` times (:func:`gemm_seconds`; the same tables' runs of more than one
+wave lie within 10 % of it, but for the shallowest, ``K`` 512, up to 28 % under); under Stream-K a grid smaller than one wave takes
 :data:`STREAM_K_FACTOR` of the line, the geometric mean of the published Stream-K runs
 (:data:`STREAM_K_RUNS`) over the line.  The roofline takes the longer of that walk and its own
 price of the product (its tiles' FLOPs, its bytes), for every product the kernel runs on a Hopper
