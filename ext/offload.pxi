@@ -382,7 +382,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     for i in range(start, n_chunks):
         if i + OFF_AHEAD < n_chunks:
             _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
-        c = _off_find(o, _off_key(s, r, i))
+        c = _off_find_next(o, o.found[i - start - 1] if i > start else -1, _off_key(s, r, i))
         o.found[i - start] = c
         if c < 0:
             n_new += 1

@@ -25,6 +25,19 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
         i = (i + 1) & o.map_mask
 
 
+cdef inline int32_t _off_find_next(const OffloadC* o, int32_t prev, hash_t key) noexcept nogil:
+    """_off_find of ``key``, the key of the chunk position after the one whose key chunk ``prev``
+    holds (-1: not known), asking first the chunk after ``prev``: a request's chunks are stored
+    in consecutive chunks from the free stack, which eviction refills in the same order, so a run
+    another request stored is usually there.  A chunk in use holding the key is the map's answer
+    (a key is in at most one chunk; a chunk in use is in the map), as for a request's hint
+    (_off_hinted)."""
+    cdef int32_t c = prev + 1
+    if _off_hints_on and prev >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+        return c
+    return _off_find(o, key)
+
+
 cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
     # The key's bucket and the next fetched ahead of its probe (a probe or a deletion's shift
     # usually reads both): a run of probes then overlaps its memory misses.
@@ -106,11 +119,12 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     o.memo_missed = 0
     for i in range(start, tmin(start + d, end)):
         _off_prefetch(o, _off_key(s, r, i))
+    c = -1
     for i in range(start, end):
         if i + d < end:
             _off_prefetch(o, _off_key(s, r, i + d))
         key = _off_key(s, r, i)
-        c = _off_find(o, key)
+        c = _off_find_next(o, c, key)
         if c < 0:
             o.memo_missed = 1
             o.memo_miss = key
