@@ -26,6 +26,8 @@ cdef struct OffChunkC:
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
     flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
     flag_t used                  # holds its key (taken from free_chunks, not evicted since)
+    flag_t mapped                # ... and the key map has it (else its key is no other request's and
+                                 # only its own request finds it, through its hint: _off_own)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 

@@ -136,6 +136,8 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     cdef int32_t c = o.hint[at]
     if _off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
         return c
+    if i >= _off_priv_from(o, r):
+        return -1  # a private key is only where the hint names (_off_own)
     c = _off_find(o, key)
     if c >= 0:
         o.hint[at] = c
@@ -159,12 +161,16 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             o.lru[o.scratch[i]].mark = 0
         return 0
     for i in range(tmin(OFF_AHEAD, n_sel)):
-        _off_prefetch(o, o.chunks[o.scratch[i]].key)
+        if o.chunks[o.scratch[i]].mapped:
+            _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
-        if i + OFF_AHEAD < n_sel:
+        if i + OFF_AHEAD < n_sel and o.chunks[o.scratch[i + OFF_AHEAD]].mapped:
             _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
-        _off_map_del(o, o.scratch[i])
+        if ch.mapped:
+            _off_map_del(o, o.scratch[i])
+        elif ch.watch:
+            _off_memo_drop(o)  # the last lookup's scan found this chunk
         _lru_unlink(o, o.scratch[i])
         ch.used = 0  # a request's hint to it is stale from now on (_off_hinted)
         o.lru[o.scratch[i]].mark = 0
