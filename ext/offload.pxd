@@ -26,19 +26,20 @@ cdef struct OffChunkC:
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
     flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
     flag_t used                  # holds its key (taken from free_chunks, not evicted since)
-    flag_t mapped                # ... and the key map has it (else its key is no other request's and
-                                 # only its own request finds it, through its hint: _off_own)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
 
 
 cdef struct OffLinkC:
     # A node of the tier's LRU list: its neighbours and, for a chunk's node, what an eviction's walk
-    # reads of the chunk (all in one fetch).
+    # reads of the chunk (all in one fetch), its key map bucket fetched as the walk selects it.
     int32_t prev
     int32_t next
+    uint32_t tag                 # the low 32 bits of its key's mix (its home bucket's bits among them)
     flag_t evictable             # LRUCachePolicy._evictable
     flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
+    flag_t mapped                # the key map has its key (else the key is no other request's and
+                                 # only its own request finds it, through its hint: _off_own)
 
 
 cdef struct OffMapE:

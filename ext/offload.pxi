@@ -432,8 +432,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
         _lru_place(o, c, r.off_node)
-        ch.mapped = i < priv
-        if ch.mapped:
+        o.lru[c].mapped = i < priv
+        if o.lru[c].mapped:
             _off_map_put(o, ch.key, c)
         elif o.memo_on and o.memo_missed and o.memo_miss == ch.key:
             _off_memo_drop(o)  # the last lookup's scan stopped here (as _off_map_put)

@@ -154,20 +154,17 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             o.lru[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
-            __builtin_prefetch(&o.chunks[x])  # its key, for the map's deletion
+            __builtin_prefetch(&o.chunks[x])  # its flags
+            if o.lru[x].mapped:
+                __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])  # the map's deletion
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.lru[o.scratch[i]].mark = 0
         return 0
-    for i in range(tmin(OFF_AHEAD, n_sel)):
-        if o.chunks[o.scratch[i]].mapped:
-            _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
-        if i + OFF_AHEAD < n_sel and o.chunks[o.scratch[i + OFF_AHEAD]].mapped:
-            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
-        if ch.mapped:
+        if o.lru[o.scratch[i]].mapped:
             _off_map_del(o, o.scratch[i])
         elif ch.watch:
             _off_memo_drop(o)  # the last lookup's scan found this chunk

@@ -90,12 +90,13 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
         i = (i + 1) & o.map_mask
     o.map[i].chunk = chunk
     o.map[i].tag = <uint32_t>h
+    o.lru[chunk].tag = <uint32_t>h  # an eviction's walk fetches the bucket with the node
 
 
 cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     # Linear probing with backward-shift deletion: no tombstones.  An entry's home bucket is its
     # tag's low bits (at most 2^32 buckets: off_init sizes the map from an int32 count).
-    cdef int64_t i = _off_bucket(o, o.chunks[chunk].key)
+    cdef int64_t i = <int64_t>(o.lru[chunk].tag & <uint32_t>o.map_mask)
     cdef int64_t j, home
     cdef int32_t c
     while o.map[i].chunk != chunk:
