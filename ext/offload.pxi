@@ -252,17 +252,22 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     return j
 
 
-cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
+cdef inline int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
     cdef OffJobC* jb = &o.jobs[j]
-    cdef int32_t new
     if jb.n_keys == jb.keys_cap:
-        new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
-        mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
-        mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
-        jb.keys_cap = new
+        _off_job_keys_grow(jb)
     jb.keys[jb.n_keys] = key
     jb.cids[jb.n_keys] = c
     jb.n_keys += 1
+    return 0
+
+
+cdef int _off_job_keys_grow(OffJobC* jb) except -1 nogil:
+    # _off_job_key's rare growth, out of its inlined path.
+    cdef int32_t new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+    mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
+    mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
+    jb.keys_cap = new
     return 0
 
 

@@ -213,7 +213,7 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
         ch.rank_hi = o.next_rank
         ch.rank_lo = 0
         _lru_unlink(o, c)
-        _lru_place(o, c, -1)
+        _lru_after(o, o.lru[o.conf.cpu_chunks].prev, c)  # a fresh rank: the tail (_lru_place)
     if r.off_rank > 0 and r.off_node >= 0:
         # No chunk takes this request's rank any more: its anchor goes back.
         _lru_unlink(o, r.off_node)
