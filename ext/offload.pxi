@@ -192,8 +192,13 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         loading = o.memo_loading
     else:
         # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
+        for i in range(start, tmin(start + OFF_AHEAD, end)):
+            _off_prefetch(o, _off_key(s, r, i))
+        c = -1
         for i in range(start, end):
-            c = _off_find(o, _off_key(s, r, i))
+            if i + OFF_AHEAD < end:
+                _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
+            c = _off_find_next(o, c, _off_key(s, r, i))
             if c < 0:
                 # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
                 # and the scan goes on; a disk hit's promotion is a chunk being written.
