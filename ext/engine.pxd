@@ -96,12 +96,15 @@ cdef enum:
     N_OFF_REQ = 4
     N_DISK_STEP = 7            # with the disk tier too (engine_disk.pxi DISK_STEP_COLUMNS, DISK_REQ_COLUMNS)
     N_DISK_REQ = 1
+    OFF_STAGE_ROWS = 64        # offload step rows staged before they are written to their columns
 
 cdef struct OffColsC:
     # The offload columns of the step rows (engine_offload.pxi OFF_STEP_COLUMNS), one buffer of its
     # dtype each, handed over with the step columns.
     int64_t cap                # rows allocated
     void* col[N_OFF_STEP]      # column k: cap items (a row is written whole before it is read)
+    int64_t staged             # rows before this are in the columns, the rest in ``stage``
+    int64_t stage[OFF_STAGE_ROWS * N_OFF_STEP]  # the last rows, row by row (_off_row)
 
 cdef struct StepColsC:
     # One row per logged engine iteration; every column grown geometrically.

@@ -64,7 +64,7 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     """The offload columns of step row ``row`` and, when recorded, its events, from the records the
     connector kept since this step's schedule()."""
     cdef OffloadC* o = &e.off
-    cdef int64_t v[N_OFF_STEP]
+    cdef int64_t* v
     cdef int64_t line = e.steps_taken + row
     cdef int64_t new
     cdef int32_t i, k
@@ -77,6 +77,7 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
         for k in range(N_OFF_STEP):
             mem_resize(&e.off_cols.col[k], new, OFF_ITEM[k])
         e.off_cols.cap = new
+    v = &e.off_cols.stage[(row - e.off_cols.staged) * N_OFF_STEP]
     memset(v, 0, N_OFF_STEP * sizeof(int64_t))
     for i in range(o.n_recs):
         rec = &o.recs[i]
@@ -128,15 +129,35 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     v[14] = k
     v[15] = o.n_used
     v[16] = o.n_evictable
-    for k in range(N_OFF_STEP):
-        if OFF_ITEM[k] == 8:
-            (<int64_t*>e.off_cols.col[k])[row] = v[k]
-        else:
-            (<int32_t*>e.off_cols.col[k])[row] = <int32_t>v[k]
+    if row + 1 - e.off_cols.staged == OFF_STAGE_ROWS:
+        _off_unstage(&e.off_cols, row + 1)
     # A step that schedules nothing still reports its transfers: the records start again.
     o.n_recs = 0
     o.step_evicted = 0
     return 0
+
+
+cdef void _off_unstage(OffColsC* c, int64_t n) noexcept nogil:
+    """The staged rows (``c.staged`` .. ``n`` - 1) written to their columns.  A step row's values
+    are staged row by row and written a column at a time: written straight into the columns,
+    each row's seventeen stores went to seventeen cache lines the connector's work had evicted
+    since the row before."""
+    cdef int64_t i, m = n - c.staged
+    cdef int32_t k
+    cdef const int64_t* src
+    cdef int64_t* d64
+    cdef int32_t* d32
+    for k in range(N_OFF_STEP):
+        src = &c.stage[k]
+        if OFF_ITEM[k] == 8:
+            d64 = <int64_t*>c.col[k] + c.staged
+            for i in range(m):
+                d64[i] = src[i * N_OFF_STEP]
+        else:
+            d32 = <int32_t*>c.col[k] + c.staged
+            for i in range(m):
+                d32[i] = <int32_t>src[i * N_OFF_STEP]
+    c.staged = n
 
 
 cdef void _off_cols_release(OffColsC* c) noexcept nogil:

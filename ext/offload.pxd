@@ -32,11 +32,14 @@ cdef struct OffChunkC:
 
 cdef struct OffLinkC:
     # A node of the tier's LRU list: its neighbours and, for a chunk's node, what an eviction's walk
-    # reads of the chunk (all in one fetch).
+    # reads of the chunk (all in one fetch), its key map bucket fetched as the walk selects it.
     int32_t prev
     int32_t next
+    uint32_t tag                 # the low 32 bits of its key's mix (its home bucket's bits among them)
     flag_t evictable             # LRUCachePolicy._evictable
     flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
+    flag_t mapped                # the key map has its key (else the key is no other request's and
+                                 # only its own request finds it, through its hint: _off_own)
 
 
 cdef struct OffMapE:

@@ -192,8 +192,13 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         loading = o.memo_loading
     else:
         # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
+        for i in range(start, tmin(start + OFF_AHEAD, end)):
+            _off_prefetch(o, _off_key(s, r, i))
+        c = -1
         for i in range(start, end):
-            c = _off_find(o, _off_key(s, r, i))
+            if i + OFF_AHEAD < end:
+                _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
+            c = _off_find_next(o, c, _off_key(s, r, i))
             if c < 0:
                 # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
                 # and the scan goes on; a disk hit's promotion is a chunk being written.
@@ -252,17 +257,22 @@ cdef int _off_new_job(OffloadC* o, ReqC* r, req_t ri, bint store) except -1 nogi
     return j
 
 
-cdef int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
+cdef inline int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) except -1 nogil:
     cdef OffJobC* jb = &o.jobs[j]
-    cdef int32_t new
     if jb.n_keys == jb.keys_cap:
-        new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
-        mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
-        mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
-        jb.keys_cap = new
+        _off_job_keys_grow(jb)
     jb.keys[jb.n_keys] = key
     jb.cids[jb.n_keys] = c
     jb.n_keys += 1
+    return 0
+
+
+cdef int _off_job_keys_grow(OffJobC* jb) except -1 nogil:
+    # _off_job_key's rare growth, out of its inlined path.
+    cdef int32_t new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
+    mem_grow(<void**>&jb.keys, jb.keys_cap, new, sizeof(hash_t))
+    mem_grow(<void**>&jb.cids, jb.keys_cap, new, sizeof(int32_t))
+    jb.keys_cap = new
     return 0
 
 
@@ -362,7 +372,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t offloadable = tmin(after, num_tokens(r))
-    cdef int32_t n_chunks, start, i, c, n_new = 0, n_evict, j
+    cdef int32_t n_chunks, start, i, c, n_new = 0, n_evict, j, priv
     cdef int64_t rank
     cdef OffChunkC* ch
     if o.conf.prompt_only:
@@ -377,12 +387,16 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         return 0
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing).
-    for i in range(start, tmin(start + OFF_AHEAD, n_chunks)):
+    priv = _off_priv_from(o, r)
+    for i in range(start, tmin(tmin(start + OFF_AHEAD, n_chunks), priv)):
         _off_prefetch(o, _off_key(s, r, i))
     for i in range(start, n_chunks):
-        if i + OFF_AHEAD < n_chunks:
+        if i + OFF_AHEAD < n_chunks and i + OFF_AHEAD < priv:
             _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
-        c = _off_find(o, _off_key(s, r, i))
+        if i >= priv:
+            c = _off_own(o, r, i, _off_key(s, r, i))
+        else:
+            c = _off_find_next(o, o.found[i - start - 1] if i > start else -1, _off_key(s, r, i))
         o.found[i - start] = c
         if c < 0:
             n_new += 1
@@ -410,7 +424,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     rank = _off_req_rank(o, r)
     j = _off_new_job(o, r, ri, True)
     for i in range(start, n_chunks):
-        if i + OFF_AHEAD < n_chunks and o.found[i + OFF_AHEAD - start] < 0:
+        if i + OFF_AHEAD < n_chunks and i + OFF_AHEAD < priv and o.found[i + OFF_AHEAD - start] < 0:
             _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
         if o.found[i - start] >= 0:
             continue
@@ -428,7 +442,11 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         ch.rank_hi = rank
         ch.rank_lo = -(<int64_t>i + 1) * tpc
         _lru_place(o, c, r.off_node)
-        _off_map_put(o, ch.key, c)
+        o.lru[c].mapped = i < priv
+        if o.lru[c].mapped:
+            _off_map_put(o, ch.key, c)
+        elif o.memo_on and o.memo_missed and o.memo_miss == ch.key:
+            _off_memo_drop(o)  # the last lookup's scan stopped here (as _off_map_put)
         _off_job_key(o, j, ch.key, c)
         _off_job_blocks(s, j, r, i)
     o.n_used += n_new

@@ -231,6 +231,7 @@ cdef int32_t _disk_promote(SchedC* s, ReqC* r, int32_t i, hash_t key) except -3 
     ch.ref = -1
     ch.watch = 0
     ch.used = 1
+    o.lru[c].mapped = 1
     o.lru[c].evictable = 0
     ch.loading = 0
     o.lru[c].mark = 0

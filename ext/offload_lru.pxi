@@ -136,6 +136,8 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     cdef int32_t c = o.hint[at]
     if _off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
         return c
+    if i >= _off_priv_from(o, r):
+        return -1  # a private key is only where the hint names (_off_own)
     c = _off_find(o, key)
     if c >= 0:
         o.hint[at] = c
@@ -152,19 +154,20 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             o.lru[x].mark = 2
             o.scratch[n_sel] = x
             n_sel += 1
-            __builtin_prefetch(&o.chunks[x])  # its key, for the map's deletion
+            __builtin_prefetch(&o.chunks[x])  # its flags
+            if o.lru[x].mapped:
+                __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])  # the map's deletion
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.lru[o.scratch[i]].mark = 0
         return 0
-    for i in range(tmin(OFF_AHEAD, n_sel)):
-        _off_prefetch(o, o.chunks[o.scratch[i]].key)
     for i in range(n_sel):
-        if i + OFF_AHEAD < n_sel:
-            _off_prefetch(o, o.chunks[o.scratch[i + OFF_AHEAD]].key)
         ch = &o.chunks[o.scratch[i]]
-        _off_map_del(o, o.scratch[i])
+        if o.lru[o.scratch[i]].mapped:
+            _off_map_del(o, o.scratch[i])
+        elif ch.watch:
+            _off_memo_drop(o)  # the last lookup's scan found this chunk
         _lru_unlink(o, o.scratch[i])
         ch.used = 0  # a request's hint to it is stale from now on (_off_hinted)
         o.lru[o.scratch[i]].mark = 0
@@ -178,6 +181,29 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     return 1
 
 
+cdef inline void _off_fresh_rank(OffloadC* o, int32_t c) noexcept nogil:
+    # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far.
+    o.next_rank += 1
+    o.chunks[c].rank_hi = o.next_rank
+    o.chunks[c].rank_lo = 0
+
+
+cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept nogil:
+    """The nodes ``a`` .. ``b`` (``b`` reached from ``a`` by next links) moved, in their order, to
+    the list's tail: what moving each to the tail in turn does (_lru_place of a fresh rank)."""
+    cdef int32_t root = o.conf.cpu_chunks
+    cdef int32_t p = o.lru[a].prev, q = o.lru[b].next, t
+    if q == root:
+        return  # already the tail
+    o.lru[p].next = q
+    o.lru[q].prev = p
+    t = o.lru[root].prev
+    o.lru[t].next = a
+    o.lru[a].prev = t
+    o.lru[b].next = root
+    o.lru[root].prev = b
+
+
 cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     """CPUOffloadingManager.on_request_finished with LRUCachePolicy.on_request_finished: every chunk
     the request saw that is still in the tier gets a fresh rank, tail first, so its head is the most
@@ -187,8 +213,7 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef const int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
-    cdef int32_t m = 0, k
-    cdef OffChunkC* ch
+    cdef int32_t m = 0, k, a, b
     # The seen chunks, tail first, into ``found``; the chunks they were last found in fetched
     # ahead; then each one's chunk (the hint checked, else the map asked) for the relinking pass.
     for i in range(n - 1, -1, -1):
@@ -201,16 +226,23 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
                 __builtin_prefetch(&o.lru[c])
     for k in range(m):
         o.found[k] = _off_hinted(s, r, o.found[k])
-    for k in range(m):
-        c = o.found[k]
-        if c < 0:
+    # Each gets a fresh rank and goes to the list's tail, in this order.  Chunks that follow each
+    # other in the list keep their order when moved one by one, so a run of them (the request's
+    # own chunks sit after its anchor tail first) moves at once.
+    k = 0
+    while k < m:
+        a = o.found[k]
+        k += 1
+        if a < 0:
             continue
-        ch = &o.chunks[c]
-        o.next_rank += 1
-        ch.rank_hi = o.next_rank
-        ch.rank_lo = 0
-        _lru_unlink(o, c)
-        _lru_place(o, c, -1)
+        _off_fresh_rank(o, a)
+        b = a
+        while k < m and (o.found[k] < 0 or o.lru[b].next == o.found[k]):
+            if o.found[k] >= 0:
+                b = o.found[k]
+                _off_fresh_rank(o, b)
+            k += 1
+        _lru_run_to_tail(o, a, b)
     if r.off_rank > 0 and r.off_node >= 0:
         # No chunk takes this request's rank any more: its anchor goes back.
         _lru_unlink(o, r.off_node)

@@ -25,6 +25,53 @@ cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
         i = (i + 1) & o.map_mask
 
 
+cdef inline int32_t _off_find_next(const OffloadC* o, int32_t prev, hash_t key) noexcept nogil:
+    """_off_find of ``key``, the key of the chunk position after the one whose key chunk ``prev``
+    holds (-1: not known), asking first the chunk after ``prev``: a request's chunks are stored
+    in consecutive chunks from the free stack, which eviction refills in the same order, so a run
+    another request stored is usually there.  A chunk in use holding the key is the map's answer
+    (a key is in at most one chunk; a chunk in use is in the map), as for a request's hint
+    (_off_hinted)."""
+    cdef int32_t c = prev + 1
+    if _off_hints_on and prev >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+        return c
+    return _off_find(o, key)
+
+
+cdef int32_t OFF_NO_PRIV = 0x3fffffff  # _off_priv_from: no chunk of the request is known private
+
+
+cdef inline int32_t _off_priv_from(const OffloadC* o, ReqC* r) noexcept nogil:
+    """The first of the request's chunks whose key no other request of the trace has: the chunk
+    whose last hash block lies past the leading blocks it shares (ReqC.key_blocks, while its
+    blocks are keyed lazily; all of a private request's).  Such a key is found only by the
+    request's own lookups and stores, so its chunk stays out of the key map (``mapped`` 0) and is
+    found through the request's hint (_off_own).  Fixed at the connector's first sight of the
+    request (a preemption ends its lazy keys, not what it shares); none with a disk tier (its
+    jobs find chunks by key) or with the hints off (tests: every chunk through the map)."""
+    cdef int64_t b = OFF_NO_PRIV
+    if r.off_priv == 0:
+        if r.lazy_keys and o.disk == NULL and _off_hints_on:
+            b = tmin(r.key_blocks // o.conf.hashes_per_chunk, OFF_NO_PRIV)
+        r.off_priv = <int32_t>b + 1
+    return r.off_priv - 1
+
+
+cdef inline int32_t _off_own(const OffloadC* o, const ReqC* r, int32_t i, hash_t key) noexcept nogil:
+    """_off_find of ``key``, the key of the request's private chunk position ``i``
+    (_off_priv_from): only this request stores it, each time into the chunk its hint then names,
+    so the chunk is in the tier only if the request has seen the position and the chunk its hint
+    names still holds the key."""
+    cdef int64_t at = <int64_t>r.slot * o.chunk_row + i
+    cdef int32_t c
+    if not o.seen[at]:
+        return -1
+    c = o.hint[at]
+    if c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+        return c
+    return -1
+
+
 cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
     # The key's bucket and the next fetched ahead of its probe (a probe or a deletion's shift
     # usually reads both): a run of probes then overlaps its memory misses.
@@ -43,12 +90,13 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
         i = (i + 1) & o.map_mask
     o.map[i].chunk = chunk
     o.map[i].tag = <uint32_t>h
+    o.lru[chunk].tag = <uint32_t>h  # an eviction's walk fetches the bucket with the node
 
 
 cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     # Linear probing with backward-shift deletion: no tombstones.  An entry's home bucket is its
     # tag's low bits (at most 2^32 buckets: off_init sizes the map from an int32 count).
-    cdef int64_t i = _off_bucket(o, o.chunks[chunk].key)
+    cdef int64_t i = <int64_t>(o.lru[chunk].tag & <uint32_t>o.map_mask)
     cdef int64_t j, home
     cdef int32_t c
     while o.map[i].chunk != chunk:
@@ -89,6 +137,7 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     cdef OffloadC* o = s.off
     cdef req_t ri = <req_t>(r - s.reqs)
     cdef int32_t i, c, d = OFF_AHEAD
+    cdef int32_t priv = _off_priv_from(o, r)
     cdef hash_t key
     if (o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
             and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
@@ -104,13 +153,17 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     o.memo_pending = 0
     o.memo_loading = 0
     o.memo_missed = 0
-    for i in range(start, tmin(start + d, end)):
+    for i in range(start, tmin(tmin(start + d, end), priv)):
         _off_prefetch(o, _off_key(s, r, i))
+    c = -1
     for i in range(start, end):
-        if i + d < end:
+        if i + d < end and i + d < priv:
             _off_prefetch(o, _off_key(s, r, i + d))
         key = _off_key(s, r, i)
-        c = _off_find(o, key)
+        if i >= priv:
+            c = _off_own(o, r, i, key)
+        else:
+            c = _off_find_next(o, c, key)
         if c < 0:
             o.memo_missed = 1
             o.memo_miss = key

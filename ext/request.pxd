@@ -86,3 +86,5 @@ cdef struct ReqC:
     int32_t off_n_loads        # its load jobs
     int64_t off_store_chunks   # chunks its store jobs wrote
     int64_t off_disk_read      # chunks its lookups read back from the disk tier (promotions)
+    int32_t off_priv           # 1 + its first chunk no other request of the trace shares (kept out of
+                               # the tier's key map: _off_priv_from); 0 until the connector first sees it
