@@ -66,7 +66,7 @@ cdef struct BlockPoolC:
     flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
     int64_t ev_n               # events recorded
     int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
-    # Deferred keys (bp_defer): a block whose key no request in the engine but its own could look
+    # Deferred keys (bp_defer_run): a block whose key no request in the engine but its own could look
     # up yet waits outside the map, on the list of its run of shared tokens (a node), until a
     # request sharing that run arrives (bp_materialize).  n_nodes = 0: none.
     int32_t n_nodes            # runs of tokens shared by several requests of the trace
@@ -80,7 +80,7 @@ cdef enum:
     TAG_NONE = -1              # no router reads this key
     TAG_LOOKUP = -2            # a router may read it: look it up by the key
     TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily)
-    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer)
+    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer_run)
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -103,7 +103,8 @@ cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil
-cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil
+cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* keys, const flag_t* keep,
+                       int32_t n, tok_t num_tokens, tok_t block_size, int32_t node) noexcept nogil
 cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil
 cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil
 cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil

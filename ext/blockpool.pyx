@@ -322,7 +322,7 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
         bp.cached_free -= 1
     if bp.blk[b].key != 0:
         if bp.blk[b].tag == TAG_LAZY or bp.blk[b].tag == TAG_DEFER:
-            # A key the map never held (bp_cache_lazily, bp_defer): evicted all the same.
+            # A key the map never held (bp_cache_lazily, bp_defer_run): evicted all the same.
             if bp.blk[b].tag == TAG_DEFER:
                 _undefer(bp, b)
             removed += 1
@@ -383,23 +383,38 @@ cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil:
     return 0
 
 
-cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil:
-    """Cache the held, uncached block ``b`` under ``key`` outside the map: last on ``node``'s list.
+cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* keys, const flag_t* keep,
+                       int32_t n, tok_t num_tokens, tok_t block_size, int32_t node) noexcept nogil:
+    """Cache the held, uncached ``blocks[0 .. n)`` under ``keys[0 .. n)`` outside the map: last on
+    ``node``'s list, in that order.  Block k covers ``num_tokens + k * block_size`` tokens; null
+    entries, and those whose ``keep`` is 0 (``keep`` NULL: none), are skipped.
 
-    It is cached in every way the free queue and the counts see, as a lazily cached block is;
-    bp_materialize or bp_key_deferred puts its key in the map, in caching order."""
-    cdef block_id_t t = bp.node_tail[node]
-    bp.blk[b].key = key
-    bp.blk[b].key_tokens = <int32_t>num_tokens
-    bp.blk[b].tag = TAG_DEFER
-    bp.defer[b].node = node
-    bp.defer[b].prev = t
-    bp.defer[b].next = -1
-    if t == -1:
-        bp.node_head[node] = b
-    else:
-        bp.defer[t].next = b
-    bp.node_tail[node] = b
+    They are cached in every way the free queue and the counts see, as lazily cached blocks are;
+    bp_materialize or bp_key_deferred puts their keys in the map, in caching order.  The run is
+    linked as one: each block's links are written once, the node's ends once."""
+    cdef block_id_t t = bp.node_tail[node], b
+    cdef int32_t k
+    cdef BlockC* blk
+    cdef DeferC* d
+    cdef DeferC* defer = bp.defer
+    for k in range(n):
+        b = blocks[k]
+        if b == 0 or (keep != NULL and not keep[k]):
+            continue
+        blk = &bp.blk[b]
+        blk.key = keys[k]
+        blk.key_tokens = <int32_t>(num_tokens + k * block_size)
+        blk.tag = TAG_DEFER
+        d = &defer[b]
+        d.node = node
+        d.prev = t
+        d.next = -1
+        if t == -1:
+            bp.node_head[node] = b
+        else:
+            defer[t].next = b
+        t = b
+    bp.node_tail[node] = t
 
 
 cdef inline void _undefer(BlockPoolC* bp, block_id_t b) noexcept nogil:

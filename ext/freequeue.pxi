@@ -111,7 +111,7 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
     cdef BlockC* k = &bp.blk[b]
     k.ref_cnt = 1
     if k.key != 0 and (k.tag == TAG_LAZY or k.tag == TAG_DEFER):
-        # Cached lazily (bp_cache_lazily, bp_defer): evicted with no map entry to drop.
+        # Cached lazily (bp_cache_lazily, bp_defer_run): evicted with no map entry to drop.
         if k.tag == TAG_DEFER:
             _undefer(bp, b)
         k.key = 0
