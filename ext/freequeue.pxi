@@ -110,16 +110,17 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # its keys evicted now (vLLM's lazy eviction, BlockPool._maybe_evict_cached_block).
     cdef BlockC* k = &bp.blk[b]
     k.ref_cnt = 1
-    if k.key != 0 and (k.tag == TAG_LAZY or k.tag == TAG_DEFER):
+    if k.key == 0:
+        return  # no primary key: no secondary one either
+    if k.tag <= TAG_LAZY:
         # Cached lazily (bp_cache_lazily, bp_defer_run): evicted with no map entry to drop.
-        if k.tag == TAG_DEFER:
+        if k.tag <= TAG_DEFER:
             _undefer(bp, b)
         k.key = 0
         k.key_tokens = 0
         bp.evictions += 1
-    elif k.key != 0 or k.sec_head != -1:
-        if bp_remove_hashes(bp, b) > 0:
-            bp.evictions += 1
+    elif bp_remove_hashes(bp, b) > 0:
+        bp.evictions += 1
 
 
 cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
@@ -153,7 +154,7 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
             out[i] = b
             if k.key != 0:
                 keyed += 1
-            if (k.key != 0 and k.tag != TAG_LAZY and k.tag != TAG_DEFER) or k.sec_head != -1:
+            if k.key != 0 and k.tag > TAG_LAZY:
                 if k.key != 0:
                     bp_prefetch_key(bp, k.key)
                 if lo == n:

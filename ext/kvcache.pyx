@@ -686,7 +686,7 @@ cdef inline int _key_lazy_block(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, bl
     # Block i of group gi of a lazily keyed request gets its key (its hash computed by the caller).
     if blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_LAZY:
         bp_key_lazy(&kv.pool, blk, group_key(kv_hashes(kv, r.slot)[i], gi))
-    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_DEFER:
+    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag <= TAG_DEFER:
         bp_key_deferred(&kv.pool, blk)
     return 0
 
