@@ -352,16 +352,19 @@ cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, t
     """Cache the uncached ``blocks[0 .. n)`` without their keys (see the module notes); block i
     ends at ``tokens + (i + 1) * block_size`` tokens.  Null entries are skipped."""
     cdef int32_t i
+    cdef BlockC* blk = bp.blk
     cdef BlockC* k
+    cdef block_id_t unreferenced = 0
     for i in range(n):
         if blocks[i] == 0:
             continue
-        k = &bp.blk[blocks[i]]
+        k = &blk[blocks[i]]
         k.key = LAZY_KEY
         k.key_tokens = <int32_t>(tokens + (i + 1) * block_size)
         k.tag = TAG_LAZY
         if k.ref_cnt == 0:
-            bp.cached_free += 1
+            unreferenced += 1
+    bp.cached_free += unreferenced
 
 
 cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
@@ -395,24 +398,27 @@ cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* k
     They are cached in every way the free queue and the counts see, as lazily cached blocks are;
     bp_materialize or bp_key_deferred puts their keys in the map, in caching order.  The run is
     linked as one: each block's links are written once, the node's ends once."""
-    cdef block_id_t t = bp.node_tail[node], b
+    cdef block_id_t t = bp.node_tail[node], b, head = -1
     cdef int32_t k
+    cdef BlockC* blocks_c = bp.blk
     cdef BlockC* blk
     for k in range(n):
         b = blocks[k]
         if b == 0 or (keep != NULL and not keep[k]):
             continue
-        blk = &bp.blk[b]
+        blk = &blocks_c[b]
         blk.key = keys[k]
         blk.key_tokens = <int32_t>(num_tokens + k * block_size)
         blk.tag = TAG_DEFER - node
         blk.dprev = t
         blk.dnext = -1
         if t == -1:
-            bp.node_head[node] = b
+            head = b
         else:
-            bp.blk[t].dnext = b
+            blocks_c[t].dnext = b
         t = b
+    if head != -1:
+        bp.node_head[node] = head
     bp.node_tail[node] = t
 
 

@@ -141,6 +141,9 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     cdef BlockC* blk = bp.blk
     cdef int32_t s
     cdef block_id_t b, keyed = 0
+    cdef int64_t evicted = 0
+    cdef block_id_t* node_head = bp.node_head
+    cdef block_id_t* node_tail = bp.node_tail
     cdef BlockC* k
     if bp.far_map:
         while i < n:
@@ -168,6 +171,8 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
             if blk[out[i]].ref_cnt == 0:
                 _take(bp, out[i])
     else:
+        # _take's steps with the pool's fields in locals (a store to a block cannot move them):
+        # the blocks whose keys are outside the map (cached lazily or deferred) evicted here.
         while i < n:
             s = <int32_t>(pos & mask)
             pos += 1
@@ -178,11 +183,30 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
             k.qpos = -1
             out[i] = b
             i += 1
-            if k.key != 0:
-                keyed += 1
-            _take(bp, b)
+            k.ref_cnt = 1
+            if k.key == 0:
+                continue  # no primary key: no secondary one either
+            keyed += 1
+            if k.tag > TAG_LAZY:
+                if bp_remove_hashes(bp, b) > 0:
+                    evicted += 1
+                continue
+            if k.tag <= TAG_DEFER:
+                # _undefer: off its node's list.
+                if k.dprev == -1:
+                    node_head[TAG_DEFER - k.tag] = k.dnext
+                else:
+                    blk[k.dprev].dnext = k.dnext
+                if k.dnext == -1:
+                    node_tail[TAG_DEFER - k.tag] = k.dprev
+                else:
+                    blk[k.dnext].dprev = k.dprev
+            k.key = 0
+            k.key_tokens = 0
+            evicted += 1
         bp.q_head = pos
         bp.cached_free -= keyed
+        bp.evictions += evicted
     bp.num_free -= <block_id_t>n
 
 
