@@ -422,17 +422,23 @@ cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* k
     bp.node_tail[node] = t
 
 
+cdef inline void _unlink_deferred(BlockC* blk, block_id_t* node_head, block_id_t* node_tail,
+                                  BlockC* d) noexcept nogil:
+    # Take the deferred block ``d`` (of the array ``blk``) off its node's list (its key stays in
+    # the block).  The pool's arrays come as arguments so that a loop keeps them in registers.
+    if d.dprev == -1:
+        node_head[TAG_DEFER - d.tag] = d.dnext
+    else:
+        blk[d.dprev].dnext = d.dnext
+    if d.dnext == -1:
+        node_tail[TAG_DEFER - d.tag] = d.dprev
+    else:
+        blk[d.dnext].dprev = d.dprev
+
+
 cdef inline void _undefer(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # Take ``b`` off its node's list (its key stays in the block).
-    cdef BlockC* d = &bp.blk[b]
-    if d.dprev == -1:
-        bp.node_head[TAG_DEFER - d.tag] = d.dnext
-    else:
-        bp.blk[d.dprev].dnext = d.dnext
-    if d.dnext == -1:
-        bp.node_tail[TAG_DEFER - d.tag] = d.dprev
-    else:
-        bp.blk[d.dnext].dprev = d.dprev
+    _unlink_deferred(bp.blk, bp.node_head, bp.node_tail, &bp.blk[b])
 
 
 cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil:
