@@ -7,14 +7,19 @@ from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok
 from aisim._core.util cimport __builtin_prefetch
 
 cdef struct BlockC:
-    # One block's state in one place (one memory access where separate arrays took several).
+    # One block's state in one place (one memory access where separate arrays took several), in
+    # 32 bytes: two blocks a cache line, none across two.
     hash_t key                 # primary map key (block_hash); 0 = not cached
     int32_t key_tokens         # prefix length the primary key covers (max_model_len fits)
     int32_t ref_cnt            # requests (and copy retentions) holding the block
-    int32_t sec_head           # first secondary-key entry of the block; -1 = none
     int32_t qpos               # its slot of the free queue's ring (BlockPoolC.queue; -1: not in the queue)
     int32_t tag                # what a deployment's router calls the primary key (its index id;
-                               # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up)
+                               # TAG_NONE: not one of its keys, TAG_LOOKUP: look the key up); a key
+                               # outside the map: TAG_LAZY, or deferred on node n: TAG_DEFER - n
+    # Its place on the list of deferred blocks of its node (BlockPoolC.node_head), beside its
+    # state: deferring, evicting and keying a block touch one memory line.
+    block_id_t dprev           # links of that list (-1: none)
+    block_id_t dnext
 
 cdef struct MapEntC:
     # One slot of the key map (BlockHashToBlockMap): a key, its earliest-inserted block and the
@@ -23,12 +28,6 @@ cdef struct MapEntC:
     hash_t key                 # 0 = empty slot
     block_id_t first           # the earliest-inserted block still cached under the key
     int32_t rest               # chain entry of the next one (-1: none)
-
-cdef struct DeferC:
-    # A block's place on the list of deferred blocks of a node (BlockPoolC.node_head).
-    int32_t node               # the node whose list holds the block (-1: none)
-    block_id_t prev            # links of that list (-1: none)
-    block_id_t next
 
 cdef struct BlockPoolC:
     block_id_t num_blocks      # blocks in the pool, the null block 0 included
@@ -52,6 +51,9 @@ cdef struct BlockPoolC:
     int32_t ent_free           # free-list head of chain entries
     hash_t* sec_key            # [sec_cap] a secondary key of a block
     int32_t* sec_next          # [sec_cap] next secondary key of that block, or of the free list
+    int32_t* sec_head          # [num_blocks] a block's first secondary-key entry (-1: none); a block
+                               # with one has a primary key (BlockC.key != 0)
+    int32_t n_sec              # secondary-key entries in use (0: sec_head is all -1, not read)
     int32_t sec_cap
     int32_t sec_free           # free-list head of secondary-key entries
     int64_t evictions          # blocks whose keys were dropped when popped for reuse
@@ -66,21 +68,22 @@ cdef struct BlockPoolC:
     flag_t* ev_add             # [ev_cap] 1: it entered the map, 0: it left
     int64_t ev_n               # events recorded
     int64_t ev_cap             # room: ev_cap >= ev_n + n_keys, so a removal never grows it
-    # Deferred keys (bp_defer): a block whose key no request in the engine but its own could look
+    # Deferred keys (bp_defer_run): a block whose key no request in the engine but its own could look
     # up yet waits outside the map, on the list of its run of shared tokens (a node), until a
     # request sharing that run arrives (bp_materialize).  n_nodes = 0: none.
     int32_t n_nodes            # runs of tokens shared by several requests of the trace
     int32_t* node_present      # [n_nodes] requests in the engine (arrived, unfinished) holding the run
     block_id_t* node_head      # [n_nodes] first deferred block of the run (-1: none), in caching order
     block_id_t* node_tail      # [n_nodes] last one
-    DeferC* defer              # [num_blocks] each block's place on a node's list
 
 # BlockC.tag values that are not a router's key id.
 cdef enum:
     TAG_NONE = -1              # no router reads this key
     TAG_LOOKUP = -2            # a router may read it: look it up by the key
-    TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily)
-    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer)
+    TAG_LAZY = -3              # cached lazily: its key not computed (bp_cache_lazily); a tag at
+                               # or below it: a key outside the map
+    TAG_DEFER = -4             # its key computed but not yet in the map (bp_defer_run): the tag of
+                               # a block deferred on node n is TAG_DEFER - n
 
 cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 nogil
 cdef void bp_release(BlockPoolC* bp) noexcept nogil
@@ -103,7 +106,8 @@ cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -1 nogil
 cdef int bp_cache(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil
 cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil
-cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil
+cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* keys, const flag_t* keep,
+                       int32_t n, tok_t num_tokens, tok_t block_size, int32_t node) noexcept nogil
 cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil
 cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil
 cdef int bp_log_keys(BlockPoolC* bp) except -1 nogil

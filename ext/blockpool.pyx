@@ -64,8 +64,9 @@ cdef int bp_init(BlockPoolC* bp, block_id_t num_blocks, bint caching) except -1 
     bp.caching = caching
     bp.map_mask = cap - 1
     bp.far_map = cap * sizeof(MapEntC) > NEAR_MAP_BYTES
+    bp.sec_head = <int32_t*>mem_calloc(num_blocks, sizeof(int32_t))
     for i in range(num_blocks):
-        bp.blk[i].sec_head = -1
+        bp.sec_head[i] = -1
     _queue_init(bp)
     bp.ent_free = -1
     bp.sec_free = -1
@@ -81,6 +82,7 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.ent_next)
     mem_free(bp.sec_key)
     mem_free(bp.sec_next)
+    mem_free(bp.sec_head)
     mem_free(bp.map)
     mem_free(bp.ev_key)
     mem_free(bp.ev_tag)
@@ -88,7 +90,6 @@ cdef void bp_release(BlockPoolC* bp) noexcept nogil:
     mem_free(bp.node_present)
     mem_free(bp.node_head)
     mem_free(bp.node_tail)
-    mem_free(bp.defer)
     memset(bp, 0, sizeof(BlockPoolC))
 
 
@@ -300,8 +301,9 @@ cdef int bp_insert_block_hash(BlockPoolC* bp, block_id_t b, hash_t key, tok_t nu
         e = bp.sec_free
         bp.sec_free = bp.sec_next[e]
         bp.sec_key[e] = key
-        bp.sec_next[e] = bp.blk[b].sec_head
-        bp.blk[b].sec_head = e
+        bp.sec_next[e] = bp.sec_head[b]
+        bp.sec_head[b] = e
+        bp.n_sec += 1
         return _map_insert(bp, s, key, b, TAG_NONE)
     return _map_insert(bp, s, key, b, tag)
 
@@ -318,26 +320,30 @@ cdef int bp_remove_hashes(BlockPoolC* bp, block_id_t b) noexcept nogil:
     """
     cdef int removed = 0
     cdef int32_t e, nxt
-    if bp.blk[b].key != 0 and bp.blk[b].ref_cnt == 0 and b != 0:
+    cdef BlockC* k = &bp.blk[b]
+    if k.key == 0:
+        return 0  # no primary key: no secondary one either
+    if k.ref_cnt == 0 and b != 0:
         bp.cached_free -= 1
-    if bp.blk[b].key != 0:
-        if bp.blk[b].tag == TAG_LAZY or bp.blk[b].tag == TAG_DEFER:
-            # A key the map never held (bp_cache_lazily, bp_defer): evicted all the same.
-            if bp.blk[b].tag == TAG_DEFER:
-                _undefer(bp, b)
-            removed += 1
-        else:
-            removed += _map_pop(bp, bp.blk[b].key, b, bp.blk[b].tag)
-    e = bp.blk[b].sec_head
-    while e != -1:
-        removed += _map_pop(bp, bp.sec_key[e], b, TAG_NONE)
-        nxt = bp.sec_next[e]
-        bp.sec_next[e] = bp.sec_free
-        bp.sec_free = e
-        e = nxt
-    bp.blk[b].sec_head = -1
-    bp.blk[b].key = 0
-    bp.blk[b].key_tokens = 0
+    if k.tag <= TAG_LAZY:
+        # A key the map never held (bp_cache_lazily, bp_defer_run): evicted all the same.
+        if k.tag <= TAG_DEFER:
+            _undefer(bp, b)
+        removed += 1
+    else:
+        removed += _map_pop(bp, k.key, b, k.tag)
+    if bp.n_sec > 0:
+        e = bp.sec_head[b]
+        while e != -1:
+            removed += _map_pop(bp, bp.sec_key[e], b, TAG_NONE)
+            nxt = bp.sec_next[e]
+            bp.sec_next[e] = bp.sec_free
+            bp.sec_free = e
+            bp.n_sec -= 1
+            e = nxt
+        bp.sec_head[b] = -1
+    k.key = 0
+    k.key_tokens = 0
     return removed
 
 
@@ -346,16 +352,19 @@ cdef void bp_cache_lazily(BlockPoolC* bp, const block_id_t* blocks, int32_t n, t
     """Cache the uncached ``blocks[0 .. n)`` without their keys (see the module notes); block i
     ends at ``tokens + (i + 1) * block_size`` tokens.  Null entries are skipped."""
     cdef int32_t i
+    cdef BlockC* blk = bp.blk
     cdef BlockC* k
+    cdef block_id_t unreferenced = 0
     for i in range(n):
         if blocks[i] == 0:
             continue
-        k = &bp.blk[blocks[i]]
+        k = &blk[blocks[i]]
         k.key = LAZY_KEY
         k.key_tokens = <int32_t>(tokens + (i + 1) * block_size)
         k.tag = TAG_LAZY
         if k.ref_cnt == 0:
-            bp.cached_free += 1
+            unreferenced += 1
+    bp.cached_free += unreferenced
 
 
 cdef int bp_key_lazy(BlockPoolC* bp, block_id_t b, hash_t key) except -1 nogil:
@@ -373,47 +382,63 @@ cdef int bp_nodes(BlockPoolC* bp, int32_t n_nodes) except -1 nogil:
     mem_grow(<void**>&bp.node_present, 0, n_nodes, sizeof(int32_t))
     mem_grow(<void**>&bp.node_head, 0, n_nodes, sizeof(block_id_t))
     mem_grow(<void**>&bp.node_tail, 0, n_nodes, sizeof(block_id_t))
-    mem_grow(<void**>&bp.defer, 0, bp.num_blocks, sizeof(DeferC))
     for i in range(n_nodes):
         bp.node_head[i] = -1
         bp.node_tail[i] = -1
-    for i in range(bp.num_blocks):
-        bp.defer[i].node = -1
     bp.n_nodes = n_nodes
     return 0
 
 
-cdef void bp_defer(BlockPoolC* bp, block_id_t b, hash_t key, tok_t num_tokens, int32_t node) noexcept nogil:
-    """Cache the held, uncached block ``b`` under ``key`` outside the map: last on ``node``'s list.
+cdef void bp_defer_run(BlockPoolC* bp, const block_id_t* blocks, const hash_t* keys, const flag_t* keep,
+                       int32_t n, tok_t num_tokens, tok_t block_size, int32_t node) noexcept nogil:
+    """Cache the held, uncached ``blocks[0 .. n)`` under ``keys[0 .. n)`` outside the map: last on
+    ``node``'s list, in that order.  Block k covers ``num_tokens + k * block_size`` tokens; null
+    entries, and those whose ``keep`` is 0 (``keep`` NULL: none), are skipped.
 
-    It is cached in every way the free queue and the counts see, as a lazily cached block is;
-    bp_materialize or bp_key_deferred puts its key in the map, in caching order."""
-    cdef block_id_t t = bp.node_tail[node]
-    bp.blk[b].key = key
-    bp.blk[b].key_tokens = <int32_t>num_tokens
-    bp.blk[b].tag = TAG_DEFER
-    bp.defer[b].node = node
-    bp.defer[b].prev = t
-    bp.defer[b].next = -1
-    if t == -1:
-        bp.node_head[node] = b
+    They are cached in every way the free queue and the counts see, as lazily cached blocks are;
+    bp_materialize or bp_key_deferred puts their keys in the map, in caching order.  The run is
+    linked as one: each block's links are written once, the node's ends once."""
+    cdef block_id_t t = bp.node_tail[node], b, head = -1
+    cdef int32_t k
+    cdef BlockC* blocks_c = bp.blk
+    cdef BlockC* blk
+    for k in range(n):
+        b = blocks[k]
+        if b == 0 or (keep != NULL and not keep[k]):
+            continue
+        blk = &blocks_c[b]
+        blk.key = keys[k]
+        blk.key_tokens = <int32_t>(num_tokens + k * block_size)
+        blk.tag = TAG_DEFER - node
+        blk.dprev = t
+        blk.dnext = -1
+        if t == -1:
+            head = b
+        else:
+            blocks_c[t].dnext = b
+        t = b
+    if head != -1:
+        bp.node_head[node] = head
+    bp.node_tail[node] = t
+
+
+cdef inline void _unlink_deferred(BlockC* blk, block_id_t* node_head, block_id_t* node_tail,
+                                  BlockC* d) noexcept nogil:
+    # Take the deferred block ``d`` (of the array ``blk``) off its node's list (its key stays in
+    # the block).  The pool's arrays come as arguments so that a loop keeps them in registers.
+    if d.dprev == -1:
+        node_head[TAG_DEFER - d.tag] = d.dnext
     else:
-        bp.defer[t].next = b
-    bp.node_tail[node] = b
+        blk[d.dprev].dnext = d.dnext
+    if d.dnext == -1:
+        node_tail[TAG_DEFER - d.tag] = d.dprev
+    else:
+        blk[d.dnext].dprev = d.dprev
 
 
 cdef inline void _undefer(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # Take ``b`` off its node's list (its key stays in the block).
-    cdef DeferC* d = &bp.defer[b]
-    if d.prev == -1:
-        bp.node_head[d.node] = d.next
-    else:
-        bp.defer[d.prev].next = d.next
-    if d.next == -1:
-        bp.node_tail[d.node] = d.prev
-    else:
-        bp.defer[d.next].prev = d.prev
-    d.node = -1
+    _unlink_deferred(bp.blk, bp.node_head, bp.node_tail, &bp.blk[b])
 
 
 cdef int bp_key_deferred(BlockPoolC* bp, block_id_t b) except -1 nogil:
@@ -429,9 +454,8 @@ cdef int bp_materialize(BlockPoolC* bp, int32_t node) except -1 nogil:
     cdef block_id_t b = bp.node_head[node], nxt
     cdef hash_t key
     while b != -1:
-        nxt = bp.defer[b].next
+        nxt = bp.blk[b].dnext
         key = bp.blk[b].key
-        bp.defer[b].node = -1
         bp.blk[b].tag = TAG_NONE
         _map_insert(bp, _find_slot(bp, key), key, b, TAG_NONE)
         b = nxt
@@ -447,13 +471,14 @@ cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -
     cdef tok_t num_tokens = bp.blk[src].key_tokens
     cdef hash_t primary = bp.blk[src].key
     cdef int32_t tag = bp.blk[src].tag
-    cdef int32_t e = bp.blk[src].sec_head
+    cdef int32_t e = bp.sec_head[src] if bp.n_sec > 0 else -1
     cdef int32_t nxt
     if primary != 0:
         _map_pop(bp, primary, src, tag)
     bp.blk[src].key = 0
     bp.blk[src].key_tokens = 0
-    bp.blk[src].sec_head = -1
+    if e != -1:
+        bp.sec_head[src] = -1
     if primary != 0:
         bp_insert_block_hash(bp, dst, primary, num_tokens, tag)
     while e != -1:
@@ -462,6 +487,7 @@ cdef int bp_move_hashes(BlockPoolC* bp, block_id_t src, block_id_t dst) except -
         bp_insert_block_hash(bp, dst, bp.sec_key[e], num_tokens, TAG_NONE)
         bp.sec_next[e] = bp.sec_free
         bp.sec_free = e
+        bp.n_sec -= 1
         e = nxt
     return 0
 

@@ -110,16 +110,23 @@ cdef inline void _take(BlockPoolC* bp, block_id_t b) noexcept nogil:
     # its keys evicted now (vLLM's lazy eviction, BlockPool._maybe_evict_cached_block).
     cdef BlockC* k = &bp.blk[b]
     k.ref_cnt = 1
-    if k.key != 0 and (k.tag == TAG_LAZY or k.tag == TAG_DEFER):
-        # Cached lazily (bp_cache_lazily, bp_defer): evicted with no map entry to drop.
-        if k.tag == TAG_DEFER:
-            _undefer(bp, b)
-        k.key = 0
-        k.key_tokens = 0
+    if k.key == 0:
+        return  # no primary key: no secondary one either
+    if k.tag <= TAG_LAZY:
+        _drop_outside(bp.blk, bp.node_head, bp.node_tail, k)
         bp.evictions += 1
-    elif k.key != 0 or k.sec_head != -1:
-        if bp_remove_hashes(bp, b) > 0:
-            bp.evictions += 1
+    elif bp_remove_hashes(bp, b) > 0:
+        bp.evictions += 1
+
+
+cdef inline void _drop_outside(BlockC* blk, block_id_t* node_head, block_id_t* node_tail,
+                               BlockC* k) noexcept nogil:
+    # Evict a key the map never held (cached lazily, bp_cache_lazily, or deferred, bp_defer_run):
+    # no map entry to drop; a deferred block leaves its node's list.
+    if k.tag <= TAG_DEFER:
+        _unlink_deferred(blk, node_head, node_tail, k)
+    k.key = 0
+    k.key_tokens = 0
 
 
 cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil:
@@ -127,61 +134,56 @@ cdef void bp_pop_n(BlockPoolC* bp, block_id_t* out, Py_ssize_t n) noexcept nogil
     into ``out``, as ``bp_pop_free`` pops them one by one.  The caller has checked that ``n``
     are free.
 
-    One read of the ring from the head takes the live slots' blocks out of the queue; a second
-    pass takes them for reuse in the same order, evicting their keys.  With a map past the near
-    caches (BlockPoolC.far_map) the first read already takes the blocks with no key in the map
-    (none, or cached lazily: their evictions touch no map slot) and fetches the map slot of every
-    other key, and the second pass covers only the span of those.
+    One read of the ring from the head takes the live slots' blocks out of the queue and for
+    reuse, evicting their keys, with the pool's fields in locals (a store to a block cannot move
+    them) and only a key in the map (BlockPoolC.far_map: past the near caches) left to a call.
+    With a map past the near caches the read fetches the map slot of every such key and a
+    second pass over the span of those takes them, in the same order.
     """
     cdef Py_ssize_t i = 0, lo = n
     cdef int64_t pos = bp.q_head
     cdef int64_t mask = bp.q_mask
     cdef const int32_t* q = bp.queue
     cdef BlockC* blk = bp.blk
+    cdef block_id_t* node_head = bp.node_head
+    cdef block_id_t* node_tail = bp.node_tail
+    cdef bint far = bp.far_map
     cdef int32_t s
     cdef block_id_t b, keyed = 0
+    cdef int64_t evicted = 0
     cdef BlockC* k
-    if bp.far_map:
-        while i < n:
-            s = <int32_t>(pos & mask)
-            pos += 1
-            b = q[s]
-            k = &blk[b]
-            if k.qpos != s:
-                continue
-            k.qpos = -1
-            out[i] = b
-            if k.key != 0:
-                keyed += 1
-            if (k.key != 0 and k.tag != TAG_LAZY and k.tag != TAG_DEFER) or k.sec_head != -1:
-                if k.key != 0:
-                    bp_prefetch_key(bp, k.key)
-                if lo == n:
-                    lo = i
-            else:
-                _take(bp, b)
-            i += 1
-        bp.q_head = pos
-        bp.cached_free -= keyed
-        for i in range(lo, n):
-            if blk[out[i]].ref_cnt == 0:
-                _take(bp, out[i])
-    else:
-        while i < n:
-            s = <int32_t>(pos & mask)
-            pos += 1
-            b = q[s]
-            k = &blk[b]
-            if k.qpos != s:
-                continue
-            k.qpos = -1
-            out[i] = b
-            i += 1
-            if k.key != 0:
-                keyed += 1
-            _take(bp, b)
-        bp.q_head = pos
-        bp.cached_free -= keyed
+    while i < n:
+        s = <int32_t>(pos & mask)
+        pos += 1
+        b = q[s]
+        k = &blk[b]
+        if k.qpos != s:
+            continue
+        k.qpos = -1
+        out[i] = b
+        i += 1
+        if k.key == 0:
+            k.ref_cnt = 1  # no primary key: no secondary one either
+            continue
+        keyed += 1
+        if k.tag <= TAG_LAZY:
+            k.ref_cnt = 1
+            _drop_outside(blk, node_head, node_tail, k)
+            evicted += 1
+        elif far:
+            bp_prefetch_key(bp, k.key)  # taken in the second pass
+            if lo == n:
+                lo = i - 1
+        else:
+            k.ref_cnt = 1
+            if bp_remove_hashes(bp, b) > 0:
+                evicted += 1
+    bp.q_head = pos
+    bp.cached_free -= keyed
+    bp.evictions += evicted
+    for i in range(lo, n):
+        if blk[out[i]].ref_cnt == 0:
+            _take(bp, out[i])
     bp.num_free -= <block_id_t>n
 
 

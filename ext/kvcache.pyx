@@ -37,7 +37,7 @@ tables and hashes live in preallocated rows ("slots"), grown geometrically.
 from libc.string cimport memset
 
 from aisim._core.blockpool cimport (
-    TAG_DEFER, TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_defer, bp_free_one, bp_key_deferred, bp_materialize,
+    TAG_DEFER, TAG_LAZY, TAG_LOOKUP, TAG_NONE, bp_defer_run, bp_free_one, bp_key_deferred, bp_materialize,
     bp_prefetch_key, bp_free_reversed, bp_head, bp_init, bp_insert_block_hash,
     bp_cache_lazily, bp_key_lazy, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch,
 )
@@ -478,7 +478,7 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
     cdef block_id_t* table = kv_table(kv, gi, s)
     cdef tok_t bs = g.spec.block_size
     cdef tok_t h = kv.hash_block_size
-    cdef int32_t c, f, i, idx, before, after, keyed, m
+    cdef int32_t c, f, i, j, idx, before, after, keyed, m
     cdef hash_t* keys
     cdef tok_t end
     cdef bint defer
@@ -518,21 +518,32 @@ cdef int _cache_group(KVCacheC* kv, int32_t gi, ReqC* r, tok_t n, spec_mode* mod
             keys = kv.tmp_keys
             for i in range(c, keyed):
                 keys[i - c] = group_key(kv_view(kv, r, g.ratio, i), gi)
+            # A run's blocks (those whose last token is in it: below end // bs) are taken together.
             m = 0
             end = _run_length(kv, r, 0)
-            for i in range(c, keyed):
-                blk = table[i]
-                if blk == 0 or (masked and not kv.mask[i - c]):
-                    continue
-                while end <= (i + 1) * bs - 1:
+            i = c
+            while i < keyed:
+                while end // bs <= i:
                     m += 1
                     end += _run_length(kv, r, m)
+                j = <int32_t>tmin(end // bs, keyed)
                 if m >= r.node_n:
-                    bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)  # a run no other request holds
+                    # A run no other request holds.
+                    if not masked:
+                        bp_cache_lazily(&kv.pool, &table[i], j - i, i * bs, bs)
+                    else:
+                        for i in range(i, j):
+                            if kv.mask[i - c]:
+                                bp_cache_lazily(&kv.pool, &table[i], 1, i * bs, bs)
                 elif kv.pool.node_present[kv.run_node[r.node_off + m]] <= 1:
-                    bp_defer(&kv.pool, blk, keys[i - c], (i + 1) * bs, kv.run_node[r.node_off + m])
+                    bp_defer_run(&kv.pool, &table[i], &keys[i - c], &kv.mask[i - c] if masked else NULL, j - i,
+                                 (i + 1) * bs, bs, kv.run_node[r.node_off + m])
                 else:
-                    _insert_key(kv, gi, r, i, blk, keys[i - c])
+                    for i in range(i, j):
+                        blk = table[i]
+                        if blk != 0 and not (masked and not kv.mask[i - c]):
+                            _insert_key(kv, gi, r, i, blk, keys[i - c])
+                i = j
         elif kv.pool.far_map:
             # A map past the near caches: the run's keys in one pass, each one's map slot fetched
             # ahead of its insertion, so the inserts find their slots in cache rather than one
@@ -675,7 +686,7 @@ cdef inline int _key_lazy_block(KVCacheC* kv, int32_t gi, ReqC* r, int32_t i, bl
     # Block i of group gi of a lazily keyed request gets its key (its hash computed by the caller).
     if blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_LAZY:
         bp_key_lazy(&kv.pool, blk, group_key(kv_hashes(kv, r.slot)[i], gi))
-    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag == TAG_DEFER:
+    elif blk != 0 and kv.pool.blk[blk].key != 0 and kv.pool.blk[blk].tag <= TAG_DEFER:
         bp_key_deferred(&kv.pool, blk)
     return 0
 

@@ -13,8 +13,9 @@ import numpy as np
 from aisim.config.versions import core_rules
 
 from aisim._core.blockpool cimport (
-    BlockPoolC, bp_cache, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
-    bp_init, bp_lookup, bp_pop_free, bp_pop_n, bp_release, bp_remove_hashes, bp_touch, bp_usage,
+    TAG_DEFER, BlockPoolC, bp_cache, bp_defer_run, bp_free_one, bp_free_queue, bp_free_reversed, bp_head,
+    bp_init, bp_key_deferred, bp_lookup, bp_materialize, bp_nodes, bp_pop_free, bp_pop_n, bp_release,
+    bp_remove_hashes, bp_touch, bp_usage,
 )
 from aisim._core.engine cimport (
     EV_ARRIVED, EV_FINISHED, EV_NEW, EV_PREEMPTED, EV_RESUMED, EV_SCHED, EV_SPEC, EV_SPEC_ACCEPTED,
@@ -40,7 +41,7 @@ from aisim._core.request cimport (
 )
 from aisim._core.scheduler cimport ACC_COUNTS, ACC_HISTOGRAM, ACC_PERMILLE
 from aisim._core.steptime cimport AX_BATCH, AX_KV, AX_PREFILL, TM_LINEAR, TM_ROOFLINE, TM_TABLE
-from aisim._core.types cimport block_id_t, hash_t, int32_t, int64_t, tok_t
+from aisim._core.types cimport block_id_t, flag_t, hash_t, int32_t, int64_t, tok_t
 from aisim._core.util cimport num_tokens
 
 
@@ -224,6 +225,64 @@ cdef class BlockPool:
     def evictions(self):
         """Blocks whose keys were dropped when popped for reuse."""
         return self.c.evictions
+
+    def nodes(self, int n_nodes):
+        """Room for ``n_nodes`` deferred lists (runs of shared tokens), all empty."""
+        if n_nodes < 1 or self.c.n_nodes:
+            raise ValueError("nodes: at least one, once")
+        bp_nodes(&self.c, n_nodes)
+
+    def _node(self, int node):
+        if node < 0 or node >= self.c.n_nodes:
+            raise ValueError(f"node {node} out of range")
+
+    def defer_run(self, blocks, keys, int num_tokens, int block_size, int node, keep=None):
+        """Defer the held, uncached ``blocks`` (0: skipped) under ``keys`` on ``node``'s list
+        (bp_defer_run); ``keep``: 0 skips a block too."""
+        self._node(node)
+        if len(keys) != len(blocks) or (keep is not None and len(keep) != len(blocks)):
+            raise ValueError("one key (and one keep flag) per block")
+        for b, key in zip(blocks, keys):
+            if b != 0:
+                self._check(b)
+                if self.c.blk[b].ref_cnt <= 0 or self.c.blk[b].key != 0 or key == 0:
+                    raise ValueError(f"block {b} is not held and uncached, or its key is 0")
+        cdef int32_t n = len(blocks)
+        cdef block_id_t[::1] arr = np.asarray(list(blocks) + [0], dtype=np.int32)
+        cdef hash_t[::1] ks = np.asarray(list(keys) + [0], dtype=np.uint64)
+        cdef flag_t[::1] kp = np.asarray(list(keep or []) + [0], dtype=np.int8)
+        bp_defer_run(&self.c, &arr[0], &ks[0], &kp[0] if keep is not None else NULL, n, num_tokens,
+                     block_size, node)
+
+    def deferred(self, int node):
+        """The blocks deferred on ``node``, head to tail; checks the list's back links and tags."""
+        self._node(node)
+        out = []
+        cdef block_id_t b = self.c.node_head[node], prev = -1
+        while b != -1:
+            if self.c.blk[b].dprev != prev or self.c.blk[b].tag != TAG_DEFER - node:
+                raise AssertionError(f"block {b}: broken link or tag on node {node}'s list")
+            out.append(b)
+            prev = b
+            b = self.c.blk[b].dnext
+        if self.c.node_tail[node] != prev:
+            raise AssertionError(f"node {node}'s tail is not its last block")
+        return out
+
+    def materialize(self, int node):
+        """Every block deferred on ``node`` gets its key in the map (bp_materialize)."""
+        self._node(node)
+        bp_materialize(&self.c, node)
+
+    def key_deferred(self, int b):
+        """The deferred block ``b``'s key goes into the map (bp_key_deferred)."""
+        self._check(b)
+        if self.c.blk[b].key == 0 or self.c.blk[b].tag > TAG_DEFER:
+            raise ValueError(f"block {b} is not deferred")
+        bp_key_deferred(&self.c, b)
+
+    def key_tokens(self, int b):
+        return self.c.blk[b].key_tokens
 
 
 cdef class KVCache:
