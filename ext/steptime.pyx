@@ -8,7 +8,8 @@
   product on Hopper: or its waves' walk down ``K``, if longer) times the
   layers that run it, ``M`` the step's tokens padded to its CUDA graph (the LM
   head's the requests); the routed experts; attention in a prefill and a decode
-  kernel; vLLM 0.8's Triton quantization of a block-FP8 model's activations; recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
+  kernel; vLLM 0.8's Triton quantization of a block-FP8 model's activations;
+  recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
   the CPU's step and per-request seconds, overlapped (async scheduling) or
   added.  MLA runs a request in one of two forms, as vLLM's MLA metadata
   builder splits the batch: a request of more than ``decode_max_tokens`` new

@@ -132,6 +132,7 @@ def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
         model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
         compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
         overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+        triton_group_quant = False
 
     a = roofline_args(TM)
     assert a["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 / 8 == 319_291_392
@@ -155,6 +156,7 @@ def test_a_deepseek_r1_prefill_chunks_experts_on_8_h200():
         model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
         compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
         overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+        triton_group_quant = False
 
     a = roofline_args(TM)
     assert a["expert_flops_per_token"] == 2 * 8 * 3 * 7168 * 2048 / 8 * 58 == 5_108_662_272
