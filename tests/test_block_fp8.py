@@ -170,3 +170,17 @@ def test_the_core_adds_the_triton_quantization_per_padded_token():
     assert on - off == pytest.approx(2_086_656 * QUANT_US_PER_TOKEN * 1e-6 / 7168, rel=1e-6)
     ref = dict(eff, tp=8, triton_group_quant=True)
     assert on == pytest.approx(step_s("deepseek-r1", "H200", ref, [(1, 101, True)]), rel=1e-9)
+
+
+def test_the_triton_quantization_key_is_a_roofline_switch():
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.errors import ConfigError
+
+    tm = {"kind": "roofline", "gpu": "H200", "model": "deepseek-r1", "tp": 8}
+    eng = dict(num_gpu_blocks=200, max_model_len=4096)
+    assert engine_config_from_dict(dict(eng, time_model=tm)).time_model.triton_group_quant is False
+    cfg = engine_config_from_dict(dict(eng, time_model=dict(tm, triton_group_quant=True)))
+    assert cfg.time_model.triton_group_quant is True and cfg.time_model.relevant()["triton_group_quant"] is True
+    assert "triton_group_quant" not in engine_config_from_dict(dict(eng, time_model=tm)).time_model.relevant()
+    with pytest.raises(ConfigError, match="'time_model.triton_group_quant' must be true or false, got 1"):
+        engine_config_from_dict(dict(eng, time_model=dict(tm, triton_group_quant=1)))
