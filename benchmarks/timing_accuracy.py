@@ -97,6 +97,8 @@ def engine_for(point: dict, efficiencies: dict):
                              gpu_memory_utilization=point["gpu_memory_utilization"] or 0.9,
                              dtype=point["dtype"] or None, vllm_version=BLOCKS_AS)
     tm = dict(cfg.raw["time_model"], **efficiencies)
+    if triton_group_quant(point):
+        tm["triton_group_quant"] = True
     return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=async_scheduling(point))
 
 
@@ -111,6 +113,18 @@ def async_scheduling(point: dict) -> bool:
     if point["async_scheduling"]:
         return point["async_scheduling"] == "true"
     return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) >= ASYNC_DEFAULT_FROM
+
+
+# vLLM's per-token-group FP8 quantization before block-FP8 products: the Triton kernel in 0.8.4, the CUDA kernel
+# first from 0.11.0 (fp8_utils.per_token_group_quant_fp8 of each release; aisim/perf/block_fp8.py).
+CUDA_GROUP_QUANT_FROM = (0, 11)
+
+
+def triton_group_quant(point: dict) -> bool:
+    """Whether the point's release quantized block-FP8 activations with the Triton kernel (unstated: no)."""
+    if not point["vllm_version"]:
+        return False
+    return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) < CUDA_GROUP_QUANT_FROM
 
 
 # Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.

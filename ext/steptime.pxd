@@ -28,6 +28,7 @@ cdef struct TimeModelC:
     double* gemm_walk_s             # [n_gemms] block-FP8 kernel: seconds a wave of tiles walks K (0: roofline only)
     double* gemm_walk_factor        # [n_gemms] share of the kernel a grid under one wave takes (Stream-K), else 1
     double walk_fixed_s             # the block-FP8 kernel's fixed seconds, once a product
+    double quant_s_per_token        # vLLM 0.8's Triton activation quantization, seconds per token (padded)
     double sms                      # the GPU's streaming multiprocessors: tiles run in waves of this many
     double tile                     # rows and columns of one output tile
     double act_bytes                # bytes of an activation element

@@ -8,7 +8,8 @@
   product on Hopper: or its waves' walk down ``K``, if longer) times the
   layers that run it, ``M`` the step's tokens padded to its CUDA graph (the LM
   head's the requests); the routed experts; attention in a prefill and a decode
-  kernel; recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
+  kernel; vLLM 0.8's Triton quantization of a block-FP8 model's activations;
+  recurrent states; the sampler; the all-reduces; a fixed GPU cost; then
   the CPU's step and per-request seconds, overlapped (async scheduling) or
   added.  MLA runs a request in one of two forms, as vLLM's MLA metadata
   builder splits the batch: a request of more than ``decode_max_tokens`` new
@@ -249,6 +250,9 @@ cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
     if tm.state_bytes > 0.0:
         gpu += _bound(tm.state_flops * tokens, tm.flops_rate, tm.state_bytes * reqs, tm.bytes_rate)
     gpu += tm.sample_bytes * reqs / tm.bytes_rate
+    # per_token_group_quant_fp8 (fp8_utils.py) before each block-FP8 product: vLLM 0.8's Triton kernel, a program a
+    # 128-wide group of the padded rows (aisim/perf/block_fp8.py QUANT_S_PER_ELEMENT); 0 otherwise.
+    gpu += tm.quant_s_per_token * m
     return gpu + tm.comm_s + tm.comm_per_token_s * m
 
 
@@ -314,6 +318,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
         tm.decode_q = m["decode_q"]
         tm.sms = m["sms"]
         tm.walk_fixed_s = m["walk_fixed_s"]
+        tm.quant_s_per_token = m["quant_s_per_token"]
         tm.tile = m["tile"]
         tm.act_bytes = m["act_bytes"]
         tm.weight_elt = m["weight_elt"]

@@ -11,7 +11,7 @@ import math
 
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.versions import release
-from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks
+from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks, quant_seconds_per_token
 from aisim.perf.graphs import graph_sizes, step_graph
 from aisim.perf.moe_kernel import expert_kernel
 from aisim.perf.roofline import roofline_terms
@@ -39,7 +39,7 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
            version=None):
     """Seconds of one step of ``batch``: ``(new tokens, context after the step, is a decode)`` a request.
 
-    ``tm``: the roofline keys (efficiencies, overheads, tp, dtype); ``version``: the release whose
+    ``tm``: the roofline keys (efficiencies, overheads, tp, dtype, triton_group_quant); ``version``: the release whose
     CUDA-graph padding applies (default: the newest).
     """
     spec, g = get_model(model), get_gpu(gpu)
@@ -78,6 +78,8 @@ def step_s(model, gpu, tm, batch, max_num_seqs=256, max_num_batched_tokens=4096,
         gpu_s += max(f / attn, b / bw)
     gpu_s += t["ctx_flops"] * up / matmul
     gpu_s += t["sample_bytes"] * reqs / bw
+    # vLLM 0.8's Triton per-token-group quantization before the block-FP8 products, per padded token
+    gpu_s += quant_seconds_per_token(spec, g, tp, dtype, tm.get("triton_group_quant", False)) * m
     gpu_s += t["comm_s"] + t["comm_per_token_s"] * m
     per_req = tm.get("overhead_per_req_s", 0.0) + (tm.get("executor_per_req_s", 0.0) if tp > 1 else 0.0)
     cpu_s = tm["overhead_s"] + per_req * reqs

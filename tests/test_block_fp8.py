@@ -121,3 +121,66 @@ def test_the_core_prices_r1s_decode_with_the_walk(monkeypatch):
     roof = sum(g.count * gemm_s(1, *g.shape(8), 132, 1453.4e12 * 0.67, 4.8e12 * 0.89, 1)
                for g in model.gemms if g.name not in block_fp8.UNQUANTIZED)
     assert with_walk - without == pytest.approx(_r1_walk_us() * 1e-6 - roof, rel=1e-6)
+
+
+# SGLang pull request 4396's Triton per-token-group runs at 7,168 columns, tokens and us:
+#   64: 10.656, 128: 14.656, 256: 20.160001, 512: 31.808, 1024: 55.071998, 2048: 101.824.
+# Mean tokens 672; sum (t - 672)^2 = 369,664 + 295,936 + 173,056 + 25,600 + 123,904 + 1,893,376 = 2,881,536;
+# mean us 234.175999 / 6 = 39.029333; sum (t - 672)(us - 39.029333) = 131,567.57 -> 0.0456588 us a token,
+# 6.3698 ps an element (7,168 a token); intercept 39.029333 - 672 x 0.0456588 = 8.3466 us.
+QUANT_US_PER_TOKEN = 131567.57 / 2881536
+
+
+def test_the_triton_quantization_is_the_least_squares_line_of_its_runs():
+    assert block_fp8.QUANT_S_PER_ELEMENT == pytest.approx(QUANT_US_PER_TOKEN * 1e-6 / 7168, rel=1e-6)
+    assert block_fp8.QUANT_S_PER_ELEMENT == pytest.approx(6.3698e-12, rel=1e-4)
+    assert block_fp8.QUANT_FIXED_S == pytest.approx(8.3466e-6, rel=1e-4)
+
+
+def test_deepseek_r1s_tokens_quantize_their_block_fp8_inputs_on_8_h200():
+    # A token at TP 8: q_a 7,168 + kv_a 7,168 + q_b 1,536 + o 2,048 = 17,920 in 61 layers (1,093,120); the first 3
+    # layers' MLP 7,168 + 2,304 (28,416); the shared expert 7,168 + 256 in 58 (430,592); the routed experts' hidden
+    # state 7,168 and 8 slices of 256 in 58 (534,528): 2,086,656 elements, 13.292 us a token at 6.3698 ps, 108.9 ms
+    # an 8,192-token chunk.  Not the router, kv_b nor the LM head (BF16, or kv_b's prefill form left out).
+    model, gpu = get_model("deepseek-r1"), get_gpu("H200")
+    assert block_fp8.quant_elements(model, 8) == 61 * 17920 + 3 * 9472 + 58 * 7424 + 58 * (7168 + 8 * 256) == 2_086_656
+    per_token = block_fp8.quant_seconds_per_token(model, gpu, 8, "fp8", True)
+    assert per_token == pytest.approx(2_086_656 * QUANT_US_PER_TOKEN * 1e-6 / 7168, rel=1e-6)
+    assert per_token * 8192 == pytest.approx(108.9e-3, rel=1e-3)
+    # Off by default (vLLM 0.11 and later run a CUDA kernel), and only where the block-FP8 kernel runs.
+    assert block_fp8.quant_seconds_per_token(model, gpu, 8, "fp8", False) == 0.0
+    assert block_fp8.quant_seconds_per_token(model, get_gpu("B200"), 8, "fp8", True) == 0.0
+    assert block_fp8.quant_seconds_per_token(model, gpu, 8, "bf16", True) == 0.0
+
+
+def test_the_core_adds_the_triton_quantization_per_padded_token():
+    # One request on 8 x H200: its decode step (a graph of 1 row) takes 13.292 us more with the Triton kernel,
+    # and both steps are the reference's.
+    eff = {"compute_efficiency": 0.67, "attention_efficiency": 0.79, "bandwidth_efficiency": 0.89,
+           "overhead_s": 0.002, "overhead_per_req_s": 0.0, "executor_per_req_s": 0.0}
+
+    def decode_s(triton):
+        tm = {"kind": "roofline", "gpu": "H200", "model": "deepseek-r1", "tp": 8, "triton_group_quant": triton, **eff}
+        eng = dict(num_gpu_blocks=200, max_model_len=4096, max_num_batched_tokens=4096, time_model=tm)
+        _, _, res = run_log(eng, [dict(id="a", prompt=100, max_tokens=2, at=0)])
+        st = res.steps.to_pydict()
+        return dict(zip(st["step"], st["duration_s"]))[1]
+
+    on, off = decode_s(True), decode_s(False)
+    assert on - off == pytest.approx(2_086_656 * QUANT_US_PER_TOKEN * 1e-6 / 7168, rel=1e-6)
+    ref = dict(eff, tp=8, triton_group_quant=True)
+    assert on == pytest.approx(step_s("deepseek-r1", "H200", ref, [(1, 101, True)]), rel=1e-9)
+
+
+def test_the_triton_quantization_key_is_a_roofline_switch():
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.errors import ConfigError
+
+    tm = {"kind": "roofline", "gpu": "H200", "model": "deepseek-r1", "tp": 8}
+    eng = dict(num_gpu_blocks=200, max_model_len=4096)
+    assert engine_config_from_dict(dict(eng, time_model=tm)).time_model.triton_group_quant is False
+    cfg = engine_config_from_dict(dict(eng, time_model=dict(tm, triton_group_quant=True)))
+    assert cfg.time_model.triton_group_quant is True and cfg.time_model.relevant()["triton_group_quant"] is True
+    assert "triton_group_quant" not in engine_config_from_dict(dict(eng, time_model=tm)).time_model.relevant()
+    with pytest.raises(ConfigError, match="'time_model.triton_group_quant' must be true or false, got 1"):
+        engine_config_from_dict(dict(eng, time_model=dict(tm, triton_group_quant=1)))

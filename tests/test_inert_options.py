@@ -48,7 +48,8 @@ def test_a_deployment_writes_back_only_the_options_its_router_acts_on():
 
 @pytest.mark.parametrize("key", [k for k in TIME_MODEL_KEYS if k.kinds is not None], ids=lambda k: k.name)
 def test_every_time_model_constant_is_refused_on_a_kind_it_does_not_shape(key):
-    value = {"gpu": "H100", "model": "llama-3.1-8b", "dtype": "bf16", "path": "p.csv"}.get(key.name, 0.5)
+    value = {"gpu": "H100", "model": "llama-3.1-8b", "dtype": "bf16", "path": "p.csv",
+             "triton_group_quant": True}.get(key.name, 0.5)
     for kind in ("linear", "roofline", "table"):
         if kind in key.kinds:
             continue

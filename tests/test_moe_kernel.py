@@ -132,6 +132,7 @@ def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
         model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
         compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
         overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+        triton_group_quant = False
 
     a = roofline_args(TM)
     assert a["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 / 8 == 319_291_392
@@ -142,3 +143,27 @@ def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
     assert reads == pytest.approx(20.35e-3, rel=1e-3)
     assert a["expert_flops_per_token"] * 56 / a["expert_rate"] == pytest.approx(1.94e-3, rel=1e-2)
     assert get_gpu("H200").hbm_bytes_per_s == 4.8e12
+
+
+def test_a_deepseek_r1_prefill_chunks_experts_on_8_h200():
+    # A chunk of 8,192 prompt tokens on 8 x H200: every expert touched (256 (1 - (31/32)^8192) = 256 to 1e-110);
+    # each token 2 x 8 experts x 3 x 7,168 x 2,048 weights / 8 GPUs x 58 MoE layers = 5,108,662,272 FLOPs, so
+    # 4.185e13 a chunk at the line's FP8 share at N 256, 0.1017 of 1,453.4 TFLOP/s (147.8 TFLOP/s): 283.1 ms,
+    # over the reads (256 x 319,291,392 B at 0.666 of 4.8 TB/s: 25.6 ms).  Half the step of 430 ms.
+    from aisim.perf.roofline import roofline_args
+
+    class TM:
+        model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
+        compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
+        overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+        triton_group_quant = False
+
+    a = roofline_args(TM)
+    assert a["expert_flops_per_token"] == 2 * 8 * 3 * 7168 * 2048 / 8 * 58 == 5_108_662_272
+    share = moe_kernel.expert_share(256, fp8=True)
+    assert share == pytest.approx(0.1017, rel=1e-3)
+    assert a["expert_rate"] == pytest.approx(1453.4e12 * share, rel=1e-12)
+    flops_s = 8192 * 5_108_662_272 / a["expert_rate"]
+    assert flops_s == pytest.approx(283.1e-3, rel=1e-3)
+    reads_s = 256 * 319_291_392 / a["expert_bytes_rate"]
+    assert reads_s == pytest.approx(25.6e-3, rel=1e-2) and reads_s < flops_s

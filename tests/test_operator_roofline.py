@@ -125,3 +125,17 @@ def test_the_harness_names_the_points_that_set_each_free_number():
     assert got["compute_efficiency"][0] == pytest.approx(math.log(1.1) / 2)
     assert [m for _, m, _ in got["compute_efficiency"][1]] == ["throughput", "throughput"]
     assert all(got[k][0] == 0.0 for k in h.FREE if k not in ("overhead_s", "compute_efficiency"))
+
+
+def test_the_harness_names_the_triton_quantization_for_releases_before_0_11():
+    # vLLM 0.8.4 quantizes block-FP8 activations with its Triton kernel, 0.11.0 with the CUDA one first; a row
+    # whose release is not stated runs the default (the CUDA kernel, not priced).
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "timing_accuracy.py")
+    spec = importlib.util.spec_from_file_location("timing_accuracy", path)
+    h = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(h)
+    assert [h.triton_group_quant({"vllm_version": v}) for v in ("0.8.4", "0.10.1.1", "0.11.0", "0.19.0", "")] == \
+        [True, True, False, False, False]

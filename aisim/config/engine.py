@@ -61,6 +61,7 @@ class TimeModel:
     attention_efficiency: float = _T["attention_efficiency"]
     bandwidth_efficiency: float = _T["bandwidth_efficiency"]
     layer_overhead_s: float = _T["layer_overhead_s"]
+    triton_group_quant: bool = _T["triton_group_quant"]
     time_scale: float = _T["time_scale"]
     calibration: dict | None = _T["calibration"]
     path: str | None = _T["path"]
@@ -71,12 +72,14 @@ class TimeModel:
     def relevant(self) -> dict:
         """The keys that shape this kind of time model, in catalogue order (``None`` left out): those
         whose :attr:`~aisim.config.keys.ConfigKey.kinds` hold it; the API server's costs only when it is
-        on, the time scale only when it scales."""
+        on, the time scale only when it scales, the Triton quantization only when on."""
         keep = [k.name for k in TIME_MODEL_KEYS if k.kinds is None or self.kind in k.kinds]
         if not self.frontend:
             keep = [k for k in keep if k not in ("frontend_per_request_s", "frontend_per_token_s")]
         if self.time_scale == 1.0:
             keep.remove("time_scale")
+        if not self.triton_group_quant and "triton_group_quant" in keep:
+            keep.remove("triton_group_quant")
         return {k: getattr(self, k) for k in keep if getattr(self, k) is not None}
 
 
@@ -465,9 +468,9 @@ def _time_model(tm: dict, source, engine_model=None) -> TimeModel:
             from aisim.config.calibration import parse_calibration
 
             out[k] = parse_calibration(v, _where(source))
-        elif k == "frontend":
+        elif k in ("frontend", "triton_group_quant"):
             if not isinstance(v, bool):
-                raise ConfigError(f"'time_model.frontend'{_where(source)} must be true or false, got {v!r}")
+                raise ConfigError(f"'time_model.{k}'{_where(source)} must be true or false, got {v!r}")
             out[k] = v
         elif k == "tp":
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

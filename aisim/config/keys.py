@@ -206,6 +206,9 @@ TIME_MODEL_KEYS = (
               fitted=True, kinds=ROOFLINE),
     ConfigKey("layer_overhead_s", 0.0, "roofline: the GPU's fixed seconds per decoder layer and step (the small "
               "kernels between the matrix products) (fitted)", fitted=True, kinds=ROOFLINE, high=MAX_STEP_S),
+    ConfigKey("triton_group_quant", False, "roofline: a block-FP8 checkpoint on Hopper quantizes the activations "
+              "before each product with vLLM's Triton per-token-group kernel, priced at its published pace (vLLM "
+              "0.8; 0.11 and later run a CUDA kernel, not priced; aisim/perf/block_fp8.py)", kinds=ROOFLINE),
     ConfigKey("time_scale", 1.0, "every step time multiplied by this (the ends of a calibration's band; "
               "`aisim calibrate`)", high=1e6),
     ConfigKey("calibration", None, "which fit set the fitted constants and its held-out errors (written by "

@@ -31,8 +31,15 @@ absorbed weights in BF16: ``MLACommonImpl.process_weights_after_loading``, ``W_U
 ``W_UV`` with ``torch.bmm``).  The Triton kernel of a product whose ``N`` is no multiple of 128
 (MLA's ``kv_a``, 576 columns) walks ``K`` the same way, a tile a program, without a split: it
 takes the persistent line (SGLang pull request 3893 timed vLLM's Triton kernel at ``N`` 576 x
-``K`` 7,168 on an H200 at 47.3 us for 64 rows; the line gives 43.1).  The activations'
-quantization kernels before each product are not priced.
+``K`` 7,168 on an H200 at 47.3 us for 64 rows; the line gives 43.1).
+
+Before each block-FP8 product (and both GEMMs of the routed experts) vLLM quantizes the BF16
+activations per token and 128-wide group (``per_token_group_quant_fp8``, ``fp8_utils.py``).  vLLM
+0.8.4 runs its Triton kernel there, one program of one warp a group; 0.11.0 and later prefer a
+CUDA kernel (``torch.ops._C.per_token_group_fp8_quant``).  The Triton kernel's published runs
+(:data:`QUANT_RUNS`) lie on one line in the elements quantized; with ``triton_group_quant`` the
+roofline charges its slope, :data:`QUANT_S_PER_ELEMENT`, for every element a step quantizes
+(:func:`quant_elements`).  The CUDA kernel is not priced.
 """
 
 from __future__ import annotations
@@ -139,6 +146,46 @@ def gemm_walks(model, gpu, tp: int, dtype: str) -> list[tuple[float, float]]:
         n, k = g.shape(tp)
         out.append((WALK_PER_BLOCK_S * k / TILE, STREAM_K_FACTOR if stream_k(n, k) else 1.0))
     return out
+
+
+# SGLang pull request 4396 (2025-03-13): its Triton per-token-group kernel (the launch of vLLM 0.8.4's: a program
+# of one warp, one stage, a 128-wide group) quantizing FP16 activations of 7,168 columns to FP8, 1 x L tokens:
+# ``(tokens, us)``.  The runs time ``fn(x.clone())``: a copy of the input is in them.
+QUANT_RUNS = ((64, 10.656), (128, 14.656), (256, 20.160001), (512, 31.808), (1024, 55.071998), (2048, 101.824))
+QUANT_COLUMNS = 7168
+
+
+def _quant_line(runs) -> tuple[float, float]:
+    """Least squares of seconds on elements quantized: ``(fixed, per element)``."""
+    xs = [t * QUANT_COLUMNS for t, _ in runs]
+    ys = [us * 1e-6 for _, us in runs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
+QUANT_FIXED_S, QUANT_S_PER_ELEMENT = _quant_line(QUANT_RUNS)
+
+
+def quant_elements(model, tp: int) -> float:
+    """Activation elements a token quantizes per step on one of ``tp`` GPUs: the input of every block-FP8
+    product of ``model.gemms`` (each of its layers), and per MoE layer the routed experts' two inputs (the
+    hidden state, and ``top_k`` expert slices of ``N`` columns, :func:`aisim.perf.moe_kernel.expert_columns`).
+    ``kv_b``'s prefill form quantizes its input too, on prefill tokens only: left out."""
+    from aisim.perf.moe_kernel import expert_columns
+
+    total = sum(g.count * g.shape(tp)[1] for g in model.gemms if g.name not in UNQUANTIZED)
+    if model.moe_layers and model.expert_params:
+        total += model.moe_layers * (model.hidden_size + model.experts_per_token * expert_columns(model, tp))
+    return float(total)
+
+
+def quant_seconds_per_token(model, gpu, tp: int, dtype: str, triton: bool) -> float:
+    """Seconds the Triton per-token-group kernel adds per token of a step (0 unless ``triton`` and the
+    block-FP8 kernel runs: :func:`applies`)."""
+    if not (triton and applies(model, gpu, dtype)):
+        return 0.0
+    return QUANT_S_PER_ELEMENT * quant_elements(model, tp)
 
 
 def gemm_seconds(m: float, n: float, k: float, sms: float, walk: float, factor: float) -> float:

@@ -4,7 +4,7 @@ One engine step on one GPU of a tensor-parallel group of ``tp`` (every rank does
 on its share) costs
 
     GPU = sum over GEMMs (roofline of its shape) + routed experts + attention (prefill, decode)
-          + recurrent states + sampler + all-reduces + layer_overhead_s x layers
+          + activation quantization + recurrent states + sampler + all-reduces + layer_overhead_s x layers
     CPU = overhead_s + (overhead_per_req_s + executor_per_req_s if tp > 1) x requests
     step = max(GPU, CPU) with async scheduling (the engine schedules the next step while the GPU
            runs this one), GPU + CPU without
@@ -46,6 +46,10 @@ on its share) costs
   latent of its cached context through ``kv_b_proj`` every step (``_compute_prefill_context``):
   ``2 x kv_lora_rank x heads/tp x (qk_nope_head_dim + v_head_dim)`` FLOPs per context token per
   layer, at the matmul rate.
+* **activation quantization** (``triton_group_quant``, a block-FP8 checkpoint on Hopper): vLLM 0.8's
+  Triton per-token-group kernel before each block-FP8 product and the experts' GEMMs, at its published
+  seconds an element (:data:`aisim.perf.block_fp8.QUANT_S_PER_ELEMENT`) for each element a token
+  quantizes (:func:`aisim.perf.block_fp8.quant_elements`), ``M`` the step's padded tokens.
 * **recurrent states** (Mamba, GDN): each request's state read and written, its update's FLOPs.
 * **sampler**: the float32 logits of each request, :data:`SAMPLER_PASSES` passes over the
   vocabulary (vLLM's ``Sampler``: logits to float32, temperature, softmax, the draw).
@@ -81,7 +85,7 @@ import math
 from aisim._core.constants import TIME_MODEL_KINDS
 from aisim.config.catalog import get_gpu, get_model
 from aisim.config.modelspec import DTYPE_BYTES
-from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks
+from aisim.perf.block_fp8 import WALK_FIXED_S, gemm_walks, quant_seconds_per_token
 from aisim.perf.moe_kernel import expert_kernel
 
 # Bytes of one activation element in an all-reduce (vLLM reduces BF16 activations).
@@ -233,6 +237,7 @@ def roofline_args(tm, async_scheduling: bool = False, graph_sizes=(), decode_gra
         "gemm_per_req": [int(x[4] == "requests") for x in g],
         "gemm_walk_s": [w[0] for w in walks], "gemm_walk_factor": [w[1] for w in walks],
         "walk_fixed_s": WALK_FIXED_S,
+        "quant_s_per_token": quant_seconds_per_token(model, gpu, tm.tp, dtype, tm.triton_group_quant),
         "sms": float(gpu.sms or 1), "tile": float(TILE), "act_bytes": float(ACT_BYTES),
         "weight_elt": float(DTYPE_BYTES[dtype]),
         "attn_flops": t["attn_flops"],
