@@ -119,6 +119,14 @@ def test_the_kernel_reads_at_its_decode_runs_mean_share_by_dtype():
         moe_kernel.READ_SHARE
 
 
+class R1_ON_8_H200:
+    """DeepSeek-R1 on 8 x H200 at the defaults' constants, as roofline_args reads a time model."""
+    model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
+    compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
+    overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
+    triton_group_quant = False
+
+
 def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
     # 50 decodes on 8 x H200: 256 (1 - (31/32)^50) = 203.66 of a layer's 256 experts touched; one expert is
     # 3 x 7,168 x 2,048 FP8 weights, an eighth of them on each GPU, over 58 MoE layers: 319,291,392 B, so
@@ -128,13 +136,7 @@ def test_a_deepseek_r1_decode_steps_experts_on_8_h200():
     from aisim.config.catalog import get_gpu
     from aisim.perf.roofline import roofline_args
 
-    class TM:
-        model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
-        compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
-        overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
-        triton_group_quant = False
-
-    a = roofline_args(TM)
+    a = roofline_args(R1_ON_8_H200)
     assert a["moe_expert_bytes"] == 58 * 3 * 7168 * 2048 / 8 == 319_291_392
     assert a["expert_bytes_rate"] == pytest.approx(4.8e12 * moe_kernel.FP8_READ_SHARE, rel=1e-15)
     touched = 256 * (1 - (31 / 32) ** 50)
@@ -152,13 +154,7 @@ def test_a_deepseek_r1_prefill_chunks_experts_on_8_h200():
     # over the reads (256 x 319,291,392 B at 0.666 of 4.8 TB/s: 25.6 ms).  Half the step of 430 ms.
     from aisim.perf.roofline import roofline_args
 
-    class TM:
-        model, gpu, tp, dtype = "deepseek-r1", "H200", 8, "fp8"
-        compute_efficiency, attention_efficiency, bandwidth_efficiency = 0.67, 0.79, 0.89
-        overhead_s, overhead_per_req_s, executor_per_req_s, layer_overhead_s = 0.0021, 5.4e-5, 1.2e-4, 0.0
-        triton_group_quant = False
-
-    a = roofline_args(TM)
+    a = roofline_args(R1_ON_8_H200)
     assert a["expert_flops_per_token"] == 2 * 8 * 3 * 7168 * 2048 / 8 * 58 == 5_108_662_272
     share = moe_kernel.expert_share(256, fp8=True)
     assert share == pytest.approx(0.1017, rel=1e-3)
