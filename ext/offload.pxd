@@ -224,7 +224,8 @@ cdef struct OffloadC:
     # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a
     # request held at the waiting queue's head asks again every step.  Dropped when one of the
     # chunks it found (``watch``) is evicted, pinned or completed, or the key where it stopped is
-    # stored (_off_map_put, _off_map_del, off_load, _off_complete).
+    # stored (_off_map_put, _off_map_del, off_load, _off_complete); with a disk tier also when a
+    # chunk it found is promoted or the key where it stopped is written (_disk_finish).
     flag_t memo_on
     req_t memo_req               # the request (engine slot) with its KV row, arrival and id rank
     int32_t memo_slot
@@ -238,6 +239,8 @@ cdef struct OffloadC:
     flag_t memo_missed           # the scan stopped at a key not in the tier: memo_miss
     hash_t memo_miss
     int32_t* memo_chunks         # [chunk_row] the chunks found (memo_hits)
+    int32_t memo_dq              # with a disk tier: the disk queries the scan made (1: its stop was a
+                                 # held "absent" verdict, memo_miss; 0: it reached memo_end)
     # --- this step, for the decision log and the step columns (reset by each schedule())
     OffRecC* recs                # [recs_cap] what the connector did, in order
     int32_t n_recs

@@ -168,8 +168,8 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t max_hit, new
-    cdef int32_t n_keys, start, end, i, c, hits = 0
-    cdef bint pending = False, loading = False
+    cdef int32_t n_keys, start, end, hits
+    cdef bint pending, loading
     o.lookups += 1
     r.off_next = 0  # restarting at token 0: every chunk is offered again
     if r.off_jobs > 0:
@@ -185,34 +185,14 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     start = <int32_t>(local // tpc)
     if o.disk == NULL:
         # _maximal_prefix_lookup over the CPU tier alone (_off_scan: kept while nothing it read
-        # changed); the disk tier's lookup promotes chunks, so with one every lookup scans anew.
+        # changed).
         _off_scan(s, r, start, end)
-        hits = o.memo_hits
-        pending = o.memo_pending
-        loading = o.memo_loading
     else:
-        # _maximal_prefix_lookup: consecutive chunks present; one being stored defers the lookup.
-        for i in range(start, tmin(start + OFF_AHEAD, end)):
-            _off_prefetch(o, _off_key(s, r, i))
-        c = -1
-        for i in range(start, end):
-            if i + OFF_AHEAD < end:
-                _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
-            c = _off_find_next(o, c, _off_key(s, r, i))
-            if c < 0:
-                # A CPU miss asks the disk tier (ext/offload_disk.pxi): RETRY defers without a hit
-                # and the scan goes on; a disk hit's promotion is a chunk being written.
-                c = disk_lookup(s, r, i)
-                if c == DISK_RETRY:
-                    pending = True
-                    continue
-            if c < 0:
-                break
-            hits += 1
-            if o.chunks[c].ref < 0:
-                pending = True
-            if o.chunks[c].loading:
-                loading = True
+        # ... and the disk tier behind it (disk_scan: kept while asking again changes no tier).
+        disk_scan(s, r, start, end)
+    hits = o.memo_hits
+    pending = o.memo_pending
+    loading = o.memo_loading
     if pending:
         o.lookups_deferred += 1
         return -1

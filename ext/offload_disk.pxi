@@ -137,6 +137,8 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
         c = _off_find(o, jb.keys[i])
         if jb.promote:
             if c >= 0 and o.chunks[c].ref < 0:
+                if o.chunks[c].watch:
+                    _off_memo_drop(o)  # the last lookup's scan found it being written (HIT_PENDING)
                 o.chunks[c].ref = 0
                 o.n_evictable += 1
                 _off_mark_evictable(o, c)
@@ -152,6 +154,8 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
         if not e.on_disk:
             e.on_disk = 1
             d.on_disk += 1
+            if o.memo_on and o.memo_missed and o.memo_miss == jb.keys[i]:
+                _off_memo_drop(o)  # the last lookup's scan stopped at its "absent" verdict
     jb.active = 0
     d.n_jobs -= 1
     return 0
@@ -284,6 +288,97 @@ cdef int32_t disk_lookup(SchedC* s, ReqC* r, int32_t i) except -3 nogil:
     d.hits += 1
     d.st_hits += 1
     return _disk_promote(s, r, i, key)
+
+
+# Off only in tests: every lookup with a disk tier scans anew, the reference the kept scan must
+# match (tests/test_offload_disk_memo.py).
+cdef bint _disk_memo_on = True
+
+
+def _set_offload_disk_memo(bint on):
+    """Tests only: whether a lookup with a disk tier may answer from the last lookup's scan (the
+    results are byte-identical either way).  Returns the previous setting."""
+    global _disk_memo_on
+    old = _disk_memo_on
+    _disk_memo_on = on
+    return old
+
+
+cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
+    """_maximal_prefix_lookup from chunk ``start`` to ``end`` through TieringOffloadingManager.lookup
+    (the CPU tier, then the disk tier on its miss), into ``memo_hits``, ``memo_pending`` and
+    ``memo_loading`` (hits counted past a RETRY too: the lookup is deferred anyway).  A CPU miss asks
+    the disk tier (disk_lookup): RETRY defers without a hit and the scan goes on; a disk hit's
+    promotion is a chunk being written; MISS stops the scan.
+
+    The scan is kept (OffloadC.memo_*) when its every chunk was a CPU hit up to ``end`` or up to one
+    key whose held verdict is "absent": asking again then changes nothing but the disk tier's query
+    counters, which are replayed.  In vLLM a primary HIT or HIT_PENDING returns before the secondary
+    tiers are asked (v1/kv_offload/tiering/manager.py, TieringOffloadingManager.lookup); a held
+    verdict is returned as is, the request already among its holders (tiering/async_lookup.py,
+    AsyncLookupManager.lookup: request_ids is a set), and "absent" without a promotion changes no
+    tier (tiering/fs/manager.py, FileSystemTierManager.lookup).  The verdict turns "present" only
+    when a write of the key is reported (mark_present: _disk_finish drops the scan), and the request
+    holds it until its finalization (AsyncLookupManager.cleanup).  A scan that met a RETRY, a
+    promotion or a promotion without room (its eviction and access record) is not kept."""
+    cdef OffloadC* o = s.off
+    cdef DiskC* d = o.disk
+    cdef req_t ri = <req_t>(r - s.reqs)
+    cdef int32_t i, c
+    cdef int64_t failed
+    cdef bint keep = _disk_memo_on
+    cdef hash_t key
+    if (keep and o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
+            and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
+        d.queries += o.memo_dq
+        d.st_queries += o.memo_dq
+        return 0
+    _off_memo_drop(o)
+    o.memo_req = ri
+    o.memo_slot = r.slot
+    o.memo_arrival = r.arrival_key
+    o.memo_rank = r.id_rank
+    o.memo_start = start
+    o.memo_end = end
+    o.memo_hits = 0
+    o.memo_pending = 0
+    o.memo_loading = 0
+    o.memo_missed = 0
+    o.memo_dq = 0
+    for i in range(start, tmin(start + OFF_AHEAD, end)):
+        _off_prefetch(o, _off_key(s, r, i))
+    c = -1
+    for i in range(start, end):
+        if i + OFF_AHEAD < end:
+            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
+        key = _off_key(s, r, i)
+        c = _off_find_next(o, c, key)
+        if c < 0:
+            failed = d.promote_failed
+            c = disk_lookup(s, r, i)
+            if c == DISK_RETRY:
+                o.memo_pending = 1
+                keep = False
+                continue
+            if c < 0:
+                if d.promote_failed != failed:
+                    keep = False
+                o.memo_missed = 1
+                o.memo_miss = key
+                o.memo_dq = 1
+                break
+            keep = False  # a promotion
+        o.memo_chunks[o.memo_hits] = c
+        o.memo_hits += 1
+        if o.chunks[c].ref < 0:
+            o.memo_pending = 1
+        if o.chunks[c].loading:
+            o.memo_loading = 1
+    if keep:
+        for i in range(o.memo_hits):
+            o.chunks[o.memo_chunks[i]].watch = 1
+        o.memo_on = 1
+    return 0
 
 
 cdef int disk_forget(SchedC* s, ReqC* r) except -1 nogil:
