@@ -24,7 +24,8 @@ cdef struct OffChunkC:
     hash_t key                   # the offload key it holds (a block hash)
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
-    flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*)
+    flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*);
+                                 # with a disk tier, how many kept scans found it (DiskC.memos)
     flag_t used                  # holds its key (taken from free_chunks, not evicted since)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
     int64_t rank_lo              #   -position or 0); the smallest is evicted first
@@ -124,8 +125,29 @@ cdef struct DiskJobC:
     hash_t* keys
 
 
+cdef struct DiskMemoC:
+    # A request's last lookup scan through both tiers (disk_scan), kept while asking again changes
+    # no tier; up to DISK_MEMOS of them, one a request.
+    flag_t on
+    req_t req                    # the request (engine slot) with its KV row, arrival and id rank
+    int32_t slot
+    sec_t arrival
+    int32_t rank
+    int32_t start                # the chunks scanned: start .. end - 1
+    int32_t end
+    int32_t hits                 # chunks present from start (past a RETRY too)
+    flag_t pending               # one of them is being stored or promoted, or the disk said RETRY
+    flag_t loading               # one of them is being loaded
+    flag_t missed                # the scan stopped at ``miss``: no CPU chunk, a held "absent" verdict
+    hash_t miss
+    int32_t* chunks              # [chunk_row] the chunks found (hits)
+
+
 cdef struct DiskC:
     DiskConfC conf
+    DiskMemoC* memos             # [DISK_MEMOS] kept lookup scans (disk_scan)
+    int32_t memo_cur             # the one the last lookup answered from
+    int32_t memo_next            # the next replaced when all are kept
     DiskEntC* map                # open addressing, grown at half full; no entry is ever removed
     int64_t map_mask
     int64_t n_ent
@@ -224,8 +246,8 @@ cdef struct OffloadC:
     # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a
     # request held at the waiting queue's head asks again every step.  Dropped when one of the
     # chunks it found (``watch``) is evicted, pinned or completed, or the key where it stopped is
-    # stored (_off_map_put, _off_map_del, off_load, _off_complete); with a disk tier also when a
-    # chunk it found is promoted or the key where it stopped is written (_disk_finish).
+    # stored (_off_map_put, _off_map_del, off_load, _off_complete).  With a disk tier the kept
+    # scans are DiskC.memos instead (memo_on: one of them is kept; dropped together).
     flag_t memo_on
     req_t memo_req               # the request (engine slot) with its KV row, arrival and id rank
     int32_t memo_slot
@@ -239,8 +261,6 @@ cdef struct OffloadC:
     flag_t memo_missed           # the scan stopped at a key not in the tier: memo_miss
     hash_t memo_miss
     int32_t* memo_chunks         # [chunk_row] the chunks found (memo_hits)
-    int32_t memo_dq              # with a disk tier: the disk queries the scan made (1: its stop was a
-                                 # held "absent" verdict, memo_miss; 0: it reached memo_end)
     # --- this step, for the decision log and the step columns (reset by each schedule())
     OffRecC* recs                # [recs_cap] what the connector did, in order
     int32_t n_recs

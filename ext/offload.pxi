@@ -190,9 +190,14 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
     else:
         # ... and the disk tier behind it (disk_scan: kept while asking again changes no tier).
         disk_scan(s, r, start, end)
-    hits = o.memo_hits
-    pending = o.memo_pending
-    loading = o.memo_loading
+    if o.disk == NULL:
+        hits = o.memo_hits
+        pending = o.memo_pending
+        loading = o.memo_loading
+    else:
+        hits = o.disk.memos[o.disk.memo_cur].hits
+        pending = o.disk.memos[o.disk.memo_cur].pending
+        loading = o.disk.memos[o.disk.memo_cur].loading
     if pending:
         o.lookups_deferred += 1
         return -1

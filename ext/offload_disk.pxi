@@ -29,10 +29,12 @@
 
 cdef int32_t DISK_MISS = -1
 cdef int32_t DISK_RETRY = -2
+cdef int32_t DISK_MEMOS = 8  # kept lookup scans (DiskMemoC; a chunk's watch counts up to this)
 
 
 cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil:
     cdef DiskC* d = <DiskC*>mem_calloc(1, sizeof(DiskC))
+    cdef int32_t i
     d.conf = conf
     d.map_mask = 1023
     d.map = <DiskEntC*>mem_calloc(d.map_mask + 1, sizeof(DiskEntC))
@@ -43,6 +45,9 @@ cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil:
     d.looked = <flag_t*>mem_calloc(<size_t>d.looked_slots * o.chunk_row, sizeof(flag_t))
     d.step = -1
     d.self_evict_step = -1
+    d.memos = <DiskMemoC*>mem_calloc(DISK_MEMOS, sizeof(DiskMemoC))
+    for i in range(DISK_MEMOS):
+        d.memos[i].chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.disk = d
     return 0
 
@@ -58,6 +63,9 @@ cdef void disk_release(OffloadC* o) noexcept nogil:
     mem_free(d.gather)
     mem_free(d.map)
     mem_free(d.looked)
+    for i in range(DISK_MEMOS):
+        mem_free(d.memos[i].chunks)
+    mem_free(d.memos)
     mem_free(d)
     o.disk = NULL
 
@@ -138,7 +146,7 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
         if jb.promote:
             if c >= 0 and o.chunks[c].ref < 0:
                 if o.chunks[c].watch:
-                    _off_memo_drop(o)  # the last lookup's scan found it being written (HIT_PENDING)
+                    _off_memo_drop(o)  # a kept scan found it being written (HIT_PENDING)
                 o.chunks[c].ref = 0
                 o.n_evictable += 1
                 _off_mark_evictable(o, c)
@@ -154,8 +162,8 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
         if not e.on_disk:
             e.on_disk = 1
             d.on_disk += 1
-            if o.memo_on and o.memo_missed and o.memo_miss == jb.keys[i]:
-                _off_memo_drop(o)  # the last lookup's scan stopped at its "absent" verdict
+            if o.memo_on and disk_memo_missed(o, jb.keys[i]):
+                _off_memo_drop(o)  # a kept scan stopped at its "absent" verdict
     jb.active = 0
     d.n_jobs -= 1
     return 0
@@ -306,14 +314,14 @@ def _set_offload_disk_memo(bint on):
 
 cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
     """_maximal_prefix_lookup from chunk ``start`` to ``end`` through TieringOffloadingManager.lookup
-    (the CPU tier, then the disk tier on its miss), into ``memo_hits``, ``memo_pending`` and
-    ``memo_loading`` (hits counted past a RETRY too: the lookup is deferred anyway).  A CPU miss asks
-    the disk tier (disk_lookup): RETRY defers without a hit and the scan goes on; a disk hit's
-    promotion is a chunk being written; MISS stops the scan.
+    (the CPU tier, then the disk tier on its miss), into the DiskMemoC ``d.memo_cur`` (hits counted
+    past a RETRY too: the lookup is deferred anyway).  A CPU miss asks the disk tier (disk_lookup):
+    RETRY defers without a hit and the scan goes on; a disk hit's promotion is a chunk being
+    written; MISS stops the scan.
 
-    The scan is kept (OffloadC.memo_*) when its every chunk was a CPU hit up to ``end`` or up to one
-    key whose held verdict is "absent": asking again then changes nothing but the disk tier's query
-    counters, which are replayed.  In vLLM a primary HIT or HIT_PENDING returns before the secondary
+    The scan is kept (DiskC.memos: one a request, the oldest replaced past DISK_MEMOS) when its
+    every chunk was a CPU hit up to ``end`` or up to one key whose held verdict is "absent": asking
+    again then changes nothing but the disk tier's query counters, which are replayed.  In vLLM a primary HIT or HIT_PENDING returns before the secondary
     tiers are asked (v1/kv_offload/tiering/manager.py, TieringOffloadingManager.lookup); a held
     verdict is returned as is, the request already among its holders (tiering/async_lookup.py,
     AsyncLookupManager.lookup: request_ids is a set), and "absent" without a promotion changes no
@@ -324,27 +332,43 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     cdef OffloadC* o = s.off
     cdef DiskC* d = o.disk
     cdef req_t ri = <req_t>(r - s.reqs)
-    cdef int32_t i, c
+    cdef int32_t i, c, m = -1, free_m = -1
     cdef int64_t failed
     cdef bint keep = _disk_memo_on
     cdef hash_t key
-    if (keep and o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
-            and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
-        d.queries += o.memo_dq
-        d.st_queries += o.memo_dq
+    cdef DiskMemoC* mm
+    for i in range(DISK_MEMOS):
+        mm = &d.memos[i]
+        if not mm.on:
+            if free_m < 0:
+                free_m = i
+        elif mm.req == ri and mm.slot == r.slot and mm.arrival == r.arrival_key and mm.rank == r.id_rank:
+            m = i
+            break
+    if m >= 0 and keep and d.memos[m].start == start and d.memos[m].end == end:
+        d.memo_cur = m
+        if d.memos[m].missed:
+            d.queries += 1  # the stop's query, answered "absent" again
+            d.st_queries += 1
         return 0
-    _off_memo_drop(o)
-    o.memo_req = ri
-    o.memo_slot = r.slot
-    o.memo_arrival = r.arrival_key
-    o.memo_rank = r.id_rank
-    o.memo_start = start
-    o.memo_end = end
-    o.memo_hits = 0
-    o.memo_pending = 0
-    o.memo_loading = 0
-    o.memo_missed = 0
-    o.memo_dq = 0
+    if m < 0:
+        m = free_m
+    if m < 0:
+        m = d.memo_next
+        d.memo_next = (m + 1) % DISK_MEMOS
+    _disk_memo_clear(o, m)
+    d.memo_cur = m
+    mm = &d.memos[m]
+    mm.req = ri
+    mm.slot = r.slot
+    mm.arrival = r.arrival_key
+    mm.rank = r.id_rank
+    mm.start = start
+    mm.end = end
+    mm.hits = 0
+    mm.pending = 0
+    mm.loading = 0
+    mm.missed = 0
     for i in range(start, tmin(start + OFF_AHEAD, end)):
         _off_prefetch(o, _off_key(s, r, i))
     c = -1
@@ -357,28 +381,55 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
             failed = d.promote_failed
             c = disk_lookup(s, r, i)
             if c == DISK_RETRY:
-                o.memo_pending = 1
+                mm.pending = 1
                 keep = False
                 continue
             if c < 0:
                 if d.promote_failed != failed:
                     keep = False
-                o.memo_missed = 1
-                o.memo_miss = key
-                o.memo_dq = 1
+                mm.missed = 1
+                mm.miss = key
                 break
             keep = False  # a promotion
-        o.memo_chunks[o.memo_hits] = c
-        o.memo_hits += 1
+        mm.chunks[mm.hits] = c
+        mm.hits += 1
         if o.chunks[c].ref < 0:
-            o.memo_pending = 1
+            mm.pending = 1
         if o.chunks[c].loading:
-            o.memo_loading = 1
+            mm.loading = 1
     if keep:
-        for i in range(o.memo_hits):
-            o.chunks[o.memo_chunks[i]].watch = 1
+        for i in range(mm.hits):
+            o.chunks[mm.chunks[i]].watch += 1
+        mm.on = 1
         o.memo_on = 1
     return 0
+
+
+cdef void _disk_memo_clear(OffloadC* o, int32_t m) noexcept nogil:
+    """Kept scan ``m`` is forgotten (its chunks watched by one scan fewer)."""
+    cdef DiskMemoC* mm = &o.disk.memos[m]
+    cdef int32_t i
+    if not mm.on:
+        return
+    for i in range(mm.hits):
+        o.chunks[mm.chunks[i]].watch -= 1
+    mm.on = 0
+
+
+cdef void disk_memo_drop(OffloadC* o) noexcept nogil:
+    """_off_memo_drop with a disk tier: every kept scan is forgotten."""
+    cdef int32_t m
+    for m in range(DISK_MEMOS):
+        _disk_memo_clear(o, m)
+
+
+cdef bint disk_memo_missed(const OffloadC* o, hash_t key) noexcept nogil:
+    """Whether a kept scan stopped at ``key`` (its held verdict "absent")."""
+    cdef int32_t m
+    for m in range(DISK_MEMOS):
+        if o.disk.memos[m].on and o.disk.memos[m].missed and o.disk.memos[m].miss == key:
+            return True
+    return False
 
 
 cdef int disk_forget(SchedC* s, ReqC* r) except -1 nogil:

@@ -84,7 +84,7 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     """``chunk`` (its key already ``key``) holds ``key`` from now on."""
     cdef hash_t h = mix64(key)
     cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
-    if o.memo_on and o.memo_missed and o.memo_miss == key:
+    if o.memo_on and ((o.memo_missed and o.memo_miss == key) or (o.disk != NULL and disk_memo_missed(o, key))):
         _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
     while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
@@ -124,6 +124,8 @@ cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
         return
     for i in range(o.memo_hits):
         o.chunks[o.memo_chunks[i]].watch = 0
+    if o.disk != NULL:
+        disk_memo_drop(o)  # every kept scan through both tiers
     o.memo_on = 0
 
 

@@ -35,8 +35,8 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
 from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
-    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, OffChunkC,
-    OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, DiskMemoC,
+    OffChunkC, OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
 )
 from aisim._core.types cimport (
     block_id_t, flag_t, hash_t, int32_t, int64_t, req_t, sec_t, spec_mode, spec_off_t, spec_on_t, step_t, tok_t, uint32_t,
