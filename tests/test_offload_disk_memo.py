@@ -1,11 +1,12 @@
-"""A lookup with the disk tier answered from the last lookup's scan: byte-identical replays.
+"""A lookup with the disk tier answered from the request's last scan: byte-identical replays.
 
 A request held at the waiting queue's head asks the connector again every step.  With the disk tier
-the lookup's scan (ext/offload_disk.pxi, ``disk_scan``) is kept when every chunk it read was a CPU
-hit, up to the end or up to one key whose held disk verdict is "absent": asking again then changes
-nothing but the disk tier's query counters, which are replayed.  The scan is dropped when a chunk it
-found is evicted, pinned, completed or promoted, or the key where it stopped is stored or written
-to disk.  The reference is a fresh scan at every lookup: the hook ``_set_offload_disk_memo(False)``.
+a request's lookup scan (ext/offload_disk.pxi, ``disk_scan``; up to eight requests' at once) is kept
+when every chunk it read was a CPU hit, up to the end or up to one key whose held disk verdict is
+"absent": asking again then changes nothing but the disk tier's query counters, which are replayed.
+The kept scans are dropped when a chunk one of them found is evicted, pinned, completed or read from
+disk, or the key where one stopped is stored or written to disk.  The reference is a fresh scan at
+every lookup: the hook ``_set_offload_disk_memo(False)``.
 """
 
 import json
