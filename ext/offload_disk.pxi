@@ -440,6 +440,9 @@ cdef int disk_forget(SchedC* s, ReqC* r) except -1 nogil:
     cdef flag_t* looked
     cdef int32_t i
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
+    for i in range(DISK_MEMOS):
+        if d.memos[i].on and d.memos[i].req == <req_t>(r - s.reqs) and d.memos[i].slot == r.slot:
+            _disk_memo_clear(o, i)  # its kept scan is never asked for again
     if r.slot < 0 or r.slot >= d.looked_slots:
         return 0
     looked = d.looked + <int64_t>r.slot * o.chunk_row
