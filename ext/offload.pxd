@@ -24,7 +24,7 @@ cdef struct OffChunkC:
     hash_t key                   # the offload key it holds (a block hash)
     int32_t ref                  # ChunkStatus.ref_cnt: -1 while being stored, else readers in flight
     flag_t loading               # in OffloadingConnectorScheduler._chunks_being_loaded
-    flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo_*);
+    flag_t watch                 # one of the chunks the last lookup's scan found (OffloadC.memo);
                                  # with a disk tier, how many kept scans found it (DiskC.memos)
     flag_t used                  # holds its key (taken from free_chunks, not evicted since)
     int64_t rank_hi              # LRUCachePolicy._ranks: (request rank or renewal rank,
@@ -125,9 +125,10 @@ cdef struct DiskJobC:
     hash_t* keys
 
 
-cdef struct DiskMemoC:
-    # A request's last lookup scan through both tiers (disk_scan), kept while asking again changes
-    # no tier; up to DISK_MEMOS of them, one a request.
+cdef struct ScanMemoC:
+    # A request's last lookup scan, kept while asking again changes no tier: the CPU tier's one
+    # (OffloadC.memo, off_lookup) or, with a disk tier, up to DISK_MEMOS through both tiers, one a
+    # request (DiskC.memos, disk_scan).
     flag_t on
     req_t req                    # the request (engine slot) with its KV row, arrival and id rank
     int32_t slot
@@ -145,7 +146,7 @@ cdef struct DiskMemoC:
 
 cdef struct DiskC:
     DiskConfC conf
-    DiskMemoC* memos             # [DISK_MEMOS] kept lookup scans (disk_scan)
+    ScanMemoC* memos             # [DISK_MEMOS] kept lookup scans (disk_scan)
     int32_t memo_cur             # the one the last lookup answered from
     int32_t memo_next            # the next replaced when all are kept
     DiskEntC* map                # open addressing, grown at half full; no entry is ever removed
@@ -247,20 +248,8 @@ cdef struct OffloadC:
     # request held at the waiting queue's head asks again every step.  Dropped when one of the
     # chunks it found (``watch``) is evicted, pinned or completed, or the key where it stopped is
     # stored (_off_map_put, _off_map_del, off_load, _off_complete).  With a disk tier the kept
-    # scans are DiskC.memos instead (memo_on: one of them is kept; dropped together).
-    flag_t memo_on
-    req_t memo_req               # the request (engine slot) with its KV row, arrival and id rank
-    int32_t memo_slot
-    sec_t memo_arrival
-    int32_t memo_rank
-    int32_t memo_start           # the chunks scanned: memo_start .. memo_end - 1
-    int32_t memo_end
-    int32_t memo_hits            # consecutive chunks present from memo_start
-    flag_t memo_pending          # one of them is being stored
-    flag_t memo_loading          # one of them is being loaded
-    flag_t memo_missed           # the scan stopped at a key not in the tier: memo_miss
-    hash_t memo_miss
-    int32_t* memo_chunks         # [chunk_row] the chunks found (memo_hits)
+    # scans are DiskC.memos instead (memo.on: one of them is kept; dropped together).
+    ScanMemoC memo
     # --- this step, for the decision log and the step columns (reset by each schedule())
     OffRecC* recs                # [recs_cap] what the connector did, in order
     int32_t n_recs

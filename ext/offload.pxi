@@ -46,7 +46,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
     o.hint = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
-    o.memo_chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
+    o.memo.chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
     o.recs_cap = 64
@@ -74,7 +74,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.free_chunks)
     mem_free(o.map)
     mem_free(o.found)
-    mem_free(o.memo_chunks)
+    mem_free(o.memo.chunks)
     mem_free(o.lru)
     mem_free(o.free_anchors)
     mem_free(o.scratch)
@@ -191,9 +191,9 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         # ... and the disk tier behind it (disk_scan: kept while asking again changes no tier).
         disk_scan(s, r, start, end)
     if o.disk == NULL:
-        hits = o.memo_hits
-        pending = o.memo_pending
-        loading = o.memo_loading
+        hits = o.memo.hits
+        pending = o.memo.pending
+        loading = o.memo.loading
     else:
         hits = o.disk.memos[o.disk.memo_cur].hits
         pending = o.disk.memos[o.disk.memo_cur].pending
@@ -430,7 +430,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         o.lru[c].mapped = i < priv
         if o.lru[c].mapped:
             _off_map_put(o, ch.key, c)
-        elif o.memo_on and o.memo_missed and o.memo_miss == ch.key:
+        elif o.memo.on and o.memo.missed and o.memo.miss == ch.key:
             _off_memo_drop(o)  # the last lookup's scan stopped here (as _off_map_put)
         _off_job_key(o, j, ch.key, c)
         _off_job_blocks(s, j, r, i)

@@ -29,7 +29,7 @@
 
 cdef int32_t DISK_MISS = -1
 cdef int32_t DISK_RETRY = -2
-cdef int32_t DISK_MEMOS = 8  # kept lookup scans (DiskMemoC; a chunk's watch counts up to this)
+cdef int32_t DISK_MEMOS = 8  # kept lookup scans (ScanMemoC; a chunk's watch counts up to this)
 
 
 cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil:
@@ -45,7 +45,7 @@ cdef int disk_init(OffloadC* o, DiskConfC conf, int32_t slots) except -1 nogil:
     d.looked = <flag_t*>mem_calloc(<size_t>d.looked_slots * o.chunk_row, sizeof(flag_t))
     d.step = -1
     d.self_evict_step = -1
-    d.memos = <DiskMemoC*>mem_calloc(DISK_MEMOS, sizeof(DiskMemoC))
+    d.memos = <ScanMemoC*>mem_calloc(DISK_MEMOS, sizeof(ScanMemoC))
     for i in range(DISK_MEMOS):
         d.memos[i].chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.disk = d
@@ -162,7 +162,7 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
         if not e.on_disk:
             e.on_disk = 1
             d.on_disk += 1
-            if o.memo_on and disk_memo_missed(o, jb.keys[i]):
+            if o.memo.on and disk_memo_missed(o, jb.keys[i]):
                 _off_memo_drop(o)  # a kept scan stopped at its "absent" verdict
     jb.active = 0
     d.n_jobs -= 1
@@ -314,7 +314,7 @@ def _set_offload_disk_memo(bint on):
 
 cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
     """_maximal_prefix_lookup from chunk ``start`` to ``end`` through TieringOffloadingManager.lookup
-    (the CPU tier, then the disk tier on its miss), into the DiskMemoC ``d.memo_cur`` (hits counted
+    (the CPU tier, then the disk tier on its miss), into the ScanMemoC ``d.memo_cur`` (hits counted
     past a RETRY too: the lookup is deferred anyway).  A CPU miss asks the disk tier (disk_lookup):
     RETRY defers without a hit and the scan goes on; a disk hit's promotion is a chunk being
     written; MISS stops the scan.
@@ -336,7 +336,7 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     cdef int64_t failed
     cdef bint keep = _disk_memo_on
     cdef hash_t key
-    cdef DiskMemoC* mm
+    cdef ScanMemoC* mm
     for i in range(DISK_MEMOS):
         mm = &d.memos[i]
         if not mm.on:
@@ -401,13 +401,13 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
         for i in range(mm.hits):
             o.chunks[mm.chunks[i]].watch += 1
         mm.on = 1
-        o.memo_on = 1
+        o.memo.on = 1
     return 0
 
 
 cdef void _disk_memo_clear(OffloadC* o, int32_t m) noexcept nogil:
     """Kept scan ``m`` is forgotten (its chunks watched by one scan fewer)."""
-    cdef DiskMemoC* mm = &o.disk.memos[m]
+    cdef ScanMemoC* mm = &o.disk.memos[m]
     cdef int32_t i
     if not mm.on:
         return

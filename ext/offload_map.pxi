@@ -84,7 +84,7 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     """``chunk`` (its key already ``key``) holds ``key`` from now on."""
     cdef hash_t h = mix64(key)
     cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
-    if o.memo_on and ((o.memo_missed and o.memo_miss == key) or (o.disk != NULL and disk_memo_missed(o, key))):
+    if o.memo.on and ((o.memo.missed and o.memo.miss == key) or (o.disk != NULL and disk_memo_missed(o, key))):
         _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
     while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
@@ -120,41 +120,41 @@ cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
 cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
     """The last lookup's scan is forgotten (its chunks no longer watched)."""
     cdef int32_t i
-    if not o.memo_on:
+    if not o.memo.on:
         return
-    for i in range(o.memo_hits):
-        o.chunks[o.memo_chunks[i]].watch = 0
+    for i in range(o.memo.hits):
+        o.chunks[o.memo.chunks[i]].watch = 0
     if o.disk != NULL:
         disk_memo_drop(o)  # every kept scan through both tiers
-    o.memo_on = 0
+    o.memo.on = 0
 
 
 # ------------------------------------------------------------------ the lookup's scan
 
 cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
     """_maximal_prefix_lookup from chunk ``start`` to ``end``: the consecutive chunks present (one
-    being stored or loaded defers the lookup), into ``memo_hits``, ``memo_pending`` and
-    ``memo_loading``; the last scan's answer when it asked the same of the same request and none of
+    being stored or loaded defers the lookup), into ``memo.hits``, ``memo.pending`` and
+    ``memo.loading``; the last scan's answer when it asked the same of the same request and none of
     the chunks it read changed since."""
     cdef OffloadC* o = s.off
     cdef req_t ri = <req_t>(r - s.reqs)
     cdef int32_t i, c, d = OFF_AHEAD
     cdef int32_t priv = _off_priv_from(o, r)
     cdef hash_t key
-    if (o.memo_on and o.memo_req == ri and o.memo_slot == r.slot and o.memo_arrival == r.arrival_key
-            and o.memo_rank == r.id_rank and o.memo_start == start and o.memo_end == end):
+    if (o.memo.on and o.memo.req == ri and o.memo.slot == r.slot and o.memo.arrival == r.arrival_key
+            and o.memo.rank == r.id_rank and o.memo.start == start and o.memo.end == end):
         return 0
     _off_memo_drop(o)
-    o.memo_req = ri
-    o.memo_slot = r.slot
-    o.memo_arrival = r.arrival_key
-    o.memo_rank = r.id_rank
-    o.memo_start = start
-    o.memo_end = end
-    o.memo_hits = 0
-    o.memo_pending = 0
-    o.memo_loading = 0
-    o.memo_missed = 0
+    o.memo.req = ri
+    o.memo.slot = r.slot
+    o.memo.arrival = r.arrival_key
+    o.memo.rank = r.id_rank
+    o.memo.start = start
+    o.memo.end = end
+    o.memo.hits = 0
+    o.memo.pending = 0
+    o.memo.loading = 0
+    o.memo.missed = 0
     for i in range(start, tmin(tmin(start + d, end), priv)):
         _off_prefetch(o, _off_key(s, r, i))
     c = -1
@@ -167,16 +167,16 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
         else:
             c = _off_find_next(o, c, key)
         if c < 0:
-            o.memo_missed = 1
-            o.memo_miss = key
+            o.memo.missed = 1
+            o.memo.miss = key
             break
-        o.memo_chunks[o.memo_hits] = c
+        o.memo.chunks[o.memo.hits] = c
         o.hint[<int64_t>r.slot * o.chunk_row + i] = c  # the load that may follow reads it (_off_hinted)
-        o.memo_hits += 1
+        o.memo.hits += 1
         o.chunks[c].watch = 1
         if o.chunks[c].ref < 0:
-            o.memo_pending = 1
+            o.memo.pending = 1
         if o.chunks[c].loading:
-            o.memo_loading = 1
-    o.memo_on = 1
+            o.memo.loading = 1
+    o.memo.on = 1
     return 0

@@ -35,7 +35,7 @@ from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
 from aisim._core.hashing cimport hash_extend
 from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
-    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, DiskMemoC,
+    OR_DONE, OR_FLUSH, OR_LOAD, OR_LOOKUP, OR_RECV, OR_STORE, DiskC, DiskConfC, DiskEntC, DiskJobC, ScanMemoC,
     OffChunkC, OffConfC, OffJobC, OffLinkC, OffMapE, OffloadC, OffRecC,
 )
 from aisim._core.types cimport (

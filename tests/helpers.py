@@ -3,7 +3,7 @@
 import pyarrow as pa
 
 from aisim.config.engine import engine_config_from_dict
-from aisim.decisionlog import decision_lines
+from aisim.decisionlog import decision_lines, log_line_json
 from aisim.replay import replay
 from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
@@ -93,6 +93,16 @@ def ipc_bytes(table):
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def assert_same_replay(got, ref):
+    """Two replay results byte-identical: steps, requests, summary and decision log."""
+    import json
+
+    assert ipc_bytes(got.steps) == ipc_bytes(ref.steps)
+    assert ipc_bytes(got.requests) == ipc_bytes(ref.requests)
+    assert json.dumps(got.summary) == json.dumps(ref.summary)
+    assert [log_line_json(x) for x in decision_lines(got)] == [log_line_json(x) for x in decision_lines(ref)]
 
 
 def copy_oracle_config(scenario_dir, dest):

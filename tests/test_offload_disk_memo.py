@@ -9,16 +9,14 @@ disk, or the key where one stopped is stored or written to disk.  The reference 
 every lookup: the hook ``_set_offload_disk_memo(False)``.
 """
 
-import json
 
 import pytest
 
 from aisim._core import scheduler
 from aisim.replay import replay
 
-from helpers import ipc_bytes, make_trace, run_log
+from helpers import assert_same_replay, make_trace, run_log
 from test_kv_offload import _engine
-from test_macro_steps import _log
 from test_offload_disk import REQS
 from test_offload_hints import _engine as _churn_engine
 from test_offload_lru import _churn
@@ -58,10 +56,7 @@ def test_held_lookup_counts_its_disk_query_every_step():
 def _both_ways(trace, eng):
     ref = _fresh_scans(lambda: replay(trace, eng, record_decisions=True))
     got = replay(trace, eng, record_decisions=True)
-    assert ipc_bytes(got.steps) == ipc_bytes(ref.steps)
-    assert ipc_bytes(got.requests) == ipc_bytes(ref.requests)
-    assert json.dumps(got.summary) == json.dumps(ref.summary)
-    assert _log(got) == _log(ref)
+    assert_same_replay(got, ref)
     return got
 
 

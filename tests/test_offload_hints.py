@@ -10,7 +10,6 @@ flight while stores evict, partial hits of shared prefixes, with and without the
 asserts the step table, the request table, the summary and the decision log identical.
 """
 
-import json
 
 import hypothesis.strategies as st
 import pytest
@@ -20,8 +19,7 @@ from aisim._core import scheduler
 from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 
-from helpers import drawn_rows, ipc_bytes, make_trace, offload_engine_dict, offload_requests
-from test_macro_steps import _log
+from helpers import assert_same_replay, drawn_rows, make_trace, offload_engine_dict, offload_requests
 from test_offload_lru import _churn
 
 
@@ -33,10 +31,7 @@ def _both_ways(trace, eng):
     finally:
         scheduler._set_offload_hints(True)
     got = replay(trace, eng, record_decisions=True)
-    assert ipc_bytes(got.steps) == ipc_bytes(ref.steps)
-    assert ipc_bytes(got.requests) == ipc_bytes(ref.requests)
-    assert json.dumps(got.summary) == json.dumps(ref.summary)
-    assert _log(got) == _log(ref)
+    assert_same_replay(got, ref)
     return got
 
 
