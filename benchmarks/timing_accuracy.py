@@ -102,6 +102,11 @@ def engine_for(point: dict, efficiencies: dict):
     return cfg.replace(time_model=tm, plan_notes=[], async_scheduling=async_scheduling(point))
 
 
+def release(point: dict) -> tuple[int, int]:
+    """The point's vLLM release as ``(major, minor)``."""
+    return tuple(int(x) for x in point["vllm_version"].split(".")[:2])
+
+
 # vLLM turns async scheduling on by default from release 0.14 (its release notes; pull request 31998
 # extended the default to speculative decoding): the engine's CPU work then overlaps the GPU's.
 ASYNC_DEFAULT_FROM = (0, 14)
@@ -112,7 +117,7 @@ def async_scheduling(point: dict) -> bool:
     default."""
     if point["async_scheduling"]:
         return point["async_scheduling"] == "true"
-    return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) >= ASYNC_DEFAULT_FROM
+    return release(point) >= ASYNC_DEFAULT_FROM
 
 
 # vLLM's per-token-group FP8 quantization before block-FP8 products: the Triton kernel in 0.8.4, the CUDA kernel
@@ -124,7 +129,7 @@ def triton_group_quant(point: dict) -> bool:
     """Whether the point's release quantized block-FP8 activations with the Triton kernel (unstated: no)."""
     if not point["vllm_version"]:
         return False
-    return tuple(int(x) for x in point["vllm_version"].split(".")[:2]) < CUDA_GROUP_QUANT_FROM
+    return release(point) < CUDA_GROUP_QUANT_FROM
 
 
 # Measured requests arrive this long after the warm-up ones, which fill the prefix cache first.

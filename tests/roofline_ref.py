@@ -17,13 +17,22 @@ from aisim.perf.moe_kernel import expert_kernel
 from aisim.perf.roofline import roofline_terms
 
 
+def walk_s(m, n, sms, walk, factor, tile=128):
+    """vLLM's block-FP8 kernel for ``m`` rows (``walk`` and ``factor`` of :func:`aisim.perf.block_fp8.gemm_walks`):
+    its fixed part once and each wave's walk down ``k``, a grid under one wave at ``factor`` of that; 0 for a
+    product the kernel does not run (``walk`` 0)."""
+    if not walk:
+        return 0.0
+    tiles = math.ceil(m / tile) * math.ceil(n / tile)
+    return (WALK_FIXED_S + walk) * factor if tiles < sms else WALK_FIXED_S + math.ceil(tiles / sms) * walk
+
+
 def gemm_s(m, n, k, sms, flops_rate, bytes_rate, weight_bytes, tile=128, act=2, walk=0.0, factor=1.0):
     """One GEMM: its 128 x 128 tiles in whole waves (once there are more than SMs), or its bytes; with
     ``walk`` (vLLM's block-FP8 kernel) or its fixed part and each wave's walk down ``k``, a grid under one wave
     at ``factor`` of that."""
     tiles = math.ceil(m / tile) * math.ceil(n / tile)
-    walked = (WALK_FIXED_S + walk) * factor if tiles < sms else WALK_FIXED_S + math.ceil(tiles / sms) * walk
-    walked = walked if walk else 0.0
+    walked = walk_s(m, n, sms, walk, factor, tile)
     if tiles > sms:
         tiles = math.ceil(tiles / sms) * sms
     return max(tiles * 2 * tile * tile * k / flops_rate, (n * k * weight_bytes + m * (k + n) * act) / bytes_rate,

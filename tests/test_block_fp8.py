@@ -9,7 +9,7 @@ from aisim.perf import block_fp8
 from aisim.perf.block_fp8 import GemmRun
 
 from helpers import run_log
-from roofline_ref import gemm_s, step_s
+from roofline_ref import gemm_s, step_s, walk_s
 
 # The persistent runs' blocks walked (K / 128) and microseconds at 64 rows:
 #   K 4,096 -> 32: 30.912; 7,168 -> 56: 45.696; 16,384 -> 128: 91.040; 18,432 -> 144: 100.704;
@@ -57,7 +57,7 @@ def test_one_products_time_on_an_h200():
     # of activations, 1.23 us at 0.89 of 4.8 TB/s).
     walk, factor = 12 * PER_BLOCK_US * 1e-6, 1.0
     assert block_fp8.walk_seconds(1536) == pytest.approx((FIXED_US + 12 * PER_BLOCK_US) * 1e-6, rel=1e-12)
-    assert block_fp8.gemm_seconds(56, 3072, 1536, 132, walk, factor) == pytest.approx(16.378e-6, rel=1e-4)
+    assert walk_s(56, 3072, 132, walk, factor) == pytest.approx(16.378e-6, rel=1e-4)
     roof = gemm_s(56, 3072, 1536, 132, 1453.4e12 * 0.67, 4.8e12 * 0.89, 1)
     assert roof == pytest.approx(24 * 2 * 128**2 * 1536 / (1453.4e12 * 0.67), rel=1e-12)
     assert roof == pytest.approx(1.24e-6, rel=1e-2)
@@ -65,8 +65,8 @@ def test_one_products_time_on_an_h200():
     assert walked == pytest.approx(16.378e-6, rel=1e-4)
     # A prefill of 4,096 rows: 32 x 24 = 768 tiles, 6 waves, the fixed part once: 9.0936 + 6 x 7.2847 = 52.80 us
     # (SGLang pull request 5820 timed this product at 4,096 rows at 53.02 us).
-    assert block_fp8.gemm_seconds(4096, 3072, 1536, 132, walk, factor) == pytest.approx(52.80e-6, rel=1e-3)
-    assert block_fp8.gemm_seconds(4096, 3072, 1536, 132, walk, factor) == pytest.approx(
+    assert walk_s(4096, 3072, 132, walk, factor) == pytest.approx(52.80e-6, rel=1e-3)
+    assert walk_s(4096, 3072, 132, walk, factor) == pytest.approx(
         (FIXED_US + 6 * 12 * PER_BLOCK_US) * 1e-6, rel=1e-12)
 
 
@@ -89,7 +89,7 @@ def test_a_deepseek_r1_decode_steps_block_fp8_products_on_8_h200():
     model, gpu = get_model("deepseek-r1"), get_gpu("H200")
     assert model.weight_block == 128 and block_fp8.applies(model, gpu, "fp8")
     walks = block_fp8.gemm_walks(model, gpu, 8, "fp8")
-    total = sum(g.count * block_fp8.gemm_seconds(56, *g.shape(8), 132, *w) for g, w in zip(model.gemms, walks))
+    total = sum(g.count * walk_s(56, g.shape(8)[0], 132, *w) for g, w in zip(model.gemms, walks))
     assert total == pytest.approx(_r1_walk_us() * 1e-6, rel=1e-12)
     # The router, kv_b (BF16 in its decode form) and the LM head are left to the roofline.
     assert {g.name for g, w in zip(model.gemms, walks) if w[0] == 0} == {"router", "kv_b", "lm_head"}

@@ -20,7 +20,7 @@ beside them) lie on one line in the blocks walked: :data:`WALK_FIXED_S` plus
 :data:`WALK_PER_BLOCK_S` a 128-deep block (the least-squares line through the persistent
 scheduler's runs, :data:`PERSISTENT_RUNS`, all of one wave).  The kernel is persistent: it sets
 up once and each wave of tiles walks the depth again, so a grid of ``w`` waves takes the fixed
-part once and the walk ``w`` times (:func:`gemm_seconds`; the same tables' runs of more than one
+part once and the walk ``w`` times (``_gemm_time``, ``ext/steptime.pyx``; the same tables' runs of more than one
 wave lie within 10 % of it, but for the shallowest, ``K`` 512, up to 28 % under); under Stream-K a grid smaller than one wave takes
 :data:`STREAM_K_FACTOR` of the line, the geometric mean of the published Stream-K runs
 (:data:`STREAM_K_RUNS`) over the line.  The roofline takes the longer of that walk and its own
@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import math
 from typing import NamedTuple
+
+from aisim.perf.fitline import least_squares_line
 
 # Output tile of the kernel (rows, columns) and its depth step: TileShape 128 x 128 x 128, one weight scale
 # a 128 x 128 block.
@@ -91,11 +93,7 @@ STREAM_K_RUNS = (
 
 def _line(runs) -> tuple[float, float]:
     """Least squares of seconds on blocks walked: ``(fixed, per block)``."""
-    xs = [r.blocks for r in runs]
-    ys = [r.us * 1e-6 for r in runs]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    return least_squares_line([r.blocks for r in runs], [r.us * 1e-6 for r in runs])
 
 
 WALK_FIXED_S, WALK_PER_BLOCK_S = _line(PERSISTENT_RUNS)
@@ -157,11 +155,7 @@ QUANT_COLUMNS = 7168
 
 def _quant_line(runs) -> tuple[float, float]:
     """Least squares of seconds on elements quantized: ``(fixed, per element)``."""
-    xs = [t * QUANT_COLUMNS for t, _ in runs]
-    ys = [us * 1e-6 for _, us in runs]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    return least_squares_line([t * QUANT_COLUMNS for t, _ in runs], [us * 1e-6 for _, us in runs])
 
 
 QUANT_FIXED_S, QUANT_S_PER_ELEMENT = _quant_line(QUANT_RUNS)
@@ -186,14 +180,3 @@ def quant_seconds_per_token(model, gpu, tp: int, dtype: str, triton: bool) -> fl
     if not (triton and applies(model, gpu, dtype)):
         return 0.0
     return QUANT_S_PER_ELEMENT * quant_elements(model, tp)
-
-
-def gemm_seconds(m: float, n: float, k: float, sms: float, walk: float, factor: float) -> float:
-    """Seconds of the kernel for ``m`` rows, ``walk`` and ``factor`` from :func:`gemm_walks` (the core's rule,
-    for inspection and tests); 0 for a product the kernel does not run (``walk`` 0)."""
-    if not walk:
-        return 0.0
-    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
-    if tiles < sms:
-        return (WALK_FIXED_S + walk) * factor
-    return WALK_FIXED_S + math.ceil(tiles / sms) * walk

@@ -42,6 +42,7 @@ import math
 from typing import NamedTuple
 
 from aisim.config.catalog import get_gpu
+from aisim.perf.fitline import least_squares_line
 
 
 class KernelRun(NamedTuple):
@@ -120,11 +121,7 @@ def run_share(run: KernelRun, dtype: str = "bf16") -> float:
 
 def _fit(runs) -> tuple[float, float]:
     """Least squares of ``1 / share`` on ``1 / N``: ``(a, b)``."""
-    xs = [1.0 / r.n for r in runs]
-    ys = [1.0 / run_share(r) for r in runs]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    return least_squares_line([1.0 / r.n for r in runs], [1.0 / run_share(r) for r in runs])
 
 
 SHARE_A, SHARE_B = _fit(KERNEL_RUNS)
