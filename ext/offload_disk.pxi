@@ -342,7 +342,7 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
         if not mm.on:
             if free_m < 0:
                 free_m = i
-        elif mm.req == ri and mm.slot == r.slot and mm.arrival == r.arrival_key and mm.rank == r.id_rank:
+        elif memo_of(mm, ri, r):
             m = i
             break
     if m >= 0 and keep and d.memos[m].start == start and d.memos[m].end == end:
@@ -359,16 +359,7 @@ cdef int disk_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     _disk_memo_clear(o, m)
     d.memo_cur = m
     mm = &d.memos[m]
-    mm.req = ri
-    mm.slot = r.slot
-    mm.arrival = r.arrival_key
-    mm.rank = r.id_rank
-    mm.start = start
-    mm.end = end
-    mm.hits = 0
-    mm.pending = 0
-    mm.loading = 0
-    mm.missed = 0
+    memo_begin(mm, ri, r, start, end)
     for i in range(start, tmin(start + OFF_AHEAD, end)):
         _off_prefetch(o, _off_key(s, r, i))
     c = -1

@@ -117,6 +117,25 @@ cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     o.map[i].chunk = OFF_EMPTY
 
 
+cdef inline bint memo_of(const ScanMemoC* mm, req_t ri, const ReqC* r) noexcept nogil:
+    """Whether the kept scan ``mm`` is the request's: the same engine slot, KV row, arrival and id rank."""
+    return mm.req == ri and mm.slot == r.slot and mm.arrival == r.arrival_key and mm.rank == r.id_rank
+
+
+cdef inline void memo_begin(ScanMemoC* mm, req_t ri, const ReqC* r, int32_t start, int32_t end) noexcept nogil:
+    """``mm`` starts a scan of the request's chunks ``start`` .. ``end`` - 1, nothing found yet."""
+    mm.req = ri
+    mm.slot = r.slot
+    mm.arrival = r.arrival_key
+    mm.rank = r.id_rank
+    mm.start = start
+    mm.end = end
+    mm.hits = 0
+    mm.pending = 0
+    mm.loading = 0
+    mm.missed = 0
+
+
 cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
     """The last lookup's scan is forgotten (its chunks no longer watched)."""
     cdef int32_t i
@@ -141,20 +160,10 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     cdef int32_t i, c, d = OFF_AHEAD
     cdef int32_t priv = _off_priv_from(o, r)
     cdef hash_t key
-    if (o.memo.on and o.memo.req == ri and o.memo.slot == r.slot and o.memo.arrival == r.arrival_key
-            and o.memo.rank == r.id_rank and o.memo.start == start and o.memo.end == end):
+    if o.memo.on and memo_of(&o.memo, ri, r) and o.memo.start == start and o.memo.end == end:
         return 0
     _off_memo_drop(o)
-    o.memo.req = ri
-    o.memo.slot = r.slot
-    o.memo.arrival = r.arrival_key
-    o.memo.rank = r.id_rank
-    o.memo.start = start
-    o.memo.end = end
-    o.memo.hits = 0
-    o.memo.pending = 0
-    o.memo.loading = 0
-    o.memo.missed = 0
+    memo_begin(&o.memo, ri, r, start, end)
     for i in range(start, tmin(tmin(start + d, end), priv)):
         _off_prefetch(o, _off_key(s, r, i))
     c = -1
