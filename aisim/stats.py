@@ -65,8 +65,11 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray, qs=(50, 90, 99)) -> t
     """
     values = np.asarray(values, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64)
-    order = np.argsort(values, kind="stable")
-    x, w = values[order], counts[order]
+    if bool(np.all(values[1:] >= values[:-1])):
+        x, w = values, counts  # ascending already (a tally's pairs): the stable sort keeps the order
+    else:
+        order = np.argsort(values, kind="stable")
+        x, w = values[order], counts[order]
     cum = np.cumsum(w)
     n = int(cum[-1])
 
@@ -105,6 +108,10 @@ class Tally:
         values = np.asarray(values, dtype=np.float64)
         if values.size == 0:
             return
+        if not self._values.size and not self._parts and bool(np.all(values[1:] > values[:-1])):
+            # Merged already (each value once, ascending; a replay's merged gaps): kept as they are.
+            self._values, self._counts = values, np.asarray(counts, dtype=np.int64)
+            return
         self._parts.append((values, np.asarray(counts, dtype=np.int64)))
         self._waiting += values.size
         if self._waiting > max(65536, 2 * self._values.size):
@@ -115,8 +122,7 @@ class Tally:
             return
         v = np.concatenate([self._values] + [p[0] for p in self._parts])
         c = np.concatenate([self._counts] + [p[1] for p in self._parts])
-        order = np.argsort(v, kind="stable")
-        v, c = v[order], c[order]
+        v, c = _sorted_pairs(v, c)
         starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1]))) if v.size else np.zeros(0, np.int64)
         self._values, self._counts = v[starts], np.add.reduceat(c, starts) if v.size else c
         self._parts, self._waiting = [], 0
@@ -130,3 +136,25 @@ class Tally:
     def n(self) -> int:
         """The values counted (the counts' sum)."""
         return int(self._counts.sum()) + sum(int(p[1].sum()) for p in self._parts)
+
+
+def _sorted_pairs(v: np.ndarray, c: np.ndarray) -> tuple:
+    """``(v, c)`` ordered by ``v`` as a stable sort orders them.
+
+    Equal values' counts are added up after, so their order among themselves matters only where
+    equal values can be told apart: 0.0 and -0.0 (the first of the run is kept), and NaNs (each
+    its own run).  Without those, numpy's default sort (several times faster than its stable one
+    on a long replay's gaps) gives the same pairs; with them, the stable sort.
+    """
+    order = np.argsort(v)
+    vs = v[order]
+    if vs.size and (vs[-1] != vs[-1] or _signed_zero(vs)):
+        order = np.argsort(v, kind="stable")
+        vs = v[order]
+    return vs, c[order]
+
+
+def _signed_zero(vs: np.ndarray) -> bool:
+    """Whether the sorted ``vs`` holds a -0.0 (its zeros are one run, found by bisection)."""
+    lo, hi = np.searchsorted(vs, 0.0, "left"), np.searchsorted(vs, 0.0, "right")
+    return lo < hi and bool(np.signbit(vs[lo:hi]).any())
