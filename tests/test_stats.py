@@ -57,3 +57,29 @@ def test_tally_merges_as_a_stable_sort_would():
     merged.add(values, counts)
     assert merged.pairs()[0] is values and merged.pairs()[1] is counts and merged.n == 10
     assert weighted_stats(values, counts, (50, 90)) == (0.9, 0.5, 0.9433981132056605, [0.5, 2.0])
+
+
+def test_tally_pairs_equal_a_stable_sort_and_sum():
+    from aisim.stats import Tally
+
+    def reference(v, c):  # the merge as a stable sort then a sum over each run of equal values
+        order = np.argsort(v, kind="stable")
+        v, c = v[order], c[order]
+        starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+        return v[starts], np.add.reduceat(c, starts)
+
+    rng = np.random.default_rng(11)
+    gaps = 0.001 + np.round(rng.exponential(0.05, 5000), 4)  # repeats, as a replay's gaps have
+    cases = [
+        (gaps, rng.integers(1, 60, 5000)),                         # one 64-bit key a pair
+        (gaps, rng.integers(1, 2**40, 5000)),                      # counts too wide for a key: argsort
+        (np.concatenate([gaps, [1e-300, 1e300, np.inf, 0.0]]), rng.integers(1, 9, 5004)),  # span too wide
+        (np.concatenate([gaps, [-0.0, 0.0, np.nan, -1.5]]), rng.integers(1, 9, 5004)),     # the stable sort
+    ]
+    for v, c in cases:
+        tally = Tally()
+        tally.add(v[:3000], c[:3000])
+        tally.add(v[3000:], c[3000:])
+        values, counts = tally.pairs()
+        ref_v, ref_c = reference(v, c)
+        assert values.tobytes() == ref_v.tobytes() and counts.tobytes() == ref_c.tobytes()
