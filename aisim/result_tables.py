@@ -135,11 +135,19 @@ def _table(cols: dict, schema_dtypes) -> pa.Table:
 def offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
     """``table`` (a replay's ``steps`` or ``requests``, ``kind``; a streamed piece too) with the KV offload
     columns of the core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS``
-    declare them."""
+    declare them: one table built from ``table``'s columns and the new ones (wrapped, not copied,
+    where the core's dtype is the column's)."""
     columns = (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns
     disk = DISK_STEPS if kind == "steps" else DISK_REQUESTS
     if disk.columns[-1].name in cols:
         columns = columns + disk.columns  # the disk tier's, after the CPU tier's
-    for c in columns:
-        table = table.append_column(pa.field(c.name, c.arrow_type), arrow_array(cols[c.name], c.arrow_type))
-    return table
+    key = (table.schema, columns)
+    if key not in _APPENDED:
+        _APPENDED[key] = pa.schema(list(table.schema) + [pa.field(c.name, c.arrow_type) for c in columns],
+                                   metadata=table.schema.metadata)
+    return pa.Table.from_arrays(table.columns + [arrow_array(cols[c.name], c.arrow_type) for c in columns],
+                                schema=_APPENDED[key])
+
+
+# The schemas of tables with the offload columns appended, by the table's schema and the columns.
+_APPENDED = {}

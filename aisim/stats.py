@@ -65,8 +65,11 @@ def weighted_stats(values: np.ndarray, counts: np.ndarray, qs=(50, 90, 99)) -> t
     """
     values = np.asarray(values, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64)
-    order = np.argsort(values, kind="stable")
-    x, w = values[order], counts[order]
+    if bool(np.all(values[1:] >= values[:-1])):
+        x, w = values, counts  # ascending already (a tally's pairs): the stable sort keeps the order
+    else:
+        order = np.argsort(values, kind="stable")
+        x, w = values[order], counts[order]
     cum = np.cumsum(w)
     n = int(cum[-1])
 
@@ -105,6 +108,10 @@ class Tally:
         values = np.asarray(values, dtype=np.float64)
         if values.size == 0:
             return
+        if not self._values.size and not self._parts and bool(np.all(values[1:] > values[:-1])):
+            # Merged already (each value once, ascending; a replay's merged gaps): kept as they are.
+            self._values, self._counts = values, np.asarray(counts, dtype=np.int64)
+            return
         self._parts.append((values, np.asarray(counts, dtype=np.int64)))
         self._waiting += values.size
         if self._waiting > max(65536, 2 * self._values.size):
@@ -115,8 +122,7 @@ class Tally:
             return
         v = np.concatenate([self._values] + [p[0] for p in self._parts])
         c = np.concatenate([self._counts] + [p[1] for p in self._parts])
-        order = np.argsort(v, kind="stable")
-        v, c = v[order], c[order]
+        v, c = _sorted_pairs(v, c) if v.size else (v, c)
         starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1]))) if v.size else np.zeros(0, np.int64)
         self._values, self._counts = v[starts], np.add.reduceat(c, starts) if v.size else c
         self._parts, self._waiting = [], 0
@@ -130,3 +136,59 @@ class Tally:
     def n(self) -> int:
         """The values counted (the counts' sum)."""
         return int(self._counts.sum()) + sum(int(p[1].sum()) for p in self._parts)
+
+
+def _sorted_pairs(v: np.ndarray, c: np.ndarray) -> tuple:
+    """``(v, c)`` (not empty) ordered by ``v`` as a stable sort orders them, up to the order of equal
+    values' counts (added up after, their order among themselves does not matter).
+
+    Equal values can be told apart only as 0.0 and -0.0 (the first of the run is kept) and NaNs
+    (each its own run).  Without those, the pairs are sorted as one key each when they fit one
+    (:func:`_packed_pairs`), else by numpy's default sort (about twice as fast as its stable one
+    on a long replay's gaps); with them, by the stable sort.
+    """
+    packed = _packed_pairs(v, c)
+    if packed is not None:
+        return packed
+    order = np.argsort(v)
+    vs = v[order]
+    if vs[-1] != vs[-1] or _signed_zero(vs):
+        order = np.argsort(v, kind="stable")
+        vs = v[order]
+    return vs, c[order]
+
+
+# The bits of +inf: a float64 whose bits are at most these is +0.0, positive or +inf (no -0.0, no NaN).
+_INF_BITS = np.uint64(0x7FF0000000000000)
+
+
+def _packed_pairs(v: np.ndarray, c: np.ndarray):
+    """:func:`_sorted_pairs` by one sort of 64-bit keys, or None where the pairs do not fit one.
+
+    The bits of floats from +0.0 to +inf order as the floats do, and two such floats are equal
+    exactly when their bits are: each pair is the key (bits - smallest bits) shifted left past the
+    counts' bits, or'ed with its count (counts from 0, values a replay's gaps: a span of about 55
+    bits and counts of a few bits).  One sort of the keys (much faster than an argsort) orders
+    the pairs by value; the values and counts are read back from the sorted keys.
+    """
+    bits = v.view(np.uint64)
+    lo, hi = bits.min(), bits.max()
+    cmin, cmax = int(c.min()), int(c.max())
+    if hi > _INF_BITS or cmin < 0:
+        return None
+    shift = max(cmax.bit_length(), 1)
+    if shift + int(hi - lo).bit_length() > 64:
+        return None
+    keys = (bits - lo) << np.uint64(shift)
+    keys |= c.astype(np.uint64)
+    keys.sort()
+    counts = (keys & np.uint64((1 << shift) - 1)).view(np.int64)
+    keys >>= np.uint64(shift)
+    keys += lo
+    return keys.view(np.float64), counts
+
+
+def _signed_zero(vs: np.ndarray) -> bool:
+    """Whether the sorted ``vs`` holds a -0.0 (its zeros are one run, found by bisection)."""
+    lo, hi = np.searchsorted(vs, 0.0, "left"), np.searchsorted(vs, 0.0, "right")
+    return lo < hi and bool(np.signbit(vs[lo:hi]).any())
