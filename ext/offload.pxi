@@ -431,20 +431,26 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     if n_evict > 0:
         if n_evict > o.n_evictable:
             return 0
-        # The keys offered are protected from this eviction.
-        # (Eviction takes none of them, so ``found`` stays true.)
-        for k in range(n):
-            if found[k] >= 0:
-                o.lru[found[k]].mark = 1
+        # The keys offered are protected from this eviction (the ones in the tier: none when all
+        # are new).  (Eviction takes none of them, so ``found`` stays true.)
+        if n_new < n:
+            _off_mark_found(o, n, 1)
         c = _off_evict(o, n_evict)
-        for k in range(n):
-            if found[k] >= 0:
-                o.lru[found[k]].mark = 0
+        if n_new < n:
+            _off_mark_found(o, n, 0)
         if c == 0:
             return 0
     _off_store_new(s, r, ri, start, n, m, n_new)
     r.off_next = n_chunks
     return 0
+
+
+cdef inline void _off_mark_found(OffloadC* o, int32_t n, flag_t mark) noexcept nogil:
+    # The chunks in ``found[:n]`` (the ones in the tier) marked for an eviction.
+    cdef int32_t k
+    for k in range(n):
+        if o.found[k] >= 0:
+            o.lru[o.found[k]].mark = mark
 
 
 cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, int32_t m,
@@ -472,7 +478,19 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     cdef bint check = o.memo.on and (o.memo.missed or o.disk != NULL)
     cdef OffChunkC* ch
     cdef OffLinkC* lru
+    cdef OffLinkC* links
+    cdef const int32_t* free_top
+    cdef hash_t* out_keys
+    cdef int32_t* out_cids
+    cdef block_id_t* out_blocks
     _off_job_room(jb, n_new, bpc)
+    # The loop below writes through these (the free chunks popped, the job's arrays filled), its
+    # counts written back after it.
+    links = o.lru  # grown only by _off_req_rank (above)
+    free_top = o.free_chunks + o.n_free_chunks
+    out_keys = jb.keys + jb.n_keys
+    out_cids = jb.cids + jb.n_keys
+    out_blocks = jb.blocks + jb.n_blocks
     while found[first] >= 0:
         first += 1
     # LRUCachePolicy ranks each new chunk (rank, -position): _lru_place puts it after the request's
@@ -482,7 +500,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     # position is lower).  The run is then linked at once: anchor, the last new chunk, ..., the first,
     # the anchor's old next.  Otherwise (a request storing again below its chunks still in the tier)
     # each is placed by itself.
-    x = o.lru[anchor].next
+    x = links[anchor].next
     run = _lru_stops(o, x, rank, -(<int64_t>start + first + 1) * tpc)
     nxt = x
     for k in range(first, n):
@@ -491,10 +509,10 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
         if found[k] >= 0:
             continue
         key = keys[<int64_t>k * hpc]
-        o.n_free_chunks -= 1
-        c = o.free_chunks[o.n_free_chunks]
+        free_top -= 1
+        c = free_top[0]
         ch = &o.chunks[c]
-        lru = &o.lru[c]
+        lru = &links[c]
         ch.key = key
         ch.ref = -1
         ch.loading = 0
@@ -508,7 +526,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
         hint[k] = c
         if run:
             lru.next = nxt
-            o.lru[nxt].prev = c
+            links[nxt].prev = c
             nxt = c
         else:
             _lru_place(o, c, anchor)
@@ -516,18 +534,26 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
             drop = _off_memo_stops_at(o, key, k < m)  # the last lookup's scan stopped here
         if k < m:
             _off_map_put_mixed(o, c, mixes[k])
-        q = jb.n_keys
-        jb.keys[q] = key
-        jb.cids[q] = c
-        jb.n_keys = q + 1
-        for q in range(bpc):  # its GPU blocks: the job's fence (offload_fence.pxi)
-            jb.blocks[jb.n_blocks + q] = row[<int64_t>k * bpc + q]
-        jb.n_blocks += bpc
+        out_keys[0] = key
+        out_cids[0] = c
+        out_keys += 1
+        out_cids += 1
+        # Its GPU blocks, the job's fence (offload_fence.pxi); one block a chunk unless the tier's
+        # chunks span several.
+        if bpc == 1:
+            out_blocks[0] = row[k]
+        else:
+            for q in range(bpc):
+                out_blocks[q] = row[<int64_t>k * bpc + q]
+        out_blocks += bpc
     if run:
-        o.lru[anchor].next = nxt
-        o.lru[nxt].prev = anchor
+        links[anchor].next = nxt
+        links[nxt].prev = anchor
     if drop:
         _off_memo_drop(o)
+    o.n_free_chunks -= n_new
+    jb.n_keys += n_new
+    jb.n_blocks += n_new * bpc
     o.n_used += n_new
     o.step_stores[o.n_step_stores] = j
     o.n_step_stores += 1
