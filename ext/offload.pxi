@@ -459,6 +459,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     ``n_new`` new ones; ``mixes``: the first ``m`` keys' mixes, the rest private): each new key takes
     a free chunk, being stored, at the request's rank, and joins one store job with its GPU blocks (a
     finished request's table keeps them until its KV row goes back: _off_forget)."""
+    global _off_runs_split
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef int32_t hpc = o.conf.hashes_per_chunk
@@ -502,6 +503,9 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     # each is placed by itself.
     x = links[anchor].next
     run = _lru_stops(o, x, rank, -(<int64_t>start + first + 1) * tpc)
+    if not run:
+        _off_runs_split += 1
+    run = run and _off_runs_on
     nxt = x
     for k in range(first, n):
         if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0:

@@ -136,6 +136,27 @@ def _set_offload_hints(bint on):
     return old
 
 
+# Off only in tests: every new chunk of a store placed by itself (_lru_place), the reference the
+# run's splice must match (tests/test_offload_runs.py); and how many stores placed them so.
+cdef bint _off_runs_on = True
+cdef int64_t _off_runs_split = 0
+
+
+def _set_offload_runs(bint on):
+    """Tests only: whether a store links its new chunks after the request's anchor as one run when
+    it may (the results are byte-identical either way).  Returns the previous setting."""
+    global _off_runs_on
+    old = _off_runs_on
+    _off_runs_on = on
+    return old
+
+
+def _offload_runs_split():
+    """Tests only: the stores so far (in this process) whose new chunks were placed one by one
+    because the run's splice did not hold (_off_store_new)."""
+    return _off_runs_split
+
+
 cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     """_off_find of the key of the request's chunk ``i`` (LRUCachePolicy.get), asking first the chunk
     the request last found it in: a key is in at most one chunk and a chunk in use holds one key, so
