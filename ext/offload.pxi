@@ -380,7 +380,9 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef hash_t* mixes = o.mixes
     cdef int32_t* found = o.found
     cdef flag_t* seen
+    cdef int32_t* hint
     cdef int64_t rank = 0
+    cdef int32_t anchor = -1
     if o.conf.prompt_only:
         offloadable = tmin(offloadable, r.prompt_len)
     n_chunks = <int32_t>(offloadable // tpc)
@@ -398,6 +400,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     priv = _off_priv_from(o, r)
     m = <int32_t>tmax(0, tmin(n, <int64_t>priv - start))
     seen = o.seen + <int64_t>r.slot * o.chunk_row + start
+    hint = o.hint + <int64_t>r.slot * o.chunk_row + start
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
     # is looked up (the lookups read no rank or list link, the access writes no key or map).
@@ -421,9 +424,10 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         seen[k] = 1
         if rank == 0:
             rank = _off_req_rank(o, r)  # a rank is at least 1
+            anchor = r.off_node
         if c >= 0:
-            o.hint[<int64_t>r.slot * o.chunk_row + start + k] = c
-            _off_rerank(o, c, rank, -(<int64_t>start + k + 1) * tpc, r.off_node)
+            hint[k] = c
+            _off_rerank(o, c, rank, -(<int64_t>start + k + 1) * tpc, anchor)
     if n_new == 0:
         r.off_next = n_chunks
         return 0

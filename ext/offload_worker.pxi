@@ -12,29 +12,38 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef const int32_t* cids = jb.cids  # pinned or being stored since the job was issued: still its keys' chunks
     cdef int32_t i, c, n = jb.n_keys, n_free = 0
     cdef bint watched = False
+    cdef OffChunkC* chunks = o.chunks
+    cdef OffLinkC* links = o.lru
     cdef OffChunkC* ch
     # Each chunk's state and its node in the LRU list (its evictable flag), fetched ahead.
     for i in range(tmin(OFF_AHEAD, n)):
-        __builtin_prefetch(&o.chunks[cids[i]])
-        __builtin_prefetch(&o.lru[cids[i]])
-    for i in range(n):
-        if i + OFF_AHEAD < n:
-            __builtin_prefetch(&o.chunks[cids[i + OFF_AHEAD]])
-            __builtin_prefetch(&o.lru[cids[i + OFF_AHEAD]])
-        c = cids[i]
-        ch = &o.chunks[c]
-        watched |= ch.watch != 0
-        if jb.store:
+        __builtin_prefetch(&chunks[cids[i]])
+        __builtin_prefetch(&links[cids[i]])
+    if jb.store:
+        for i in range(n):
+            if i + OFF_AHEAD < n:
+                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
+                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+            c = cids[i]
+            ch = &chunks[c]
+            watched |= ch.watch != 0
             if ch.ref < 0:
                 ch.ref = 0
                 n_free += 1
-                _off_mark_evictable(o, c)
-        else:
+                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
+    else:
+        for i in range(n):
+            if i + OFF_AHEAD < n:
+                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
+                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+            c = cids[i]
+            ch = &chunks[c]
+            watched |= ch.watch != 0
             ch.ref -= 1
             ch.loading = 0
             if ch.ref == 0:
                 n_free += 1
-                _off_mark_evictable(o, c)
+                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
     o.n_evictable += n_free
     if watched:
         _off_memo_drop(o)  # the last lookup's scan found one of them (dropped once: nothing above reads it)
