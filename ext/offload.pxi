@@ -462,7 +462,9 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     """The end of prepare_store for _off_store's ``n`` chunks from ``start`` (``found``: -1 for the
     ``n_new`` new ones; ``mixes``: the first ``m`` keys' mixes, the rest private): each new key takes
     a free chunk, being stored, at the request's rank, and joins one store job with its GPU blocks (a
-    finished request's table keeps them until its KV row goes back: _off_forget)."""
+    finished request's table keeps them until its KV row goes back: _off_forget).  Done in passes
+    over the new chunks (their state, the key map, the LRU list, the kept scans): each touches what
+    no other reads."""
     global _off_runs_split
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
@@ -477,27 +479,61 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     cdef int32_t anchor = r.off_node
     cdef int32_t j = _off_new_job(o, r, ri, True)
     cdef OffJobC* jb = &o.jobs[j]
-    cdef int32_t k, x, c, nxt, q, first = 0
-    cdef hash_t key
-    cdef bint run, drop = False
-    cdef bint check = o.memo.on and (o.memo.missed or o.disk != NULL)
+    cdef int32_t k, x, c, q, first = 0
+    cdef int64_t lo
+    cdef bint run
     cdef OffChunkC* ch
-    cdef OffLinkC* lru
     cdef OffLinkC* links
     cdef const int32_t* free_top
     cdef hash_t* out_keys
     cdef int32_t* out_cids
     cdef block_id_t* out_blocks
     _off_job_room(jb, n_new, bpc)
-    # The loop below writes through these (the free chunks popped, the job's arrays filled), its
-    # counts written back after it.
     links = o.lru  # grown only by _off_req_rank (above)
-    free_top = o.free_chunks + o.n_free_chunks
+    free_top = o.free_chunks + o.n_free_chunks  # popped below, the count written back after
     out_keys = jb.keys + jb.n_keys
     out_cids = jb.cids + jb.n_keys
     out_blocks = jb.blocks + jb.n_blocks
     while found[first] >= 0:
         first += 1
+    # Each new key takes a free chunk: being stored (ref -1, not evictable), ranked (rank,
+    # -position), hinted for the request, and the job's next key with its GPU blocks (the job's
+    # fence, offload_fence.pxi; one block a chunk unless the tier's chunks span several).
+    q = 0
+    lo = -(<int64_t>start + first + 1) * tpc
+    for k in range(first, n):
+        if found[k] < 0:
+            c = free_top[-1 - q]
+            ch = &o.chunks[c]
+            ch.key = keys[<int64_t>k * hpc]
+            ch.ref = -1
+            ch.loading = 0
+            ch.watch = 0
+            ch.used = 1
+            ch.rank_hi = rank
+            ch.rank_lo = lo
+            links[c].evictable = 0
+            links[c].mark = 0
+            links[c].mapped = k < m
+            hint[k] = c
+            out_keys[q] = ch.key
+            out_cids[q] = c
+            if bpc == 1:
+                out_blocks[q] = row[k]
+            else:
+                for x in range(bpc):
+                    out_blocks[<int64_t>q * bpc + x] = row[<int64_t>k * bpc + x]
+            q += 1
+        lo -= tpc
+    o.n_free_chunks -= n_new
+    # The key map takes the mapped ones (the first m positions), their buckets fetched ahead.
+    q = 0
+    for k in range(first, m):
+        if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0:
+            _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
+        if found[k] < 0:
+            _off_map_put_mixed(o, out_cids[q], mixes[k])
+            q += 1
     # LRUCachePolicy ranks each new chunk (rank, -position): _lru_place puts it after the request's
     # anchor, past the chunks there of the same rank and a higher position.  The new chunks come in
     # rising position, so once the first is right after the anchor (no such chunk follows the anchor:
@@ -509,57 +545,23 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     run = _lru_stops(o, x, rank, -(<int64_t>start + first + 1) * tpc)
     if not run:
         _off_runs_split += 1
-    run = run and _off_runs_on
-    nxt = x
-    for k in range(first, n):
-        if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0:
-            _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
-        if found[k] >= 0:
-            continue
-        key = keys[<int64_t>k * hpc]
-        free_top -= 1
-        c = free_top[0]
-        ch = &o.chunks[c]
-        lru = &links[c]
-        ch.key = key
-        ch.ref = -1
-        ch.loading = 0
-        ch.watch = 0
-        ch.used = 1
-        ch.rank_hi = rank
-        ch.rank_lo = -(<int64_t>start + k + 1) * tpc
-        lru.evictable = 0
-        lru.mark = 0
-        lru.mapped = k < m
-        hint[k] = c
-        if run:
-            lru.next = nxt
-            links[nxt].prev = c
-            nxt = c
-        else:
-            _lru_place(o, c, anchor)
-        if check and not drop:
-            drop = _off_memo_stops_at(o, key, k < m)  # the last lookup's scan stopped here
-        if k < m:
-            _off_map_put_mixed(o, c, mixes[k])
-        out_keys[0] = key
-        out_cids[0] = c
-        out_keys += 1
-        out_cids += 1
-        # Its GPU blocks, the job's fence (offload_fence.pxi); one block a chunk unless the tier's
-        # chunks span several.
-        if bpc == 1:
-            out_blocks[0] = row[k]
-        else:
-            for q in range(bpc):
-                out_blocks[q] = row[<int64_t>k * bpc + q]
-        out_blocks += bpc
-    if run:
-        links[anchor].next = nxt
-        links[nxt].prev = anchor
-    if drop:
-        _off_memo_drop(o)
-    o.n_free_chunks -= n_new
+    if run and _off_runs_on:
+        for q in range(n_new):
+            c = out_cids[q]
+            links[c].next = x
+            links[x].prev = c
+            x = c
+        links[anchor].next = x
+        links[x].prev = anchor
+    else:
+        for q in range(n_new):
+            _lru_place(o, out_cids[q], anchor)
+    # The last lookup's scan stopped at one of the new keys: it would go further now.
+    if o.memo.on and (o.memo.missed or o.disk != NULL):
+        for q in range(n_new):
+            if _off_memo_stops_at(o, out_keys[q], links[out_cids[q]].mapped):
+                _off_memo_drop(o)
+                break
     jb.n_keys += n_new
     jb.n_blocks += n_new * bpc
     o.n_used += n_new
