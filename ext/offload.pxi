@@ -8,8 +8,9 @@
 # stores then loads polled in submission order, stopping at the first unfinished one).
 # Files below are relative to the vllm package.
 
-cdef int32_t OFF_EMPTY = -1
-cdef int32_t OFF_AHEAD = 24  # probes fetched this far ahead of a run of them (a memory round trip)
+cdef enum:
+    OFF_EMPTY = -1               # an empty bucket of the key map
+    OFF_AHEAD = 24               # probes fetched this far ahead of a run of them (a memory round trip)
 
 
 # ------------------------------------------------------------------ set-up
