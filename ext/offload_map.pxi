@@ -5,10 +5,6 @@
 
 # ------------------------------------------------------------------ the tier's key map
 
-cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
-    return <int64_t>(mix64(key) & <hash_t>o.map_mask)
-
-
 cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
     """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
     return _off_find_mixed(o, key, mix64(key))
