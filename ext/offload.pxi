@@ -404,7 +404,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     hint = o.hint + <int64_t>r.slot * o.chunk_row + start
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
-    # is looked up (the lookups read no rank or list link, the access writes no key or map).
+    # is looked up (a lookup reads no rank, no list link, no other position's seen record or hint:
+    # all the access writes).
     for k in range(tmin(OFF_AHEAD, m)):
         mixes[k] = mix64(keys[<int64_t>k * hpc])
         _off_prefetch_mixed(o, mixes[k])
@@ -464,8 +465,8 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     ``n_new`` new ones; ``mixes``: the first ``m`` keys' mixes, the rest private): each new key takes
     a free chunk, being stored, at the request's rank, and joins one store job with its GPU blocks (a
     finished request's table keeps them until its KV row goes back: _off_forget).  Done in passes
-    over the new chunks (their state, the key map, the LRU list, the kept scans): each touches what
-    no other reads."""
+    over the new chunks: their state, the key map, the LRU list, the kept scans (the map and the
+    scans read no rank or link, the list no map entry: the order of the passes changes nothing)."""
     global _off_runs_split
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
@@ -557,7 +558,8 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     else:
         for q in range(n_new):
             _lru_place(o, out_cids[q], anchor)
-    # The last lookup's scan stopped at one of the new keys: it would go further now.
+    # The last lookup's scan stopped at one of the new keys: it would go further now.  (None of the
+    # new chunks is one the scan found: evicting one of those dropped it already.)
     if o.memo.on and (o.memo.missed or o.disk != NULL):
         for q in range(n_new):
             if _off_memo_stops_at(o, out_keys[q], links[out_cids[q]].mapped):
