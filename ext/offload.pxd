@@ -207,6 +207,7 @@ cdef struct OffloadC:
     int32_t anchor_cap
     int32_t* scratch             # [cpu_chunks] chunks selected by one eviction
     int32_t* found               # [chunk_row] scratch of one store: the chunk of each key offered (-1)
+    hash_t* mixes                # [chunk_row] ... and the mix of each key the key map is asked for
     # --- jobs
     int64_t next_job             # _job_counter
     OffJobC* jobs                # [jobs_cap] job slots

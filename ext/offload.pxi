@@ -8,8 +8,9 @@
 # stores then loads polled in submission order, stopping at the first unfinished one).
 # Files below are relative to the vllm package.
 
-cdef int32_t OFF_EMPTY = -1
-cdef int32_t OFF_AHEAD = 24  # probes fetched this far ahead of a run of them (a memory round trip)
+cdef enum:
+    OFF_EMPTY = -1               # an empty bucket of the key map
+    OFF_AHEAD = 24               # probes fetched this far ahead of a run of them (a memory round trip)
 
 
 # ------------------------------------------------------------------ set-up
@@ -46,6 +47,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
     o.hint = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
+    o.mixes = <hash_t*>mem_calloc(o.chunk_row, sizeof(hash_t))
     o.memo.chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.parked_cap = 16
     o.parked = <req_t*>mem_calloc(o.parked_cap, sizeof(req_t))
@@ -74,6 +76,7 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.free_chunks)
     mem_free(o.map)
     mem_free(o.found)
+    mem_free(o.mixes)
     mem_free(o.memo.chunks)
     mem_free(o.lru)
     mem_free(o.free_anchors)
@@ -252,6 +255,21 @@ cdef inline int _off_job_key(OffloadC* o, int32_t j, hash_t key, int32_t c) exce
     return 0
 
 
+cdef int _off_job_room(OffJobC* jb, int32_t n_keys, int32_t bpc) except -1 nogil:
+    """Room in store job ``jb`` for ``n_keys`` more keys (and chunks) and their ``bpc`` GPU blocks
+    each."""
+    cdef int32_t new
+    while jb.n_keys + n_keys > jb.keys_cap:
+        _off_job_keys_grow(jb)
+    if jb.n_blocks + n_keys * bpc > jb.blocks_cap:
+        new = jb.blocks_cap * 2 if jb.blocks_cap > 0 else 16
+        while new < jb.n_blocks + n_keys * bpc:
+            new *= 2
+        mem_grow(<void**>&jb.blocks, jb.blocks_cap, new, sizeof(block_id_t))
+        jb.blocks_cap = new
+    return 0
+
+
 cdef int _off_job_keys_grow(OffJobC* jb) except -1 nogil:
     # _off_job_key's rare growth, out of its inlined path.
     cdef int32_t new = 2 * jb.keys_cap if jb.keys_cap > 0 else 16
@@ -357,9 +375,15 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t offloadable = tmin(after, num_tokens(r))
-    cdef int32_t n_chunks, start, i, c, n_new = 0, n_evict, j, priv
-    cdef int64_t rank
-    cdef OffChunkC* ch
+    cdef int32_t n_chunks, start, n, m, k, c, n_new = 0, n_evict
+    cdef int32_t priv, hpc = o.conf.hashes_per_chunk
+    cdef const hash_t* keys
+    cdef hash_t* mixes = o.mixes
+    cdef int32_t* found = o.found
+    cdef flag_t* seen
+    cdef int32_t* hint
+    cdef int64_t rank = 0
+    cdef int32_t anchor = -1
     if o.conf.prompt_only:
         offloadable = tmin(offloadable, r.prompt_len)
     n_chunks = <int32_t>(offloadable // tpc)
@@ -370,24 +394,42 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     n_chunks = <int32_t>tmin(n_chunks, _off_n_keys(s, r))
     if n_chunks <= start:
         return 0
-    # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
-    # request is still storing).
+    n = n_chunks - start
+    # The key of chunk start + k is keys[k * hpc] (_off_key; the row hashed by _off_n_keys above),
+    # the first m of them asked of the key map (the rest private: _off_priv_from), each mixed once.
+    keys = s.kv.hashes + <int64_t>r.slot * s.kv.hash_row + (<int64_t>start + 1) * hpc - 1
     priv = _off_priv_from(o, r)
-    for i in range(start, tmin(tmin(start + OFF_AHEAD, n_chunks), priv)):
-        _off_prefetch(o, _off_key(s, r, i))
-    for i in range(start, n_chunks):
-        if i + OFF_AHEAD < n_chunks and i + OFF_AHEAD < priv:
-            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
-        if i >= priv:
-            c = _off_own(o, r, i, _off_key(s, r, i))
+    m = <int32_t>tmax(0, tmin(n, <int64_t>priv - start))
+    seen = o.seen + <int64_t>r.slot * o.chunk_row + start
+    hint = o.hint + <int64_t>r.slot * o.chunk_row + start
+    # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
+    # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
+    # is looked up (a lookup reads no rank, no list link, no other position's seen record or hint:
+    # all the access writes).
+    for k in range(tmin(OFF_AHEAD, m)):
+        mixes[k] = mix64(keys[<int64_t>k * hpc])
+        _off_prefetch_mixed(o, mixes[k])
+    c = -1
+    for k in range(n):
+        if k + OFF_AHEAD < m:
+            mixes[k + OFF_AHEAD] = mix64(keys[<int64_t>(k + OFF_AHEAD) * hpc])
+            _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
+        if k >= m:
+            c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
         else:
-            c = _off_find_next(o, o.found[i - start - 1] if i > start else -1, _off_key(s, r, i))
-        o.found[i - start] = c
+            c = _off_find_next_mixed(o, c, keys[<int64_t>k * hpc], mixes[k])
+        found[k] = c
         if c < 0:
             n_new += 1
-        else:
-            __builtin_prefetch(&o.chunks[c])
-    _off_access(s, r, start, n_chunks, o.found)
+        if seen[k] or (c >= 0 and o.chunks[c].ref < 0):
+            continue
+        seen[k] = 1
+        if rank == 0:
+            rank = _off_req_rank(o, r)  # a rank is at least 1
+            anchor = r.off_node
+        if c >= 0:
+            hint[k] = c
+            _off_rerank(o, c, rank, -(<int64_t>start + k + 1) * tpc, anchor)
     if n_new == 0:
         r.off_next = n_chunks
         return 0
@@ -395,53 +437,143 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     if n_evict > 0:
         if n_evict > o.n_evictable:
             return 0
-        # The keys offered are protected from this eviction.
-        # (Eviction takes none of them, so ``found`` stays true.)
-        for i in range(n_chunks - start):
-            if o.found[i] >= 0:
-                o.lru[o.found[i]].mark = 1
+        # The keys offered are protected from this eviction (the ones in the tier: none when all
+        # are new).  (Eviction takes none of them, so ``found`` stays true.)
+        if n_new < n:
+            _off_mark_found(o, n, 1)
         c = _off_evict(o, n_evict)
-        for i in range(n_chunks - start):
-            if o.found[i] >= 0:
-                o.lru[o.found[i]].mark = 0
+        if n_new < n:
+            _off_mark_found(o, n, 0)
         if c == 0:
             return 0
-    rank = _off_req_rank(o, r)
-    j = _off_new_job(o, r, ri, True)
-    for i in range(start, n_chunks):
-        if i + OFF_AHEAD < n_chunks and i + OFF_AHEAD < priv and o.found[i + OFF_AHEAD - start] < 0:
-            _off_prefetch(o, _off_key(s, r, i + OFF_AHEAD))
-        if o.found[i - start] >= 0:
-            continue
-        o.n_free_chunks -= 1
-        c = o.free_chunks[o.n_free_chunks]
-        ch = &o.chunks[c]
-        ch.key = _off_key(s, r, i)
-        ch.ref = -1
-        o.lru[c].evictable = 0
-        ch.loading = 0
-        o.lru[c].mark = 0
-        ch.watch = 0
-        ch.used = 1
-        o.hint[<int64_t>r.slot * o.chunk_row + i] = c
-        ch.rank_hi = rank
-        ch.rank_lo = -(<int64_t>i + 1) * tpc
-        _lru_place(o, c, r.off_node)
-        o.lru[c].mapped = i < priv
-        if o.lru[c].mapped:
-            _off_map_put(o, ch.key, c)
-        elif o.memo.on and o.memo.missed and o.memo.miss == ch.key:
-            _off_memo_drop(o)  # the last lookup's scan stopped here (as _off_map_put)
-        _off_job_key(o, j, ch.key, c)
-        _off_job_blocks(s, j, r, i)
-    o.n_used += n_new
+    _off_store_new(s, r, ri, start, n, m, n_new)
     r.off_next = n_chunks
+    return 0
+
+
+cdef inline void _off_mark_found(OffloadC* o, int32_t n, flag_t mark) noexcept nogil:
+    # The chunks in ``found[:n]`` (the ones in the tier) marked for an eviction.
+    cdef int32_t k
+    for k in range(n):
+        if o.found[k] >= 0:
+            o.lru[o.found[k]].mark = mark
+
+
+cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, int32_t m,
+                        int32_t n_new) except -1 nogil:
+    """The end of prepare_store for _off_store's ``n`` chunks from ``start`` (``found``: -1 for the
+    ``n_new`` new ones; ``mixes``: the first ``m`` keys' mixes, the rest private): each new key takes
+    a free chunk, being stored, at the request's rank, and joins one store job with its GPU blocks (a
+    finished request's table keeps them until its KV row goes back: _off_forget).  Done in passes
+    over the new chunks: their state, the key map, the LRU list, the kept scans (the map and the
+    scans read no rank or link, the list no map entry: the order of the passes changes nothing)."""
+    global _off_runs_split
+    cdef OffloadC* o = s.off
+    cdef tok_t tpc = o.conf.tokens_per_chunk
+    cdef int32_t hpc = o.conf.hashes_per_chunk
+    cdef int32_t bpc = <int32_t>(tpc // s.kv.groups[0].spec.block_size)
+    cdef const hash_t* keys = s.kv.hashes + <int64_t>r.slot * s.kv.hash_row + (<int64_t>start + 1) * hpc - 1
+    cdef const block_id_t* row = kv_table(s.kv, 0, r.slot) + <int64_t>start * bpc
+    cdef const int32_t* found = o.found
+    cdef const hash_t* mixes = o.mixes
+    cdef int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row + start
+    cdef int64_t rank = _off_req_rank(o, r)
+    cdef int32_t anchor = r.off_node
+    cdef int32_t j = _off_new_job(o, r, ri, True)
+    cdef OffJobC* jb = &o.jobs[j]
+    cdef int32_t k, x, c, q, first = 0
+    cdef int64_t lo
+    cdef bint run
+    cdef OffChunkC* ch
+    cdef OffLinkC* links
+    cdef const int32_t* free_top
+    cdef hash_t* out_keys
+    cdef int32_t* out_cids
+    cdef block_id_t* out_blocks
+    _off_job_room(jb, n_new, bpc)
+    links = o.lru  # grown only by _off_req_rank (above)
+    free_top = o.free_chunks + o.n_free_chunks  # popped below, the count written back after
+    out_keys = jb.keys + jb.n_keys
+    out_cids = jb.cids + jb.n_keys
+    out_blocks = jb.blocks + jb.n_blocks
+    while found[first] >= 0:
+        first += 1
+    # Each new key takes a free chunk: being stored (ref -1, not evictable), ranked (rank,
+    # -position), hinted for the request, and the job's next key with its GPU blocks (the job's
+    # fence, offload_fence.pxi; one block a chunk unless the tier's chunks span several).
+    q = 0
+    lo = -(<int64_t>start + first + 1) * tpc
+    for k in range(first, n):
+        if found[k] < 0:
+            c = free_top[-1 - q]
+            ch = &o.chunks[c]
+            ch.key = keys[<int64_t>k * hpc]
+            ch.ref = -1
+            ch.loading = 0
+            ch.watch = 0
+            ch.used = 1
+            ch.rank_hi = rank
+            ch.rank_lo = lo
+            links[c].evictable = 0
+            links[c].mark = 0
+            links[c].mapped = k < m
+            hint[k] = c
+            out_keys[q] = ch.key
+            out_cids[q] = c
+            if bpc == 1:
+                out_blocks[q] = row[k]
+            else:
+                for x in range(bpc):
+                    out_blocks[<int64_t>q * bpc + x] = row[<int64_t>k * bpc + x]
+            q += 1
+        lo -= tpc
+    o.n_free_chunks -= n_new
+    # The key map takes the mapped ones (the first m positions), their buckets fetched ahead.
+    q = 0
+    for k in range(first, m):
+        if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0:
+            _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
+        if found[k] < 0:
+            _off_map_put_mixed(o, out_cids[q], mixes[k])
+            q += 1
+    # LRUCachePolicy ranks each new chunk (rank, -position): _lru_place puts it after the request's
+    # anchor, past the chunks there of the same rank and a higher position.  The new chunks come in
+    # rising position, so once the first is right after the anchor (no such chunk follows the anchor:
+    # _lru_stops), each next one goes right after the anchor too, before the one placed last (whose
+    # position is lower).  The run is then linked at once: anchor, the last new chunk, ..., the first,
+    # the anchor's old next.  Otherwise (a request storing again below its chunks still in the tier)
+    # each is placed by itself.
+    x = links[anchor].next
+    run = _lru_stops(o, x, rank, -(<int64_t>start + first + 1) * tpc)
+    if not run:
+        _off_runs_split += 1
+    if run and _off_runs_on:
+        for q in range(n_new):
+            c = out_cids[q]
+            links[c].next = x
+            links[x].prev = c
+            x = c
+        links[anchor].next = x
+        links[x].prev = anchor
+    else:
+        for q in range(n_new):
+            _lru_place(o, out_cids[q], anchor)
+    # The last lookup's scan stopped at one of the new keys: it would go further now.  (None of the
+    # new chunks is one the scan found: evicting one of those dropped it already.)
+    if o.memo.on and (o.memo.missed or o.disk != NULL):
+        for q in range(n_new):
+            if _off_memo_stops_at(o, out_keys[q], links[out_cids[q]].mapped):
+                _off_memo_drop(o)
+                break
+    jb.n_keys += n_new
+    jb.n_blocks += n_new * bpc
+    o.n_used += n_new
     o.step_stores[o.n_step_stores] = j
     o.n_step_stores += 1
     o.stores += 1
     o.store_chunks += n_new
     r.off_store_chunks += n_new
-    _off_rec(o, OR_STORE, ri, o.jobs[j].id, 0, n_new)
+    _off_rec(o, OR_STORE, ri, jb.id, 0, n_new)
     return 0
 
 

@@ -10,25 +10,6 @@
 # blocks are among them; update_connector_output forgets a job when it is reported.
 
 
-cdef int _off_job_blocks(SchedC* s, int32_t j, const ReqC* r, int32_t chunk) except -1 nogil:
-    """The GPU blocks of ``r``'s chunk ``chunk`` join store job ``j``'s sources.  A finished request's
-    row keeps its entries until its KV row goes back (_off_forget)."""
-    cdef OffJobC* jb = &s.off.jobs[j]
-    cdef int32_t bpc = <int32_t>(s.off.conf.tokens_per_chunk // s.kv.groups[0].spec.block_size)
-    cdef const block_id_t* row = kv_table(s.kv, 0, r.slot)
-    cdef int32_t k, new
-    if jb.n_blocks + bpc > jb.blocks_cap:
-        new = jb.blocks_cap * 2 if jb.blocks_cap > 0 else 16
-        while new < jb.n_blocks + bpc:
-            new *= 2
-        mem_grow(<void**>&jb.blocks, jb.blocks_cap, new, sizeof(block_id_t))
-        jb.blocks_cap = new
-    for k in range(bpc):
-        jb.blocks[jb.n_blocks] = row[<int64_t>chunk * bpc + k]
-        jb.n_blocks += 1
-    return 0
-
-
 cdef int off_stamp_allocated(SchedC* s, BatchC* b) except -1 nogil:
     """_update_req_states: the blocks this step's scheduler output hands out (yield_req_data: a new
     or resumed request's whole table, a running request's blocks past its last schedule()), the null

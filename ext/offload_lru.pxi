@@ -24,22 +24,43 @@ cdef inline void _lru_after(OffloadC* o, int32_t p, int32_t x) noexcept nogil:
     o.lru[p].next = x
 
 
-cdef void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
+cdef inline void _lru_place(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
     """Chunk ``c`` (not in the list) at its rank: the tail for a fresh rank, else among the
     chunks after ``anchor``, its request's rank anchor, that have the same rank and a smaller
     -position (usually none: a request reaches its chunks head first)."""
     cdef OffChunkC* ch = &o.chunks[c]
-    cdef int32_t p, x
     if ch.rank_lo == 0:
         _lru_after(o, o.lru[o.conf.cpu_chunks].prev, c)
-        return
-    p = anchor
-    while True:
-        x = o.lru[p].next
-        if x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != ch.rank_hi or o.chunks[x].rank_lo > ch.rank_lo:
-            break
-        p = x
+    elif _lru_stops(o, o.lru[anchor].next, ch.rank_hi, ch.rank_lo):
+        _lru_after(o, anchor, c)
+    else:
+        _lru_walk(o, c, anchor)
+
+
+cdef inline bint _lru_stops(const OffloadC* o, int32_t x, int64_t hi, int64_t lo) noexcept nogil:
+    # Whether a chunk ranked (hi, lo), lo != 0, goes before node ``x`` in its request's run:
+    # ``x`` is no chunk (an anchor, the root) or a chunk of another rank or a larger -position.
+    return x >= o.conf.cpu_chunks or o.chunks[x].rank_hi != hi or o.chunks[x].rank_lo > lo
+
+
+cdef void _lru_walk(OffloadC* o, int32_t c, int32_t anchor) noexcept nogil:
+    # _lru_place past the chunks after ``anchor`` that go before ``c``.
+    cdef int32_t p = anchor
+    while not _lru_stops(o, o.lru[p].next, o.chunks[c].rank_hi, o.chunks[c].rank_lo):
+        p = o.lru[p].next
     _lru_after(o, p, c)
+
+
+cdef inline void _off_rerank(OffloadC* o, int32_t c, int64_t rank, int64_t lo, int32_t anchor) noexcept nogil:
+    # LRUCachePolicy.on_request_access of chunk ``c`` in the tier: ranked (rank, lo) under the
+    # request whose rank's anchor is ``anchor``, unless its rank is already higher.
+    cdef OffChunkC* ch = &o.chunks[c]
+    if ch.rank_hi > rank or (ch.rank_hi == rank and ch.rank_lo >= lo):
+        return
+    ch.rank_hi = rank
+    ch.rank_lo = lo
+    _lru_unlink(o, c)
+    _lru_place(o, c, anchor)
 
 
 cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
@@ -58,10 +79,9 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
     return x
 
 
-cdef int _off_mark_evictable(OffloadC* o, int32_t c) except -1 nogil:
+cdef inline void _off_mark_evictable(OffloadC* o, int32_t c) noexcept nogil:
     # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
     o.lru[c].evictable = 1
-    return 0
 
 
 cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
@@ -81,9 +101,8 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
     unless its rank is already higher."""
     cdef OffloadC* o = s.off
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
-    cdef int32_t i, c, n_new = 0
-    cdef int64_t rank = 0, lo
-    cdef OffChunkC* ch
+    cdef int32_t i, c
+    cdef int64_t rank = 0
     for i in range(a, b):
         if seen[i]:
             continue
@@ -96,19 +115,10 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
             if c >= 0:
                 o.hint[<int64_t>r.slot * o.chunk_row + i] = c
         seen[i] = 1
-        if n_new == 0:
-            rank = _off_req_rank(o, r)
-        n_new += 1
-        if c < 0:
-            continue
-        ch = &o.chunks[c]
-        lo = -(<int64_t>i + 1) * o.conf.tokens_per_chunk
-        if ch.rank_hi > rank or (ch.rank_hi == rank and ch.rank_lo >= lo):
-            continue
-        ch.rank_hi = rank
-        ch.rank_lo = lo
-        _lru_unlink(o, c)
-        _lru_place(o, c, r.off_node)
+        if rank == 0:
+            rank = _off_req_rank(o, r)  # a rank is at least 1
+        if c >= 0:
+            _off_rerank(o, c, rank, -(<int64_t>i + 1) * o.conf.tokens_per_chunk, r.off_node)
     return 0
 
 
@@ -124,6 +134,27 @@ def _set_offload_hints(bint on):
     old = _off_hints_on
     _off_hints_on = on
     return old
+
+
+# Off only in tests: every new chunk of a store placed by itself (_lru_place), the reference the
+# run's splice must match (tests/test_offload_runs.py); and how many stores placed them so.
+cdef bint _off_runs_on = True
+cdef int64_t _off_runs_split = 0
+
+
+def _set_offload_runs(bint on):
+    """Tests only: whether a store links its new chunks after the request's anchor as one run when
+    it may (the results are byte-identical either way).  Returns the previous setting."""
+    global _off_runs_on
+    old = _off_runs_on
+    _off_runs_on = on
+    return old
+
+
+def _offload_runs_split():
+    """Tests only: the stores so far (in this process) whose new chunks were placed one by one
+    because the run's splice did not hold (_off_store_new)."""
+    return _off_runs_split
 
 
 cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:

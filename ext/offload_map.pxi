@@ -5,14 +5,14 @@
 
 # ------------------------------------------------------------------ the tier's key map
 
-cdef inline int64_t _off_bucket(const OffloadC* o, hash_t key) noexcept nogil:
-    return <int64_t>(mix64(key) & <hash_t>o.map_mask)
-
-
 cdef int32_t _off_find(const OffloadC* o, hash_t key) noexcept nogil:
-    """The chunk holding ``key`` (LRUCachePolicy.get), or -1.  A bucket keeps 32 bits of the key's
-    mix: the chunk's key is read only where they match (the chunk a hit returns)."""
-    cdef hash_t h = mix64(key)
+    """The chunk holding ``key`` (LRUCachePolicy.get), or -1."""
+    return _off_find_mixed(o, key, mix64(key))
+
+
+cdef inline int32_t _off_find_mixed(const OffloadC* o, hash_t key, hash_t h) noexcept nogil:
+    """_off_find of ``key`` whose mix is ``h``.  A bucket keeps 32 bits of the key's mix: the
+    chunk's key is read only where they match (the chunk a hit returns)."""
     cdef uint32_t tag = <uint32_t>h
     cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
     cdef int32_t c
@@ -32,10 +32,22 @@ cdef inline int32_t _off_find_next(const OffloadC* o, int32_t prev, hash_t key) 
     another request stored is usually there.  A chunk in use holding the key is the map's answer
     (a key is in at most one chunk; a chunk in use is in the map), as for a request's hint
     (_off_hinted)."""
-    cdef int32_t c = prev + 1
-    if _off_hints_on and prev >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
-        return c
+    if _off_next_holds(o, prev, key):
+        return prev + 1
     return _off_find(o, key)
+
+
+cdef inline int32_t _off_find_next_mixed(const OffloadC* o, int32_t prev, hash_t key, hash_t h) noexcept nogil:
+    # _off_find_next of a key whose mix ``h`` is known.
+    if _off_next_holds(o, prev, key):
+        return prev + 1
+    return _off_find_mixed(o, key, h)
+
+
+cdef inline bint _off_next_holds(const OffloadC* o, int32_t prev, hash_t key) noexcept nogil:
+    # _off_find_next's first guess: the chunk after ``prev`` is in use and holds ``key``.
+    cdef int32_t c = prev + 1
+    return _off_hints_on and prev >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key
 
 
 cdef int32_t OFF_NO_PRIV = 0x3fffffff  # _off_priv_from: no chunk of the request is known private
@@ -73,19 +85,35 @@ cdef inline int32_t _off_own(const OffloadC* o, const ReqC* r, int32_t i, hash_t
 
 
 cdef inline void _off_prefetch(const OffloadC* o, hash_t key) noexcept nogil:
-    # The key's bucket and the next fetched ahead of its probe (a probe or a deletion's shift
-    # usually reads both): a run of probes then overlaps its memory misses.
-    cdef int64_t i = _off_bucket(o, key)
+    _off_prefetch_mixed(o, mix64(key))
+
+
+cdef inline void _off_prefetch_mixed(const OffloadC* o, hash_t h) noexcept nogil:
+    # The bucket of the key whose mix is ``h`` and the next fetched ahead of its probe (a probe or
+    # a deletion's shift usually reads both): a run of probes then overlaps its memory misses.
+    cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
     __builtin_prefetch(&o.map[i])
     __builtin_prefetch(&o.map[(i + 1) & o.map_mask])
 
 
 cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
     """``chunk`` (its key already ``key``) holds ``key`` from now on."""
-    cdef hash_t h = mix64(key)
-    cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
-    if o.memo.on and ((o.memo.missed and o.memo.miss == key) or (o.disk != NULL and disk_memo_missed(o, key))):
+    if _off_memo_stops_at(o, key, True):
         _off_memo_drop(o)  # the last lookup's scan stopped here: it would go further now
+    _off_map_put_mixed(o, chunk, mix64(key))
+
+
+cdef inline bint _off_memo_stops_at(const OffloadC* o, hash_t key, bint mapped) noexcept nogil:
+    """Whether a kept lookup scan stopped at ``key`` (a chunk storing it from now on drops the
+    scan): the CPU tier's, or with a disk tier one of its kept scans (only mapped keys there)."""
+    return o.memo.on and ((o.memo.missed and o.memo.miss == key)
+                          or (mapped and o.disk != NULL and disk_memo_missed(o, key)))
+
+
+cdef inline void _off_map_put_mixed(OffloadC* o, int32_t chunk, hash_t h) noexcept nogil:
+    """``chunk`` holds the key whose mix is ``h`` from now on (the kept scans already checked:
+    _off_memo_stops_at)."""
+    cdef int64_t i = <int64_t>(h & <hash_t>o.map_mask)
     while o.map[i].chunk != OFF_EMPTY:
         i = (i + 1) & o.map_mask
     o.map[i].chunk = chunk

@@ -9,28 +9,44 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef OffloadC* o = s.off
     cdef OffJobC* jb = &o.jobs[j]
     cdef ReqC* r = &s.reqs[jb.req]
-    cdef int32_t i, c
+    cdef const int32_t* cids = jb.cids  # pinned or being stored since the job was issued: still its keys' chunks
+    cdef int32_t i, c, n = jb.n_keys, n_free = 0
+    cdef bint watched = False
+    cdef OffChunkC* chunks = o.chunks
+    cdef OffLinkC* links = o.lru
     cdef OffChunkC* ch
-    for i in range(tmin(OFF_AHEAD, jb.n_keys)):
-        __builtin_prefetch(&o.chunks[jb.cids[i]])
-    for i in range(jb.n_keys):
-        if i + OFF_AHEAD < jb.n_keys:
-            __builtin_prefetch(&o.chunks[jb.cids[i + OFF_AHEAD]])
-        c = jb.cids[i]  # pinned or being stored since the job was issued: still jb.keys[i]'s chunk
-        ch = &o.chunks[c]
-        if ch.watch:
-            _off_memo_drop(o)
-        if jb.store:
+    # Each chunk's state and its node in the LRU list (its evictable flag), fetched ahead.
+    for i in range(tmin(OFF_AHEAD, n)):
+        __builtin_prefetch(&chunks[cids[i]])
+        __builtin_prefetch(&links[cids[i]])
+    if jb.store:
+        for i in range(n):
+            if i + OFF_AHEAD < n:
+                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
+                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+            c = cids[i]
+            ch = &chunks[c]
+            watched |= ch.watch != 0
             if ch.ref < 0:
                 ch.ref = 0
-                o.n_evictable += 1
-                _off_mark_evictable(o, c)
-        else:
+                n_free += 1
+                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
+    else:
+        for i in range(n):
+            if i + OFF_AHEAD < n:
+                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
+                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+            c = cids[i]
+            ch = &chunks[c]
+            watched |= ch.watch != 0
             ch.ref -= 1
             ch.loading = 0
             if ch.ref == 0:
-                o.n_evictable += 1
-                _off_mark_evictable(o, c)
+                n_free += 1
+                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
+    o.n_evictable += n_free
+    if watched:
+        _off_memo_drop(o)  # the last lookup's scan found one of them (dropped once: nothing above reads it)
     off_unfence(o, jb)
     if jb.store and o.disk != NULL:
         disk_cascade(o, jb)  # TieringOffloadingManager.complete_store: on to the disk tier
