@@ -124,7 +124,8 @@ def markdown(rows: list) -> str:
         tier = "none" if r["tier_gib"] is None else f"{r['tier_gib']:g} GiB ({r['cpu_chunks']:,} chunks)"
         tier += " + disk" if r.get("disk") else ""
         cpu = "—" if r["tier_gib"] is None else _pct(r["cpu_hit_rate"])
-        wall = f"{r['wall_s']:.2f} s" + ("" if r["tier_gib"] is None else f" ({r['wall_ratio']:.2f}x)")
+        wall = f"{r['wall_s']:.2f} s" + ("" if r["tier_gib"] is None
+                                          else f" ({r['wall_ratio']:.2f}x; {r['step_ratio']:.2f}x a step)")
         lines.append(f"| {r['workload']} | {r['gpu_blocks']:,} blocks | {tier} | {_pct(r['gpu_hit_rate'])} | {cpu} "
                      f"| {r['ttft_p50_s']:.2f} s | {r['ttft_p99_s']:.2f} s | {r['steps']:,} | {wall} |")
     return "\n".join(lines) + "\n"
