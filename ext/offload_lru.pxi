@@ -144,35 +144,66 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     return c
 
 
+cdef enum:
+    OFF_EVICT_AHEAD = 16  # chunks an eviction's removal fetches ahead (their flags and buckets)
+    OFF_WALK_AHEAD = 64   # nodes an eviction's walk fetches ahead
+
+
+cdef inline void _off_evict_fetch(const OffloadC* o, int32_t x) noexcept nogil:
+    # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket.
+    __builtin_prefetch(&o.chunks[x])
+    if o.lru[x].mapped:
+        __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])
+
+
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
-    (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
+    (``mark`` 1), or none when there are not enough (returns 0).  The chosen ones (``scratch``, in
+    rank order) leave the list a stretch of consecutive nodes at a time (what unlinking each in
+    turn does) and the key map with their buckets fetched ahead."""
+    cdef int32_t root = o.conf.cpu_chunks
+    cdef int32_t n_sel = 0, i, x = o.lru[root].next, p = -1
     cdef OffChunkC* ch
-    while x != o.conf.cpu_chunks and n_sel < n:
-        if x < o.conf.cpu_chunks and o.lru[x].evictable and o.lru[x].mark == 0:
+    # The walk's likely way: a request's chunks, taken from the free stack in the order eviction
+    # returned them, lie at descending indices, usually next to each other: the nodes below the
+    # head, and then as many below each node visited, are fetched ahead.
+    for i in range(4, OFF_WALK_AHEAD, 4):
+        if x >= i and x < root:
+            __builtin_prefetch(&o.lru[x - i])
+    while x != root and n_sel < n:
+        if x >= OFF_WALK_AHEAD:
+            __builtin_prefetch(&o.lru[x - OFF_WALK_AHEAD])
+        if x < root and o.lru[x].evictable and o.lru[x].mark == 0:
             o.lru[x].mark = 2
             o.scratch[n_sel] = x
+            if n_sel < OFF_EVICT_AHEAD:
+                _off_evict_fetch(o, x)
             n_sel += 1
-            __builtin_prefetch(&o.chunks[x])  # its flags
-            if o.lru[x].mapped:
-                __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])  # the map's deletion
         x = o.lru[x].next
     if n_sel < n:
         for i in range(n_sel):
             o.lru[o.scratch[i]].mark = 0
         return 0
     for i in range(n_sel):
-        ch = &o.chunks[o.scratch[i]]
-        if o.lru[o.scratch[i]].mapped:
-            _off_map_del(o, o.scratch[i])
+        x = o.scratch[i]
+        if i + OFF_EVICT_AHEAD < n_sel:
+            _off_evict_fetch(o, o.scratch[i + OFF_EVICT_AHEAD])
+        if p < 0:
+            p = o.lru[x].prev  # a stretch starts: the node before it (kept, or the root)
+        if i + 1 == n_sel or o.lru[x].next != o.scratch[i + 1]:
+            # The stretch ends at x: out of the list at once.
+            o.lru[p].next = o.lru[x].next
+            o.lru[o.lru[x].next].prev = p
+            p = -1
+        ch = &o.chunks[x]
+        if o.lru[x].mapped:
+            _off_map_del(o, x)
         elif ch.watch:
             _off_memo_drop(o)  # the last lookup's scan found this chunk
-        _lru_unlink(o, o.scratch[i])
         ch.used = 0  # a request's hint to it is stale from now on (_off_hinted)
-        o.lru[o.scratch[i]].mark = 0
-        o.lru[o.scratch[i]].evictable = 0
-        o.free_chunks[o.n_free_chunks] = o.scratch[i]
+        o.lru[x].mark = 0
+        o.lru[x].evictable = 0
+        o.free_chunks[o.n_free_chunks] = x
         o.n_free_chunks += 1
     o.n_used -= n_sel
     o.n_evictable -= n_sel
@@ -253,3 +284,49 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     if r.off_jobs == 0:
         _off_forget(s, r)
     return 0
+
+
+def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int32_t n):
+    """Tests only: _off_evict of ``n`` chunks from a CPU tier of ``n_chunks`` chunks, every one
+    holding a key: chunk ``order[k]`` holds ``keys[k]``, the list in ``order`` (head first); the
+    chunks in ``pinned`` not evictable, those in ``protected`` protected (``mark`` 1, as a store
+    protects the chunks it offers), those in ``private`` out of the key map.  Returns whether it
+    evicted, the list after it head first and tail first, the chunks it freed (in the order pushed)
+    and the chunk the key map finds for each key (-1: none)."""
+    cdef OffloadC o
+    cdef OffConfC conf
+    cdef int32_t k, c, x, root = n_chunks
+    memset(&conf, 0, sizeof(conf))
+    conf.cpu_chunks = n_chunks
+    conf.tokens_per_chunk = 16
+    conf.hashes_per_chunk = 1
+    off_init(&o, conf, 4, 1, 4)
+    try:
+        o.n_free_chunks = 0
+        for k in range(n_chunks):
+            c = order[k]
+            o.chunks[c].key = keys[k]
+            o.chunks[c].used = 1
+            o.lru[c].evictable = c not in pinned
+            o.n_evictable += o.lru[c].evictable
+            o.n_used += 1
+            _lru_after(&o, o.lru[root].prev, c)
+            o.lru[c].mapped = c not in private
+            if o.lru[c].mapped:
+                _off_map_put(&o, o.chunks[c].key, c)
+        for c in protected:
+            o.lru[c].mark = 1
+        done = _off_evict(&o, n)
+        ahead, back = [], []
+        x = o.lru[root].next
+        while x != root:
+            ahead.append(x)
+            x = o.lru[x].next
+        x = o.lru[root].prev
+        while x != root:
+            back.append(x)
+            x = o.lru[x].prev
+        return (done, ahead, back, [o.free_chunks[k] for k in range(o.n_free_chunks)],
+                [_off_find(&o, key) for key in keys])
+    finally:
+        off_release(&o)
