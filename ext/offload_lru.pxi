@@ -212,13 +212,6 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     return 1
 
 
-cdef inline void _off_fresh_rank(OffloadC* o, int32_t c) noexcept nogil:
-    # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far.
-    o.next_rank += 1
-    o.chunks[c].rank_hi = o.next_rank
-    o.chunks[c].rank_lo = 0
-
-
 cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept nogil:
     """The nodes ``a`` .. ``b`` (``b`` reached from ``a`` by next links) moved, in their order, to
     the list's tail: what moving each to the tail in turn does (_lru_place of a fresh rank)."""
@@ -245,8 +238,8 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
     cdef int32_t m = 0, k, a, b
-    # The seen chunks, tail first, into ``found``; the chunks they were last found in fetched
-    # ahead; then each one's chunk (the hint checked, else the map asked) for the relinking pass.
+    cdef int64_t rank = o.next_rank  # LRUCachePolicy._next_rank, written back once
+    # The seen chunks, tail first, into ``found``; the chunks they were last found in fetched ahead.
     for i in range(n - 1, -1, -1):
         if seen[i]:
             o.found[m] = i
@@ -255,25 +248,27 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
             if c >= 0 and c < o.conf.cpu_chunks:
                 __builtin_prefetch(&o.chunks[c])
                 __builtin_prefetch(&o.lru[c])
+    # Then each one's chunk (the hint checked, else the map asked) gets a fresh rank and goes to the
+    # list's tail, in this order.  Chunks that follow each other in the list keep their order when
+    # moved one by one, so a run of them (the request's own chunks sit after its anchor tail first)
+    # moves at once, when the next chunk does not follow it.
+    a = b = -1
     for k in range(m):
-        o.found[k] = _off_hinted(s, r, o.found[k])
-    # Each gets a fresh rank and goes to the list's tail, in this order.  Chunks that follow each
-    # other in the list keep their order when moved one by one, so a run of them (the request's
-    # own chunks sit after its anchor tail first) moves at once.
-    k = 0
-    while k < m:
-        a = o.found[k]
-        k += 1
-        if a < 0:
+        c = _off_hinted(s, r, o.found[k])
+        if c < 0:
             continue
-        _off_fresh_rank(o, a)
-        b = a
-        while k < m and (o.found[k] < 0 or o.lru[b].next == o.found[k]):
-            if o.found[k] >= 0:
-                b = o.found[k]
-                _off_fresh_rank(o, b)
-            k += 1
+        rank += 1  # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far
+        o.chunks[c].rank_hi = rank
+        o.chunks[c].rank_lo = 0
+        if a >= 0 and o.lru[b].next == c:
+            b = c
+            continue
+        if a >= 0:
+            _lru_run_to_tail(o, a, b)
+        a = b = c
+    if a >= 0:
         _lru_run_to_tail(o, a, b)
+    o.next_rank = rank
     if r.off_rank > 0 and r.off_node >= 0:
         # No chunk takes this request's rank any more: its anchor goes back.
         _lru_unlink(o, r.off_node)
