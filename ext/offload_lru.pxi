@@ -149,11 +149,11 @@ cdef enum:
     OFF_WALK_AHEAD = 64   # nodes an eviction's walk fetches ahead
 
 
-cdef inline void _off_evict_fetch(const OffloadC* o, int32_t x) noexcept nogil:
+cdef inline void _off_evict_fetch(const OffloadC* o, const OffLinkC* lru, int32_t x) noexcept nogil:
     # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket.
     __builtin_prefetch(&o.chunks[x])
-    if o.lru[x].mapped:
-        __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])
+    if lru[x].mapped:
+        __builtin_prefetch(&o.map[lru[x].tag & <uint32_t>o.map_mask])
 
 
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
@@ -161,50 +161,50 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     (``mark`` 1), or none when there are not enough (returns 0).  The chosen ones (``scratch``, in
     rank order) leave the list a stretch of consecutive nodes at a time (what unlinking each in
     turn does) and the key map with their buckets fetched ahead."""
+    # The tier's arrays in locals: a flag written through them may alias any field of ``o``.
+    cdef OffLinkC* lru = o.lru
+    cdef OffChunkC* chunks = o.chunks
+    cdef int32_t* sel = o.scratch
     cdef int32_t root = o.conf.cpu_chunks
-    cdef int32_t n_sel = 0, i, x = o.lru[root].next, p = -1
-    cdef OffChunkC* ch
+    cdef int32_t n_sel = 0, i, x = lru[root].next, p = -1, q
     # The walk's likely way: a request's chunks, taken from the free stack in the order eviction
     # returned them, lie at descending indices, usually next to each other: the nodes below the
     # head, and then as many below each node visited, are fetched ahead.
     for i in range(4, OFF_WALK_AHEAD, 4):
         if x >= i and x < root:
-            __builtin_prefetch(&o.lru[x - i])
+            __builtin_prefetch(&lru[x - i])
     while x != root and n_sel < n:
         if x >= OFF_WALK_AHEAD:
-            __builtin_prefetch(&o.lru[x - OFF_WALK_AHEAD])
-        if x < root and o.lru[x].evictable and o.lru[x].mark == 0:
-            o.lru[x].mark = 2
-            o.scratch[n_sel] = x
+            __builtin_prefetch(&lru[x - OFF_WALK_AHEAD])
+        if x < root and lru[x].evictable and lru[x].mark == 0:
+            sel[n_sel] = x
             if n_sel < OFF_EVICT_AHEAD:
-                _off_evict_fetch(o, x)
+                _off_evict_fetch(o, lru, x)
             n_sel += 1
-        x = o.lru[x].next
+        x = lru[x].next
     if n_sel < n:
-        for i in range(n_sel):
-            o.lru[o.scratch[i]].mark = 0
         return 0
     for i in range(n_sel):
-        x = o.scratch[i]
+        x = sel[i]
         if i + OFF_EVICT_AHEAD < n_sel:
-            _off_evict_fetch(o, o.scratch[i + OFF_EVICT_AHEAD])
+            _off_evict_fetch(o, lru, sel[i + OFF_EVICT_AHEAD])
         if p < 0:
-            p = o.lru[x].prev  # a stretch starts: the node before it (kept, or the root)
-        if i + 1 == n_sel or o.lru[x].next != o.scratch[i + 1]:
+            p = lru[x].prev  # a stretch starts: the node before it (kept, or the root)
+        q = lru[x].next
+        if i + 1 == n_sel or q != sel[i + 1]:
             # The stretch ends at x: out of the list at once.
-            o.lru[p].next = o.lru[x].next
-            o.lru[o.lru[x].next].prev = p
+            lru[p].next = q
+            lru[q].prev = p
             p = -1
-        ch = &o.chunks[x]
-        if o.lru[x].mapped:
+        if lru[x].mapped:
             _off_map_del(o, x)
-        elif ch.watch:
+        elif chunks[x].watch:
             _off_memo_drop(o)  # the last lookup's scan found this chunk
-        ch.used = 0  # a request's hint to it is stale from now on (_off_hinted)
-        o.lru[x].mark = 0
-        o.lru[x].evictable = 0
-        o.free_chunks[o.n_free_chunks] = x
-        o.n_free_chunks += 1
+        chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
+        lru[x].evictable = 0
+    # The chosen chunks go on the free stack in their order.
+    memcpy(o.free_chunks + o.n_free_chunks, sel, n_sel * sizeof(int32_t))
+    o.n_free_chunks += n_sel
     o.n_used -= n_sel
     o.n_evictable -= n_sel
     o.step_evicted += n_sel

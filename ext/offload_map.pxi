@@ -96,27 +96,28 @@ cdef void _off_map_put(OffloadC* o, hash_t key, int32_t chunk) noexcept nogil:
 cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     # Linear probing with backward-shift deletion: no tombstones.  An entry's home bucket is its
     # tag's low bits (at most 2^32 buckets: off_init sizes the map from an int32 count).
+    cdef OffMapE* m = o.map
     cdef uint32_t mask = <uint32_t>o.map_mask
     cdef uint32_t i = o.lru[chunk].tag & mask
     cdef uint32_t j, mv
     cdef OffMapE e, h
-    while o.map[i].chunk != chunk:
+    while m[i].chunk != chunk:
         i = (i + 1) & mask
     if o.chunks[chunk].watch:
         _off_memo_drop(o)  # the last lookup's scan found this chunk
     j = (i + 1) & mask
-    e = o.map[j]
+    e = m[j]
     while e.chunk != OFF_EMPTY:
         # The entry at j moves into the hole at i unless its home lies cyclically in (i, j]: unless
         # it is nearer j than i is.  Chosen by masks, without a branch (its outcome is a coin toss).
         mv = -<uint32_t>(((j - e.tag) & mask) >= ((j - i) & mask))
-        h = o.map[i]
-        o.map[i].tag = (e.tag & mv) | (h.tag & ~mv)
-        o.map[i].chunk = <int32_t>((<uint32_t>e.chunk & mv) | (<uint32_t>h.chunk & ~mv))
+        h = m[i]
+        m[i].tag = (e.tag & mv) | (h.tag & ~mv)
+        m[i].chunk = <int32_t>((<uint32_t>e.chunk & mv) | (<uint32_t>h.chunk & ~mv))
         i = (j & mv) | (i & ~mv)
         j = (j + 1) & mask
-        e = o.map[j]
-    o.map[i].chunk = OFF_EMPTY
+        e = m[j]
+    m[i].chunk = OFF_EMPTY
 
 
 cdef inline bint memo_of(const ScanMemoC* mm, req_t ri, const ReqC* r) noexcept nogil:
