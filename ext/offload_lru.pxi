@@ -228,6 +228,14 @@ cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept no
     o.lru[root].prev = b
 
 
+cdef inline void _off_fetch_hinted(const OffloadC* o, const flag_t* seen, const int32_t* hint, int32_t i) noexcept nogil:
+    # The chunk a seen position was last found in, fetched ahead of _off_hinted.
+    cdef int32_t c = hint[i]
+    if seen[i] and c >= 0 and c < o.conf.cpu_chunks:
+        __builtin_prefetch(&o.chunks[c])
+        __builtin_prefetch(&o.lru[c])
+
+
 cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     """CPUOffloadingManager.on_request_finished with LRUCachePolicy.on_request_finished: every chunk
     the request saw that is still in the tier gets a fresh rank, tail first, so its head is the most
@@ -237,24 +245,21 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef const int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
-    cdef int32_t m = 0, k, a, b
+    cdef int32_t a = -1, b = -1
     cdef int64_t rank = o.next_rank  # LRUCachePolicy._next_rank, written back once
-    # The seen chunks, tail first, into ``found``; the chunks they were last found in fetched ahead.
+    # The seen chunks, tail first: each one's chunk (the hint checked, else the map asked; the
+    # chunks hinted OFF_AHEAD positions on fetched ahead) gets a fresh rank and goes to the list's
+    # tail, in this order.  Chunks that follow each other in the list keep their order when moved
+    # one by one, so a run of them (the request's own chunks sit after its anchor tail first) moves
+    # at once, when the next chunk does not follow it.
+    for i in range(n - 1, tmax(n - 1 - OFF_AHEAD, -1), -1):
+        _off_fetch_hinted(o, seen, hint, i)
     for i in range(n - 1, -1, -1):
-        if seen[i]:
-            o.found[m] = i
-            m += 1
-            c = hint[i]
-            if c >= 0 and c < o.conf.cpu_chunks:
-                __builtin_prefetch(&o.chunks[c])
-                __builtin_prefetch(&o.lru[c])
-    # Then each one's chunk (the hint checked, else the map asked) gets a fresh rank and goes to the
-    # list's tail, in this order.  Chunks that follow each other in the list keep their order when
-    # moved one by one, so a run of them (the request's own chunks sit after its anchor tail first)
-    # moves at once, when the next chunk does not follow it.
-    a = b = -1
-    for k in range(m):
-        c = _off_hinted(s, r, o.found[k])
+        if i >= OFF_AHEAD:
+            _off_fetch_hinted(o, seen, hint, i - OFF_AHEAD)
+        if not seen[i]:
+            continue
+        c = _off_hinted(s, r, i)
         if c < 0:
             continue
         rank += 1  # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far
