@@ -170,7 +170,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     # The walk's likely way: a request's chunks, taken from the free stack in the order eviction
     # returned them, lie at descending indices, usually next to each other: the nodes below the
     # head, and then as many below each node visited, are fetched ahead.
-    for i in range(4, OFF_WALK_AHEAD, 4):
+    for i in range(4, tmin(OFF_WALK_AHEAD, n), 4):
         if x >= i and x < root:
             __builtin_prefetch(&lru[x - i])
     while x != root and n_sel < n:
@@ -202,8 +202,11 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
         lru[x].evictable = 0
-    # The chosen chunks go on the free stack in their order.
-    memcpy(o.free_chunks + o.n_free_chunks, sel, n_sel * sizeof(int32_t))
+    # The chosen chunks go on the free stack in their order (a promotion's eviction: one).
+    if n_sel == 1:
+        o.free_chunks[o.n_free_chunks] = sel[0]
+    else:
+        memcpy(o.free_chunks + o.n_free_chunks, sel, n_sel * sizeof(int32_t))
     o.n_free_chunks += n_sel
     o.n_used -= n_sel
     o.n_evictable -= n_sel
