@@ -38,7 +38,7 @@ cdef struct OffLinkC:
     int32_t next
     uint32_t tag                 # the low 32 bits of its key's mix (its home bucket's bits among them)
     flag_t evictable             # LRUCachePolicy._evictable
-    flag_t mark                  # scratch of one eviction: protected (1) or selected (2)
+    flag_t mark                  # protected from one eviction (1): the chunks a store offers
     flag_t mapped                # the key map has its key (else the key is no other request's and
                                  # only its own request finds it, through its hint: _off_own)
 

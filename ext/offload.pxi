@@ -625,6 +625,9 @@ cdef int off_quiet_meta(SchedC* s, BatchC* b) except -1 nogil:
     them due (off_quiet_bound) and their new blocks already stamped (off_stamp_one).  Everything
     else of off_build_meta runs as in any step: the disk tier's poll, the fenced flushes, the stores
     of the requests finished by the last update, the manager's finish signals."""
+    if s.off.disk == NULL and s.off.n_fenced == 0 and not s.finished_pending and s.off.n_parked == 0:
+        s.off.cur_step = b.step
+        return 0  # most quiet steps: nothing to poll, flush, store, signal or count
     if s.off.disk != NULL:
         disk_poll(s.off, b.step, b.start_s)
     s.off.cur_step = b.step

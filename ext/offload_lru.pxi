@@ -175,48 +175,75 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     return c
 
 
+cdef enum:
+    OFF_EVICT_AHEAD = 16  # chunks an eviction's removal fetches ahead (their flags and buckets)
+    OFF_WALK_AHEAD = 64   # nodes an eviction's walk fetches ahead
+
+
+cdef inline void _off_evict_fetch(const OffloadC* o, const OffLinkC* lru, int32_t x) noexcept nogil:
+    # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket.
+    __builtin_prefetch(&o.chunks[x])
+    if lru[x].mapped:
+        __builtin_prefetch(&o.map[lru[x].tag & <uint32_t>o.map_mask])
+
+
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
     """LRUCachePolicy.evict: the ``n`` evictable chunks of lowest rank that are not protected
-    (``mark`` 1), or none when there are not enough (returns 0)."""
-    cdef int32_t n_sel = 0, i, x = o.lru[o.conf.cpu_chunks].next
-    cdef OffChunkC* ch
-    while x != o.conf.cpu_chunks and n_sel < n:
-        if x < o.conf.cpu_chunks and o.lru[x].evictable and o.lru[x].mark == 0:
-            o.lru[x].mark = 2
-            o.scratch[n_sel] = x
+    (``mark`` 1), or none when there are not enough (returns 0).  The chosen ones (``scratch``, in
+    rank order) leave the list a stretch of consecutive nodes at a time (what unlinking each in
+    turn does) and the key map with their buckets fetched ahead."""
+    # The tier's arrays in locals: a flag written through them may alias any field of ``o``.
+    cdef OffLinkC* lru = o.lru
+    cdef OffChunkC* chunks = o.chunks
+    cdef int32_t* sel = o.scratch
+    cdef int32_t root = o.conf.cpu_chunks
+    cdef int32_t n_sel = 0, i, x = lru[root].next, p = -1, q
+    # The walk's likely way: a request's chunks, taken from the free stack in the order eviction
+    # returned them, lie at descending indices, usually next to each other: the nodes below the
+    # head, and then as many below each node visited, are fetched ahead.
+    for i in range(4, tmin(OFF_WALK_AHEAD, n), 4):
+        if x >= i and x < root:
+            __builtin_prefetch(&lru[x - i])
+    while x != root and n_sel < n:
+        if x >= OFF_WALK_AHEAD:
+            __builtin_prefetch(&lru[x - OFF_WALK_AHEAD])
+        if x < root and lru[x].evictable and lru[x].mark == 0:
+            sel[n_sel] = x
+            if n_sel < OFF_EVICT_AHEAD:
+                _off_evict_fetch(o, lru, x)
             n_sel += 1
-            __builtin_prefetch(&o.chunks[x])  # its flags
-            if o.lru[x].mapped:
-                __builtin_prefetch(&o.map[o.lru[x].tag & <uint32_t>o.map_mask])  # the map's deletion
-        x = o.lru[x].next
+        x = lru[x].next
     if n_sel < n:
-        for i in range(n_sel):
-            o.lru[o.scratch[i]].mark = 0
         return 0
     for i in range(n_sel):
-        ch = &o.chunks[o.scratch[i]]
-        if o.lru[o.scratch[i]].mapped:
-            _off_map_del(o, o.scratch[i])
-        elif ch.watch:
+        x = sel[i]
+        if i + OFF_EVICT_AHEAD < n_sel:
+            _off_evict_fetch(o, lru, sel[i + OFF_EVICT_AHEAD])
+        if p < 0:
+            p = lru[x].prev  # a stretch starts: the node before it (kept, or the root)
+        q = lru[x].next
+        if i + 1 == n_sel or q != sel[i + 1]:
+            # The stretch ends at x: out of the list at once.
+            lru[p].next = q
+            lru[q].prev = p
+            p = -1
+        if lru[x].mapped:
+            _off_map_del(o, x)
+        elif chunks[x].watch:
             _off_memo_drop(o)  # the last lookup's scan found this chunk
-        _lru_unlink(o, o.scratch[i])
-        ch.used = 0  # a request's hint to it is stale from now on (_off_hinted)
-        o.lru[o.scratch[i]].mark = 0
-        o.lru[o.scratch[i]].evictable = 0
-        o.free_chunks[o.n_free_chunks] = o.scratch[i]
-        o.n_free_chunks += 1
+        chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
+        lru[x].evictable = 0
+    # The chosen chunks go on the free stack in their order (a promotion's eviction: one).
+    if n_sel == 1:
+        o.free_chunks[o.n_free_chunks] = sel[0]
+    else:
+        memcpy(o.free_chunks + o.n_free_chunks, sel, n_sel * sizeof(int32_t))
+    o.n_free_chunks += n_sel
     o.n_used -= n_sel
     o.n_evictable -= n_sel
     o.step_evicted += n_sel
     o.evicted += n_sel
     return 1
-
-
-cdef inline void _off_fresh_rank(OffloadC* o, int32_t c) noexcept nogil:
-    # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far.
-    o.next_rank += 1
-    o.chunks[c].rank_hi = o.next_rank
-    o.chunks[c].rank_lo = 0
 
 
 cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept nogil:
@@ -235,6 +262,14 @@ cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept no
     o.lru[root].prev = b
 
 
+cdef inline void _off_fetch_hinted(const OffloadC* o, const flag_t* seen, const int32_t* hint, int32_t i) noexcept nogil:
+    # The chunk a seen position was last found in, fetched ahead of _off_hinted.
+    cdef int32_t c = hint[i]
+    if seen[i] and c >= 0 and c < o.conf.cpu_chunks:
+        __builtin_prefetch(&o.chunks[c])
+        __builtin_prefetch(&o.lru[c])
+
+
 cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     """CPUOffloadingManager.on_request_finished with LRUCachePolicy.on_request_finished: every chunk
     the request saw that is still in the tier gets a fresh rank, tail first, so its head is the most
@@ -244,36 +279,35 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef const int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
-    cdef int32_t m = 0, k, a, b
-    # The seen chunks, tail first, into ``found``; the chunks they were last found in fetched
-    # ahead; then each one's chunk (the hint checked, else the map asked) for the relinking pass.
+    cdef int32_t a = -1, b = -1
+    cdef int64_t rank = o.next_rank  # LRUCachePolicy._next_rank, written back once
+    # The seen chunks, tail first: each one's chunk (the hint checked, else the map asked; the
+    # chunks hinted OFF_AHEAD positions on fetched ahead) gets a fresh rank and goes to the list's
+    # tail, in this order.  Chunks that follow each other in the list keep their order when moved
+    # one by one, so a run of them (the request's own chunks sit after its anchor tail first) moves
+    # at once, when the next chunk does not follow it.
+    for i in range(n - 1, tmax(n - 1 - OFF_AHEAD, -1), -1):
+        _off_fetch_hinted(o, seen, hint, i)
     for i in range(n - 1, -1, -1):
-        if seen[i]:
-            o.found[m] = i
-            m += 1
-            c = hint[i]
-            if c >= 0 and c < o.conf.cpu_chunks:
-                __builtin_prefetch(&o.chunks[c])
-                __builtin_prefetch(&o.lru[c])
-    for k in range(m):
-        o.found[k] = _off_hinted(s, r, o.found[k])
-    # Each gets a fresh rank and goes to the list's tail, in this order.  Chunks that follow each
-    # other in the list keep their order when moved one by one, so a run of them (the request's
-    # own chunks sit after its anchor tail first) moves at once.
-    k = 0
-    while k < m:
-        a = o.found[k]
-        k += 1
-        if a < 0:
+        if i >= OFF_AHEAD:
+            _off_fetch_hinted(o, seen, hint, i - OFF_AHEAD)
+        if not seen[i]:
             continue
-        _off_fresh_rank(o, a)
-        b = a
-        while k < m and (o.found[k] < 0 or o.lru[b].next == o.found[k]):
-            if o.found[k] >= 0:
-                b = o.found[k]
-                _off_fresh_rank(o, b)
-            k += 1
+        c = _off_hinted(s, r, i)
+        if c < 0:
+            continue
+        rank += 1  # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far
+        o.chunks[c].rank_hi = rank
+        o.chunks[c].rank_lo = 0
+        if a >= 0 and o.lru[b].next == c:
+            b = c
+            continue
+        if a >= 0:
+            _lru_run_to_tail(o, a, b)
+        a = b = c
+    if a >= 0:
         _lru_run_to_tail(o, a, b)
+    o.next_rank = rank
     if r.off_rank > 0 and r.off_node >= 0:
         # No chunk takes this request's rank any more: its anchor goes back.
         _lru_unlink(o, r.off_node)
@@ -284,3 +318,49 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     if r.off_jobs == 0:
         _off_forget(s, r)
     return 0
+
+
+def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int32_t n):
+    """Tests only: _off_evict of ``n`` chunks from a CPU tier of ``n_chunks`` chunks, every one
+    holding a key: chunk ``order[k]`` holds ``keys[k]``, the list in ``order`` (head first); the
+    chunks in ``pinned`` not evictable, those in ``protected`` protected (``mark`` 1, as a store
+    protects the chunks it offers), those in ``private`` out of the key map.  Returns whether it
+    evicted, the list after it head first and tail first, the chunks it freed (in the order pushed)
+    and the chunk the key map finds for each key (-1: none)."""
+    cdef OffloadC o
+    cdef OffConfC conf
+    cdef int32_t k, c, x, root = n_chunks
+    memset(&conf, 0, sizeof(conf))
+    conf.cpu_chunks = n_chunks
+    conf.tokens_per_chunk = 16
+    conf.hashes_per_chunk = 1
+    off_init(&o, conf, 4, 1, 4)
+    try:
+        o.n_free_chunks = 0
+        for k in range(n_chunks):
+            c = order[k]
+            o.chunks[c].key = keys[k]
+            o.chunks[c].used = 1
+            o.lru[c].evictable = c not in pinned
+            o.n_evictable += o.lru[c].evictable
+            o.n_used += 1
+            _lru_after(&o, o.lru[root].prev, c)
+            o.lru[c].mapped = c not in private
+            if o.lru[c].mapped:
+                _off_map_put(&o, o.chunks[c].key, c)
+        for c in protected:
+            o.lru[c].mark = 1
+        done = _off_evict(&o, n)
+        ahead, back = [], []
+        x = o.lru[root].next
+        while x != root:
+            ahead.append(x)
+            x = o.lru[x].next
+        x = o.lru[root].prev
+        while x != root:
+            back.append(x)
+            x = o.lru[x].prev
+        return (done, ahead, back, [o.free_chunks[k] for k in range(o.n_free_chunks)],
+                [_off_find(&o, key) for key in keys])
+    finally:
+        off_release(&o)

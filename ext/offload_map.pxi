@@ -124,25 +124,28 @@ cdef inline void _off_map_put_mixed(OffloadC* o, int32_t chunk, hash_t h) noexce
 cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     # Linear probing with backward-shift deletion: no tombstones.  An entry's home bucket is its
     # tag's low bits (at most 2^32 buckets: off_init sizes the map from an int32 count).
-    cdef int64_t i = <int64_t>(o.lru[chunk].tag & <uint32_t>o.map_mask)
-    cdef int64_t j, home
-    cdef int32_t c
-    while o.map[i].chunk != chunk:
-        i = (i + 1) & o.map_mask
+    cdef OffMapE* m = o.map
+    cdef uint32_t mask = <uint32_t>o.map_mask
+    cdef uint32_t i = o.lru[chunk].tag & mask
+    cdef uint32_t j, mv
+    cdef OffMapE e, h
+    while m[i].chunk != chunk:
+        i = (i + 1) & mask
     if o.chunks[chunk].watch:
         _off_memo_drop(o)  # the last lookup's scan found this chunk
-    j = i
-    while True:
-        j = (j + 1) & o.map_mask
-        c = o.map[j].chunk
-        if c == OFF_EMPTY:
-            break
-        home = <int64_t>(o.map[j].tag & <uint32_t>o.map_mask)
-        # Move the entry at j into the hole at i unless its home lies cyclically in (i, j].
-        if (j > i and (home <= i or home > j)) or (j < i and (home <= i and home > j)):
-            o.map[i] = o.map[j]
-            i = j
-    o.map[i].chunk = OFF_EMPTY
+    j = (i + 1) & mask
+    e = m[j]
+    while e.chunk != OFF_EMPTY:
+        # The entry at j moves into the hole at i unless its home lies cyclically in (i, j]: unless
+        # it is nearer j than i is.  Chosen by masks, without a branch (its outcome is a coin toss).
+        mv = -<uint32_t>(((j - e.tag) & mask) >= ((j - i) & mask))
+        h = m[i]
+        m[i].tag = (e.tag & mv) | (h.tag & ~mv)
+        m[i].chunk = <int32_t>((<uint32_t>e.chunk & mv) | (<uint32_t>h.chunk & ~mv))
+        i = (j & mv) | (i & ~mv)
+        j = (j + 1) & mask
+        e = m[j]
+    m[i].chunk = OFF_EMPTY
 
 
 cdef inline bint memo_of(const ScanMemoC* mm, req_t ri, const ReqC* r) noexcept nogil:

@@ -109,6 +109,8 @@ cdef int off_worker_output(SchedC* s, step_t step, sec_t start_s, sec_t end_s) e
         # processed in line N + 1 (after the schedule() of step N + 1: EngineCore.step_with_batch_queue).
         o.disk.out_step = step + 1 if s.conf.async_scheduling else step
         o.disk.out_s = end_s
+    if o.n_deferred == 0 and o.n_step_stores == 0 and o.n_step_loads == 0 and o.sq_n == 0 and o.lq_n == 0:
+        return 0  # no job to submit or poll (most steps)
     for i in range(o.n_deferred):
         j = o.deferred[i]
         if timed and not o.jobs[j].flushed:

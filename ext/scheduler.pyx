@@ -18,7 +18,7 @@ Queues: ``running`` is a list in admission order; ``waiting`` is an FCFS deque
 (priority, arrival time, request id) -- ``Request.__lt__``.
 """
 
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from aisim._core.blockpool cimport bp_usage
 from aisim._core.heap cimport heap_init, heap_pop, heap_push, heap_release, heap_remove
