@@ -152,6 +152,26 @@ def offload_requests(max_prompt, max_shared, max_size):
     }), min_size=1, max_size=max_size)
 
 
+def drawn_offload_case(reqs, blocks, seqs, budget, asynchronous, offload):
+    """A drawn property case of the offload tier: the trace of ``reqs`` (:func:`offload_requests`,
+    up to 150 prompt tokens, sharing one of three prefixes) and the engine of
+    :func:`offload_engine_dict`; None when the configuration refuses the engine or the replay
+    refuses the trace (a request that can never fit), so there is nothing to compare."""
+    from aisim.config.engine import engine_config_from_dict
+    from aisim.replay import replay
+
+    try:
+        eng = engine_config_from_dict(offload_engine_dict(blocks, seqs, budget, asynchronous, offload))
+    except Exception:
+        return None
+    trace = make_trace(drawn_rows(reqs, 150, shared_stream=lambda r: f"p{r['prefix']}"))
+    try:
+        replay(trace, eng)
+    except Exception:
+        return None
+    return trace, eng
+
+
 def offload_engine_dict(blocks, seqs, budget, asynchronous, offload):
     """A small 0.34.0 engine (16-token blocks, 160 tokens a request, a linear time model) with the
     ``kv_offload`` section ``offload``: the engines of the offload tier's properties."""

@@ -19,7 +19,7 @@ from aisim._core import scheduler
 from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 
-from helpers import assert_same_replay, drawn_rows, make_trace, offload_engine_dict, offload_requests
+from helpers import assert_same_replay, drawn_offload_case, make_trace, offload_requests
 from test_offload_lru import _churn
 
 
@@ -71,16 +71,10 @@ def test_random_traces_identical_both_ways(reqs, blocks, cpu, seqs, budget, asyn
                                            per_chunk, delays):
     # A GPU pool that churns (8-40 blocks of 16 tokens), a CPU tier of 2-16 chunks (1 or 2 blocks each),
     # loads held in flight up to three steps while stores evict, with or without the disk tier.
-    kw = offload_engine_dict(blocks, seqs, budget, asynchronous, {
+    case = drawn_offload_case(reqs, blocks, seqs, budget, asynchronous, {
         "cpu_blocks": cpu, "blocks_per_chunk": per_chunk, "disk_tier": disk, "load_delay_steps": delays[0],
         "store_delay_steps": delays[1], "extra": {"offload_prompt_only": prompt_only}})
-    try:
-        eng = engine_config_from_dict(kw)
-    except Exception:
-        return  # a combination the configuration refuses
-    trace = make_trace(drawn_rows(reqs, 150, shared_stream=lambda r: f"p{r['prefix']}"))
-    try:
-        replay(trace, eng)
-    except Exception:
-        return  # refused (a request that can never fit): nothing to compare
+    if case is None:
+        return
+    trace, eng = case
     _both_ways(trace, eng)

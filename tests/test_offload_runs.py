@@ -20,7 +20,7 @@ from aisim._core import scheduler
 from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 
-from helpers import assert_same_replay, drawn_rows, make_trace, offload_engine_dict, offload_requests, run_log
+from helpers import assert_same_replay, drawn_offload_case, make_trace, offload_requests, run_log
 from test_offload_lru import _churn
 from test_offload_lru import _engine as _churn_engine
 
@@ -100,17 +100,11 @@ requests = offload_requests(max_prompt=150, max_shared=140, max_size=14)
 @given(reqs=requests, blocks=st.integers(8, 40), cpu=st.integers(2, 16), seqs=st.integers(1, 4),
        asynchronous=st.booleans(), disk=st.booleans(), per_chunk=st.sampled_from([1, 2]))
 def test_random_traces_identical_both_ways(reqs, blocks, cpu, seqs, asynchronous, disk, per_chunk):
-    kw = offload_engine_dict(blocks, seqs, 48, asynchronous, {"cpu_blocks": cpu, "blocks_per_chunk": per_chunk,
-                                                              "disk_tier": disk})
-    try:
-        eng = engine_config_from_dict(kw)
-    except Exception:
-        return  # a combination the configuration refuses
     # The random traces of test_offload_hints: requests sharing 0-140 tokens of one of three prefixes.
-    trace = make_trace(drawn_rows(reqs, 150, shared_stream=lambda r: f"p{r['prefix']}"))
-    try:
-        replay(trace, eng)
-    except Exception:
-        return  # refused (a request that can never fit): nothing to compare
+    case = drawn_offload_case(reqs, blocks, seqs, 48, asynchronous,
+                              {"cpu_blocks": cpu, "blocks_per_chunk": per_chunk, "disk_tier": disk})
+    if case is None:
+        return
+    trace, eng = case
     got, ref, _ = _both_ways(lambda: replay(trace, eng, record_decisions=True))
     assert_same_replay(got, ref)
