@@ -62,7 +62,7 @@ cdef req_t FIRST_SLOTS = 4096
 # Segment entries a streaming replay starts with.
 cdef int64_t FIRST_SEGMENTS = 1 << 16
 
-# Most step rows a whole trace's first estimate reserves (the columns double past it).
+# Most step rows a whole trace's first estimate reserves (the columns grow past it).
 cdef int64_t MAX_FIRST_STEP_ROWS = 1 << 20
 
 
@@ -242,11 +242,12 @@ cdef class Engine:
         self.record_events = record_events
         self.finished = False
         if self.whole:
-            # A whole trace's result rows sized once: a row per request, and steps estimated as
-            # the requests' own plus their output tokens at a full batch (grown if short).
+            # A whole trace's result rows sized once: a row per request, and a step row per
+            # request and per output token (a replay at low concurrency decodes a request a step;
+            # grown if short).  Rows are reserved, not written: the room a replay does not use
+            # costs no page, while each growth would copy every column written so far.
             _rcols_grow(&self.rcols, max(n, 1))
-            _cols_grow(&self.cols, min(max(n + int(np.sum(trace.max_tokens)) // max(max_num_seqs, 1), 1024),
-                                       MAX_FIRST_STEP_ROWS))
+            _cols_grow(&self.cols, min(max(n + int(np.sum(trace.max_tokens)), 1024), MAX_FIRST_STEP_ROWS))
             self.feed(trace)
             self.end_input()
 
