@@ -39,8 +39,10 @@ cdef struct OffLinkC:
     uint32_t tag                 # the low 32 bits of its key's mix (its home bucket's bits among them)
     flag_t evictable             # LRUCachePolicy._evictable
     flag_t mark                  # protected from one eviction (1): the chunks a store offers
-    flag_t mapped                # the key map has its key (else the key is no other request's and
-                                 # only its own request finds it, through its hint: _off_own)
+    flag_t mapped                # the key map has its key (1), the dense key array has it (2: ``tag``
+                                 # is then its dense id, _off_dense_fill), or neither (0: the key is no
+                                 # other request's and only its own request finds it, through its
+                                 # hint: _off_own)
 
 
 cdef struct OffMapE:
@@ -245,6 +247,11 @@ cdef struct OffloadC:
                                  # found in; a hint only, checked against the chunk (_off_hinted)
     int32_t seen_slots
     int32_t chunk_row            # chunks a request can have
+    # --- the dense key array: a shared chunk position's key by the trace's prefix nodes
+    # (ext/offload_map.pxi, _off_dense_fill), instead of the key map
+    int32_t* dense_id            # [seen_slots * chunk_row] the dense id of each shared position's key (-1: none)
+    int32_t* dense               # [n_dense] the chunk holding each dense id's key (-1: none); NULL until used
+    int64_t n_dense
     # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a
     # request held at the waiting queue's head asks again every step.  Dropped when one of the
     # chunks it found (``watch``) is evicted, pinned or completed, or the key where it stopped is

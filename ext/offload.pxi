@@ -46,6 +46,7 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
     o.hint = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
+    o.dense_id = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.mixes = <hash_t*>mem_calloc(o.chunk_row, sizeof(hash_t))
     o.memo.chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
@@ -83,6 +84,8 @@ cdef void off_release(OffloadC* o) noexcept nogil:
     mem_free(o.scratch)
     mem_free(o.seen)
     mem_free(o.hint)
+    mem_free(o.dense_id)
+    mem_free(o.dense)
     mem_free(o.parked)
     mem_free(o.recs)
     disk_release(o)
@@ -127,6 +130,7 @@ cdef int _off_seen_room(OffloadC* o, int32_t slots) except -1 nogil:
         new *= 2
     mem_grow(<void**>&o.seen, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(flag_t))
     mem_grow(<void**>&o.hint, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(int32_t))
+    mem_grow(<void**>&o.dense_id, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(int32_t))
     o.seen_slots = new
     return 0
 
@@ -180,6 +184,7 @@ cdef tok_t off_lookup(SchedC* s, ReqC* r, tok_t local) except -2 nogil:
         return -1
     r.off_local = local
     _off_seen_room(o, s.kv.cap_slots)
+    _off_dense_room(s)
     n_keys = _off_n_keys(s, r)
     max_hit = tmin(num_tokens(r), <tok_t>n_keys * tpc)
     if max_hit - local < tpc:
@@ -382,6 +387,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef int32_t* found = o.found
     cdef flag_t* seen
     cdef int32_t* hint
+    cdef const int32_t* drow
     cdef int64_t rank = 0
     cdef int32_t anchor = -1
     if o.conf.prompt_only:
@@ -396,26 +402,32 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         return 0
     n = n_chunks - start
     # The key of chunk start + k is keys[k * hpc] (_off_key; the row hashed by _off_n_keys above),
-    # the first m of them asked of the key map (the rest private: _off_priv_from), each mixed once.
+    # the first m of them asked of the dense key array by their dense ids (drow) or else of the key
+    # map, each mixed once (the rest private: _off_priv_from).
     keys = s.kv.hashes + <int64_t>r.slot * s.kv.hash_row + (<int64_t>start + 1) * hpc - 1
-    priv = _off_priv_from(o, r)
+    _off_dense_room(s)
+    priv = _off_priv_from(s, r)
     m = <int32_t>tmax(0, tmin(n, <int64_t>priv - start))
     seen = o.seen + <int64_t>r.slot * o.chunk_row + start
     hint = o.hint + <int64_t>r.slot * o.chunk_row + start
+    drow = o.dense_id + <int64_t>r.slot * o.chunk_row + start
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
     # is looked up (a lookup reads no rank, no list link, no other position's seen record or hint:
     # all the access writes).
     for k in range(tmin(OFF_AHEAD, m)):
-        mixes[k] = mix64(keys[<int64_t>k * hpc])
-        _off_prefetch_mixed(o, mixes[k])
+        if drow[k] < 0:
+            mixes[k] = mix64(keys[<int64_t>k * hpc])
+            _off_prefetch_mixed(o, mixes[k])
     c = -1
     for k in range(n):
-        if k + OFF_AHEAD < m:
+        if k + OFF_AHEAD < m and drow[k + OFF_AHEAD] < 0:
             mixes[k + OFF_AHEAD] = mix64(keys[<int64_t>(k + OFF_AHEAD) * hpc])
             _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
         if k >= m:
             c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
+        elif drow[k] >= 0:
+            c = o.dense[drow[k]]
         else:
             c = _off_find_next_mixed(o, c, keys[<int64_t>k * hpc], mixes[k])
         found[k] = c
@@ -477,6 +489,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     cdef const int32_t* found = o.found
     cdef const hash_t* mixes = o.mixes
     cdef int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row + start
+    cdef const int32_t* drow = o.dense_id + <int64_t>r.slot * o.chunk_row + start
     cdef int64_t rank = _off_req_rank(o, r)
     cdef int32_t anchor = r.off_node
     cdef int32_t j = _off_new_job(o, r, ri, True)
@@ -516,7 +529,12 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
             ch.rank_lo = lo
             links[c].evictable = 0
             links[c].mark = 0
-            links[c].mapped = k < m
+            if k < m and drow[k] >= 0:
+                links[c].mapped = 2  # its key's dense id (_off_dense_fill)
+                links[c].tag = <uint32_t>drow[k]
+                o.dense[drow[k]] = c
+            else:
+                links[c].mapped = k < m
             hint[k] = c
             out_keys[q] = ch.key
             out_cids[q] = c
@@ -528,13 +546,15 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
             q += 1
         lo -= tpc
     o.n_free_chunks -= n_new
-    # The key map takes the mapped ones (the first m positions), their buckets fetched ahead.
+    # The key map takes the mapped ones without a dense id (of the first m positions), their
+    # buckets fetched ahead.
     q = 0
     for k in range(first, m):
-        if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0:
+        if k + OFF_AHEAD < m and found[k + OFF_AHEAD] < 0 and drow[k + OFF_AHEAD] < 0:
             _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
         if found[k] < 0:
-            _off_map_put_mixed(o, out_cids[q], mixes[k])
+            if drow[k] < 0:
+                _off_map_put_mixed(o, out_cids[q], mixes[k])
             q += 1
     # LRUCachePolicy ranks each new chunk (rank, -position): _lru_place puts it after the request's
     # anchor, past the chunks there of the same rank and a higher position.  The new chunks come in

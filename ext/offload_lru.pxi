@@ -167,9 +167,12 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     cdef int32_t c = o.hint[at]
     if _off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
         return c
-    if i >= _off_priv_from(o, r):
+    if i >= _off_priv_from(s, r):
         return -1  # a private key is only where the hint names (_off_own)
-    c = _off_find(o, key)
+    if o.dense_id[at] >= 0:
+        c = o.dense[o.dense_id[at]] if o.dense != NULL else -1  # its dense id (_off_dense_fill)
+    else:
+        c = _off_find(o, key)
     if c >= 0:
         o.hint[at] = c
     return c
@@ -181,10 +184,13 @@ cdef enum:
 
 
 cdef inline void _off_evict_fetch(const OffloadC* o, const OffLinkC* lru, int32_t x) noexcept nogil:
-    # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket.
+    # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket
+    # (or its dense id's entry).
     __builtin_prefetch(&o.chunks[x])
-    if lru[x].mapped:
+    if lru[x].mapped == 1:
         __builtin_prefetch(&o.map[lru[x].tag & <uint32_t>o.map_mask])
+    elif lru[x].mapped:
+        __builtin_prefetch(&o.dense[lru[x].tag])
 
 
 cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
@@ -227,10 +233,13 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             lru[p].next = q
             lru[q].prev = p
             p = -1
-        if lru[x].mapped:
+        if lru[x].mapped == 1:
             _off_map_del(o, x)
-        elif chunks[x].watch:
-            _off_memo_drop(o)  # the last lookup's scan found this chunk
+        else:
+            if lru[x].mapped:
+                o.dense[lru[x].tag] = OFF_EMPTY  # out of the dense key array
+            if chunks[x].watch:
+                _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
         lru[x].evictable = 0
     # The chosen chunks go on the free stack in their order (a promotion's eviction: one).

@@ -53,20 +53,116 @@ cdef inline bint _off_next_holds(const OffloadC* o, int32_t prev, hash_t key) no
 cdef int32_t OFF_NO_PRIV = 0x3fffffff  # _off_priv_from: no chunk of the request is known private
 
 
-cdef inline int32_t _off_priv_from(const OffloadC* o, ReqC* r) noexcept nogil:
+cdef inline int32_t _off_priv_from(SchedC* s, ReqC* r) noexcept nogil:
     """The first of the request's chunks whose key no other request of the trace has: the chunk
     whose last hash block lies past the leading blocks it shares (ReqC.key_blocks, while its
     blocks are keyed lazily; all of a private request's).  Such a key is found only by the
     request's own lookups and stores, so its chunk stays out of the key map (``mapped`` 0) and is
     found through the request's hint (_off_own).  Fixed at the connector's first sight of the
-    request (a preemption ends its lazy keys, not what it shares); none with a disk tier (its
-    jobs find chunks by key) or with the hints off (tests: every chunk through the map)."""
+    request (a preemption ends its lazy keys, not what it shares), with the dense ids of the
+    chunks before it (_off_dense_fill); none with a disk tier (its jobs find chunks by key) or
+    with the hints off (tests: every chunk through the map)."""
+    cdef OffloadC* o = s.off
     cdef int64_t b = OFF_NO_PRIV
     if r.off_priv == 0:
         if r.lazy_keys and o.disk == NULL and _off_hints_on:
             b = tmin(r.key_blocks // o.conf.hashes_per_chunk, OFF_NO_PRIV)
         r.off_priv = <int32_t>b + 1
+        _off_dense_fill(s, r, <int32_t>tmin(b, o.chunk_row))
     return r.off_priv - 1
+
+
+# ------------------------------------------------------------------ the dense key array
+# A chunk position whose key other requests of the trace may have is found through a dense id
+# instead of the key map: the trace's prefix nodes number every run that several requests hold
+# (ReqC.node_off / node_n, KVCacheC.run_node), and KVCacheC.node_hash_base[node] + k names the
+# k-th block counted from the block holding the run's first token, of the blocks ending in the
+# run (hashing.pyx, _extend_shared).  The dense id of chunk position i, whose key is the hash of
+# its last hash block j = (i + 1) * hashes_per_chunk - 1, is that of block j when j ends in one
+# of the request's leading node_n runs, and none otherwise (or past the node's room).
+#
+# The id names the key exactly.  Same id, same key: the same node is the same start of a run (the
+# runs before it, its stream and first offset), so every holder has the same tokens before the run
+# and, up to its own length, in it; block j ends in the run for both at the same offset k from the
+# same first block, so both hash the same tokens in the same runs (_extend_shared shares these
+# hashes between holders on the same ground).  Same key, same id: two requests with one key have
+# every token of block j and before it in the same runs (hashing.pxd: segments canonical), so the
+# run holding block j's last token starts alike for both and, being held by both, is a node of
+# both, as is every run before it (node_n counts leading runs several requests hold); the same
+# node and offset give the same id.  Hence a key stored under its id is found by every request
+# with that key, and a key with no id (past a request's node runs) is found through the map by
+# every request with it (none has an id for it).  The chunk positions a request asks by id are
+# those below _off_priv_from (its shared blocks lie inside its node runs: shared_prefix_tokens
+# stops at the first run no other request holds); its private ones keep going through its hint.
+# Not used with a disk tier (its jobs find chunks by key), hash lookahead (a block's key then
+# folds the tokens after it) or no nodes (a trace fed in chunks): every position then has none.
+
+cdef bint _off_dense_on = True
+
+
+def _offload_dense(bint on):
+    """Tests only: whether chunk positions with a dense id use the dense key array (else every
+    shared chunk goes through the key map); returns the previous setting."""
+    global _off_dense_on
+    old = _off_dense_on
+    _off_dense_on = on
+    return old
+
+
+cdef inline bint _off_dense_ok(const SchedC* s) noexcept nogil:
+    # Whether this replay gives chunk positions dense ids (fixed for the replay).
+    cdef const KVCacheC* kv = s.kv
+    return (_off_dense_on and s.off.disk == NULL and kv.node_hash != NULL and kv.pool.n_nodes > 0
+            and kv.hash_lookahead == 0 and kv.node_hash_base[kv.pool.n_nodes] <= 0x7fffffff)
+
+
+cdef int _off_dense_room(SchedC* s) except -1 nogil:
+    """The dense key array, made at the tier's first lookup or store (every id empty)."""
+    cdef OffloadC* o = s.off
+    if o.dense != NULL or not _off_dense_ok(s):
+        return 0
+    o.n_dense = s.kv.node_hash_base[s.kv.pool.n_nodes]
+    o.dense = <int32_t*>mem_calloc(o.n_dense, sizeof(int32_t))
+    memset(o.dense, 0xff, o.n_dense * sizeof(int32_t))  # OFF_EMPTY
+    return 0
+
+
+cdef inline tok_t _off_run_len(const KVCacheC* kv, const ReqC* r, int32_t m) noexcept nogil:
+    # The length of the request's run m (a prompt segment; the output stream: open-ended, its
+    # blocks keyed only once their tokens exist).
+    if m < r.seg_cnt:
+        return kv.seg_len[r.seg_off + m]
+    return <tok_t>1 << 50
+
+
+cdef void _off_dense_fill(SchedC* s, ReqC* r, int32_t n) noexcept nogil:
+    """The dense ids of the request's chunk positions 0 .. ``n`` - 1 into its row (-1: none), by
+    _extend_shared's walk over its node runs."""
+    cdef OffloadC* o = s.off
+    cdef const KVCacheC* kv = s.kv
+    cdef int32_t* row = o.dense_id + <int64_t>r.slot * o.chunk_row
+    cdef int64_t hpc = o.conf.hashes_per_chunk, size = kv.hash_block_size, j, k, base
+    cdef int32_t i, m = 0, node
+    cdef tok_t run_start = 0, run_end
+    if n <= 0:
+        return
+    if r.node_n <= 0 or not _off_dense_ok(s):
+        memset(row, 0xff, n * sizeof(int32_t))
+        return
+    run_end = _off_run_len(kv, r, 0)
+    for i in range(n):
+        j = (i + 1) * hpc - 1
+        while run_end <= (j + 1) * size - 1:
+            m += 1
+            if m >= r.node_n:
+                memset(row + i, 0xff, (n - i) * sizeof(int32_t))
+                return
+            run_start = run_end
+            run_end += _off_run_len(kv, r, m)
+        node = kv.run_node[r.node_off + m]
+        base = kv.node_hash_base[node]
+        k = j - run_start // size  # from the block holding the run's first token
+        row[i] = <int32_t>(base + k) if k < kv.node_hash_base[node + 1] - base else -1
 
 
 cdef inline int32_t _off_own(const OffloadC* o, const ReqC* r, int32_t i, hash_t key) noexcept nogil:
@@ -189,21 +285,25 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     cdef OffloadC* o = s.off
     cdef req_t ri = <req_t>(r - s.reqs)
     cdef int32_t i, c, d = OFF_AHEAD
-    cdef int32_t priv = _off_priv_from(o, r)
+    cdef int32_t priv = _off_priv_from(s, r)
+    cdef const int32_t* drow = o.dense_id + <int64_t>r.slot * o.chunk_row
     cdef hash_t key
     if o.memo.on and memo_of(&o.memo, ri, r) and o.memo.start == start and o.memo.end == end:
         return 0
     _off_memo_drop(o)
     memo_begin(&o.memo, ri, r, start, end)
     for i in range(start, tmin(tmin(start + d, end), priv)):
-        _off_prefetch(o, _off_key(s, r, i))
+        if drow[i] < 0:
+            _off_prefetch(o, _off_key(s, r, i))
     c = -1
     for i in range(start, end):
-        if i + d < end and i + d < priv:
+        if i + d < end and i + d < priv and drow[i + d] < 0:
             _off_prefetch(o, _off_key(s, r, i + d))
         key = _off_key(s, r, i)
         if i >= priv:
             c = _off_own(o, r, i, key)
+        elif drow[i] >= 0:
+            c = o.dense[drow[i]]  # the key's dense id (_off_dense_fill)
         else:
             c = _off_find_next(o, c, key)
         if c < 0:
