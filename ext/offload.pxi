@@ -479,7 +479,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     finished request's table keeps them until its KV row goes back: _off_forget).  Done in passes
     over the new chunks: their state, the key map, the LRU list, the kept scans (the map and the
     scans read no rank or link, the list no map entry: the order of the passes changes nothing)."""
-    global _off_runs_split
+    global _off_runs_split, _off_dense_stored
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef int32_t hpc = o.conf.hashes_per_chunk
@@ -533,6 +533,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
                 links[c].mapped = 2  # its key's dense id (_off_dense_fill)
                 links[c].tag = <uint32_t>drow[k]
                 o.dense[drow[k]] = c
+                _off_dense_stored += 1
             else:
                 links[c].mapped = k < m
             hint[k] = c

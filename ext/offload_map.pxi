@@ -98,6 +98,7 @@ cdef inline int32_t _off_priv_from(SchedC* s, ReqC* r) noexcept nogil:
 # folds the tokens after it) or no nodes (a trace fed in chunks): every position then has none.
 
 cdef bint _off_dense_on = True
+cdef int64_t _off_dense_stored = 0  # tests: chunks stored under a dense id (this process)
 
 
 def _offload_dense(bint on):
@@ -107,6 +108,11 @@ def _offload_dense(bint on):
     old = _off_dense_on
     _off_dense_on = on
     return old
+
+
+def _offload_dense_stored():
+    """Tests only: the chunks stored under a dense id so far (in this process)."""
+    return _off_dense_stored
 
 
 cdef inline bint _off_dense_ok(const SchedC* s) noexcept nogil:
