@@ -250,7 +250,7 @@ cdef struct OffloadC:
     # --- the dense key array: a shared chunk position's key by the trace's prefix nodes
     # (ext/offload_map.pxi, _off_dense_fill), instead of the key map
     int32_t* dense_id            # [seen_slots * chunk_row] the dense id of each shared position's key (-1: none)
-    int32_t* dense               # [n_dense] the chunk holding each dense id's key (-1: none); NULL until used
+    int32_t* dense               # [n_dense] 1 + the chunk holding each dense id's key (0: none); NULL until used
     int64_t n_dense
     # --- the last lookup's scan of the tier (off_lookup), kept while nothing it read changed: a
     # request held at the waiting queue's head asks again every step.  Dropped when one of the

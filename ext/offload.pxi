@@ -427,7 +427,7 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         if k >= m:
             c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
         elif drow[k] >= 0:
-            c = o.dense[drow[k]]
+            c = o.dense[drow[k]] - 1
         else:
             c = _off_find_next_mixed(o, c, keys[<int64_t>k * hpc], mixes[k])
         found[k] = c
@@ -532,7 +532,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
             if k < m and drow[k] >= 0:
                 links[c].mapped = 2  # its key's dense id (_off_dense_fill)
                 links[c].tag = <uint32_t>drow[k]
-                o.dense[drow[k]] = c
+                o.dense[drow[k]] = c + 1
                 _off_dense_stored += 1
             else:
                 links[c].mapped = k < m

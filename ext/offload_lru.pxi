@@ -170,7 +170,7 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     if i >= _off_priv_from(s, r):
         return -1  # a private key is only where the hint names (_off_own)
     if o.dense_id[at] >= 0:
-        c = o.dense[o.dense_id[at]] if o.dense != NULL else -1  # its dense id (_off_dense_fill)
+        c = o.dense[o.dense_id[at]] - 1 if o.dense != NULL else -1  # its dense id (_off_dense_fill)
     else:
         c = _off_find(o, key)
     if c >= 0:
@@ -237,7 +237,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             _off_map_del(o, x)
         else:
             if lru[x].mapped:
-                o.dense[lru[x].tag] = OFF_EMPTY  # out of the dense key array
+                o.dense[lru[x].tag] = 0  # out of the dense key array
             if chunks[x].watch:
                 _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)

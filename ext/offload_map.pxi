@@ -128,8 +128,7 @@ cdef int _off_dense_room(SchedC* s) except -1 nogil:
     if o.dense != NULL or not _off_dense_ok(s):
         return 0
     o.n_dense = s.kv.node_hash_base[s.kv.pool.n_nodes]
-    o.dense = <int32_t*>mem_calloc(o.n_dense, sizeof(int32_t))
-    memset(o.dense, 0xff, o.n_dense * sizeof(int32_t))  # OFF_EMPTY
+    o.dense = <int32_t*>mem_calloc(o.n_dense, sizeof(int32_t))  # zero pages: touched only where used
     return 0
 
 
@@ -309,7 +308,7 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
         if i >= priv:
             c = _off_own(o, r, i, key)
         elif drow[i] >= 0:
-            c = o.dense[drow[i]]  # the key's dense id (_off_dense_fill)
+            c = o.dense[drow[i]] - 1  # the key's dense id (_off_dense_fill)
         else:
             c = _off_find_next(o, c, key)
         if c < 0:
