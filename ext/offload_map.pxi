@@ -142,32 +142,37 @@ cdef inline tok_t _off_run_len(const KVCacheC* kv, const ReqC* r, int32_t m) noe
 
 cdef void _off_dense_fill(SchedC* s, ReqC* r, int32_t n) noexcept nogil:
     """The dense ids of the request's chunk positions 0 .. ``n`` - 1 into its row (-1: none), by
-    _extend_shared's walk over its node runs."""
+    _extend_shared's walk over its node runs a run at a time: the positions whose last hash block
+    ends in run m are those from the last run's up to run_end // size // hashes_per_chunk (the
+    block ends before the run does), their ids consecutive (hashes_per_chunk apart)."""
     cdef OffloadC* o = s.off
     cdef const KVCacheC* kv = s.kv
     cdef int32_t* row = o.dense_id + <int64_t>r.slot * o.chunk_row
-    cdef int64_t hpc = o.conf.hashes_per_chunk, size = kv.hash_block_size, j, k, base
-    cdef int32_t i, m = 0, node
+    cdef int64_t hpc = o.conf.hashes_per_chunk, size = kv.hash_block_size, k, base, room, e
+    cdef int32_t i = 0, m = 0, node
     cdef tok_t run_start = 0, run_end
     if n <= 0:
         return
-    if r.node_n <= 0 or not _off_dense_ok(s):
-        memset(row, 0xff, n * sizeof(int32_t))
-        return
-    run_end = _off_run_len(kv, r, 0)
-    for i in range(n):
-        j = (i + 1) * hpc - 1
-        while run_end <= (j + 1) * size - 1:
+    if r.node_n > 0 and _off_dense_ok(s):
+        run_end = _off_run_len(kv, r, 0)
+        while True:
+            e = tmin(n, run_end // size // hpc)
+            if e > i:
+                node = kv.run_node[r.node_off + m]
+                base = kv.node_hash_base[node]
+                room = kv.node_hash_base[node + 1] - base
+                k = (i + 1) * hpc - 1 - run_start // size  # from the block holding the run's first token
+                while i < e:
+                    row[i] = <int32_t>(base + k) if k < room else -1
+                    k += hpc
+                    i += 1
             m += 1
-            if m >= r.node_n:
-                memset(row + i, 0xff, (n - i) * sizeof(int32_t))
-                return
+            if i >= n or m >= r.node_n:
+                break
             run_start = run_end
             run_end += _off_run_len(kv, r, m)
-        node = kv.run_node[r.node_off + m]
-        base = kv.node_hash_base[node]
-        k = j - run_start // size  # from the block holding the run's first token
-        row[i] = <int32_t>(base + k) if k < kv.node_hash_base[node + 1] - base else -1
+    if i < n:
+        memset(row + i, 0xff, (n - i) * sizeof(int32_t))
 
 
 cdef inline int32_t _off_own(const OffloadC* o, const ReqC* r, int32_t i, hash_t key) noexcept nogil:
