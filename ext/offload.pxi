@@ -386,10 +386,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef hash_t* mixes = o.mixes
     cdef int32_t* found = o.found
     cdef flag_t* seen
-    cdef int32_t* hint
     cdef const int32_t* drow
     cdef int64_t rank = 0
-    cdef int32_t anchor = -1
     if o.conf.prompt_only:
         offloadable = tmin(offloadable, r.prompt_len)
     n_chunks = <int32_t>(offloadable // tpc)
@@ -409,7 +407,6 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     priv = _off_priv_from(s, r)
     m = <int32_t>tmax(0, tmin(n, <int64_t>priv - start))
     seen = o.seen + <int64_t>r.slot * o.chunk_row + start
-    hint = o.hint + <int64_t>r.slot * o.chunk_row + start
     drow = o.dense_id + <int64_t>r.slot * o.chunk_row + start
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
@@ -427,21 +424,14 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
         if k >= m:
             c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
         elif drow[k] >= 0:
-            c = o.dense[drow[k]] - 1
+            c = _off_dense_chunk(o, drow[k])
         else:
             c = _off_find_next_mixed(o, c, keys[<int64_t>k * hpc], mixes[k])
         found[k] = c
         if c < 0:
             n_new += 1
-        if seen[k] or (c >= 0 and o.chunks[c].ref < 0):
-            continue
-        seen[k] = 1
-        if rank == 0:
-            rank = _off_req_rank(o, r)  # a rank is at least 1
-            anchor = r.off_node
-        if c >= 0:
-            hint[k] = c
-            _off_rerank(o, c, rank, -(<int64_t>start + k + 1) * tpc, anchor)
+        if not seen[k] and (c < 0 or o.chunks[c].ref >= 0):
+            _off_access_at(o, r, start + k, c, &rank)
     if n_new == 0:
         r.off_next = n_chunks
         return 0
@@ -532,7 +522,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
             if k < m and drow[k] >= 0:
                 links[c].mapped = 2  # its key's dense id (_off_dense_fill)
                 links[c].tag = <uint32_t>drow[k]
-                o.dense[drow[k]] = c + 1
+                _off_dense_set(o, drow[k], c)
                 _off_dense_stored += 1
             else:
                 links[c].mapped = k < m

@@ -112,13 +112,21 @@ cdef int _off_access(SchedC* s, ReqC* r, int32_t a, int32_t b, const int32_t* fo
             c = found[i - a]
             if c >= 0 and o.chunks[c].ref < 0:
                 continue
-            if c >= 0:
-                o.hint[<int64_t>r.slot * o.chunk_row + i] = c
-        seen[i] = 1
-        if rank == 0:
-            rank = _off_req_rank(o, r)  # a rank is at least 1
-        if c >= 0:
-            _off_rerank(o, c, rank, -(<int64_t>i + 1) * o.conf.tokens_per_chunk, r.off_node)
+        _off_access_at(o, r, i, c, &rank)
+    return 0
+
+
+cdef inline int _off_access_at(OffloadC* o, ReqC* r, int32_t i, int32_t c, int64_t* rank) except -1 nogil:
+    """_off_access of the request's unseen position ``i``, whose key chunk ``c`` holds (-1: not in
+    the tier): seen from now on, the request ranked at its first access (``rank``: 0 until then; a
+    rank is at least 1), and the chunk hinted and re-ranked (LRUCachePolicy.on_request_access)."""
+    cdef int64_t at = <int64_t>r.slot * o.chunk_row + i
+    o.seen[at] = 1
+    if rank[0] == 0:
+        rank[0] = _off_req_rank(o, r)
+    if c >= 0:
+        o.hint[at] = c
+        _off_rerank(o, c, rank[0], -(<int64_t>i + 1) * o.conf.tokens_per_chunk, r.off_node)
     return 0
 
 
@@ -170,7 +178,7 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     if i >= _off_priv_from(s, r):
         return -1  # a private key is only where the hint names (_off_own)
     if o.dense_id[at] >= 0:
-        c = o.dense[o.dense_id[at]] - 1 if o.dense != NULL else -1  # its dense id (_off_dense_fill)
+        c = _off_dense_chunk(o, o.dense_id[at])  # its dense id (_off_dense_fill)
     else:
         c = _off_find(o, key)
     if c >= 0:
@@ -237,7 +245,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             _off_map_del(o, x)
         else:
             if lru[x].mapped:
-                o.dense[lru[x].tag] = 0  # out of the dense key array
+                _off_dense_set(o, <int32_t>lru[x].tag, -1)  # out of the dense key array
             if chunks[x].watch:
                 _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)

@@ -132,6 +132,17 @@ cdef int _off_dense_room(SchedC* s) except -1 nogil:
     return 0
 
 
+cdef inline int32_t _off_dense_chunk(const OffloadC* o, int32_t d) noexcept nogil:
+    # The chunk holding the key of dense id ``d`` (-1: none).  An entry is 1 + the chunk, so the
+    # array's fresh zero pages read as empty.
+    return o.dense[d] - 1 if o.dense != NULL else -1
+
+
+cdef inline void _off_dense_set(OffloadC* o, int32_t d, int32_t c) noexcept nogil:
+    # Chunk ``c`` holds the key of dense id ``d`` from now on (-1: no chunk does).
+    o.dense[d] = c + 1
+
+
 cdef inline tok_t _off_run_len(const KVCacheC* kv, const ReqC* r, int32_t m) noexcept nogil:
     # The length of the request's run m (a prompt segment; the output stream: open-ended, its
     # blocks keyed only once their tokens exist).
@@ -313,7 +324,7 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
         if i >= priv:
             c = _off_own(o, r, i, key)
         elif drow[i] >= 0:
-            c = o.dense[drow[i]] - 1  # the key's dense id (_off_dense_fill)
+            c = _off_dense_chunk(o, drow[i])  # the key's dense id (_off_dense_fill)
         else:
             c = _off_find_next(o, c, key)
         if c < 0:
