@@ -298,6 +298,18 @@ cdef void _off_memo_drop(OffloadC* o) noexcept nogil:
 
 # ------------------------------------------------------------------ the lookup's scan
 
+cdef inline void _off_scan_fetch(SchedC* s, ReqC* r, const int32_t* drow, int32_t i) noexcept nogil:
+    # What _off_scan reads of the request's shared position ``i``: its key's bucket, or the state
+    # of the chunk its dense id names (the dense entries of a run are read in order).
+    cdef int32_t c
+    if drow[i] < 0:
+        _off_prefetch(s.off, _off_key(s, r, i))
+    else:
+        c = _off_dense_chunk(s.off, drow[i])
+        if c >= 0:
+            __builtin_prefetch(&s.off.chunks[c])
+
+
 cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nogil:
     """_maximal_prefix_lookup from chunk ``start`` to ``end``: the consecutive chunks present (one
     being stored or loaded defers the lookup), into ``memo.hits``, ``memo.pending`` and
@@ -314,12 +326,11 @@ cdef int _off_scan(SchedC* s, ReqC* r, int32_t start, int32_t end) except -1 nog
     _off_memo_drop(o)
     memo_begin(&o.memo, ri, r, start, end)
     for i in range(start, tmin(tmin(start + d, end), priv)):
-        if drow[i] < 0:
-            _off_prefetch(o, _off_key(s, r, i))
+        _off_scan_fetch(s, r, drow, i)
     c = -1
     for i in range(start, end):
-        if i + d < end and i + d < priv and drow[i + d] < 0:
-            _off_prefetch(o, _off_key(s, r, i + d))
+        if i + d < end and i + d < priv:
+            _off_scan_fetch(s, r, drow, i + d)
         key = _off_key(s, r, i)
         if i >= priv:
             c = _off_own(o, r, i, key)
