@@ -104,10 +104,10 @@ def _id_bytes(arr: pa.Array):
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
     if not data.all():
         return None
-    out = np.zeros(n * width, dtype=np.uint8)
-    rel = offsets[:-1] - offsets[0]
-    out[np.repeat(np.arange(n, dtype=np.int64) * width - rel, lens) + np.arange(len(data))] = data
-    return out.view(f"S{width}")
+    # Row i's first lens[i] bytes, row by row: the order of the ids' bytes in the buffer.
+    out = np.zeros((n, width), dtype=np.uint8)
+    out[np.arange(width) < lens[:, None]] = data
+    return out.reshape(-1).view(f"S{width}")
 
 
 def _whole_arrays(trace: pa.Table, engine: EngineConfig, timed: bool, segs=None, rank: bool = True) -> dict:

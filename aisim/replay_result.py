@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from aisim.config.engine import EngineConfig
 from aisim.config.speculative import scheduler_view
-from aisim.result_tables import requests_table, steps_table, with_offload_columns
+from aisim.result_tables import requests_table, steps_table
 from aisim.summary import REJECTED, SUMMARY_COLUMNS, summarize
 from aisim.trace_checks import too_long
 
@@ -72,7 +72,6 @@ def result_of(trace: pa.Table, engine: EngineConfig, out: dict, timed: bool, eve
     gaps = merged_gaps([out["gaps"]])  # sorted once: the summary's statistics then sort a sorted array
     summary = summarize(out["steps"], rq, engine, timed, out["spec"], gaps)
     if engine.kv_offload is not None:
-        steps, requests = with_offload_columns(steps, requests, out["steps"], r)
         summary["kv_offload"] = offload_summary(out["offload"], r)
         # vLLM's num_cached_tokens at admission counts the tokens loaded from the tier too.
         summary["prefix_hit_tokens_at_admission"] += int(np.asarray(r["offload_hit_tokens"]).sum())

@@ -11,7 +11,7 @@ from aisim.core_input import core_config, private_of_keys
 from aisim.errors import ReplayError, TraceError
 from aisim.replay_input import _check_concurrency, _core_chunk
 from aisim.replay_result import _rejected_mask, _with_rejected, offload_summary
-from aisim.result_tables import offload_columns, requests_table, steps_table
+from aisim.result_tables import requests_table, steps_table
 from aisim.summary import SUMMARY_COLUMNS, Totals
 from aisim.trace_checks import _faults_and_segments, _row_faults
 
@@ -148,8 +148,7 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
         totals.add_gaps(core.take_gaps())
         if len(st["step"]):
             totals.add_steps(st)
-            steps = steps_table(st, engine)
-            yield "steps", steps if not offload else offload_columns(steps, st, "steps")
+            yield "steps", steps_table(st, engine)
         r = core.take_requests()
         n = len(r["status"])
         # At the end, the rejected rows after the last request the core finished.
@@ -161,7 +160,6 @@ def replay_stream(batches, engine: EngineConfig, *, timed: bool, expected: int, 
             requests = requests_table(rows, r)
             totals.add_requests(_summary_columns(requests, r))
             if offload:
-                requests = offload_columns(requests, r, "requests")
                 loaded += int(np.count_nonzero(r["offload_loads"]))
                 hit_tokens += int(r["offload_hit_tokens"].sum())
             yield "requests", requests, rows

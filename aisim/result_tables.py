@@ -39,7 +39,9 @@ def _nan_where(mask, values):
 
 
 def requests_table(trace: pa.Table, r: dict) -> pa.Table:
-    """The replay's ``requests`` table, columns and types as :data:`aisim.columns.REQUESTS` declares them."""
+    """The replay's ``requests`` table, columns and types as :data:`aisim.columns.REQUESTS` declares them,
+    then the KV offload tier's (:data:`aisim.columns.OFFLOAD_REQUESTS`, ``DISK_REQUESTS``) when the
+    core's columns ``r`` hold them."""
     arrival = r["arrival_s"]
     first_tok = r["first_token_s"]
     finish = r["finish_s"]
@@ -68,7 +70,10 @@ def requests_table(trace: pa.Table, r: dict) -> pa.Table:
         "spec_drafts": r["spec_drafts"].astype(np.int32),
         "spec_accepted": r["spec_accepted"].astype(np.int32),
     }
-    return _table(cols, _schema(REQUESTS))
+    tiers = _tiers(r, OFFLOAD_REQUESTS, DISK_REQUESTS)
+    for t in tiers:
+        cols.update((c.name, r[c.name]) for c in t.columns)
+    return _table(cols, _schema(REQUESTS, tiers))
 
 
 def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
@@ -78,7 +83,8 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     (evictable) but still hold a reusable prefix; ``empty`` blocks hold nothing.
     ``kv_usage`` is vLLM's (``KVCacheManager.usage``: active / usable blocks);
     physical usage counts cached blocks too.  Columns and types are
-    :data:`aisim.columns.STEPS`'s.
+    :data:`aisim.columns.STEPS`'s, then the KV offload tier's (:data:`aisim.columns.OFFLOAD_STEPS`,
+    ``DISK_STEPS``) when the core's columns ``s`` hold them.
     """
     from aisim.config.kvgroups import block_bytes
 
@@ -93,26 +99,33 @@ def steps_table(s: dict, engine: EngineConfig) -> pa.Table:
     bpb = block_bytes(engine)
     cols["kv_cache_active_bytes"] = active * bpb
     cols["kv_cache_cached_bytes"] = s["cached_blocks"].astype(np.int64) * bpb
-    return _table(cols, _schema(STEPS))
+    return _table(cols, _schema(STEPS, _tiers(s, OFFLOAD_STEPS, DISK_STEPS)))
 
 
-def with_offload_columns(steps: pa.Table, requests: pa.Table, s: dict, r: dict):
-    """The step and request tables with the KV offload columns appended from the core's step columns
-    ``s`` and request columns ``r`` (:data:`aisim.columns.OFFLOAD_STEPS`, ``OFFLOAD_REQUESTS``)."""
-    return offload_columns(steps, s, "steps"), offload_columns(requests, r, "requests")
+def _tiers(cols: dict, offload, disk) -> tuple:
+    """The KV offload column tables whose columns the core's ``cols`` hold: the CPU tier's, then the
+    disk tier's behind it (their columns follow the table's own, in this order)."""
+    if offload.columns[0].name not in cols:
+        return ()
+    return (offload, disk) if disk.columns[-1].name in cols else (offload,)
 
 
-# The replay schemas with each field's numpy dtype (None: not a plain number), built once.
+# The replay schemas (with the offload tables' columns appended) with each field's numpy dtype
+# (None: not a plain number), built once.
 _SCHEMAS = {}
 
 
-def _schema(table):
-    if table.name not in _SCHEMAS:
+def _schema(table, tiers: tuple = ()):
+    key = (table.name, *(t.name for t in tiers))
+    if key not in _SCHEMAS:
         schema = table.replay_schema()
+        if tiers:
+            schema = pa.schema(list(schema) + [pa.field(c.name, c.arrow_type) for t in tiers for c in t.columns],
+                               metadata=schema.metadata)
         plain = [f.type.to_pandas_dtype() if pa.types.is_integer(f.type) or pa.types.is_floating(f.type) else None
                  for f in schema]
-        _SCHEMAS[table.name] = (schema, plain)
-    return _SCHEMAS[table.name]
+        _SCHEMAS[key] = (schema, plain)
+    return _SCHEMAS[key]
 
 
 def _table(cols: dict, schema_dtypes) -> pa.Table:
@@ -130,24 +143,3 @@ def _table(cols: dict, schema_dtypes) -> pa.Table:
         else:
             arrays.append(arrow_array(v, f.type))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-def offload_columns(table: pa.Table, cols: dict, kind: str) -> pa.Table:
-    """``table`` (a replay's ``steps`` or ``requests``, ``kind``; a streamed piece too) with the KV offload
-    columns of the core's ``cols`` appended, as :data:`aisim.columns.OFFLOAD_STEPS` / ``OFFLOAD_REQUESTS``
-    declare them: one table built from ``table``'s columns and the new ones (wrapped, not copied,
-    where the core's dtype is the column's)."""
-    columns = (OFFLOAD_STEPS if kind == "steps" else OFFLOAD_REQUESTS).columns
-    disk = DISK_STEPS if kind == "steps" else DISK_REQUESTS
-    if disk.columns[-1].name in cols:
-        columns = columns + disk.columns  # the disk tier's, after the CPU tier's
-    key = (table.schema, columns)
-    if key not in _APPENDED:
-        _APPENDED[key] = pa.schema(list(table.schema) + [pa.field(c.name, c.arrow_type) for c in columns],
-                                   metadata=table.schema.metadata)
-    return pa.Table.from_arrays(table.columns + [arrow_array(cols[c.name], c.arrow_type) for c in columns],
-                                schema=_APPENDED[key])
-
-
-# The schemas of tables with the offload columns appended, by the table's schema and the columns.
-_APPENDED = {}

@@ -96,15 +96,20 @@ cdef enum:
     N_OFF_REQ = 4
     N_DISK_STEP = 7            # with the disk tier too (engine_disk.pxi DISK_STEP_COLUMNS, DISK_REQ_COLUMNS)
     N_DISK_REQ = 1
-    OFF_STAGE_ROWS = 64        # offload step rows staged before they are written to their columns
+    N_OFF_COUNTS = 15          # the step columns counting this step's work; the last two are levels
 
 cdef struct OffColsC:
-    # The offload columns of the step rows (engine_offload.pxi OFF_STEP_COLUMNS), one buffer of its
-    # dtype each, handed over with the step columns.
+    # The offload columns of the step rows (engine_offload.pxi OFF_STEP_COLUMNS), kept sparse: only
+    # the rows that count some work or change a level of the tier, each as its step row's index
+    # then its N_OFF_STEP values; every other row's counts are 0 and its levels those of the row
+    # before (built into whole columns when the step rows are taken, _off_columns).
+    int64_t n                  # rows kept
     int64_t cap                # rows allocated
-    void* col[N_OFF_STEP]      # column k: cap items (a row is written whole before it is read)
-    int64_t staged             # rows before this are in the columns, the rest in ``stage``
-    int64_t stage[OFF_STAGE_ROWS * N_OFF_STEP]  # the last rows, row by row (_off_row)
+    int64_t* rows              # [cap * (1 + N_OFF_STEP)]
+    int64_t used               # the levels (cpu_used, cpu_evictable) of the last row kept ...
+    int64_t evictable
+    int64_t from_used          # ... and of the row before the first row not yet taken
+    int64_t from_evictable
 
 cdef struct StepColsC:
     # One row per logged engine iteration; every column grown geometrically.

@@ -679,10 +679,7 @@ cdef class Engine:
         """The step rows written since the last call (one array per step column), handed over;
         with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
-        if self.offload:
-            _off_unstage(&self.off_cols, n)
-            self.off_cols.staged = 0
-        off = _columns_handover(self.off_cols.col, OFF_ITEM, OFF_STEP_COLUMNS, n, &self.off_cols.cap) if self.offload else {}
+        off = _off_columns(&self.off_cols, n) if self.offload else {}
         if self.offload and self.off.disk != NULL:
             off.update(_off_take(self.disk_steps, n, N_DISK_STEP, DISK_STEP_COLUMNS))
         out = _columns_handover(self.cols.col, STEP_ITEM, STEP_COLUMNS, n, &self.cols.cap)

@@ -16,7 +16,8 @@ OFF_REQ_COLUMNS = (
     ("offload_store_chunks", "int64"),
 )
 
-if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ:
+if len(OFF_STEP_COLUMNS) != N_OFF_STEP or len(OFF_REQ_COLUMNS) != N_OFF_REQ \
+        or [c for c, _ in OFF_STEP_COLUMNS[N_OFF_COUNTS:]] != ["offload_cpu_used", "offload_cpu_evictable"]:
     raise ImportError("aisim._core.engine: offload column tables and enums disagree")
 
 # Bytes per item of each offload step column, from its dtype (set once at import).
@@ -48,7 +49,7 @@ cdef sec_t _off_idle_until_landing(Engine e, BatchC* b) noexcept nogil:
 
 cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) except -1 nogil:
     # Rows grown geometrically to hold ``need`` rows, not zeroed: every row is written whole before
-    # it is read (_off_row, _off_req_row, _disk_row, _disk_req_row), so a row never written costs
+    # it is read (_off_req_row, _disk_row, _disk_req_row), so a row never written costs
     # no page.
     cdef int64_t new = cap[0] if cap[0] > 0 else 1024
     if need <= cap[0]:
@@ -62,26 +63,20 @@ cdef int _off_room(int64_t** rows, int64_t* cap, int64_t need, int32_t width) ex
 
 cdef int _off_row(Engine e, int64_t row) except -1 nogil:
     """The offload columns of step row ``row`` and, when recorded, its events, from the records the
-    connector kept since this step's schedule()."""
+    connector kept since this step's schedule(): kept only when it counts some work or changes a
+    level of the tier (OffColsC)."""
     cdef OffloadC* o = &e.off
+    cdef OffColsC* c = &e.off_cols
     cdef int64_t* v
     cdef int64_t line = e.steps_taken + row
     cdef int64_t new
-    cdef int32_t i, k
+    cdef int32_t i
     cdef const OffRecC* rec
     cdef req_t g
-    # The counts of the row (v[0] .. v[14]), kept in registers and stored once: a memset of the
-    # staged row before the counting cost more than the rest of a quiet step's row.
+    # The counts of the row, kept in registers and stored once, only for a row that is kept.
     cdef int64_t lookups = 0, hits = 0, deferred = 0, loads = 0, load_tok = 0, load_chunks = 0
     cdef int64_t stores = 0, store_chunks = 0, flushed = 0, done = 0, recving = 0, waits = 0
-    if row >= e.off_cols.cap:
-        # As many rows as the step columns hold (a whole trace's are sized once): grown with them,
-        # not zeroed (each row is written whole below; a row never written costs no page).
-        new = e.cols.cap if e.cols.cap > row else row + 1
-        for k in range(N_OFF_STEP):
-            mem_resize(&e.off_cols.col[k], new, OFF_ITEM[k])
-        e.off_cols.cap = new
-    v = &e.off_cols.stage[(row - e.off_cols.staged) * N_OFF_STEP]
+    cdef int64_t evicted = o.step_evicted
     for i in range(o.n_recs):
         rec = &o.recs[i]
         g = <req_t>e.slot_global[rec.req]
@@ -125,58 +120,101 @@ cdef int _off_row(Engine e, int64_t row) except -1 nogil:
             waits += 1
             if e.record_events:
                 _event(&e.events, line, EV_OFF_WAIT, <req_t>e.slot_global[o.parked[i]], 0)
-    v[0] = lookups
-    v[1] = hits
-    v[2] = deferred
-    v[3] = loads
-    v[4] = load_tok
-    v[5] = load_chunks
-    v[6] = load_chunks * o.conf.chunk_bytes
-    v[7] = stores
-    v[8] = store_chunks
-    v[9] = store_chunks * o.conf.chunk_bytes
-    v[10] = flushed
-    v[11] = o.step_evicted
-    v[12] = done
-    v[13] = recving
-    v[14] = waits
-    v[15] = o.n_used
-    v[16] = o.n_evictable
-    if row + 1 - e.off_cols.staged == OFF_STAGE_ROWS:
-        _off_unstage(&e.off_cols, row + 1)
     # A step that schedules nothing still reports its transfers: the records start again.
     o.n_recs = 0
     o.step_evicted = 0
+    # Most steps move nothing: with every count 0 (the byte counts are chunk counts times the chunk
+    # size) and the tier's levels those of the last row kept, the row is not kept.
+    if (lookups | hits | deferred | loads | load_tok | load_chunks | stores | store_chunks | flushed
+            | evicted | done | recving | waits) == 0 and o.n_used == c.used and o.n_evictable == c.evictable:
+        return 0
+    if c.n == c.cap:
+        new = 2 * c.cap if c.cap > 0 else 1024
+        mem_resize(<void**>&c.rows, <size_t>new * (1 + N_OFF_STEP), sizeof(int64_t))
+        c.cap = new
+    v = c.rows + c.n * (1 + N_OFF_STEP)
+    v[0] = row
+    v[1] = lookups
+    v[2] = hits
+    v[3] = deferred
+    v[4] = loads
+    v[5] = load_tok
+    v[6] = load_chunks
+    v[7] = load_chunks * o.conf.chunk_bytes
+    v[8] = stores
+    v[9] = store_chunks
+    v[10] = store_chunks * o.conf.chunk_bytes
+    v[11] = flushed
+    v[12] = evicted
+    v[13] = done
+    v[14] = recving
+    v[15] = waits
+    v[16] = o.n_used
+    v[17] = o.n_evictable
+    c.n += 1
+    c.used = o.n_used
+    c.evictable = o.n_evictable
     return 0
 
 
-cdef void _off_unstage(OffColsC* c, int64_t n) noexcept nogil:
-    """The staged rows (``c.staged`` .. ``n`` - 1) written to their columns.  A step row's values
-    are staged row by row and written a column at a time: written straight into the columns,
-    each row's seventeen stores went to seventeen cache lines the connector's work had evicted
-    since the row before."""
-    cdef int64_t i, m = n - c.staged
+cdef object _off_columns(OffColsC* c, Py_ssize_t n):
+    """The offload columns of the first ``n`` step rows (fresh arrays; the rows kept start again):
+    each column written once, front to back, from the rows kept -- a count column 0 between
+    them, a level column holding the value of the row kept before."""
+    cdef int64_t* col64[N_OFF_STEP]
+    cdef int32_t* col32[N_OFF_STEP]
+    cdef const int64_t* v
+    cdef int64_t j, at, row, x, carry
     cdef int32_t k
-    cdef const int64_t* src
-    cdef int64_t* d64
-    cdef int32_t* d32
-    for k in range(N_OFF_STEP):
-        src = &c.stage[k]
-        if OFF_ITEM[k] == 8:
-            d64 = <int64_t*>c.col[k] + c.staged
-            for i in range(m):
-                d64[i] = src[i * N_OFF_STEP]
-        else:
-            d32 = <int32_t*>c.col[k] + c.staged
-            for i in range(m):
-                d32[i] = <int32_t>src[i * N_OFF_STEP]
-    c.staged = n
+    cdef int64_t width = 1 + N_OFF_STEP
+    out = {}
+    for k, (name, dtype) in enumerate(OFF_STEP_COLUMNS):
+        arr = np.empty(n, dtype=dtype)
+        out[name] = arr
+        col64[k] = <int64_t*><size_t>arr.ctypes.data
+        col32[k] = <int32_t*><size_t>arr.ctypes.data
+    with nogil:
+        for k in range(N_OFF_STEP):
+            # the level before the first row kept: the one the rows taken before ended at
+            carry = 0 if k < N_OFF_COUNTS else (c.from_used if k == N_OFF_COUNTS else c.from_evictable)
+            at = 0
+            for j in range(c.n + 1):
+                if j < c.n:
+                    v = c.rows + j * width
+                    row = v[0]
+                    x = v[1 + k]
+                else:
+                    row = n
+                    x = 0
+                if OFF_ITEM[k] == 8:
+                    if carry == 0:
+                        memset(col64[k] + at, 0, <size_t>(row - at) * 8)
+                    else:
+                        while at < row:
+                            col64[k][at] = carry
+                            at += 1
+                    if j < c.n:
+                        col64[k][row] = x
+                else:
+                    if carry == 0:
+                        memset(col32[k] + at, 0, <size_t>(row - at) * 4)
+                    else:
+                        while at < row:
+                            col32[k][at] = <int32_t>carry
+                            at += 1
+                    if j < c.n:
+                        col32[k][row] = <int32_t>x
+                at = row + 1
+                if k >= N_OFF_COUNTS:
+                    carry = x
+        c.n = 0
+        c.from_used = c.used
+        c.from_evictable = c.evictable
+    return out
 
 
 cdef void _off_cols_release(OffColsC* c) noexcept nogil:
-    cdef int k
-    for k in range(N_OFF_STEP):
-        mem_free(c.col[k])
+    mem_free(c.rows)
     memset(c, 0, sizeof(OffColsC))
 
 

@@ -19,20 +19,24 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     """An empty CPU tier of ``conf.cpu_chunks`` chunks; ``chunk_row`` chunks a request can have,
     ``slots`` KV rows and ``jobs`` job slots to start with (all grown on demand)."""
     cdef int64_t m = 1
-    cdef int32_t i
+    cdef int64_t i
+    cdef OffMapE empty
     memset(o, 0, sizeof(OffloadC))
     o.conf = conf
     o.chunks = <OffChunkC*>mem_calloc(conf.cpu_chunks, sizeof(OffChunkC))
-    o.free_chunks = <int32_t*>mem_calloc(conf.cpu_chunks, sizeof(int32_t))
+    # The free stack and the key map are written whole here, once (not zeroed first).
+    mem_resize(<void**>&o.free_chunks, conf.cpu_chunks if conf.cpu_chunks > 0 else 1, sizeof(int32_t))
     for i in range(conf.cpu_chunks):
-        o.free_chunks[i] = conf.cpu_chunks - 1 - i
+        o.free_chunks[i] = <int32_t>(conf.cpu_chunks - 1 - i)
     o.n_free_chunks = conf.cpu_chunks
     while m < 2 * (<int64_t>conf.cpu_chunks):
         m *= 2  # at most half full
     o.map_mask = m - 1
-    o.map = <OffMapE*>mem_calloc(m, sizeof(OffMapE))
+    mem_resize(<void**>&o.map, m, sizeof(OffMapE))
+    empty.tag = 0
+    empty.chunk = OFF_EMPTY
     for i in range(m):
-        o.map[i].chunk = OFF_EMPTY
+        o.map[i] = empty
     o.anchor_cap = 16
     o.lru = <OffLinkC*>mem_calloc(conf.cpu_chunks + 1 + o.anchor_cap, sizeof(OffLinkC))
     o.lru[conf.cpu_chunks].prev = conf.cpu_chunks
@@ -41,7 +45,8 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     for i in range(o.anchor_cap):
         o.free_anchors[i] = conf.cpu_chunks + o.anchor_cap - i
     o.n_free_anchors = o.anchor_cap
-    o.scratch = <int32_t*>mem_calloc(conf.cpu_chunks if conf.cpu_chunks > 0 else 1, sizeof(int32_t))
+    # An eviction's selection, written before it is read (_off_evict): not zeroed.
+    mem_resize(<void**>&o.scratch, conf.cpu_chunks if conf.cpu_chunks > 0 else 1, sizeof(int32_t))
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))

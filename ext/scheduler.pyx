@@ -31,7 +31,7 @@ from aisim._core.request cimport (
     ReqC, ST_FINISHED, ST_PREEMPTED, ST_RUNNING, ST_WAITING,
 )
 from aisim._core.gaps cimport gaps_add
-from aisim._core.memory cimport mem_calloc, mem_free, mem_grow
+from aisim._core.memory cimport mem_calloc, mem_free, mem_grow, mem_resize
 from aisim._core.hashing cimport hash_extend
 from aisim._core.kvrows cimport kv_table
 from aisim._core.offload cimport (
