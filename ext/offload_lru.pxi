@@ -246,7 +246,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         else:
             if lru[x].mapped:
                 _off_dense_set(o, <int32_t>lru[x].tag, -1)  # out of the dense key array
-            if chunks[x].watch:
+            if o.memo.on and chunks[x].watch:  # (a chunk is watched only while a scan is kept)
                 _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
         lru[x].evictable = 0
