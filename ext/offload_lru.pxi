@@ -191,6 +191,23 @@ cdef enum:
     OFF_WALK_AHEAD = 64   # nodes an eviction's walk fetches ahead
 
 
+cdef extern from *:
+    """
+    /* The node an eviction's walk visits after ``x``, whose next link is ``q``: ``x - 1`` when that
+       is ``q`` (the likely way), taken by a branch the processor predicts, so that its walk runs on
+       before the link arrives from memory; the empty asm keeps the compiler from using ``q`` for
+       ``x - 1`` there (they are equal). */
+    static inline int32_t aisim_off_walk_next(int32_t x, int32_t q) {
+        if (__builtin_expect(q == x - 1, 1)) {
+            __asm__("" : "+r"(x));
+            return x - 1;
+        }
+        return q;
+    }
+    """
+    int32_t aisim_off_walk_next(int32_t x, int32_t q) noexcept nogil
+
+
 cdef inline void _off_evict_fetch(const OffloadC* o, const OffLinkC* lru, int32_t x) noexcept nogil:
     # What removing the selected chunk ``x`` reads: its flags and, when mapped, its key's bucket
     # (or its dense id's entry).
@@ -226,7 +243,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             if n_sel < OFF_EVICT_AHEAD:
                 _off_evict_fetch(o, lru, x)
             n_sel += 1
-        x = lru[x].next
+        x = aisim_off_walk_next(x, lru[x].next)
     if n_sel < n:
         return 0
     for i in range(n_sel):
