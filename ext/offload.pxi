@@ -11,6 +11,7 @@
 cdef enum:
     OFF_EMPTY = -1               # an empty bucket of the key map
     OFF_AHEAD = 24               # probes fetched this far ahead of a run of them (a memory round trip)
+    OFF_NEAR = 12                # what a fetched-ahead entry names, fetched this far ahead
 
 
 # ------------------------------------------------------------------ set-up
@@ -385,13 +386,14 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     cdef OffloadC* o = s.off
     cdef tok_t tpc = o.conf.tokens_per_chunk
     cdef tok_t offloadable = tmin(after, num_tokens(r))
-    cdef int32_t n_chunks, start, n, m, k, c, n_new = 0, n_evict
+    cdef int32_t n_chunks, start, n, m, k, c, x, n_new = 0, n_evict
     cdef int32_t priv, hpc = o.conf.hashes_per_chunk
     cdef const hash_t* keys
     cdef hash_t* mixes = o.mixes
     cdef int32_t* found = o.found
     cdef flag_t* seen
     cdef const int32_t* drow
+    cdef const int32_t* dense
     cdef int64_t rank = 0
     if o.conf.prompt_only:
         offloadable = tmin(offloadable, r.prompt_len)
@@ -413,19 +415,32 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     m = <int32_t>tmax(0, tmin(n, <int64_t>priv - start))
     seen = o.seen + <int64_t>r.slot * o.chunk_row + start
     drow = o.dense_id + <int64_t>r.slot * o.chunk_row + start
+    dense = o.dense
     # prepare_store: new keys, and the seen record of new and stored ones (not of chunks another
     # request is still storing): _record_request_cache_access (_off_access) chunk by chunk as each
     # is looked up (a lookup reads no rank, no list link, no other position's seen record or hint:
     # all the access writes).
+    # A position with a dense id has its entry fetched OFF_AHEAD positions on, and the chunk that
+    # entry names (read by its access) OFF_NEAR positions on.
     for k in range(tmin(OFF_AHEAD, m)):
         if drow[k] < 0:
             mixes[k] = mix64(keys[<int64_t>k * hpc])
             _off_prefetch_mixed(o, mixes[k])
+        elif dense != NULL:
+            __builtin_prefetch(&dense[drow[k]])
     c = -1
     for k in range(n):
-        if k + OFF_AHEAD < m and drow[k + OFF_AHEAD] < 0:
-            mixes[k + OFF_AHEAD] = mix64(keys[<int64_t>(k + OFF_AHEAD) * hpc])
-            _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
+        if k + OFF_AHEAD < m:
+            if drow[k + OFF_AHEAD] < 0:
+                mixes[k + OFF_AHEAD] = mix64(keys[<int64_t>(k + OFF_AHEAD) * hpc])
+                _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
+            elif dense != NULL:
+                __builtin_prefetch(&dense[drow[k + OFF_AHEAD]])
+        if k + OFF_NEAR < m and drow[k + OFF_NEAR] >= 0 and dense != NULL:
+            x = dense[drow[k + OFF_NEAR]] - 1
+            if x >= 0:
+                __builtin_prefetch(&o.chunks[x])
+                __builtin_prefetch(&o.lru[x])
         if k >= m:
             c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
         elif drow[k] >= 0:
@@ -509,10 +524,17 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     # Each new key takes a free chunk: being stored (ref -1, not evictable), ranked (rank,
     # -position), hinted for the request, and the job's next key with its GPU blocks (the job's
     # fence, offload_fence.pxi; one block a chunk unless the tier's chunks span several).
+    # The free chunks' state and list nodes, written below, fetched OFF_NEAR chunks ahead.
+    for q in range(tmin(OFF_NEAR, n_new)):
+        __builtin_prefetch(&o.chunks[free_top[-1 - q]])
+        __builtin_prefetch(&links[free_top[-1 - q]])
     q = 0
     lo = -(<int64_t>start + first + 1) * tpc
     for k in range(first, n):
         if found[k] < 0:
+            if q + OFF_NEAR < n_new:
+                __builtin_prefetch(&o.chunks[free_top[-1 - q - OFF_NEAR]])
+                __builtin_prefetch(&links[free_top[-1 - q - OFF_NEAR]])
             c = free_top[-1 - q]
             ch = &o.chunks[c]
             ch.key = keys[<int64_t>k * hpc]

@@ -187,8 +187,25 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
 
 
 cdef enum:
-    OFF_EVICT_AHEAD = 16  # chunks an eviction's removal fetches ahead (their flags and buckets)
+    OFF_EVICT_AHEAD = 128  # chunks an eviction's walk and removal fetch ahead (their flags and buckets)
     OFF_WALK_AHEAD = 64   # nodes an eviction's walk fetches ahead
+
+
+cdef extern from *:
+    """
+    /* The node an eviction's walk visits after ``x``, whose next link is ``q``: ``x - 1`` when that
+       is ``q`` (the likely way), taken by a branch the processor predicts, so that its walk runs on
+       before the link arrives from memory; the empty asm keeps the compiler from using ``q`` for
+       ``x - 1`` there (they are equal). */
+    static inline int32_t aisim_off_walk_next(int32_t x, int32_t q) {
+        if (__builtin_expect(q == x - 1, 1)) {
+            __asm__("" : "+r"(x));
+            return x - 1;
+        }
+        return q;
+    }
+    """
+    int32_t aisim_off_walk_next(int32_t x, int32_t q) noexcept nogil
 
 
 cdef inline void _off_evict_fetch(const OffloadC* o, const OffLinkC* lru, int32_t x) noexcept nogil:
@@ -226,7 +243,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             if n_sel < OFF_EVICT_AHEAD:
                 _off_evict_fetch(o, lru, x)
             n_sel += 1
-        x = lru[x].next
+        x = aisim_off_walk_next(x, lru[x].next)
     if n_sel < n:
         return 0
     for i in range(n_sel):
@@ -246,7 +263,7 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
         else:
             if lru[x].mapped:
                 _off_dense_set(o, <int32_t>lru[x].tag, -1)  # out of the dense key array
-            if chunks[x].watch:
+            if o.memo.on and chunks[x].watch:  # (a chunk is watched only while a scan is kept)
                 _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
         lru[x].evictable = 0
@@ -279,12 +296,15 @@ cdef inline void _lru_run_to_tail(OffloadC* o, int32_t a, int32_t b) noexcept no
     o.lru[root].prev = b
 
 
-cdef inline void _off_fetch_hinted(const OffloadC* o, const flag_t* seen, const int32_t* hint, int32_t i) noexcept nogil:
-    # The chunk a seen position was last found in, fetched ahead of _off_hinted.
+cdef inline void _off_fetch_hinted(const OffloadC* o, const flag_t* seen, const int32_t* hint,
+                                   const hash_t* key, int32_t i) noexcept nogil:
+    # The chunk a seen position was last found in and the position's key (``key``), fetched ahead
+    # of _off_hinted.
     cdef int32_t c = hint[i]
     if seen[i] and c >= 0 and c < o.conf.cpu_chunks:
         __builtin_prefetch(&o.chunks[c])
         __builtin_prefetch(&o.lru[c])
+        __builtin_prefetch(key)
 
 
 cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
@@ -294,6 +314,8 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     cdef OffloadC* o = s.off
     cdef flag_t* seen = o.seen + <int64_t>r.slot * o.chunk_row
     cdef const int32_t* hint = o.hint + <int64_t>r.slot * o.chunk_row
+    cdef int32_t hpc = o.conf.hashes_per_chunk
+    cdef const hash_t* keys = s.kv.hashes + <int64_t>r.slot * s.kv.hash_row + hpc - 1  # _off_key: keys[i * hpc]
     cdef int32_t i, c
     cdef int32_t n = <int32_t>tmin(o.chunk_row, num_tokens(r) // o.conf.tokens_per_chunk + 1)
     cdef int32_t a = -1, b = -1
@@ -304,15 +326,19 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     # one by one, so a run of them (the request's own chunks sit after its anchor tail first) moves
     # at once, when the next chunk does not follow it.
     for i in range(n - 1, tmax(n - 1 - OFF_AHEAD, -1), -1):
-        _off_fetch_hinted(o, seen, hint, i)
+        _off_fetch_hinted(o, seen, hint, keys + <int64_t>i * hpc, i)
     for i in range(n - 1, -1, -1):
         if i >= OFF_AHEAD:
-            _off_fetch_hinted(o, seen, hint, i - OFF_AHEAD)
+            _off_fetch_hinted(o, seen, hint, keys + <int64_t>(i - OFF_AHEAD) * hpc, i - OFF_AHEAD)
         if not seen[i]:
             continue
-        c = _off_hinted(s, r, i)
-        if c < 0:
-            continue
+        # _off_hinted, its usual answer (the hint holds) without recomputing the row's addresses.
+        c = hint[i]
+        if not (_off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used
+                and o.chunks[c].key == keys[<int64_t>i * hpc]):
+            c = _off_hinted(s, r, i)
+            if c < 0:
+                continue
         rank += 1  # LRUCachePolicy.on_request_finished: (next rank, 0), larger than every rank so far
         o.chunks[c].rank_hi = rank
         o.chunks[c].rank_lo = 0

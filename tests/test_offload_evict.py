@@ -47,3 +47,31 @@ def test_the_key_map_keeps_every_other_key_through_deletions():
     done, ahead, back, freed, found = _evict_probe(64, order, keys, set(), set(), set(), 40)
     assert (done, ahead, back, freed) == (1, order[40:], order[40:][::-1], order[:40])
     assert found == [-1] * 40 + order[40:]
+
+
+def _runs_order(rnd, n_chunks):
+    # A list order made of runs of descending chunk indices (what stores leave behind: the walk's
+    # likely way) cut at random points and shuffled, so that the walk's guess holds and breaks.
+    order = list(range(n_chunks - 1, -1, -1))
+    cuts = sorted(rnd.sample(range(1, n_chunks), 12))
+    runs = [order[a:b] for a, b in zip([0] + cuts, cuts + [n_chunks])]
+    rnd.shuffle(runs)
+    return [c for run in runs for c in run]
+
+
+def test_eviction_over_descending_runs_takes_the_lowest_ranked_candidates():
+    # The walk guesses the node below the one it visits: over runs of descending indices (guess
+    # right) broken at random (guess wrong), with pinned and protected chunks among them, it takes
+    # exactly the first n candidates in list order, as a plain walk of the list does.
+    rnd = random.Random(11)
+    for n_chunks in (40, 97, 300):
+        order = _runs_order(rnd, n_chunks)
+        keys = [rnd.getrandbits(64) for _ in order]
+        pinned = set(rnd.sample(order, n_chunks // 10))
+        protected = set(rnd.sample([c for c in order if c not in pinned], n_chunks // 10))
+        candidates = [c for c in order if c not in pinned and c not in protected]
+        n = len(candidates) * 2 // 3
+        done, ahead, back, freed, found = _evict_probe(n_chunks, order, keys, pinned, protected, set(), n)
+        kept = [c for c in order if c not in candidates[:n]]
+        assert (done, freed, ahead, back) == (1, candidates[:n], kept, kept[::-1])
+        assert found == [-1 if c in candidates[:n] else c for c in order]
