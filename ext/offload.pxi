@@ -508,6 +508,7 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     cdef int64_t lo
     cdef bint run
     cdef OffChunkC* ch
+    cdef OffChunkC* chunks = o.chunks
     cdef OffLinkC* links
     cdef const int32_t* free_top
     cdef hash_t* out_keys
@@ -526,17 +527,17 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     # fence, offload_fence.pxi; one block a chunk unless the tier's chunks span several).
     # The free chunks' state and list nodes, written below, fetched OFF_NEAR chunks ahead.
     for q in range(tmin(OFF_NEAR, n_new)):
-        __builtin_prefetch(&o.chunks[free_top[-1 - q]])
+        __builtin_prefetch(&chunks[free_top[-1 - q]])
         __builtin_prefetch(&links[free_top[-1 - q]])
     q = 0
     lo = -(<int64_t>start + first + 1) * tpc
     for k in range(first, n):
         if found[k] < 0:
             if q + OFF_NEAR < n_new:
-                __builtin_prefetch(&o.chunks[free_top[-1 - q - OFF_NEAR]])
+                __builtin_prefetch(&chunks[free_top[-1 - q - OFF_NEAR]])
                 __builtin_prefetch(&links[free_top[-1 - q - OFF_NEAR]])
             c = free_top[-1 - q]
-            ch = &o.chunks[c]
+            ch = &chunks[c]
             ch.key = keys[<int64_t>k * hpc]
             ch.ref = -1
             ch.loading = 0

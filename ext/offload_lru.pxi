@@ -363,13 +363,14 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
     return 0
 
 
-def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int32_t n):
+def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int32_t n, watched=None):
     """Tests only: _off_evict of ``n`` chunks from a CPU tier of ``n_chunks`` chunks, every one
     holding a key: chunk ``order[k]`` holds ``keys[k]``, the list in ``order`` (head first); the
     chunks in ``pinned`` not evictable, those in ``protected`` protected (``mark`` 1, as a store
     protects the chunks it offers), those in ``private`` out of the key map.  Returns whether it
     evicted, the list after it head first and tail first, the chunks it freed (in the order pushed)
-    and the chunk the key map finds for each key (-1: none)."""
+    and the chunk the key map finds for each key (-1: none).  With ``watched`` (chunks a kept lookup
+    scan found, in its order) also whether the scan is still kept after it and each one's watch."""
     cdef OffloadC o
     cdef OffConfC conf
     cdef int32_t k, c, x, root = n_chunks
@@ -377,7 +378,7 @@ def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int3
     conf.cpu_chunks = n_chunks
     conf.tokens_per_chunk = 16
     conf.hashes_per_chunk = 1
-    off_init(&o, conf, 4, 1, 4)
+    off_init(&o, conf, max(4, len(watched or ())), 1, 4)
     try:
         o.n_free_chunks = 0
         for k in range(n_chunks):
@@ -393,6 +394,12 @@ def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int3
                 _off_map_put(&o, o.chunks[c].key, c)
         for c in protected:
             o.lru[c].mark = 1
+        if watched is not None:
+            for k, c in enumerate(watched):
+                o.memo.chunks[k] = c
+                o.chunks[c].watch = 1
+            o.memo.hits = len(watched)
+            o.memo.on = 1
         done = _off_evict(&o, n)
         ahead, back = [], []
         x = o.lru[root].next
@@ -403,7 +410,10 @@ def _evict_probe(int32_t n_chunks, order, keys, pinned, protected, private, int3
         while x != root:
             back.append(x)
             x = o.lru[x].prev
-        return (done, ahead, back, [o.free_chunks[k] for k in range(o.n_free_chunks)],
-                [_off_find(&o, key) for key in keys])
+        out = (done, ahead, back, [o.free_chunks[k] for k in range(o.n_free_chunks)],
+               [_off_find(&o, key) for key in keys])
+        if watched is not None:
+            out += (bool(o.memo.on), [o.chunks[c].watch for c in watched])
+        return out
     finally:
         off_release(&o)

@@ -6,6 +6,8 @@ stretch of consecutive nodes at a time and leave the key map by backward-shift d
 
 import random
 
+import pytest
+
 from aisim._core.scheduler import _evict_probe
 
 # Eight chunks, the list head first; chunk k holds key 100 + k.
@@ -75,3 +77,19 @@ def test_eviction_over_descending_runs_takes_the_lowest_ranked_candidates():
         kept = [c for c in order if c not in candidates[:n]]
         assert (done, freed, ahead, back) == (1, candidates[:n], kept, kept[::-1])
         assert found == [-1 if c in candidates[:n] else c for c in order]
+
+
+@pytest.mark.parametrize("watched, n, dropped", [
+    ([6, 7], 4, False),          # the scan's chunks lie past the four evicted ones: kept
+    ([6, 7], 7, True),           # the seventh evicted is 7 (in the key map): dropped
+    ([2], 4, True),              # 2 (out of the key map) among the four evicted: dropped
+    ([1, 0, 7, 6, 2], 3, False), # none of them among the three evicted: kept
+    ([1, 0, 7, 6, 4], 2, True),  # 4 among the two evicted: dropped
+])
+def test_evicting_a_chunk_the_kept_scan_found_drops_the_scan(watched, n, dropped):
+    # The last lookup's scan is kept while none of the chunks it found changes: evicting one of
+    # them forgets it (every found chunk unwatched), evicting others keeps it.
+    done, ahead, back, freed, found, on, watch = _evict_probe(8, ORDER, KEYS, set(), set(), {2}, n, watched)
+    assert done == 1 and freed == ORDER[:n]
+    assert on == (not dropped)
+    assert watch == [0 if dropped else 1] * len(watched)
