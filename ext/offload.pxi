@@ -51,8 +51,11 @@ cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, 
     o.chunk_row = chunk_row if chunk_row > 0 else 1
     o.seen_slots = slots if slots > 0 else 1
     o.seen = <flag_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(flag_t))
-    o.hint = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
-    o.dense_id = <int32_t*>mem_calloc(<size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
+    # Not zeroed (_off_seen_room): a hint is checked against the chunk it names before it is
+    # believed, and a request's dense ids are written at the connector's first sight of it
+    # (_off_priv_from) before any is read.
+    mem_resize(<void**>&o.hint, <size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
+    mem_resize(<void**>&o.dense_id, <size_t>o.seen_slots * o.chunk_row, sizeof(int32_t))
     o.found = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
     o.mixes = <hash_t*>mem_calloc(o.chunk_row, sizeof(hash_t))
     o.memo.chunks = <int32_t*>mem_calloc(o.chunk_row, sizeof(int32_t))
@@ -128,15 +131,16 @@ cdef int _off_grow_jobs(OffloadC* o, int32_t new) except -1 nogil:
 
 
 cdef int _off_seen_room(OffloadC* o, int32_t slots) except -1 nogil:
-    # The seen rows follow the KV rows (kvcache grows them geometrically).
+    # The seen rows follow the KV rows (kvcache grows them geometrically); only the seen flags
+    # start zeroed: the hint and dense-id rows are written before they are read (off_init).
     cdef int32_t new = o.seen_slots
     if slots <= new:
         return 0
     while new < slots:
         new *= 2
     mem_grow(<void**>&o.seen, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(flag_t))
-    mem_grow(<void**>&o.hint, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(int32_t))
-    mem_grow(<void**>&o.dense_id, <size_t>o.seen_slots * o.chunk_row, <size_t>new * o.chunk_row, sizeof(int32_t))
+    mem_resize(<void**>&o.hint, <size_t>new * o.chunk_row, sizeof(int32_t))
+    mem_resize(<void**>&o.dense_id, <size_t>new * o.chunk_row, sizeof(int32_t))
     o.seen_slots = new
     return 0
 
