@@ -111,11 +111,19 @@ cdef struct OffColsC:
     int64_t from_used          # ... and of the row before the first row not yet taken
     int64_t from_evictable
 
+cdef enum:
+    STEP_STAGE = 32            # step rows staged row-major before their columns take them
+
 cdef struct StepColsC:
-    # One row per logged engine iteration; every column grown geometrically.
+    # One row per logged engine iteration; every column grown geometrically.  The last rows
+    # written wait in ``stage`` (a row's values side by side, a float64 by its bits) and go to
+    # the columns STEP_STAGE at a time (_cols_flush): a tier's connector work between two steps
+    # evicts the cache lines of the 23 columns, not those of one staged row.
     int64_t n                  # rows written
     int64_t cap                # rows allocated
+    int64_t staged             # rows before it are in the columns, the rest in ``stage``
     void* col[N_STEP_COLS]     # column k: cap items of its dtype (StepCol order)
+    int64_t stage[STEP_STAGE * N_STEP_COLS]
 
 cdef struct ReqColsC:
     # One row per retired request, in trace order; every column grown geometrically.

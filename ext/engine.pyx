@@ -679,6 +679,7 @@ cdef class Engine:
         """The step rows written since the last call (one array per step column), handed over;
         with KV offload, its columns (``OFF_STEP_COLUMNS``) too."""
         cdef Py_ssize_t n = self.cols.n
+        _cols_flush(&self.cols)
         off = _off_columns(&self.off_cols, n) if self.offload else {}
         if self.offload and self.off.disk != NULL:
             off.update(_off_take(self.disk_steps, n, N_DISK_STEP, DISK_STEP_COLUMNS))
@@ -686,6 +687,7 @@ cdef class Engine:
         out.update(off)
         self.steps_taken += n
         self.cols.n = 0
+        self.cols.staged = 0
         return out
 
     def take_requests(self):

@@ -99,17 +99,47 @@ cdef void _cols_release(StepColsC* c) noexcept nogil:
     memset(c, 0, sizeof(StepColsC))
 
 
-# Typed writes into one row; each column's type is its STEP_COLUMNS dtype.
+# Typed writes into one row, staged (StepColsC.stage) unless the columns have it already; each
+# column's type is its STEP_COLUMNS dtype.
 cdef inline void _put_i64(StepColsC* c, int k, int64_t row, int64_t v) noexcept nogil:
-    (<int64_t*>c.col[k])[row] = v
+    if row >= c.staged:
+        c.stage[(row - c.staged) * N_STEP_COLS + k] = v
+    else:
+        (<int64_t*>c.col[k])[row] = v
 
 
 cdef inline void _put_i32(StepColsC* c, int k, int64_t row, int32_t v) noexcept nogil:
-    (<int32_t*>c.col[k])[row] = v
+    if row >= c.staged:
+        c.stage[(row - c.staged) * N_STEP_COLS + k] = v
+    else:
+        (<int32_t*>c.col[k])[row] = v
 
 
 cdef inline void _put_f64(StepColsC* c, int k, int64_t row, double v) noexcept nogil:
-    (<double*>c.col[k])[row] = v
+    if row >= c.staged:
+        memcpy(&c.stage[(row - c.staged) * N_STEP_COLS + k], &v, sizeof(double))
+    else:
+        (<double*>c.col[k])[row] = v
+
+
+cdef void _cols_flush(StepColsC* c) noexcept nogil:
+    """The staged rows written to their columns, a column at a time (a float64 copied by its bits)."""
+    cdef int64_t i, m = c.n - c.staged
+    cdef int k
+    cdef const int64_t* src
+    cdef int64_t* d64
+    cdef int32_t* d32
+    for k in range(N_STEP_COLS):
+        src = &c.stage[k]
+        if STEP_ITEM[k] == 8:
+            d64 = <int64_t*>c.col[k] + c.staged
+            for i in range(m):
+                d64[i] = src[i * N_STEP_COLS]
+        else:
+            d32 = <int32_t*>c.col[k] + c.staged
+            for i in range(m):
+                d32[i] = <int32_t>src[i * N_STEP_COLS]
+    c.staged = c.n
 
 
 cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
@@ -293,6 +323,8 @@ cdef int _log_line(Engine e, step_t step, int32_t kind, sec_t clock, const Batch
     cdef int64_t at
     cdef const int64_t* g = e.slot_global
     _cols_reserve(c)
+    if c.n - c.staged == STEP_STAGE:
+        _cols_flush(c)
     row = c.n
     at = e.steps_taken + row
     _put_i64(c, SC_STEP, row, step)
