@@ -173,7 +173,7 @@ cdef inline int32_t _off_hinted(SchedC* s, ReqC* r, int32_t i) noexcept nogil:
     cdef int64_t at = <int64_t>r.slot * o.chunk_row + i
     cdef hash_t key = _off_key(s, r, i)
     cdef int32_t c = o.hint[at]
-    if _off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+    if _off_hints_on and _off_holds(o, c, key):
         return c
     if i >= _off_priv_from(s, r):
         return -1  # a private key is only where the hint names (_off_own)
@@ -334,8 +334,7 @@ cdef int _off_finished(SchedC* s, ReqC* r) except -1 nogil:
             continue
         # _off_hinted, its usual answer (the hint holds) without recomputing the row's addresses.
         c = hint[i]
-        if not (_off_hints_on and c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used
-                and o.chunks[c].key == keys[<int64_t>i * hpc]):
+        if not (_off_hints_on and _off_holds(o, c, keys[<int64_t>i * hpc])):
             c = _off_hinted(s, r, i)
             if c < 0:
                 continue

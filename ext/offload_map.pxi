@@ -46,8 +46,13 @@ cdef inline int32_t _off_find_next_mixed(const OffloadC* o, int32_t prev, hash_t
 
 cdef inline bint _off_next_holds(const OffloadC* o, int32_t prev, hash_t key) noexcept nogil:
     # _off_find_next's first guess: the chunk after ``prev`` is in use and holds ``key``.
-    cdef int32_t c = prev + 1
-    return _off_hints_on and prev >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key
+    return _off_hints_on and prev >= 0 and _off_holds(o, prev + 1, key)
+
+
+cdef inline bint _off_holds(const OffloadC* o, int32_t c, hash_t key) noexcept nogil:
+    # Chunk ``c``, a guess of any value (a hint, a neighbour), is in use and holds ``key``: then it
+    # is the key map's answer (a key is in at most one chunk, a chunk in use holds one key).
+    return c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key
 
 
 cdef int32_t OFF_NO_PRIV = 0x3fffffff  # _off_priv_from: no chunk of the request is known private
@@ -196,7 +201,7 @@ cdef inline int32_t _off_own(const OffloadC* o, const ReqC* r, int32_t i, hash_t
     if not o.seen[at]:
         return -1
     c = o.hint[at]
-    if c >= 0 and c < o.conf.cpu_chunks and o.chunks[c].used and o.chunks[c].key == key:
+    if _off_holds(o, c, key):
         return c
     return -1
 
