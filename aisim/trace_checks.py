@@ -15,14 +15,45 @@ from aisim.traces.schema import REQUIRED_COLUMNS
 
 
 def _segments_arrays(trace: pa.Table):
+    """Each request's first segment and segment count, and every segment's stream, first token and
+    length, in :func:`aisim.traces.schema.canonical_segments` form (:func:`_canonical`)."""
     seg = trace.column("segments").combine_chunks()
     offsets = seg.offsets.to_numpy(zero_copy_only=False).astype(np.int64)
     values = seg.values
     stream = values.field("stream").to_numpy(zero_copy_only=False).astype(np.uint64)
     first = values.field("first").to_numpy(zero_copy_only=False).astype(np.int64)
     length = values.field("length").to_numpy(zero_copy_only=False).astype(np.int64)
-    start = offsets[:-1] - offsets[0]
+    # The segments of the rows in the table (a slice's list array may start past its values).
+    stream, first, length = (a[offsets[0]:offsets[-1]] for a in (stream, first, length))
+    return _canonical(offsets - offsets[0], stream, first, length)
+
+
+def _canonical(offsets, stream, first, length):
+    """The segments of the requests (request i's from ``offsets[i]`` to ``offsets[i + 1]``),
+    canonical: empty ones dropped, and a request's run that continues the one before it (same
+    stream, the next token) merged into it.  Readers write them so; a table built by hand may not.
+    vLLM hashes token ids, so every split of the same tokens must hash the same; the core hashes
+    runs, and finds the runs other requests share (the dense ids of KV offload) by them."""
     count = np.diff(offsets)
+    # The usual case, checked without a request index: nothing empty, no pair to merge (a pair
+    # across two requests never is: the pairs ending at a request's first segment are cleared).
+    pairs = (stream[1:] == stream[:-1]) & (first[1:] == first[:-1] + length[:-1])
+    firsts = offsets[1:-1]
+    pairs[firsts[(firsts > 0) & (firsts < length.size)] - 1] = False
+    if not pairs.any() and (length > 0).all():
+        return offsets[:-1].astype(np.int32), count.astype(np.int32), stream, first, length
+    req = np.repeat(np.arange(count.size, dtype=np.int64), count)
+    keep = length > 0
+    if not keep.all():
+        req, stream, first, length = req[keep], stream[keep], first[keep], length[keep]
+    joins = np.zeros(req.size, dtype=bool)
+    joins[1:] = (req[1:] == req[:-1]) & (stream[1:] == stream[:-1]) & (first[1:] == first[:-1] + length[:-1])
+    if joins.any():
+        heads = np.flatnonzero(~joins)
+        length = np.add.reduceat(length, heads) if heads.size else length[:0]
+        req, stream, first = req[heads], stream[heads], first[heads]
+    count = np.bincount(req, minlength=count.size)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]) if count.size else count
     return start.astype(np.int32), count.astype(np.int32), stream, first, length
 
 
