@@ -14,6 +14,13 @@ cdef enum:
     OFF_NEAR = 12                # what a fetched-ahead entry names, fetched this far ahead
 
 
+cdef inline void _off_fetch_chunk(const OffChunkC* chunks, const OffLinkC* links, int32_t c) noexcept nogil:
+    # Chunk ``c``'s state and its node in the LRU list, fetched ahead (the tier's arrays passed in
+    # the caller's locals: a flag written through them may alias any field of the tier).
+    __builtin_prefetch(&chunks[c])
+    __builtin_prefetch(&links[c])
+
+
 # ------------------------------------------------------------------ set-up
 
 cdef int off_init(OffloadC* o, OffConfC conf, int32_t chunk_row, int32_t slots, int32_t jobs) except -1 nogil:
@@ -427,24 +434,15 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     # A position with a dense id has its entry fetched OFF_AHEAD positions on, and the chunk that
     # entry names (read by its access) OFF_NEAR positions on.
     for k in range(tmin(OFF_AHEAD, m)):
-        if drow[k] < 0:
-            mixes[k] = mix64(keys[<int64_t>k * hpc])
-            _off_prefetch_mixed(o, mixes[k])
-        elif dense != NULL:
-            __builtin_prefetch(&dense[drow[k]])
+        _off_offer_ahead(o, keys, drow, dense, mixes, hpc, k)
     c = -1
     for k in range(n):
         if k + OFF_AHEAD < m:
-            if drow[k + OFF_AHEAD] < 0:
-                mixes[k + OFF_AHEAD] = mix64(keys[<int64_t>(k + OFF_AHEAD) * hpc])
-                _off_prefetch_mixed(o, mixes[k + OFF_AHEAD])
-            elif dense != NULL:
-                __builtin_prefetch(&dense[drow[k + OFF_AHEAD]])
+            _off_offer_ahead(o, keys, drow, dense, mixes, hpc, k + OFF_AHEAD)
         if k + OFF_NEAR < m and drow[k + OFF_NEAR] >= 0 and dense != NULL:
             x = dense[drow[k + OFF_NEAR]] - 1
             if x >= 0:
-                __builtin_prefetch(&o.chunks[x])
-                __builtin_prefetch(&o.lru[x])
+                _off_fetch_chunk(o.chunks, o.lru, x)
         if k >= m:
             c = _off_own(o, r, start + k, keys[<int64_t>k * hpc])
         elif drow[k] >= 0:
@@ -475,6 +473,17 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     _off_store_new(s, r, ri, start, n, m, n_new)
     r.off_next = n_chunks
     return 0
+
+
+cdef inline void _off_offer_ahead(const OffloadC* o, const hash_t* keys, const int32_t* drow,
+                                  const int32_t* dense, hash_t* mixes, int32_t hpc, int32_t k) noexcept nogil:
+    # What _off_store's lookup of offered position ``k`` reads, fetched ahead: the entry of its
+    # dense id, or else its key's bucket (the key mixed once, into ``mixes[k]``).
+    if drow[k] < 0:
+        mixes[k] = mix64(keys[<int64_t>k * hpc])
+        _off_prefetch_mixed(o, mixes[k])
+    elif dense != NULL:
+        __builtin_prefetch(&dense[drow[k]])
 
 
 cdef inline void _off_mark_found(OffloadC* o, int32_t n, flag_t mark) noexcept nogil:
@@ -531,15 +540,13 @@ cdef int _off_store_new(SchedC* s, ReqC* r, req_t ri, int32_t start, int32_t n, 
     # fence, offload_fence.pxi; one block a chunk unless the tier's chunks span several).
     # The free chunks' state and list nodes, written below, fetched OFF_NEAR chunks ahead.
     for q in range(tmin(OFF_NEAR, n_new)):
-        __builtin_prefetch(&chunks[free_top[-1 - q]])
-        __builtin_prefetch(&links[free_top[-1 - q]])
+        _off_fetch_chunk(chunks, links, free_top[-1 - q])
     q = 0
     lo = -(<int64_t>start + first + 1) * tpc
     for k in range(first, n):
         if found[k] < 0:
             if q + OFF_NEAR < n_new:
-                __builtin_prefetch(&chunks[free_top[-1 - q - OFF_NEAR]])
-                __builtin_prefetch(&links[free_top[-1 - q - OFF_NEAR]])
+                _off_fetch_chunk(chunks, links, free_top[-1 - q - OFF_NEAR])
             c = free_top[-1 - q]
             ch = &chunks[c]
             ch.key = keys[<int64_t>k * hpc]

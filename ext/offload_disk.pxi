@@ -149,14 +149,14 @@ cdef int _disk_finish(OffloadC* o, int32_t j) except -1 nogil:
                     _off_memo_drop(o)  # a kept scan found it being written (HIT_PENDING)
                 o.chunks[c].ref = 0
                 o.n_evictable += 1
-                _off_mark_evictable(o, c)
+                _off_mark_evictable(o.lru, c)
             continue
         if c >= 0:
             ch = &o.chunks[c]
             ch.ref -= 1
             if ch.ref == 0:
                 o.n_evictable += 1
-                _off_mark_evictable(o, c)
+                _off_mark_evictable(o.lru, c)
         e = _disk_ent(d, jb.keys[i])
         e.writing = 0
         if not e.on_disk:

@@ -79,9 +79,10 @@ cdef int _off_new_anchor(OffloadC* o) except -1 nogil:
     return x
 
 
-cdef inline void _off_mark_evictable(OffloadC* o, int32_t c) noexcept nogil:
-    # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order.
-    o.lru[c].evictable = 1
+cdef inline void _off_mark_evictable(OffLinkC* links, int32_t c) noexcept nogil:
+    # LRUCachePolicy.mark_evictable: the chunk keeps its place in the order (``links``: the tier's
+    # list, o.lru).
+    links[c].evictable = 1
 
 
 cdef int64_t _off_req_rank(OffloadC* o, ReqC* r) except -1 nogil:
@@ -302,8 +303,7 @@ cdef inline void _off_fetch_hinted(const OffloadC* o, const flag_t* seen, const 
     # of _off_hinted.
     cdef int32_t c = hint[i]
     if seen[i] and c >= 0 and c < o.conf.cpu_chunks:
-        __builtin_prefetch(&o.chunks[c])
-        __builtin_prefetch(&o.lru[c])
+        _off_fetch_chunk(o.chunks, o.lru, c)
         __builtin_prefetch(key)
 
 

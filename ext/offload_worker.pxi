@@ -17,25 +17,23 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
     cdef OffChunkC* ch
     # Each chunk's state and its node in the LRU list (its evictable flag), fetched ahead.
     for i in range(tmin(OFF_AHEAD, n)):
-        __builtin_prefetch(&chunks[cids[i]])
-        __builtin_prefetch(&links[cids[i]])
+        _off_fetch_chunk(chunks, links, cids[i])
+    # A store's chunks become stored, a load's are released (one loop each: the test is the job's).
     if jb.store:
         for i in range(n):
             if i + OFF_AHEAD < n:
-                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
-                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+                _off_fetch_chunk(chunks, links, cids[i + OFF_AHEAD])
             c = cids[i]
             ch = &chunks[c]
             watched |= ch.watch != 0
             if ch.ref < 0:
                 ch.ref = 0
                 n_free += 1
-                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
+                _off_mark_evictable(links, c)
     else:
         for i in range(n):
             if i + OFF_AHEAD < n:
-                __builtin_prefetch(&chunks[cids[i + OFF_AHEAD]])
-                __builtin_prefetch(&links[cids[i + OFF_AHEAD]])
+                _off_fetch_chunk(chunks, links, cids[i + OFF_AHEAD])
             c = cids[i]
             ch = &chunks[c]
             watched |= ch.watch != 0
@@ -43,7 +41,7 @@ cdef int _off_complete(SchedC* s, int32_t j) except -1 nogil:
             ch.loading = 0
             if ch.ref == 0:
                 n_free += 1
-                links[c].evictable = 1  # LRUCachePolicy.mark_evictable (_off_mark_evictable)
+                _off_mark_evictable(links, c)
     o.n_evictable += n_free
     if watched:
         _off_memo_drop(o)  # the last lookup's scan found one of them (dropped once: nothing above reads it)
