@@ -232,12 +232,10 @@ cdef int _off_req_row(Engine e, const ReqC* r) except -1 nogil:
 
 cdef object _off_take(const int64_t* rows, Py_ssize_t n, int32_t width, columns):
     # The first n rows as one numpy array per column (fresh arrays; the rows are written again
-    # from 0), filled in one pass over the rows: a strided copy per column reads them all each time.
+    # from 0).
     cdef void* col[32]
-    cdef bint wide[32]
-    cdef Py_ssize_t i
+    cdef size_t item[32]
     cdef int32_t k
-    cdef const int64_t* src
     out = {}
     if n == 0 or rows == NULL:
         for name, dtype in columns:
@@ -251,13 +249,7 @@ cdef object _off_take(const int64_t* rows, Py_ssize_t n, int32_t width, columns)
         arr = np.empty(n, dtype=dtype)
         out[name] = arr
         col[k] = <void*><size_t>arr.ctypes.data
-        wide[k] = dtype == "int64"
+        item[k] = 8 if dtype == "int64" else 4
     with nogil:
-        for i in range(n):
-            src = rows + i * width
-            for k in range(width):
-                if wide[k]:
-                    (<int64_t*>col[k])[i] = src[k]
-                else:
-                    (<int32_t*>col[k])[i] = <int32_t>src[k]
+        _rows_into_columns(rows, n, width, col, item, 0)
     return out

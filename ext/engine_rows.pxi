@@ -123,23 +123,31 @@ cdef inline void _put_f64(StepColsC* c, int k, int64_t row, double v) noexcept n
 
 
 cdef void _cols_flush(StepColsC* c) noexcept nogil:
-    """The staged rows written to their columns, a column at a time (a float64 copied by its bits)."""
-    cdef int64_t i, m = c.n - c.staged
+    # The staged rows written to their columns.
+    _rows_into_columns(c.stage, c.n - c.staged, N_STEP_COLS, c.col, STEP_ITEM, c.staged)
+    c.staged = c.n
+
+
+cdef void _rows_into_columns(const int64_t* rows, int64_t m, int width, void** col, const size_t* item,
+                             int64_t at) noexcept nogil:
+    """Rows ``rows`` (``m`` of ``width`` values side by side; a float64 by its bits) written to rows
+    ``at`` .. ``at + m - 1`` of the columns ``col``, a column at a time: column k has items of
+    ``item[k]`` bytes, 8 (copied whole) or 4 (an int32: the value's low half)."""
+    cdef int64_t i
     cdef int k
     cdef const int64_t* src
     cdef int64_t* d64
     cdef int32_t* d32
-    for k in range(N_STEP_COLS):
-        src = &c.stage[k]
-        if STEP_ITEM[k] == 8:
-            d64 = <int64_t*>c.col[k] + c.staged
+    for k in range(width):
+        src = rows + k
+        if item[k] == 8:
+            d64 = <int64_t*>col[k] + at
             for i in range(m):
-                d64[i] = src[i * N_STEP_COLS]
+                d64[i] = src[i * width]
         else:
-            d32 = <int32_t*>c.col[k] + c.staged
+            d32 = <int32_t*>col[k] + at
             for i in range(m):
-                d32[i] = <int32_t>src[i * N_STEP_COLS]
-    c.staged = c.n
+                d32[i] = <int32_t>src[i * width]
 
 
 cdef inline int64_t _req_int(const ReqC* r, int k) noexcept nogil:
