@@ -65,6 +65,12 @@ cdef struct TimeModelC:
     int32_t n_decode_graphs         # uniform decode graphs (0: decodes pad among graph_sizes)
     tok_t* decode_graph_sizes       # [n_decode_graphs] ascending, in tokens (requests x decode_q)
     tok_t decode_q                  # tokens of each request of a uniform decode
+    # the matrix products' seconds of the last step priced (_gemms_time): a function of the padded
+    # tokens and the requests alone, the same in every step of a quiet stretch of decoding
+    bint gemm_memo                  # gemm_memo_s holds the products of gemm_memo_m rows, gemm_memo_reqs requests
+    double gemm_memo_m
+    double gemm_memo_reqs
+    double gemm_memo_s
     # table
     int32_t n_axes                  # 1 (linear) or 2 (bilinear)
     int32_t axis[2]                 # TableAxis of each axis

@@ -202,17 +202,32 @@ cdef inline double _bound(double flops, double rate, double bytes_, double bw) n
     return c if c > m else m
 
 
-cdef double _gpu_time(const TimeModelC* tm, const BatchC* b) noexcept nogil:
-    """Seconds the GPU spends on batch ``b``: each operator at its roofline, one after another."""
-    cdef int32_t i, t, g
-    cdef double tokens = <double>b.total_tokens, reqs = <double>b.n
-    cdef double m = _padded(tm, b)
-    cdef double gpu = tm.gpu_fixed_s, ctx, pairs, up = 0.0
-    cdef double p_flops = 0.0, p_bytes = 0.0, d_flops = 0.0, d_bytes = 0.0
-    cdef const double* af
+cdef double _gemms_time(TimeModelC* tm, double m, double reqs) noexcept nogil:
+    """The GPU's fixed seconds plus every matrix product of a step of ``m`` padded tokens and ``reqs``
+    requests, summed in one order whether computed or remembered (the last step's, kept in ``tm``)."""
+    cdef int32_t g
+    cdef double gpu
+    if tm.gemm_memo and tm.gemm_memo_m == m and tm.gemm_memo_reqs == reqs:
+        return tm.gemm_memo_s
+    gpu = tm.gpu_fixed_s
     for g in range(tm.n_gemms):
         gpu += tm.gemm_count[g] * _gemm_time(tm, reqs if tm.gemm_per_req[g] else m, tm.gemm_n[g], tm.gemm_k[g],
                                              tm.gemm_walk_s[g], tm.gemm_walk_factor[g])
+    tm.gemm_memo = True
+    tm.gemm_memo_m = m
+    tm.gemm_memo_reqs = reqs
+    tm.gemm_memo_s = gpu
+    return gpu
+
+
+cdef double _gpu_time(TimeModelC* tm, const BatchC* b) noexcept nogil:
+    """Seconds the GPU spends on batch ``b``: each operator at its roofline, one after another."""
+    cdef int32_t i, t
+    cdef double tokens = <double>b.total_tokens, reqs = <double>b.n
+    cdef double m = _padded(tm, b)
+    cdef double gpu = _gemms_time(tm, m, reqs), ctx, pairs, up = 0.0
+    cdef double p_flops = 0.0, p_bytes = 0.0, d_flops = 0.0, d_bytes = 0.0
+    cdef const double* af
     if tm.moe_experts > 0.0:
         # Routed experts the step reads: of E per layer, T tokens picking k each uniformly touch
         # E (1 - (1 - k/E)^T) distinct ones on average (the step's own tokens: a CUDA graph's padding
@@ -280,6 +295,7 @@ cdef list tm_load(TimeModelC* tm, dict m):
     cdef const double[::1] gn, gk, gc, gw, gf
     cdef const int32_t[::1] gr
     tm.kind = m["kind"]
+    tm.gemm_memo = False
     keep = []
     if m["kind"] == TM_ROOFLINE:
         af = np.ascontiguousarray(m["attn_flops"], dtype=np.float64)

@@ -320,3 +320,21 @@ def test_table_counts_verified_drafts_as_prefill_tokens(tmp_path):
     lo = 0.010 + 0.003 * (0.050 - 0.010)
     hi = 0.014 + 0.003 * (0.070 - 0.014)
     assert _durations(res)[1] == pytest.approx(lo + 0.252 * (hi - lo))
+
+
+def test_roofline_prices_each_step_of_a_stretch_and_after_a_finish_afresh():
+    # Four decoding requests, then three once "a" finishes: both batches pad to the 4-token decode graph,
+    # so their products of the padded tokens are alike and only the LM head (one row a request) tells them
+    # apart, by about 1e-5 of the step.  The core keeps the last step's matrix products; each step must
+    # still cost what the reference prices afresh: its own requests' LM head and contexts.
+    eng = dict(num_gpu_blocks=2000, max_model_len=4096, max_num_batched_tokens=4096,
+               time_model=_roofline("llama-3.1-8b"))
+    reqs = [dict(id=x, prompt=100, max_tokens=3 if x == "a" else 5, at=0) for x in "abcd"]
+    d = _durations(run_log(eng, reqs)[2])
+    assert sorted(d) == [0, 1, 2, 3, 4, 5]   # step 5 schedules nothing: the CPU's 2 ms alone
+    assert d[5] == pytest.approx(0.002, rel=1e-12)
+    assert d[0] == pytest.approx(_ref("llama-3.1-8b", [(100, 100, False)] * 4), rel=1e-9)
+    for step, n, ctx in ((1, 4, 101), (2, 4, 102), (3, 3, 103), (4, 3, 104)):
+        assert d[step] == pytest.approx(_ref("llama-3.1-8b", [(1, ctx, True)] * n), rel=1e-9)
+    four_as_three = _ref("llama-3.1-8b", [(1, 103, True)] * 4) - _ref("llama-3.1-8b", [(1, 103, True)] * 3)
+    assert four_as_three > 1e-9 * d[3] * 1000   # the LM head's row and one more context: far past the tolerance
