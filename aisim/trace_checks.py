@@ -28,16 +28,24 @@ def _segments_arrays(trace: pa.Table):
     return _canonical(offsets - offsets[0], stream, first, length)
 
 
+def _continues(stream, first, length):
+    """For each segment but the first, whether it continues the one before it: the same stream,
+    from the token after that one's last."""
+    return (stream[1:] == stream[:-1]) & (first[1:] == first[:-1] + length[:-1])
+
+
 def _canonical(offsets, stream, first, length):
     """The segments of the requests (request i's from ``offsets[i]`` to ``offsets[i + 1]``),
     canonical: empty ones dropped, and a request's run that continues the one before it (same
-    stream, the next token) merged into it.  Readers write them so; a table built by hand may not.
-    vLLM hashes token ids, so every split of the same tokens must hash the same; the core hashes
-    runs, and finds the runs other requests share (the dense ids of KV offload) by them."""
+    stream, the next token) merged into it, as :func:`aisim.traces.schema.canonical_segments`
+    makes one request's (the readers write them so; a table built by hand may not, and
+    ``tests/test_canonical_segments.py`` holds the two to one answer).  vLLM hashes token ids, so
+    every split of the same tokens must hash the same; the core hashes runs, and finds the runs
+    other requests share (the dense ids of KV offload) by them."""
     count = np.diff(offsets)
     # The usual case, checked without a request index: nothing empty, no pair to merge (a pair
     # across two requests never is: the pairs ending at a request's first segment are cleared).
-    pairs = (stream[1:] == stream[:-1]) & (first[1:] == first[:-1] + length[:-1])
+    pairs = _continues(stream, first, length)
     firsts = offsets[1:-1]
     pairs[firsts[(firsts > 0) & (firsts < length.size)] - 1] = False
     if not pairs.any() and (length > 0).all():
@@ -47,7 +55,7 @@ def _canonical(offsets, stream, first, length):
     if not keep.all():
         req, stream, first, length = req[keep], stream[keep], first[keep], length[keep]
     joins = np.zeros(req.size, dtype=bool)
-    joins[1:] = (req[1:] == req[:-1]) & (stream[1:] == stream[:-1]) & (first[1:] == first[:-1] + length[:-1])
+    joins[1:] = (req[1:] == req[:-1]) & _continues(stream, first, length)
     if joins.any():
         heads = np.flatnonzero(~joins)
         length = np.add.reduceat(length, heads) if heads.size else length[:0]

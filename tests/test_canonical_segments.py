@@ -2,11 +2,13 @@
 (aisim/trace_checks.py ``_canonical``): the block hashes are the tokens', whatever their split."""
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aisim.config.engine import engine_config_from_dict
 from aisim.replay import replay
 from aisim.trace_checks import _canonical
-from aisim.traces.schema import stream_id, trace_table
+from aisim.traces.schema import canonical_segments, stream_id, trace_table
 
 from helpers import assert_same_replay, make_trace
 from test_offload_private import R0, R1, R2
@@ -72,3 +74,23 @@ def test_a_split_trace_replays_as_its_canonical_form():
     assert_same_replay(got, ref)
     off = got.summary["kv_offload"]
     assert (off["stores"], off["store_chunks"], off["loads"], off["load_tokens"]) == (3, 9, 1, 48)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(0, 4)), max_size=6),
+                max_size=6))
+def test_the_table_form_agrees_with_one_requests_form(requests):
+    # Small streams, tokens and lengths, so that runs continue each other, repeat, gap and empty
+    # segments all come up: _canonical over the whole table gives, request by request, what
+    # canonical_segments (the readers' form) gives for that request alone.
+    offsets = np.cumsum([0] + [len(r) for r in requests])
+    segs = [s for r in requests for s in r]
+    stream = np.array([s[0] for s in segs], dtype=np.uint64)
+    first = np.array([s[1] for s in segs], dtype=np.int64)
+    length = np.array([s[2] for s in segs], dtype=np.int64)
+    start, cnt, s, f, n = _canonical(offsets, stream, first, length)
+    for i, r in enumerate(requests):
+        got = list(zip(s[start[i]:start[i] + cnt[i]].tolist(), f[start[i]:start[i] + cnt[i]].tolist(),
+                       n[start[i]:start[i] + cnt[i]].tolist()))
+        assert got == canonical_segments(r)
+    assert start.tolist() == np.concatenate([[0], np.cumsum(cnt)[:-1]]).tolist()[:len(requests)]
