@@ -161,8 +161,7 @@ cdef object _off_columns(OffColsC* c, Py_ssize_t n):
     """The offload columns of the first ``n`` step rows (fresh arrays; the rows kept start again):
     each column written once, front to back, from the rows kept -- a count column 0 between
     them, a level column holding the value of the row kept before."""
-    cdef int64_t* col64[N_OFF_STEP]
-    cdef int32_t* col32[N_OFF_STEP]
+    cdef void* col[N_OFF_STEP]
     cdef const int64_t* v
     cdef int64_t j, at, row, x, carry
     cdef int32_t k
@@ -171,8 +170,7 @@ cdef object _off_columns(OffColsC* c, Py_ssize_t n):
     for k, (name, dtype) in enumerate(OFF_STEP_COLUMNS):
         arr = np.empty(n, dtype=dtype)
         out[name] = arr
-        col64[k] = <int64_t*><size_t>arr.ctypes.data
-        col32[k] = <int32_t*><size_t>arr.ctypes.data
+        col[k] = <void*><size_t>arr.ctypes.data
     with nogil:
         for k in range(N_OFF_STEP):
             # the level before the first row kept: the one the rows taken before ended at
@@ -186,24 +184,9 @@ cdef object _off_columns(OffColsC* c, Py_ssize_t n):
                 else:
                     row = n
                     x = 0
-                if OFF_ITEM[k] == 8:
-                    if carry == 0:
-                        memset(col64[k] + at, 0, <size_t>(row - at) * 8)
-                    else:
-                        while at < row:
-                            col64[k][at] = carry
-                            at += 1
-                    if j < c.n:
-                        col64[k][row] = x
-                else:
-                    if carry == 0:
-                        memset(col32[k] + at, 0, <size_t>(row - at) * 4)
-                    else:
-                        while at < row:
-                            col32[k][at] = <int32_t>carry
-                            at += 1
-                    if j < c.n:
-                        col32[k][row] = <int32_t>x
+                _col_fill(col[k], OFF_ITEM[k], at, row, carry)
+                if j < c.n:
+                    _col_fill(col[k], OFF_ITEM[k], row, row + 1, x)
                 at = row + 1
                 if k >= N_OFF_COUNTS:
                     carry = x
@@ -211,6 +194,19 @@ cdef object _off_columns(OffColsC* c, Py_ssize_t n):
         c.from_used = c.used
         c.from_evictable = c.evictable
     return out
+
+
+cdef inline void _col_fill(void* col, size_t item, int64_t a, int64_t b, int64_t v) noexcept nogil:
+    # Items a .. b - 1 of a column of ``item``-byte items (8, or 4: an int32, v's low half) set to v.
+    cdef int64_t i
+    if b - a > 1 and v == 0:
+        memset(<char*>col + a * item, 0, <size_t>(b - a) * item)
+    elif item == 8:
+        for i in range(a, b):
+            (<int64_t*>col)[i] = v
+    else:
+        for i in range(a, b):
+            (<int32_t*>col)[i] = <int32_t>v
 
 
 cdef void _off_cols_release(OffColsC* c) noexcept nogil:

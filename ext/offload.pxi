@@ -439,8 +439,8 @@ cdef int _off_store(SchedC* s, ReqC* r, req_t ri, tok_t after, int32_t n_blocks)
     for k in range(n):
         if k + OFF_AHEAD < m:
             _off_offer_ahead(o, keys, drow, dense, mixes, hpc, k + OFF_AHEAD)
-        if k + OFF_NEAR < m and drow[k + OFF_NEAR] >= 0 and dense != NULL:
-            x = dense[drow[k + OFF_NEAR]] - 1
+        if k + OFF_NEAR < m and drow[k + OFF_NEAR] >= 0:
+            x = _off_dense_chunk(o, drow[k + OFF_NEAR])
             if x >= 0:
                 _off_fetch_chunk(o.chunks, o.lru, x)
         if k >= m:
