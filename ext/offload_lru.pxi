@@ -261,11 +261,10 @@ cdef int _off_evict(OffloadC* o, int32_t n) except -1 nogil:
             p = -1
         if lru[x].mapped == 1:
             _off_map_del(o, x)
-        else:
-            if lru[x].mapped:
-                _off_dense_set(o, <int32_t>lru[x].tag, -1)  # out of the dense key array
-            if o.memo.on and chunks[x].watch:  # (a chunk is watched only while a scan is kept)
-                _off_memo_drop(o)  # the last lookup's scan found this chunk
+        elif lru[x].mapped:
+            _off_dense_set(o, <int32_t>lru[x].tag, -1)  # out of the dense key array
+        if o.memo.on and chunks[x].watch:  # (a chunk is watched only while a scan is kept)
+            _off_memo_drop(o)  # the last lookup's scan found this chunk
         chunks[x].used = 0  # a request's hint to it is stale from now on (_off_hinted)
         lru[x].evictable = 0
     # The chosen chunks go on the free stack in their order (a promotion's eviction: one).

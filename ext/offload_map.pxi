@@ -253,8 +253,6 @@ cdef void _off_map_del(OffloadC* o, int32_t chunk) noexcept nogil:
     cdef OffMapE e, h
     while m[i].chunk != chunk:
         i = (i + 1) & mask
-    if o.memo.on and o.chunks[chunk].watch:  # (a chunk is watched only while a scan is kept)
-        _off_memo_drop(o)  # the last lookup's scan found this chunk
     j = (i + 1) & mask
     e = m[j]
     while e.chunk != OFF_EMPTY:
